@@ -1,0 +1,33 @@
+# Every install step the project needs lives here; a fresh clone needs only python3 (3.11+) and make.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-fast bench demo clean
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Everything CI runs (about 10 minutes on 2 cores).
+test: $(STAMP)
+	$(PY) -m pytest -n 2 tests
+
+## The fast part, for the edit-test loop (seconds).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" tests
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+demo: $(STAMP)
+	$(PY) -m cdc_codecs.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

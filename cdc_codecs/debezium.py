@@ -1,0 +1,605 @@
+"""Debezium envelopes: TiCDC's Debezium protocol, the Debezium MySQL connector, CloudCanal.
+
+Value: ``{"schema": ..., "payload": {"op", "before", "after", "source", "ts_ms"}}`` for
+rows (``op`` c/r/i insert, u update, d delete, m TiCDC watermark) and
+``{"payload": {"ddl", "databaseName", "tableChanges", "source"}}`` for DDL. With
+``schemas.enable=false`` / ``debezium-disable-schema`` the schema is absent (the
+payload may then also be unwrapped). A null value is a tombstone and yields nothing.
+
+Order: TiCDC writes ``source.commit_ts``; the MySQL connector and CloudCanal have none,
+so their rows are ordered by offset and binlog position (``source.file``/``pos``/``row``).
+
+Values are typed from, in order of precedence: the table's columns from the latest
+``tableChanges`` seen (exact MySQL types), TiCDC's ``tidb_type`` schema parameter, the
+Connect schema's logical type (Date, MicroTimestamp, ZonedTimestamp, Decimal, Bits,
+Json, Enum, EnumSet...), and, without any schema, the JSON value itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from decimal import Decimal
+from typing import Any, ClassVar, Iterable, Mapping
+
+from cdc_codecs import _fields as f
+from cdc_codecs._base import TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_bool
+from cdc_codecs._fields import FieldError
+from cdc_codecs.events import (
+    BinlogPosition,
+    Column,
+    DdlChange,
+    Event,
+    Op,
+    RawMessage,
+    RowChange,
+    TableSchema,
+    Watermark,
+)
+from cdc_codecs.types import (
+    UTC,
+    ColumnType,
+    ColumnValueError,
+    TypeKind,
+    check_int,
+    column_type,
+    parse_mysql_type,
+    to_decimal,
+)
+
+_OPS = {"c": Op.INSERT, "r": Op.INSERT, "i": Op.INSERT, "u": Op.UPDATE, "d": Op.DELETE}
+EPOCH = dt.date(1970, 1, 1)
+EPOCH_DT = dt.datetime(1970, 1, 1)
+
+# Connect schema (type, logical name) -> our kind, when no MySQL type is known.
+_LOGICAL: dict[str, ColumnType] = {
+    "io.debezium.time.Date": column_type("date"),
+    "io.debezium.time.Timestamp": column_type("datetime"),
+    "io.debezium.time.MicroTimestamp": column_type("datetime"),
+    "io.debezium.time.NanoTimestamp": column_type("datetime"),
+    "io.debezium.time.ZonedTimestamp": column_type("timestamp"),
+    "io.debezium.time.Time": column_type("time"),
+    "io.debezium.time.MicroTime": column_type("time"),
+    "io.debezium.time.NanoTime": column_type("time"),
+    "io.debezium.time.Year": column_type("year"),
+    "io.debezium.data.Json": column_type("json"),
+    "io.debezium.data.Enum": column_type("enum"),
+    "io.debezium.data.EnumSet": column_type("set"),
+    "io.debezium.data.Bits": column_type("bit", length=64),
+    "org.apache.kafka.connect.data.Decimal": ColumnType(TypeKind.DECIMAL, "decimal"),
+    "io.debezium.data.geometry.Geometry": column_type("geometry"),
+    "io.debezium.data.geometry.Point": column_type("point"),
+}
+_PRIMITIVE: dict[str, ColumnType] = {
+    "boolean": ColumnType(TypeKind.BOOLEAN, "boolean"),
+    "int8": column_type("tinyint"),
+    "int16": column_type("smallint"),
+    "int32": column_type("int"),
+    "int64": column_type("bigint"),
+    "float": column_type("float"),
+    "float32": column_type("float"),
+    "double": column_type("double"),
+    "float64": column_type("double"),
+    "string": column_type("text"),
+    "bytes": column_type("blob"),
+}
+
+
+class DebeziumDecoder(Decoder):
+    protocol: ClassVar[str] = "debezium"
+    options_spec: ClassVar[dict[str, Option]] = {"timezone": TIMEZONE_OPTION}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        # Exact MySQL column types per table, learnt from tableChanges of DDL events.
+        self._tables: dict[tuple[str, str], TableSchema] = {}
+
+    def _decode(self, msg: RawMessage) -> Iterable[Event]:
+        if msg.value is None:
+            return []  # tombstone after a delete: compaction marker, no change
+        doc = f.as_object(loads(msg.value), "value")
+        if "payload" in doc:
+            payload = f.as_object(doc["payload"], "payload")
+            schema = doc.get("schema")
+        else:
+            payload, schema = doc, None
+        pos = msg.position
+        source = f.optional(payload, "source", dict, "payload.", {})
+        commit_ts = f.optional(source, "commit_ts", int, "payload.source.")
+        binlog = None
+        file = f.optional(source, "file", str, "payload.source.")
+        if file:
+            binlog = BinlogPosition(file, f.optional(source, "pos", int, "payload.source.", 0), f.optional(source, "row", int, "payload.source.", 0))
+        event_time = f.optional(source, "ts_ms", int, "payload.source.") or f.optional(payload, "ts_ms", int, "payload.")
+        if "ddl" in payload and "op" not in payload:
+            return [self._ddl(payload, source, commit_ts, pos, event_time, binlog)]
+        op_code = f.require(payload, "op", str, "payload.")
+        if op_code == "m":
+            if commit_ts is None:
+                raise FieldError("payload.source.commit_ts", "missing when 'op' is 'm'")
+            return [Watermark(commit_ts, pos)]
+        op = _OPS.get(op_code)
+        if op is None:
+            raise FieldError("payload.op", f"expected one of c, r, u, d, m, found {op_code!r}")
+        database = f.require(source, "db", str, "payload.source.")
+        table = f.require(source, "table", str, "payload.source.")
+        known = self._tables.get((database, table))
+        field_schemas = _row_field_schemas(schema)
+        tz = self.options["timezone"]
+        before = self._row(payload, "before", field_schemas, known, tz)
+        after = self._row(payload, "after", field_schemas, known, tz)
+        if op is Op.DELETE:
+            if before is None:
+                raise FieldError("payload.before", "missing when 'op' is 'd'")
+            after = None
+        else:
+            if after is None:
+                raise FieldError("payload.after", f"missing when 'op' is '{op_code}'")
+            if op is Op.INSERT:
+                before = None
+        keys = self._keys(msg.key, known)
+        types = _types_of(after or before or {}, field_schemas, known)
+        return [
+            RowChange(op, database, table, before, after, keys, types, commit_ts, pos, event_time, binlog)
+        ]
+
+    def _row(
+        self, payload: Mapping[str, Any], part: str, field_schemas: Mapping[str, Mapping[str, Any]],
+        known: TableSchema | None, tz: dt.tzinfo,
+    ) -> dict[str, Any] | None:
+        row = f.optional(payload, part, dict, "payload.")
+        if row is None:
+            return None
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            try:
+                out[name] = convert_value(value, field_schemas.get(name), _known_type(known, name), tz)
+            except ColumnValueError as exc:
+                raise FieldError(f"payload.{part}.{name}", str(exc)) from None
+        return out
+
+    def _keys(self, key: bytes | None, known: TableSchema | None) -> tuple[str, ...]:
+        if key:
+            kdoc = loads(key, "key")
+            if isinstance(kdoc, dict):
+                payload = kdoc.get("payload", kdoc) if "schema" in kdoc or "payload" in kdoc else kdoc
+                if isinstance(payload, dict):
+                    return tuple(payload)
+        return known.key_columns if known else ()
+
+    def _ddl(
+        self, payload: Mapping[str, Any], source: Mapping[str, Any], commit_ts: int | None,
+        pos: Any, event_time: int | None, binlog: BinlogPosition | None,
+    ) -> DdlChange:
+        sql = f.require(payload, "ddl", str, "payload.")
+        database = f.optional(payload, "databaseName", str, "payload.") or f.optional(source, "db", str, "payload.source.", "")
+        table = f.optional(source, "table", str, "payload.source.", "") or ""
+        changes = f.optional(payload, "tableChanges", (list, dict), "payload.", [])
+        if isinstance(changes, dict):  # CloudCanal writes one object, not a list
+            changes = [changes]
+        schema_after = None
+        ddl_type = None
+        for i, change in enumerate(changes):
+            path = f"payload.tableChanges[{i}]."
+            change = f.as_object(change, path.rstrip("."))
+            ddl_type = f.optional(change, "type", str, path)
+            tbl = f.optional(change, "table", dict, path)
+            if tbl is not None:
+                schema_after = _table_schema(tbl, database, table, path + "table.")
+                self._tables[(database, table)] = schema_after
+            elif ddl_type == "DROP":
+                self._tables.pop((database, table), None)
+        return DdlChange(database, table, sql, commit_ts, pos, ddl_type, None, schema_after, event_time, binlog)
+
+
+def _row_field_schemas(schema: Any) -> dict[str, Mapping[str, Any]]:
+    """The Connect field schemas of the row struct (``after``, else ``before``), by column."""
+    if not isinstance(schema, dict):
+        return {}
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        return {}
+    for part in ("after", "before"):
+        for fs in fields:
+            if isinstance(fs, dict) and fs.get("field") == part and isinstance(fs.get("fields"), list):
+                return {c["field"]: c for c in fs["fields"] if isinstance(c, dict) and isinstance(c.get("field"), str)}
+    return {}
+
+
+def _table_schema(tbl: Mapping[str, Any], database: str, table: str, path: str) -> TableSchema:
+    columns = []
+    for i, col in enumerate(f.require(tbl, "columns", list, path)):
+        cpath = f"{path}columns[{i}]."
+        col = f.as_object(col, cpath.rstrip("."))
+        name = f.require(col, "name", str, cpath)
+        columns.append(Column(name, _mysql_type_of_column(col, cpath), bool(col.get("optional", True))))
+    keys = tuple(f.optional(tbl, "primaryKeyColumnNames", list, path, []))
+    return TableSchema(database, table, tuple(columns), keys)
+
+
+def _mysql_type_of_column(col: Mapping[str, Any], path: str) -> ColumnType:
+    text = f.optional(col, "typeExpression", str, path) or f.require(col, "typeName", str, path)
+    enum_values = col.get("enumValues")
+    try:
+        ct = parse_mysql_type(text)
+    except ColumnValueError as exc:
+        raise FieldError(path + "typeName", str(exc)) from None
+    length, scale = col.get("length"), col.get("scale")
+    if ct.kind is TypeKind.DECIMAL and isinstance(length, int) and length > 0 and "(" not in text:
+        ct = column_type("decimal", unsigned=ct.unsigned, precision=length, scale=scale if isinstance(scale, int) else 0)
+    elif ct.kind is TypeKind.BIT and isinstance(length, int) and length > 0:
+        ct = column_type("bit", length=length)
+    elif ct.kind in (TypeKind.ENUM, TypeKind.SET) and isinstance(enum_values, list) and ct.elements is None:
+        ct = column_type(ct.mysql_type, elements=tuple(str(e).strip("'") for e in enum_values))
+    return ct
+
+
+def _known_type(known: TableSchema | None, name: str) -> ColumnType | None:
+    if known is None:
+        return None
+    col = known.column(name)
+    return col.type if col else None
+
+
+def schema_type(field_schema: Mapping[str, Any] | None) -> ColumnType | None:
+    if not field_schema:
+        return None
+    params = field_schema.get("parameters") or {}
+    tidb_type = field_schema.get("tidb_type") or params.get("tidb_type") if isinstance(params, dict) else None
+    if isinstance(tidb_type, str):
+        try:
+            return parse_mysql_type(tidb_type)
+        except ColumnValueError:
+            pass
+    name = field_schema.get("name")
+    if isinstance(name, str) and name in _LOGICAL:
+        ct = _LOGICAL[name]
+        if isinstance(params, dict):
+            if ct.kind is TypeKind.BIT and str(params.get("length", "")).isdigit():
+                return column_type("bit", length=int(params["length"]))
+            if ct.kind in (TypeKind.ENUM, TypeKind.SET) and isinstance(params.get("allowed"), str):
+                return column_type(ct.mysql_type, elements=tuple(params["allowed"].split(",")))
+            if ct.kind is TypeKind.DECIMAL and str(params.get("scale", "")).isdigit():
+                p = params.get("connect.decimal.precision")
+                return ColumnType(TypeKind.DECIMAL, "decimal", precision=int(p) if str(p).isdigit() else None, scale=int(params["scale"]))
+        return ct
+    return _PRIMITIVE.get(str(field_schema.get("type")))
+
+
+def _infer(value: Any) -> ColumnType:
+    if isinstance(value, bool):
+        return _PRIMITIVE["boolean"]
+    if isinstance(value, int):
+        return _PRIMITIVE["int64"]
+    if isinstance(value, float):
+        return _PRIMITIVE["double"]
+    return _PRIMITIVE["string"]
+
+
+def _types_of(row: Mapping[str, Any], field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None) -> dict[str, ColumnType]:
+    types = {}
+    for name, value in row.items():
+        types[name] = _known_type(known, name) or schema_type(field_schemas.get(name)) or _infer(value)
+    return types
+
+
+def convert_value(value: Any, field_schema: Mapping[str, Any] | None, known: ColumnType | None, tz: dt.tzinfo = UTC) -> Any:
+    """A typed value from a Debezium JSON value, its Connect schema and the MySQL type if known."""
+    if value is None:
+        return None
+    logical = field_schema.get("name") if field_schema else None
+    connect = field_schema.get("type") if field_schema else None
+    params = (field_schema or {}).get("parameters") or {}
+    target = known or schema_type(field_schema)
+    # 1. Undo the Connect representation.
+    if logical == "io.debezium.time.Date":
+        value = EPOCH + dt.timedelta(days=_int(value))
+    elif logical == "io.debezium.time.Timestamp":
+        value = EPOCH_DT + dt.timedelta(milliseconds=_int(value))
+    elif logical == "io.debezium.time.MicroTimestamp":
+        value = EPOCH_DT + dt.timedelta(microseconds=_int(value))
+    elif logical == "io.debezium.time.NanoTimestamp":
+        value = EPOCH_DT + dt.timedelta(microseconds=_int(value) // 1000)
+    elif logical == "io.debezium.time.ZonedTimestamp":
+        value = _zoned(value)
+    elif logical == "io.debezium.time.Time":
+        value = dt.timedelta(milliseconds=_int(value))
+    elif logical == "io.debezium.time.MicroTime":
+        value = dt.timedelta(microseconds=_int(value))
+    elif logical == "io.debezium.time.NanoTime":
+        value = dt.timedelta(microseconds=_int(value) // 1000)
+    elif logical == "io.debezium.data.Bits":
+        value = int.from_bytes(_b64(value), "little")  # Debezium writes BIT little-endian
+    elif logical == "org.apache.kafka.connect.data.Decimal":
+        scale = int(params.get("scale", 0)) if isinstance(params, dict) else 0
+        value = _connect_decimal(value, scale)
+    elif logical == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
+        value = _connect_decimal(value.get("value"), _int(value.get("scale")))
+    elif logical in ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point") and isinstance(value, dict):
+        value = _b64(value.get("wkb"))
+    elif connect == "bytes":
+        value = _b64(value)
+    # 2. Fit it to the column type.
+    return _fit(value, target) if target is not None else value
+
+
+def _fit(value: Any, ct: ColumnType) -> Any:
+    k = ct.kind
+    if k in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.BIT):
+        if isinstance(value, bool):
+            return int(value)
+        if not isinstance(value, int):
+            raise ColumnValueError(f"expected an integer for {ct}, found {value!r}")
+        if k is TypeKind.UNSIGNED_LONG and value < 0:
+            value += 1 << 64  # bigint.unsigned.handling.mode=long wraps values >= 2**63
+        return check_int(ct, value)
+    if k is TypeKind.BOOLEAN:
+        if isinstance(value, bool):
+            return value
+        raise ColumnValueError(f"expected a boolean for {ct}, found {value!r}")
+    if k is TypeKind.DECIMAL:
+        return value if isinstance(value, Decimal) else to_decimal(ct, value)
+    if k is TypeKind.FLOAT or k is TypeKind.DOUBLE:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ColumnValueError(f"expected a number for {ct}, found {value!r}")
+    if k in (TypeKind.BINARY, TypeKind.GEOMETRY):
+        if isinstance(value, bytes):
+            return value
+        return _b64(value)  # TiCDC / binary.handling.mode=base64 send bytes as base64 strings
+    if k is TypeKind.DATE:
+        if isinstance(value, dt.date):
+            return value
+    elif k is TypeKind.TIMESTAMP:
+        if isinstance(value, dt.datetime):
+            return value.replace(tzinfo=None) if value.tzinfo else value
+    elif k is TypeKind.TIMESTAMPTZ:
+        if isinstance(value, dt.datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        if isinstance(value, str):
+            return _zoned(value)
+    elif k is TypeKind.TIME:
+        if isinstance(value, dt.timedelta):
+            return value
+        if isinstance(value, int):
+            return dt.timedelta(microseconds=value)
+    elif isinstance(value, str):
+        return value
+    raise ColumnValueError(f"expected a {ct} value, found {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ColumnValueError(f"expected an integer, found {value!r}")
+
+
+def _b64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise ColumnValueError(f"expected base64 text, found {value!r}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ColumnValueError(f"expected base64, found {value[:40]!r}") from None
+
+
+def _zoned(value: Any) -> dt.datetime:
+    if not isinstance(value, str):
+        raise ColumnValueError(f"expected an ISO-8601 timestamp, found {value!r}")
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ColumnValueError(f"expected an ISO-8601 timestamp, found {value!r}") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _connect_decimal(value: Any, scale: int) -> Decimal:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    unscaled = int.from_bytes(_b64(value), "big", signed=True)
+    return Decimal(unscaled).scaleb(-scale)
+
+
+# ---------------------------------------------------------------- encoding
+
+_SOURCE_SCHEMA = [
+    {"type": "string", "optional": False, "field": "version"},
+    {"type": "string", "optional": False, "field": "connector"},
+    {"type": "string", "optional": False, "field": "name"},
+    {"type": "int64", "optional": False, "field": "ts_ms"},
+    {"type": "string", "optional": False, "field": "db"},
+    {"type": "string", "optional": True, "field": "table"},
+    {"type": "int64", "optional": False, "field": "server_id"},
+    {"type": "string", "optional": False, "field": "file"},
+    {"type": "int64", "optional": False, "field": "pos"},
+    {"type": "int32", "optional": False, "field": "row"},
+]
+
+
+def field_schema_of(name: str, ct: ColumnType, optional: bool = True) -> dict[str, Any]:
+    """The Connect field schema Debezium writes for a MySQL column type."""
+    k = ct.kind
+    fs: dict[str, Any] = {"field": name, "optional": optional}
+    if k is TypeKind.INT:
+        fs["type"] = "int16" if ct.mysql_type in ("tinyint", "smallint") and not (ct.unsigned and ct.mysql_type == "smallint") else "int32"
+    elif k in (TypeKind.LONG, TypeKind.UNSIGNED_LONG):
+        fs["type"] = "int64"
+    elif k is TypeKind.YEAR:
+        fs.update(type="int32", name="io.debezium.time.Year", version=1)
+    elif k is TypeKind.BOOLEAN:
+        fs["type"] = "boolean"
+    elif k is TypeKind.FLOAT:
+        fs["type"] = "float"
+    elif k in (TypeKind.DOUBLE, TypeKind.DECIMAL):
+        fs["type"] = "double"  # TiCDC writes DECIMAL as float64
+    elif k is TypeKind.DATE:
+        fs.update(type="int32", name="io.debezium.time.Date", version=1)
+    elif k is TypeKind.TIMESTAMP:
+        fs.update(type="int64", name="io.debezium.time.MicroTimestamp", version=1)
+    elif k is TypeKind.TIMESTAMPTZ:
+        fs.update(type="string", name="io.debezium.time.ZonedTimestamp", version=1)
+    elif k is TypeKind.TIME:
+        fs.update(type="int64", name="io.debezium.time.MicroTime", version=1)
+    elif k is TypeKind.BIT:
+        fs.update(type="bytes", name="io.debezium.data.Bits", version=1, parameters={"length": str(ct.length or 64)})
+    elif k is TypeKind.JSON:
+        fs.update(type="string", name="io.debezium.data.Json", version=1)
+    elif k in (TypeKind.ENUM, TypeKind.SET):
+        fs.update(type="string", name="io.debezium.data.Enum" if k is TypeKind.ENUM else "io.debezium.data.EnumSet", version=1)
+        if ct.elements is not None:
+            fs["parameters"] = {"allowed": ",".join(ct.elements)}
+    else:
+        fs["type"] = "string"  # strings, and bytes as base64 (TiCDC; binary.handling.mode=base64)
+    fs["tidb_type"] = str(ct).upper()
+    return fs
+
+
+def encode_value(ct: ColumnType, value: Any) -> Any:
+    if value is None:
+        return None
+    k = ct.kind
+    if k is TypeKind.DATE:
+        return (value - EPOCH).days
+    if k is TypeKind.TIMESTAMP:
+        return (value - EPOCH_DT) // dt.timedelta(microseconds=1)
+    if k is TypeKind.TIMESTAMPTZ:
+        text = value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return text
+    if k is TypeKind.TIME:
+        return value // dt.timedelta(microseconds=1)
+    if k is TypeKind.BIT:
+        return base64.b64encode(int(value).to_bytes(((ct.length or 64) + 7) // 8, "little")).decode()
+    if k in (TypeKind.BINARY, TypeKind.GEOMETRY):
+        return base64.b64encode(bytes(value)).decode()
+    if k is TypeKind.DECIMAL:
+        return float(value)
+    if k is TypeKind.UNSIGNED_LONG and value >= 1 << 63:
+        return value - (1 << 64)
+    return value
+
+
+class DebeziumEncoder(Encoder):
+    """TiCDC's Debezium encoder (``flavor=ticdc``) or the MySQL connector's (``flavor=mysql``)."""
+
+    protocol: ClassVar[str] = "debezium"
+    options_spec: ClassVar[dict[str, Option]] = {
+        "flavor": Option(lambda v: _choice(v, ("ticdc", "mysql")), "ticdc", "ticdc: source.commit_ts; mysql: binlog file/pos"),
+        "disable_schema": Option(parse_bool, False, "omit the Connect schema (debezium-disable-schema)"),
+        "cluster_id": Option(str, "tidb", "TiCDC cluster id / Debezium server name"),
+    }
+
+    def _source(self, event: RowChange | DdlChange) -> dict[str, Any]:
+        ticdc = self.options["flavor"] == "ticdc"
+        binlog = event.binlog or BinlogPosition("", 0, 0)
+        source: dict[str, Any] = {
+            "version": "2.4.0.Final",
+            "connector": "TiCDC" if ticdc else "mysql",
+            "name": self.options["cluster_id"],
+            "ts_ms": event.event_time_ms or 0,
+            "snapshot": "false",
+            "db": event.database,
+            "table": event.table,
+            "server_id": 0,
+            "gtid": None,
+            "file": binlog.file,
+            "pos": binlog.pos,
+            "row": binlog.row,
+            "thread": 0,
+            "query": None,
+        }
+        if ticdc:
+            source["commit_ts"] = event.commit_ts or 0
+            source["cluster_id"] = self.options["cluster_id"]
+        return source
+
+    def _wrap(self, payload: Any, schema: Any) -> bytes:
+        if self.options["disable_schema"]:
+            return dumps({"payload": payload})
+        return dumps({"payload": payload, "schema": schema})
+
+    def encode_row(self, event: RowChange) -> tuple[bytes | None, bytes | None]:
+        types = dict(event.column_types or {})
+        name = f"{self.options['cluster_id']}.{event.database}.{event.table}"
+        image = event.image
+        key_payload = {k: encode_value(types[k], image.get(k)) for k in event.key_columns}
+        key_schema = {
+            "type": "struct", "optional": False, "name": f"{name}.Key",
+            "fields": [field_schema_of(k, types[k], False) for k in event.key_columns],
+        }
+        row_schema = [field_schema_of(c, t) for c, t in types.items()]
+
+        def image_of(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+            return None if row is None else {c: encode_value(types[c], v) for c, v in row.items()}
+
+        op = {Op.INSERT: "c", Op.UPDATE: "u", Op.DELETE: "d"}[event.op]
+        payload = {
+            "before": image_of(event.before),
+            "after": image_of(event.after),
+            "op": op,
+            "source": self._source(event),
+            "ts_ms": event.event_time_ms or 0,
+            "transaction": None,
+        }
+        value_schema = {
+            "type": "struct", "optional": False, "name": f"{name}.Envelope", "version": 1,
+            "fields": [
+                {"type": "struct", "optional": True, "name": f"{name}.Value", "field": "before", "fields": row_schema},
+                {"type": "struct", "optional": True, "name": f"{name}.Value", "field": "after", "fields": row_schema},
+                {"type": "struct", "optional": False, "name": "io.debezium.connector.mysql.Source", "field": "source", "fields": _SOURCE_SCHEMA},
+                {"type": "string", "optional": False, "field": "op"},
+                {"type": "int64", "optional": True, "field": "ts_ms"},
+            ],
+        }
+        key = self._wrap(key_payload, key_schema) if event.key_columns else None
+        return key, self._wrap(payload, value_schema)
+
+    def encode_ddl(self, event: DdlChange) -> tuple[bytes | None, bytes | None]:
+        changes = []
+        if event.schema_after is not None:
+            s = event.schema_after
+            changes.append({
+                "type": "CREATE" if event.schema_before is None else "ALTER",
+                "id": f'"{s.database}"."{s.table}"',
+                "table": {
+                    "defaultCharsetName": "",
+                    "primaryKeyColumnNames": list(s.key_columns),
+                    "columns": [
+                        {"name": c.name, "jdbcType": 0, "typeName": c.type.mysql_type.upper(),
+                         "typeExpression": str(c.type).upper(), "position": i + 1, "optional": c.nullable,
+                         "length": c.type.precision if c.type.kind is TypeKind.DECIMAL else c.type.length,
+                         "scale": c.type.scale,
+                         "enumValues": list(c.type.elements) if c.type.elements is not None else None}
+                        for i, c in enumerate(s.columns)
+                    ],
+                },
+            })
+        payload = {
+            "source": self._source(event),
+            "ts_ms": event.event_time_ms or 0,
+            "databaseName": event.database,
+            "schemaName": None,
+            "ddl": event.sql,
+            "tableChanges": changes,
+        }
+        key = self._wrap({"databaseName": event.database}, {"type": "struct", "name": "io.debezium.connector.mysql.SchemaChangeKey", "optional": False, "fields": [{"field": "databaseName", "optional": False, "type": "string"}]})
+        return key, self._wrap(payload, {"type": "struct", "name": "io.debezium.connector.mysql.SchemaChangeValue", "optional": False})
+
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+        cluster = self.options["cluster_id"]
+        source = {"version": "2.4.0.Final", "connector": "TiCDC", "name": cluster, "ts_ms": 0, "snapshot": "false",
+                  "db": "", "table": "", "server_id": 0, "gtid": None, "file": "", "pos": 0, "row": 0,
+                  "thread": 0, "query": None, "commit_ts": event.ts, "cluster_id": cluster}
+        key = self._wrap({}, {"fields": [], "optional": False, "name": f"{cluster}.watermark.Key", "type": "struct"})
+        return key, self._wrap({"source": source, "op": "m", "ts_ms": 0, "transaction": None}, {"type": "struct", "optional": False, "name": f"{cluster}.watermark.Envelope", "version": 1})
+
+    def encode(self, event: Event, partitions: int) -> list[Any]:
+        if isinstance(event, Watermark) and self.options["flavor"] != "ticdc":
+            return []  # the MySQL connector has no watermarks
+        return super().encode(event, partitions)
+
+
+def _choice(value: Any, allowed: tuple[str, ...]) -> str:
+    text = str(value)
+    if text not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}, found {text!r}")
+    return text

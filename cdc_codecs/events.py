@@ -1,0 +1,188 @@
+"""The one event model every decoder yields and every encoder consumes.
+
+All events are frozen dataclasses holding typed Python values (never stringified):
+see ``cdc_codecs.types`` for the value type of each column kind.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from cdc_codecs.types import ColumnType
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourcePosition:
+    """Where an event came from: a Kafka message, and the event's index inside it.
+
+    Batched protocols (Open Protocol, Canal with several rows, CloudCanal) put several
+    events in one message; ``index`` keeps them apart and in order.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    index: int = 0
+
+    def with_index(self, index: int) -> SourcePosition:
+        return SourcePosition(self.topic, self.partition, self.offset, index)
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}@{self.offset}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """One Kafka message as landed in the archive: bytes plus where it sits."""
+
+    key: bytes | None
+    value: bytes | None
+    position: SourcePosition
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+
+
+class Op(str, enum.Enum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+class Clock(str, enum.Enum):
+    """What a timestamp counts.
+
+    TSO is TiDB's hybrid clock (physical ms << 18 | logical): commitTs and resolved ts.
+    EPOCH_MS is a wall-clock time in milliseconds, the only clock MySQL-side tools give.
+    """
+
+    TSO = "tso"
+    EPOCH_MS = "epoch_ms"
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogPosition:
+    """MySQL binlog coordinates, orderable: file names sort by their numeric suffix."""
+
+    file: str
+    pos: int
+    row: int = 0
+
+    def sort_key(self) -> tuple[str, int, int]:
+        # mysql-bin.000005 < mysql-bin.000010 lexically too, because MySQL zero-pads.
+        return (self.file, self.pos, self.row)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: ColumnType
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    """A table's schema as a protocol carries it (Simple tableSchema, Debezium tableChanges)."""
+
+    database: str
+    table: str
+    columns: tuple[Column, ...]
+    key_columns: tuple[str, ...] = ()
+    version: int | None = None
+
+    def column(self, name: str) -> Column | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    @property
+    def column_types(self) -> dict[str, ColumnType]:
+        return {c.name: c.type for c in self.columns}
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """An insert, update or delete of one row.
+
+    ``before`` is the old image (update, delete) and ``after`` the new one (insert,
+    update). Either may hold only some columns when the protocol sends only changed
+    or key columns (``partial_before``). ``commit_ts`` is the TiDB TSO of the
+    transaction, or None for protocols without one (official Canal, CloudCanal,
+    Debezium MySQL, DTS), which are ordered by offset and ``binlog`` instead.
+    """
+
+    op: Op
+    database: str
+    table: str
+    before: Row | None
+    after: Row | None
+    key_columns: tuple[str, ...]
+    column_types: Mapping[str, ColumnType] | None
+    commit_ts: int | None
+    position: SourcePosition
+    event_time_ms: int | None = None
+    binlog: BinlogPosition | None = None
+    partial_before: bool = False
+    physical_table_id: int | None = None
+
+    @property
+    def image(self) -> Row:
+        """The image that identifies the row: after for insert/update, before for delete."""
+        return (self.before if self.op is Op.DELETE else self.after) or {}
+
+
+@dataclass(frozen=True, slots=True)
+class DdlChange:
+    """A schema change, ordered with rows by ``commit_ts`` (or offset, without one)."""
+
+    database: str
+    table: str
+    sql: str
+    commit_ts: int | None
+    position: SourcePosition
+    ddl_type: str | None = None
+    schema_before: TableSchema | None = None
+    schema_after: TableSchema | None = None
+    event_time_ms: int | None = None
+    binlog: BinlogPosition | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Every event of this partition with a timestamp < ``ts`` has been sent."""
+
+    ts: int
+    position: SourcePosition
+    clock: Clock = Clock.TSO
+
+    @property
+    def partition(self) -> int:
+        return self.position.partition
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaSnapshot:
+    """A table's full schema at a point, without a change (Simple BOOTSTRAP)."""
+
+    schema: TableSchema
+    position: SourcePosition
+    commit_ts: int | None = None
+
+
+Event = Union[RowChange, DdlChange, Watermark, SchemaSnapshot]
+
+EVENT_TYPES: tuple[type, ...] = (RowChange, DdlChange, Watermark, SchemaSnapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRecord:
+    """What an encoder hands to a Kafka producer."""
+
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())

@@ -1,0 +1,68 @@
+"""Protocol name -> decoder and encoder classes. The only place protocols are listed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cdc_codecs._base import Decoder, Encoder
+from cdc_codecs.canal_json import CanalFlatEncoder, CanalJsonDecoder, CanalJsonEncoder
+from cdc_codecs.cloudcanal import CloudCanalJsonDecoder, CloudCanalJsonEncoder
+from cdc_codecs.debezium import DebeziumDecoder, DebeziumEncoder
+from cdc_codecs.dts_avro import DtsAvroDecoder, DtsAvroEncoder
+from cdc_codecs.errors import ConfigError
+from cdc_codecs.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder
+from cdc_codecs.simple import SimpleDecoder, SimpleEncoder
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    name: str
+    decoder: type[Decoder]
+    encoder: type[Encoder]
+    has_commit_ts: bool
+    description: str
+    encoder_defaults: tuple[tuple[str, Any], ...] = ()
+
+
+PROTOCOLS: dict[str, ProtocolSpec] = {
+    spec.name: spec
+    for spec in (
+        ProtocolSpec("canal-json", CanalJsonDecoder, CanalJsonEncoder, True, "TiCDC Canal-JSON (with or without the _tidb extension)"),
+        ProtocolSpec("canal", CanalJsonDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON"),
+        ProtocolSpec("cloudcanal-canal-json", CanalJsonDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
+        ProtocolSpec("open-protocol", OpenProtocolDecoder, OpenProtocolEncoder, True, "TiCDC Open Protocol (binary-framed batches)"),
+        ProtocolSpec("debezium", DebeziumDecoder, DebeziumEncoder, True, "TiCDC Debezium (commit_ts, watermarks)"),
+        ProtocolSpec("debezium-mysql", DebeziumDecoder, DebeziumEncoder, False, "Debezium MySQL connector envelopes", (("flavor", "mysql"),)),
+        ProtocolSpec("cloudcanal-debezium", DebeziumDecoder, DebeziumEncoder, False, "CloudCanal's Debezium Envelope", (("flavor", "mysql"),)),
+        ProtocolSpec("simple", SimpleDecoder, SimpleEncoder, True, "TiCDC Simple protocol (option encoding=json|avro)"),
+        ProtocolSpec("cloudcanal-json", CloudCanalJsonDecoder, CloudCanalJsonEncoder, False, "CloudCanal JSON"),
+        ProtocolSpec("dts-avro", DtsAvroDecoder, DtsAvroEncoder, False, "Aliyun DTS Avro (schema versions 1 and 2)"),
+    )
+}
+
+
+def protocol_spec(name: str) -> ProtocolSpec:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ConfigError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}") from None
+
+
+def get_decoder(protocol: str, **options: Any) -> Decoder:
+    """A new decoder for one partition's stream of ``protocol``.
+
+    Raises:
+        ConfigError: unknown protocol or option, or an option value that does not parse.
+    """
+    spec = protocol_spec(protocol)
+    decoder = spec.decoder(**options)
+    decoder.protocol = spec.name  # errors name the protocol the user configured
+    return decoder
+
+
+def get_encoder(protocol: str, **options: Any) -> Encoder:
+    spec = protocol_spec(protocol)
+    encoder = spec.encoder(**{**dict(spec.encoder_defaults), **options})
+    encoder.protocol = spec.name
+    return encoder
