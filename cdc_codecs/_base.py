@@ -125,7 +125,7 @@ class Decoder(_Configurable, abc.ABC):
         except (KeyError, TypeError, IndexError, AttributeError, ValueError, OverflowError, RecursionError) as exc:
             # A bug-shaped failure on hostile input still leaves typed, located, quarantinable.
             raise DecodeError(
-                self.protocol, msg.position, None, f"unexpected {type(exc).__name__}: {exc}", raw=msg
+                self.protocol, msg.position, None, f"internal error (please report it with this message): {type(exc).__name__}: {exc}", raw=msg
             ) from exc
 
     def finish(self) -> list[DecodeError]:
@@ -157,7 +157,8 @@ class Encoder(_Configurable, abc.ABC):
             targets = range(partitions) if self.ddl_to_all_partitions else range(1)
             return [ProducerRecord(p, key, value) for p in targets]
         if isinstance(event, Watermark):
-            return [ProducerRecord(p, *self.encode_watermark(event)) for p in range(partitions)]
+            mark = self.encode_watermark(event)
+            return [ProducerRecord(p, *mark) for p in range(partitions)] if mark else []
         if isinstance(event, SchemaSnapshot):
             encoded = self.encode_snapshot(event)
             return [ProducerRecord(p, *encoded) for p in range(partitions)] if encoded else []
@@ -209,8 +210,9 @@ class Encoder(_Configurable, abc.ABC):
     @abc.abstractmethod
     def encode_ddl(self, event: DdlChange) -> tuple[bytes | None, bytes | None]: ...
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
-        raise NotImplementedError(f"{self.protocol} has no watermark messages")
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
+        """None for protocols (or configurations) that send no watermarks."""
+        return None
 
     def encode_snapshot(self, event: SchemaSnapshot) -> tuple[bytes | None, bytes | None] | None:
         return None

@@ -384,18 +384,15 @@ class CanalJsonEncoder(Encoder):
         doc["sql"] = event.sql
         return None, dumps(doc)
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
+        if not self.options.get("enable_tidb_extension"):
+            return None  # official Canal has no watermark
         doc = {
             "id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False,
             "type": WATERMARK_TYPE, "es": 0, "ts": 0, "sql": "", "sqlType": None,
             "mysqlType": None, "data": None, "old": None, "_tidb": {"watermarkTs": event.ts},
         }
         return None, dumps(doc)
-
-    def encode(self, event: Event, partitions: int) -> list[ProducerRecord]:
-        if isinstance(event, Watermark) and not self.options.get("enable_tidb_extension"):
-            return []
-        return super().encode(event, partitions)
 
 
 class CanalFlatEncoder(CanalJsonEncoder):

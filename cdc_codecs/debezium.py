@@ -137,7 +137,7 @@ class DebeziumDecoder(Decoder):
                 raise FieldError("payload.after", f"missing when 'op' is '{op_code}'")
             if op is Op.INSERT:
                 before = None
-        keys = self._keys(msg.key, known)
+        keys = self._keys(msg.key, known, after or before or {})
         types = _types_of(after or before or {}, field_schemas, known)
         return [
             RowChange(op, database, table, before, after, keys, types, commit_ts, pos, event_time, binlog)
@@ -158,14 +158,17 @@ class DebeziumDecoder(Decoder):
                 raise FieldError(f"payload.{part}.{name}", str(exc)) from None
         return out
 
-    def _keys(self, key: bytes | None, known: TableSchema | None) -> tuple[str, ...]:
+    def _keys(self, key: bytes | None, known: TableSchema | None, image: Mapping[str, Any]) -> tuple[str, ...]:
+        """Key columns: the Kafka key's fields, else the primary key of the table's last tableChanges."""
         if key:
             kdoc = loads(key, "key")
             if isinstance(kdoc, dict):
                 payload = kdoc.get("payload", kdoc) if "schema" in kdoc or "payload" in kdoc else kdoc
                 if isinstance(payload, dict):
                     return tuple(payload)
-        return known.key_columns if known else ()
+        if known and all(k in image for k in known.key_columns):
+            return known.key_columns
+        return ()
 
     def _ddl(
         self, payload: Mapping[str, Any], source: Mapping[str, Any], commit_ts: int | None,
@@ -584,18 +587,15 @@ class DebeziumEncoder(Encoder):
         key = self._wrap({"databaseName": event.database}, {"type": "struct", "name": "io.debezium.connector.mysql.SchemaChangeKey", "optional": False, "fields": [{"field": "databaseName", "optional": False, "type": "string"}]})
         return key, self._wrap(payload, {"type": "struct", "name": "io.debezium.connector.mysql.SchemaChangeValue", "optional": False})
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
+        if self.options["flavor"] != "ticdc":
+            return None  # the MySQL connector has no watermarks
         cluster = self.options["cluster_id"]
         source = {"version": "2.4.0.Final", "connector": "TiCDC", "name": cluster, "ts_ms": 0, "snapshot": "false",
                   "db": "", "table": "", "server_id": 0, "gtid": None, "file": "", "pos": 0, "row": 0,
                   "thread": 0, "query": None, "commit_ts": event.ts, "cluster_id": cluster}
         key = self._wrap({}, {"fields": [], "optional": False, "name": f"{cluster}.watermark.Key", "type": "struct"})
         return key, self._wrap({"source": source, "op": "m", "ts_ms": 0, "transaction": None}, {"type": "struct", "optional": False, "name": f"{cluster}.watermark.Envelope", "version": 1})
-
-    def encode(self, event: Event, partitions: int) -> list[Any]:
-        if isinstance(event, Watermark) and self.options["flavor"] != "ticdc":
-            return []  # the MySQL connector has no watermarks
-        return super().encode(event, partitions)
 
 
 def _choice(value: Any, allowed: tuple[str, ...]) -> str:

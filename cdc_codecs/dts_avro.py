@@ -358,7 +358,7 @@ class DtsAvroEncoder(Encoder):
         record["afterImages"] = event.sql
         return None, self._write(record)
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
         record = self._record("HEARTBEAT", "", "", event.ts if event.clock is Clock.EPOCH_MS else event.ts >> 18, None)
         return None, self._write(record)
 

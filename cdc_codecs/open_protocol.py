@@ -464,7 +464,7 @@ class OpenProtocolEncoder(Encoder):
         value = dumps({"q": event.sql, "t": _DDL_CODE.get(event.ddl_type or "", 0)})
         return join_frames([key], versioned=True), join_frames([value], versioned=False)
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
         key = dumps({"ts": event.ts, "t": RESOLVED})
         return join_frames([key], versioned=True), join_frames([b""], versioned=False)
 

@@ -421,7 +421,7 @@ class SimpleEncoder(Encoder):
             payload = {k: v for k, v in payload.items() if v is not None}
         return None, self._write("DDL", payload)
 
-    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None]:
+    def encode_watermark(self, event: Watermark) -> tuple[bytes | None, bytes | None] | None:
         return None, self._write("WATERMARK", {"version": 1, "type": "WATERMARK", "commitTs": event.ts, "buildTs": 0} if self.options["encoding"] == "json" else {"version": 1, "commitTs": event.ts, "buildTs": 0})
 
     def encode_snapshot(self, event: SchemaSnapshot) -> tuple[bytes | None, bytes | None] | None:

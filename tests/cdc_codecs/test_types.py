@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdc_codecs.types import (
+    ColumnType,
+    ColumnValueError,
+    TypeKind,
+    format_time,
+    from_text,
+    parse_mysql_type,
+    parse_time,
+    text_converter,
+    to_text,
+)
+
+UTC = dt.timezone.utc
+
+
+@pytest.mark.parametrize(
+    "text, kind, iceberg",
+    [
+        ("tinyint", TypeKind.INT, "int"),
+        ("TINYINT(2) unsigned zerofill", TypeKind.INT, "int"),
+        ("int unsigned", TypeKind.LONG, "long"),
+        ("bigint", TypeKind.LONG, "long"),
+        ("BIGINT(16) unsigned zerofill", TypeKind.UNSIGNED_LONG, "decimal(20, 0)"),
+        ("SERIAL", TypeKind.UNSIGNED_LONG, "decimal(20, 0)"),
+        ("decimal(10, 4)", TypeKind.DECIMAL, "decimal(10, 4)"),
+        ("FIXED(40,3) unsigned", TypeKind.DECIMAL, "string"),
+        ("DOUBLE PRECISION(10,7) unsigned zerofill", TypeKind.DOUBLE, "double"),
+        ("REAL", TypeKind.DOUBLE, "double"),
+        ("float", TypeKind.FLOAT, "float"),
+        ("varchar(16)", TypeKind.STRING, "string"),
+        ("varbinary(16)", TypeKind.BINARY, "binary"),
+        ("longblob", TypeKind.BINARY, "binary"),
+        ("datetime(6)", TypeKind.TIMESTAMP, "timestamp"),
+        ("timestamp", TypeKind.TIMESTAMPTZ, "timestamptz"),
+        ("time(3)", TypeKind.TIME, "long"),
+        ("year", TypeKind.YEAR, "int"),
+        ("json", TypeKind.JSON, "string"),
+        ("enum('a','b''c')", TypeKind.ENUM, "string"),
+        ("set('x')", TypeKind.SET, "string"),
+        ("bit(64)", TypeKind.BIT, "decimal(20, 0)"),
+        ("bit(8)", TypeKind.BIT, "long"),
+        ("POINT", TypeKind.GEOMETRY, "binary"),
+        ("BOOLEAN", TypeKind.INT, "int"),
+    ],
+)
+def test_type_mapping(text: str, kind: TypeKind, iceberg: str) -> None:
+    ct = parse_mysql_type(text)
+    assert ct.kind is kind
+    assert ct.iceberg_type() == iceberg
+
+
+def test_enum_members_keep_quotes() -> None:
+    assert parse_mysql_type("enum('a','b''c','d,e')").elements == ("a", "b'c", "d,e")
+
+
+def test_unknown_type() -> None:
+    with pytest.raises(ColumnValueError, match="unknown MySQL type"):
+        parse_mysql_type("money")
+
+
+@pytest.mark.parametrize(
+    "type_text, text, value",
+    [
+        ("bigint unsigned", "18446744073709551615", 2**64 - 1),
+        ("bigint", "-9223372036854775808", -(2**63)),
+        ("decimal(30,10)", "-12345678901234567890.0123456789", Decimal("-12345678901234567890.0123456789")),
+        ("date", "0000-00-00", None),
+        ("datetime", "0000-00-00 00:00:00", None),
+        ("datetime(6)", "2023-11-30 12:34:56.123456", dt.datetime(2023, 11, 30, 12, 34, 56, 123456)),
+        ("timestamp(3)", "2023-11-30 12:34:56.5", dt.datetime(2023, 11, 30, 12, 34, 56, 500000, tzinfo=UTC)),
+        ("time", "-838:59:59", -dt.timedelta(hours=838, minutes=59, seconds=59)),
+        ("varbinary(4)", "\u0005\u0007\n\u000f$2+cx<&\u00ff\u00fe-7F", bytes([5, 7, 10, 15, 36, 50, 43, 99, 120, 60, 38, 255, 254, 45, 55, 70])),
+        ("set('a','b','c')", "5", "a,c"),
+        ("enum('a','b','c')", "0", ""),
+    ],
+)
+def test_from_text(type_text: str, text: str, value) -> None:
+    assert from_text(parse_mysql_type(type_text), text) == value
+
+
+@pytest.mark.parametrize(
+    "type_text, text",
+    [("tinyint", "128"), ("smallint unsigned", "-1"), ("bigint unsigned", "18446744073709551616"), ("int", "1e3"),
+     ("decimal(5,2)", "NaN"), ("date", "2023-02-30"), ("time", "25h"), ("set('a')", "2"), ("enum('a')", "3")],
+)
+def test_from_text_rejects(type_text: str, text: str) -> None:
+    with pytest.raises(ColumnValueError):
+        from_text(parse_mysql_type(type_text), text)
+
+
+@given(st.timedeltas(min_value=-dt.timedelta(hours=838), max_value=dt.timedelta(hours=838)))
+def test_time_text_round_trip(value: dt.timedelta) -> None:
+    assert parse_time(parse_mysql_type("time(6)"), format_time(value)) == value
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_fast_int_converter_agrees_with_from_text(value: int) -> None:
+    ct = parse_mysql_type("bigint")
+    assert text_converter(ct)(str(value)) == from_text(ct, str(value)) == value
+
+
+@given(st.datetimes(min_value=dt.datetime(1000, 1, 1), timezones=st.just(UTC)))
+def test_timestamp_text_round_trip_in_any_zone(value: dt.datetime) -> None:
+    import zoneinfo
+
+    ct = parse_mysql_type("timestamp(6)")
+    zone = zoneinfo.ZoneInfo("America/Sao_Paulo")
+    assert from_text(ct, to_text(ct, value, zone), zone) == value or value.astimezone(zone).fold
+
+
+def test_column_type_text_round_trips() -> None:
+    for text in ("decimal(10,2) unsigned", "enum('a','it''s')", "varchar(12)", "bigint unsigned"):
+        ct = parse_mysql_type(text)
+        assert parse_mysql_type(str(ct)) == ct
+    assert isinstance(parse_mysql_type("int"), ColumnType)
