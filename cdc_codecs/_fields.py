@@ -44,17 +44,10 @@ def _kind(value: Any) -> str:
 
 def require(doc: Mapping[str, Any], key: str, expected: type | tuple[type, ...], path: str = "", *, nullable: bool = False, when: str = "") -> Any:
     """``doc[key]``, which must exist and be of ``expected`` type (or None if ``nullable``)."""
-    field = f"{path}{key}"
-    value = doc.get(key, _MISSING) if isinstance(doc, Mapping) else _MISSING
-    if value is _MISSING:
-        raise FieldError(field, f"missing{' when ' + when if when else ''}")
-    if value is None:
-        if nullable:
-            return None
-        raise FieldError(field, f"expected {_expected(expected)}, found null{' when ' + when if when else ''}")
-    if not _isinstance(value, expected):
-        raise FieldError(field, f"expected {_expected(expected)}, found {_kind(value)} {_short(value)}")
-    return value
+    value = doc.get(key, _MISSING)
+    if type(value) is expected:  # the hot path: exact JSON types, no bool-for-int confusion
+        return value
+    return _checked(doc, key, value, expected, path, nullable, when)
 
 
 def optional(doc: Mapping[str, Any], key: str, expected: type | tuple[type, ...], path: str = "", default: Any = None) -> Any:
@@ -62,8 +55,22 @@ def optional(doc: Mapping[str, Any], key: str, expected: type | tuple[type, ...]
     value = doc.get(key)
     if value is None:
         return default
+    if type(value) is expected or _isinstance(value, expected):
+        return value
+    raise FieldError(f"{path}{key}", f"expected {_expected(expected)}, found {_kind(value)} {_short(value)}")
+
+
+def _checked(doc: Any, key: str, value: Any, expected: type | tuple[type, ...], path: str, nullable: bool, when: str) -> Any:
+    field = f"{path}{key}"
+    suffix = f" when {when}" if when else ""
+    if value is _MISSING:
+        raise FieldError(field, f"missing{suffix}")
+    if value is None:
+        if nullable:
+            return None
+        raise FieldError(field, f"expected {_expected(expected)}, found null{suffix}")
     if not _isinstance(value, expected):
-        raise FieldError(f"{path}{key}", f"expected {_expected(expected)}, found {_kind(value)} {_short(value)}")
+        raise FieldError(field, f"expected {_expected(expected)}, found {_kind(value)} {_short(value)}")
     return value
 
 

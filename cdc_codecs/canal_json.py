@@ -89,50 +89,63 @@ class CanalJsonDecoder(Decoder):
             if b"\n" not in value.strip():
                 raise
             # TiCDC with a terminator: several documents, one per line.
-            index = 0
+            events: list[Event] = []
             for line in value.split(b"\n"):
                 if line.strip():
-                    for event in self._decode_document(orjson.loads(line), msg, index):
-                        yield event
-                        index += 1
-            return
-        yield from self._decode_document(doc, msg, 0)
+                    events += self._decode_document(orjson.loads(line), msg, len(events))
+            return events
+        return self._decode_document(doc, msg, 0)
 
     def _decode_document(self, doc: Any, msg: RawMessage, first_index: int) -> list[Event]:
-        doc = f.as_object(doc, "value")
-        tidb = f.optional(doc, "_tidb", dict)
+        # Hot path: plain dict gets with exact type checks; the f.* helpers only on the odd case.
+        if type(doc) is not dict:
+            doc = f.as_object(doc, "value")
+        get = doc.get
+        tidb = get("_tidb")
+        commit_ts = None
         if tidb is not None:
-            location = f.optional(tidb, "claimCheckLocation", str, "_tidb.")
-            if location:
-                return self._decode_claim_check(location, msg, first_index)
-            if f.optional(tidb, "onlyHandleKey", bool, "_tidb.", False):
-                raise HandleKeyOnlyError(
-                    self.protocol, msg.position.with_index(first_index), "_tidb.onlyHandleKey",
-                    "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
-                    "archive. Set the changefeed's large-message-handle-option to claim-check",
-                )
-        pos = msg.position.with_index(first_index)
-        kind = f.require(doc, "type", str)
-        if f.optional(doc, "isDdl", bool, default=None) is None:
+            if type(tidb) is not dict:
+                f.optional(doc, "_tidb", dict)
+            if len(tidb) > 1 or "commitTs" not in tidb:
+                location = f.optional(tidb, "claimCheckLocation", str, "_tidb.")
+                if location:
+                    return self._decode_claim_check(location, msg, first_index)
+                if f.optional(tidb, "onlyHandleKey", bool, "_tidb.", False):
+                    raise HandleKeyOnlyError(
+                        self.protocol, msg.position.with_index(first_index), "_tidb.onlyHandleKey",
+                        "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
+                        "archive. Set the changefeed's large-message-handle-option to claim-check",
+                    )
+            commit_ts = self._ts(tidb, "commitTs")
+        kind = get("type")
+        if type(kind) is not str:
+            kind = f.require(doc, "type", str)
+        is_ddl = get("isDdl")
+        if type(is_ddl) is not bool:
+            if is_ddl is not None:
+                f.optional(doc, "isDdl", bool)
             # CloudCanal's own JSON spells it "ddl"; accept either.
             is_ddl = bool(f.optional(doc, "ddl", bool, default=False))
-        else:
-            is_ddl = doc["isDdl"]
-        commit_ts = self._ts(tidb, "commitTs")
         if kind == WATERMARK_TYPE and not is_ddl:
             ts = self._ts(tidb, "watermarkTs")
             if ts is None:
                 raise FieldError("_tidb.watermarkTs", "missing when 'type' is 'TIDB_WATERMARK'")
-            return [Watermark(ts, pos)]
-        database = f.require(doc, "database", str, nullable=True) or ""
-        table = f.optional(doc, "table", str, default="")
-        event_time = f.optional(doc, "es", int)
+            return [Watermark(ts, msg.position.with_index(first_index))]
+        database = get("database")
+        if type(database) is not str:
+            database = f.require(doc, "database", str, nullable=True) or ""
+        table = get("table")
+        if type(table) is not str:
+            table = f.optional(doc, "table", str, default="")
+        event_time = get("es")
+        if event_time is not None and type(event_time) is not int:
+            event_time = f.optional(doc, "es", int)
         if is_ddl:
             sql = f.require(doc, "sql", str, when="'isDdl' is true")
             return [
                 DdlChange(
-                    database, table, sql, commit_ts, pos, ddl_type=kind,
-                    schema_after=_table_changes_schema(doc.get("tableChanges"), database, table),
+                    database, table, sql, commit_ts, msg.position.with_index(first_index), ddl_type=kind,
+                    schema_after=_table_changes_schema(get("tableChanges"), database, table),
                     event_time_ms=event_time,
                 )
             ]
@@ -145,27 +158,35 @@ class CanalJsonDecoder(Decoder):
         self, doc: Mapping[str, Any], op: Op, database: str, table: str, commit_ts: int | None,
         event_time: int | None, msg: RawMessage, first_index: int,
     ) -> list[Event]:
-        data = f.require(doc, "data", list, when=f"'type' is '{op.name}'")
-        if not data:
+        data = doc.get("data")
+        if type(data) is not list or not data:
+            data = f.require(doc, "data", list, when=f"'type' is '{op.name}'")
             raise FieldError("data", f"empty when 'type' is '{op.name}'")
-        old = f.optional(doc, "old", list)
+        old = doc.get("old")
+        if old is not None and type(old) is not list:
+            f.optional(doc, "old", list)
         if op is Op.UPDATE:
             if old is None:
                 raise FieldError("old", "missing when 'type' is 'UPDATE'")
             if len(old) != len(data):
                 raise FieldError("old", f"has {len(old)} rows but data has {len(data)}")
-        mysql_type = f.require(doc, "mysqlType", dict, when="'isDdl' is false")
+        mysql_type = doc.get("mysqlType")
+        if type(mysql_type) is not dict:
+            mysql_type = f.require(doc, "mysqlType", dict, when="'isDdl' is false")
         types, convs = self._schema(mysql_type)
-        pk_names = f.optional(doc, "pkNames", list, default=[])
-        if not all(type(k) is str for k in pk_names):
-            raise FieldError("pkNames", "expected an array of strings")
+        pk_names = doc.get("pkNames") or ()
+        if type(pk_names) is not list or not all(type(k) is str for k in pk_names):
+            if pk_names:
+                raise FieldError("pkNames", "expected an array of strings")
         keys = tuple(pk_names)
+        convert = self._convert
+        position = msg.position
         events: list[Event] = []
         for i, raw_row in enumerate(data):
             index = first_index + i
-            row = self._convert(raw_row, convs, f"data[{i}].", index)
+            row = convert(raw_row, convs, "data", i, index)
             if op is Op.UPDATE:
-                old_row = self._convert(old[i], convs, f"old[{i}].", index)
+                old_row = convert(old[i], convs, "old", i, index)
                 before, after = {**row, **old_row}, row
             elif op is Op.DELETE:
                 before, after = row, None
@@ -174,7 +195,7 @@ class CanalJsonDecoder(Decoder):
             events.append(
                 RowChange(
                     op, database, table, before, after, keys, types, commit_ts,
-                    msg.position.with_index(index), event_time,
+                    position.with_index(index), event_time,
                 )
             )
         return events
@@ -197,14 +218,15 @@ class CanalJsonDecoder(Decoder):
         return cached
 
     @staticmethod
-    def _convert(raw_row: Any, convs: Mapping[str, Converter], path: str, index: int) -> dict[str, Any]:
+    def _convert(raw_row: Any, convs: Mapping[str, Converter], part: str, i: int, index: int) -> dict[str, Any]:
         if type(raw_row) is not dict:
-            raise FieldError(path.rstrip("."), "expected an object (one row)", index)
+            raise FieldError(f"{part}[{i}]", "expected an object (one row)", index)
         try:
             return {name: convs[name](v) for name, v in raw_row.items()}
         except (KeyError, ColumnValueError):
             pass
         # Slow path only to name the culprit column.
+        path = f"{part}[{i}]."
         for name, v in raw_row.items():
             conv = convs.get(name)
             if conv is None:

@@ -71,9 +71,9 @@ class CloudCanalJsonDecoder(Decoder):
         keys = tuple(f.optional(doc, "pks", list, default=[]))
         events: list[Event] = []
         for i, raw in enumerate(rows):
-            row = self._canal._convert(raw, convs, f"data[{i}].", i)
+            row = self._canal._convert(raw, convs, "data", i, i)
             if op is Op.UPDATE:
-                old = self._canal._convert(before[i], convs, f"before[{i}].", i)
+                old = self._canal._convert(before[i], convs, "before", i, i)
                 b, a = {**row, **old}, row
             elif op is Op.DELETE:
                 b, a = row, None

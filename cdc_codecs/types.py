@@ -528,8 +528,14 @@ Converter = Callable[[Any], Any]
 
 
 def text_converter(ct: ColumnType, tz: dt.tzinfo = UTC) -> Converter:
-    """A specialised ``from_text`` for one column type: the hot path of text protocols."""
+    """A specialised ``from_text`` for one column type: the hot path of text protocols.
+
+    Each converter handles the common well-formed string in a few C calls and falls
+    back to ``from_text`` for everything else, which either converts or raises the
+    precise ColumnValueError.
+    """
     k = ct.kind
+    slow = lambda v: from_text(ct, v, tz)  # noqa: E731
     if k is TypeKind.STRING or k is TypeKind.JSON:
 
         def conv_str(v: Any) -> Any:
@@ -553,4 +559,78 @@ def text_converter(ct: ColumnType, tz: dt.tzinfo = UTC) -> Converter:
             return x
 
         return conv_int
-    return lambda v: from_text(ct, v, tz)
+    if k is TypeKind.DECIMAL:
+
+        def conv_decimal(v: Any) -> Any:
+            if type(v) is str:
+                try:
+                    d = Decimal(v)
+                    if d.is_finite():
+                        return d
+                except InvalidOperation:
+                    pass
+            return slow(v)
+
+        return conv_decimal
+    if k is TypeKind.FLOAT or k is TypeKind.DOUBLE:
+
+        def conv_float(v: Any) -> Any:
+            if type(v) is float:
+                return v
+            if type(v) is str:
+                try:
+                    return float(v)
+                except ValueError:
+                    pass
+            return slow(v)
+
+        return conv_float
+    if k is TypeKind.TIMESTAMP:
+        parse = dt.datetime.fromisoformat
+
+        def conv_datetime(v: Any) -> Any:
+            if type(v) is str and len(v) >= 19 and not _is_zero_date(v):
+                try:
+                    return parse(v)
+                except ValueError:
+                    pass
+            return slow(v)
+
+        return conv_datetime
+    if k is TypeKind.TIMESTAMPTZ and tz is UTC:
+        parse = dt.datetime.fromisoformat
+
+        def conv_timestamp_utc(v: Any) -> Any:
+            # Appending the offset lets fromisoformat build the aware value in one C call.
+            if type(v) is str and 19 <= len(v) <= 26 and not _is_zero_date(v):
+                try:
+                    return parse(v + "+00:00")
+                except ValueError:
+                    pass
+            return slow(v)
+
+        return conv_timestamp_utc
+    if k is TypeKind.DATE:
+        parse_d = dt.date.fromisoformat
+
+        def conv_date(v: Any) -> Any:
+            if type(v) is str and len(v) == 10 and not _is_zero_date(v):
+                try:
+                    return parse_d(v)
+                except ValueError:
+                    pass
+            return slow(v)
+
+        return conv_date
+    if k in BYTES_KINDS:
+
+        def conv_bytes(v: Any) -> Any:
+            if type(v) is str:
+                try:
+                    return v.encode("latin-1")
+                except UnicodeEncodeError:
+                    pass
+            return slow(v)
+
+        return conv_bytes
+    return slow

@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed as ratios to a baseline measured in the same run."""

@@ -1,0 +1,25 @@
+"""python -m bench [codecs] [--events N] [--protocols a,b]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench import codecs
+
+SUITES = {"codecs": codecs.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("suite", nargs="?", choices=sorted(SUITES), default=None, help="one suite (default: all)")
+    args, rest = parser.parse_known_args(argv)
+    for name in [args.suite] if args.suite else sorted(SUITES):
+        code = SUITES[name](rest)
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
