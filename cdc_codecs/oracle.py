@@ -1,0 +1,98 @@
+"""The reference model: events applied one by one in commitTs order. Tests and the demo only.
+
+It is deliberately plain, so that a reader can check it against SPEC.md §3 line by line:
+
+- the pipeline watermark is the minimum, over every partition of every topic (including
+  partitions that saw nothing), of the greatest watermark seen on that partition;
+- a cut applies exactly the rows with ``previous < commit_ts <= watermark``, ordered by
+  commitTs, then partition offset, then index in the message;
+- DDL is ordered with rows by commitTs and applied once however many partitions carry it;
+- an update that changes the key deletes the old key and writes the new one;
+- a table without a primary key uses the whole row as its key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from cdc_codecs.events import DdlChange, Event, Op, RowChange, SchemaSnapshot, TableSchema, Watermark
+
+TableName = tuple[str, str]
+Key = tuple[Any, ...]
+
+
+def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
+    if keys:
+        return tuple(row.get(k) for k in keys)
+    return tuple(sorted((k, repr(v)) for k, v in row.items()))
+
+
+@dataclass
+class Oracle:
+    """Feed it decoded events (``add``), then ``cut(partitions)`` as often as runs happen."""
+
+    tables: dict[TableName, dict[Key, dict[str, Any]]] = field(default_factory=dict)
+    schemas: dict[TableName, TableSchema] = field(default_factory=dict)
+    watermark: int = 0
+    _pending: list[RowChange | DdlChange] = field(default_factory=list)
+    _partition_marks: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def add(self, events: Iterable[Event]) -> None:
+        for e in events:
+            if isinstance(e, Watermark):
+                key = (e.position.topic, e.position.partition)
+                self._partition_marks[key] = max(self._partition_marks.get(key, 0), e.ts)
+            elif isinstance(e, SchemaSnapshot):
+                self.schemas.setdefault((e.schema.database, e.schema.table), e.schema)
+            elif isinstance(e, (RowChange, DdlChange)):
+                if e.commit_ts is None:
+                    raise ValueError("the oracle orders by commitTs; this event has none")
+                self._pending.append(e)
+
+    def pipeline_watermark(self, partitions: Iterable[tuple[str, int]]) -> int:
+        return min(self._partition_marks.get(p, 0) for p in partitions)
+
+    def cut(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """Apply everything up to the pipeline watermark; returns it."""
+        w = max(self.watermark, self.pipeline_watermark(list(partitions)))
+        ready = sorted(
+            (e for e in self._pending if self.watermark < e.commit_ts <= w),  # type: ignore[operator]
+            key=lambda e: (e.commit_ts, e.position.offset, e.position.index),
+        )
+        self._pending = [e for e in self._pending if e.commit_ts > w]  # type: ignore[operator]
+        applied_ddl: set[tuple[int, str]] = set()
+        for e in ready:
+            if isinstance(e, DdlChange):
+                if (e.commit_ts, e.sql) not in applied_ddl:  # broadcast to every partition
+                    applied_ddl.add((e.commit_ts, e.sql))  # type: ignore[arg-type]
+                    self._apply_ddl(e)
+            else:
+                self._apply_row(e)
+        self.watermark = w
+        return w
+
+    def _apply_ddl(self, e: DdlChange) -> None:
+        name = (e.database, e.table)
+        if e.schema_after is not None:
+            self.schemas[name] = e.schema_after
+            table = self.tables.setdefault(name, {})
+            for row in table.values():
+                for c in e.schema_after.columns:
+                    row.setdefault(c.name, None)
+                for gone in [c for c in row if e.schema_after.column(c) is None]:
+                    del row[gone]
+        elif e.sql.lstrip().upper().startswith(("DROP TABLE", "TRUNCATE")):
+            self.tables[name] = {}
+
+    def _apply_row(self, e: RowChange) -> None:
+        table = self.tables.setdefault((e.database, e.table), {})
+        if e.op is not Op.INSERT and e.before is not None:
+            table.pop(row_key(e.key_columns, dict(e.before)), None)
+        if e.op is not Op.DELETE and e.after is not None:
+            table[row_key(e.key_columns, dict(e.after))] = dict(e.after)
+
+    def rows(self, database: str, table: str) -> list[dict[str, Any]]:
+        """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""
+        rows = [{k: v for k, v in r.items() if v is not None} for r in self.tables.get((database, table), {}).values()]
+        return sorted(rows, key=lambda r: repr(sorted(r.items())))
