@@ -1,0 +1,185 @@
+"""Pipeline configuration: what a pipeline reads, where it archives, how it starts.
+
+Built from a plain mapping (a YAML/JSON file's content) by ``PipelineConfig.from_mapping``,
+which rejects unknown keys and wrong types with the key's path, so a typo fails when the
+DAG is parsed rather than at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from cdc_codecs import PROTOCOLS, ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+START_MODES = ("earliest", "latest")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    protocol: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Where the archive lives: a local path or ``file://`` URL (default), or ``s3://bucket/prefix``.
+
+    S3 credentials come from here or, when absent, from the standard AWS environment
+    variables; they are never written to manifests, reports or logs.
+    """
+
+    url: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    bootstrap_servers: str
+    topics: tuple[TopicConfig, ...]
+    storage: StorageConfig
+    # First run: "earliest", "latest", or an ISO-8601 instant (offsets_for_times).
+    start: str = "earliest"
+    # A partition whose start offset retention already deleted: "fail" or "skip" (record the gap).
+    on_missing_offsets: str = "fail"
+    segment_max_messages: int = 50_000
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def start_time(self) -> dt.datetime | None:
+        if self.start in START_MODES:
+            return None
+        return parse_instant(self.start, "start")
+
+    @staticmethod
+    def from_mapping(doc: Mapping[str, Any], source: str = "<config>") -> PipelineConfig:
+        return _parse_pipeline(doc, source)
+
+
+def parse_instant(text: str, where: str) -> dt.datetime:
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"{where}: expected 'earliest', 'latest' or an ISO-8601 time such as 2024-01-01T00:00:00Z, found {text!r}") from None
+    if value.tzinfo is None:
+        raise ConfigError(f"{where}: {text!r} has no time zone; write it in UTC with a trailing Z")
+    return value.astimezone(dt.timezone.utc)
+
+
+class _Reader:
+    """Typed access to one mapping, with errors that name the file and the key path."""
+
+    def __init__(self, doc: Any, source: str, path: str) -> None:
+        if not isinstance(doc, Mapping):
+            raise ConfigError(f"{source}: {path or 'top level'}: expected a mapping, found {type(doc).__name__}")
+        self.doc, self.source, self.path = doc, source, path
+        self.used: set[str] = set()
+
+    def _where(self, key: str) -> str:
+        return f"{self.source}: {self.path + '.' if self.path else ''}{key}"
+
+    def get(self, key: str, kind: type, default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
+        self.used.add(key)
+        if key not in self.doc:
+            if default is ...:
+                raise ConfigError(f"{self._where(key)}: required, missing")
+            return default
+        value = self.doc[key]
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(f"{self._where(key)}: expected {kind.__name__}, found {type(value).__name__} {value!r}")
+        if choices and value not in choices:
+            raise ConfigError(f"{self._where(key)}: expected one of {', '.join(choices)}, found {value!r}")
+        return value
+
+    def child(self, key: str, default: Any = ...) -> _Reader | None:
+        value = self.get(key, Mapping, default)
+        return None if value is None else _Reader(value, self.source, f"{self.path + '.' if self.path else ''}{key}")
+
+    def done(self) -> None:
+        unknown = sorted(set(self.doc) - self.used)
+        if unknown:
+            raise ConfigError(f"{self._where(unknown[0])}: unknown key; known keys here: {', '.join(sorted(self.used))}")
+
+
+def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
+    r = _Reader(doc, source, "")
+    name = r.get("name", str)
+    if not _NAME.match(name):
+        raise ConfigError(f"{source}: name: expected letters, digits, '_', '.', '-' (used in paths and DAG ids), found {name!r}")
+    kafka = r.child("kafka")
+    assert kafka is not None
+    bootstrap = kafka.get("bootstrap_servers", str)
+    kafka_options = {str(k): str(v) for k, v in kafka.get("options", Mapping, {}).items()}
+    kafka.done()
+    topics = []
+    raw_topics = r.get("topics", list)
+    if not raw_topics:
+        raise ConfigError(f"{source}: topics: at least one topic is required")
+    for i, t in enumerate(raw_topics):
+        tr = _Reader(t, source, f"topics[{i}]")
+        protocol = tr.get("protocol", str, choices=tuple(sorted(PROTOCOLS)))
+        topics.append(TopicConfig(tr.get("name", str), protocol, {str(k): str(v) for k, v in tr.get("options", Mapping, {}).items()}))
+        tr.done()
+    storage = r.child("storage")
+    assert storage is not None
+    url = storage.get("url", str)
+    if not (url.startswith(("file://", "s3://", "/")) or "://" not in url):
+        raise ConfigError(f"{source}: storage.url: expected a local path, file:// or s3:// URL, found {url!r}")
+    storage_config = StorageConfig(
+        url,
+        storage.get("endpoint_url", str, None),
+        storage.get("region", str, None),
+        storage.get("access_key_id", str, None),
+        storage.get("secret_access_key", str, None),
+    )
+    storage.done()
+    config = PipelineConfig(
+        name=name,
+        bootstrap_servers=bootstrap,
+        topics=tuple(topics),
+        storage=storage_config,
+        start=r.get("start", str, "earliest"),
+        on_missing_offsets=r.get("on_missing_offsets", str, "fail", choices=("fail", "skip")),
+        segment_max_messages=r.get("segment_max_messages", int, 50_000),
+        kafka_options=kafka_options,
+    )
+    config.start_time  # validates the start instant  # noqa: B018
+    if config.segment_max_messages < 1:
+        raise ConfigError(f"{source}: segment_max_messages: expected a positive integer, found {config.segment_max_messages}")
+    r.done()
+    return config
+
+
+def load_pipeline_config(path: str) -> PipelineConfig:
+    """Read a pipeline file: TOML (``.toml``), JSON (``.json``) or YAML (``.yaml``/``.yml``)."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        if p.suffix == ".toml":
+            doc = tomllib.loads(text)
+        elif p.suffix == ".json":
+            doc = json.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            import yaml  # Airflow installs PyYAML
+
+            doc = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"{path}: expected a .toml, .json or .yaml file")
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid {p.suffix[1:].upper()}: {exc}") from None
+    return PipelineConfig.from_mapping(doc, str(path))

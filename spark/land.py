@@ -1,0 +1,228 @@
+"""Step 2 of a run: copy every planned offset range into raw Parquet segments, then publish.
+
+``land_interval`` is idempotent: an interval whose manifest exists is returned as it is;
+otherwise offsets are planned, each range is split into chunks of at most
+``segment_max_messages``, every chunk is landed by one task (a Spark task with
+``SparkRunner``, a plain call with ``LocalRunner``), and only when every segment is
+durable is the manifest created, create-only. A run that dies part-way leaves no
+manifest; its retry rewrites the same deterministic segment names.
+
+Segment schema (one row per Kafka message, Spark-readable Parquet)::
+
+    topic string, partition int32, offset int64, timestamp_ms int64, timestamp_type int8,
+    key binary, value binary, headers list<struct<key string, value binary>>
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark import layout
+from spark.config import PipelineConfig
+from spark.kafka import KafkaHook
+from spark.manifest import Manifest, PartitionRange, Segment, neighbours, read_manifest
+from spark.offsets import plan_offsets
+from spark.storage import AlreadyExists, Storage, open_storage
+
+ROW_GROUP = 10_000
+_MASK = (1 << 64) - 1
+_MIX = 0x9E3779B97F4A7C15
+
+SEGMENT_SCHEMA = pa.schema(
+    [
+        ("topic", pa.dictionary(pa.int32(), pa.string())),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp_ms", pa.int64()),
+        ("timestamp_type", pa.int8()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+
+
+def message_checksum(offset: int, key: bytes | None, value: bytes | None) -> int:
+    """One message's contribution to a partition checksum (order-independent sum mod 2**64)."""
+    crc = zlib.crc32(value or b"", zlib.crc32(key or b"")) | (0 if key is None else 1 << 32) | (0 if value is None else 1 << 33)
+    return (offset * _MIX + crc) & _MASK
+
+
+@dataclass(frozen=True)
+class LandTask:
+    """One chunk of one partition range; everything a task needs, picklable for Spark."""
+
+    config: PipelineConfig
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class LandedChunk:
+    topic: str
+    partition: int
+    segment: Segment | None
+    messages: int
+    checksum: int
+    seconds: float
+
+
+def chunks(ranges: Iterable[PartitionRange], config: PipelineConfig) -> list[LandTask]:
+    size = config.segment_max_messages
+    tasks = []
+    for r in ranges:
+        for a in range(r.start, r.end, size):
+            tasks.append(LandTask(config, r.topic, r.partition, a, min(a + size, r.end)))
+    return tasks
+
+
+def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
+    """Copy offsets [start, end) of one partition into one segment file (none if empty)."""
+    started = time.perf_counter()
+    storage = storage or open_storage(task.config.storage)
+    path = layout.segment_path(task.config.name, task.topic, task.partition, task.start, task.end)
+    count = 0
+    checksum = 0
+    writer = None
+    out = None
+    try:
+        with KafkaHook(task.config.bootstrap_servers, task.config.kafka_options) as kafka:
+            for batch in kafka.read_range(task.topic, task.partition, task.start, task.end):
+                offsets, stamps, types, keys, values, headers = [], [], [], [], [], []
+                for m in batch:
+                    o, k, v = m.offset(), m.key(), m.value()
+                    offsets.append(o)
+                    ts_type, ts = m.timestamp()
+                    types.append(ts_type)
+                    stamps.append(ts if ts_type else None)
+                    keys.append(k)
+                    values.append(v)
+                    h = m.headers()
+                    headers.append([{"key": hk, "value": hv} for hk, hv in h] if h else [])
+                    checksum = (checksum + message_checksum(o, k, v)) & _MASK
+                count += len(offsets)
+                n = len(offsets)
+                table = pa.Table.from_arrays(
+                    [
+                        pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([task.topic])),
+                        pa.array([task.partition] * n, pa.int32()),
+                        pa.array(offsets, pa.int64()),
+                        pa.array(stamps, pa.int64()),
+                        pa.array(types, pa.int8()),
+                        pa.array(keys, pa.binary()),
+                        pa.array(values, pa.binary()),
+                        pa.array(headers, SEGMENT_SCHEMA.field("headers").type),
+                    ],
+                    schema=SEGMENT_SCHEMA,
+                )
+                if writer is None:
+                    out = storage.open_output(path)
+                    writer = pq.ParquetWriter(out, SEGMENT_SCHEMA, compression="zstd")
+                writer.write_table(table, row_group_size=ROW_GROUP)
+    finally:
+        if writer is not None:
+            writer.close()
+        if out is not None:
+            out.close()
+    segment = None
+    if count:
+        size = storage.arrow_fs.get_file_info(storage.arrow_path(path)).size
+        segment = Segment(path, task.start, task.end, count, size)
+    return LandedChunk(task.topic, task.partition, segment, count, checksum, time.perf_counter() - started)
+
+
+class Runner(Protocol):
+    def map(self, fn: Callable[[LandTask], LandedChunk], tasks: Sequence[LandTask]) -> list[LandedChunk]: ...
+
+
+class LocalRunner:
+    """Runs tasks one after another in this process: tiny runs, tests, the demo."""
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        return [fn(t) for t in tasks]
+
+
+class SparkRunner:
+    """One Spark task per chunk, so landing scales with partitions and executors."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        if not tasks:
+            return []
+        return self.spark.sparkContext.parallelize(list(tasks), len(tasks)).map(fn).collect()
+
+
+@dataclass
+class LandResult:
+    manifest: Manifest
+    reused: bool
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def land_interval(
+    config: PipelineConfig,
+    interval_start: dt.datetime,
+    interval_end: dt.datetime,
+    runner: Runner | None = None,
+    storage: Storage | None = None,
+) -> LandResult:
+    """Land one data interval [start, end) and publish its manifest (steps 1 and 2 of a run)."""
+    if interval_end <= interval_start:
+        raise ValueError(f"interval end {interval_end} is not after its start {interval_start}")
+    storage = storage or open_storage(config.storage)
+    runner = runner or LocalRunner()
+    path = layout.manifest_path(config.name, interval_start, interval_end)
+    if storage.exists(path):
+        return LandResult(read_manifest(storage, path), reused=True)
+    started = time.perf_counter()
+    previous, following = neighbours(storage, config.name, interval_start, interval_end)
+    with KafkaHook(config.bootstrap_servers, config.kafka_options) as kafka:
+        ranges = plan_offsets(config, kafka, interval_start, interval_end, previous, following)
+    landed = runner.map(land_chunk, chunks(ranges, config))
+    by_partition: dict[tuple[str, int], list[LandedChunk]] = {}
+    for c in landed:
+        by_partition.setdefault((c.topic, c.partition), []).append(c)
+    partitions = []
+    for r in ranges:
+        got = sorted(by_partition.get((r.topic, r.partition), []), key=lambda c: c.segment.start if c.segment else 0)
+        checksum = 0
+        for c in got:
+            checksum = (checksum + c.checksum) & _MASK
+        partitions.append(
+            PartitionRange(
+                r.topic, r.partition, r.start, r.end, r.gap,
+                tuple(c.segment for c in got if c.segment is not None),
+                sum(c.messages for c in got), f"{checksum:016x}",
+            )
+        )
+    manifest = Manifest(config.name, interval_start, interval_end, tuple(partitions), previous.path if previous else None)
+    report = {
+        "step": "land",
+        "pipeline": config.name,
+        "interval": {"start": interval_start.isoformat(), "end": interval_end.isoformat()},
+        "messages": manifest.messages,
+        "segments": sum(len(p.segments) for p in partitions),
+        "bytes": sum(s.bytes for p in partitions for s in p.segments),
+        "seconds": round(time.perf_counter() - started, 3),
+        "gaps": [{"topic": p.topic, "partition": p.partition, "start": p.gap.start, "end": p.gap.end} for p in partitions if p.gap],
+        "partitions": [{"topic": p.topic, "partition": p.partition, "start": p.start, "end": p.end, "messages": p.messages} for p in partitions],
+    }
+    storage.write(layout.report_path(config.name, interval_start, interval_end, "land"), orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    try:
+        storage.create(path, manifest.to_json())
+    except AlreadyExists:
+        # A concurrent run published first; its manifest is the truth for this interval.
+        return LandResult(read_manifest(storage, path), reused=True)
+    return LandResult(manifest, reused=False, report=report)

@@ -1,0 +1,72 @@
+"""Every path in the archive, built here and nowhere else.
+
+    <root>/<pipeline>/manifests/<interval-start>_<interval-end>.json    (20240101T000000.000000Z_...)
+    <root>/<pipeline>/segments/<topic>/<partition>/<first-offset>-<end-offset>.parquet
+    <root>/<pipeline>/reports/<interval-start>_<interval-end>/land.json
+
+Names from upstream (topics, and later databases and tables) are data: ``encode_name``
+percent-encodes anything outside ``[A-Za-z0-9_-]`` (dots included, so ``.`` and ``..``
+can never be a path step), which keeps paths safe and reversible.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from urllib.parse import quote, unquote
+
+UTC = dt.timezone.utc
+_INSTANT = "%Y%m%dT%H%M%S"
+_MANIFEST_RE = re.compile(r"^(\d{8}T\d{6}\.\d{6}Z)_(\d{8}T\d{6}\.\d{6}Z)\.json$")
+OFFSET_DIGITS = 20
+
+
+def encode_name(name: str) -> str:
+    if not name:
+        return "%00empty"
+    return quote(name, safe="-_").replace(".", "%2E").replace("~", "%7E")
+
+
+def decode_name(encoded: str) -> str:
+    return "" if encoded == "%00empty" else unquote(encoded)
+
+
+def instant(value: dt.datetime) -> str:
+    """A UTC instant as a path step; fixed width, so names sort in time order."""
+    value = value.astimezone(UTC)
+    return f"{value.strftime(_INSTANT)}.{value.microsecond:06d}Z"
+
+
+def parse_instant_name(text: str) -> dt.datetime:
+    base, _, frac = text.rstrip("Z").partition(".")
+    return dt.datetime.strptime(base, _INSTANT).replace(tzinfo=UTC, microsecond=int(frac or 0))
+
+
+def pipeline_root(pipeline: str) -> str:
+    return encode_name(pipeline)
+
+
+def manifests_dir(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/manifests"
+
+
+def manifest_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
+    return f"{manifests_dir(pipeline)}/{instant(start)}_{instant(end)}.json"
+
+
+def parse_manifest_name(path: str) -> tuple[dt.datetime, dt.datetime] | None:
+    m = _MANIFEST_RE.match(path.rsplit("/", 1)[-1])
+    if not m:
+        return None
+    return parse_instant_name(m.group(1)), parse_instant_name(m.group(2))
+
+
+def segment_path(pipeline: str, topic: str, partition: int, start: int, end: int) -> str:
+    return (
+        f"{pipeline_root(pipeline)}/segments/{encode_name(topic)}/{partition}/"
+        f"{start:0{OFFSET_DIGITS}d}-{end:0{OFFSET_DIGITS}d}.parquet"
+    )
+
+
+def report_path(pipeline: str, start: dt.datetime, end: dt.datetime, step: str) -> str:
+    return f"{pipeline_root(pipeline)}/reports/{instant(start)}_{instant(end)}/{step}.json"

