@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import codecs
+from bench import codecs, land
 
-SUITES = {"codecs": codecs.main}
+SUITES = {"codecs": codecs.main, "land": land.main}
 
 
 def main(argv: list[str] | None = None) -> int:

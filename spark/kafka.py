@@ -106,21 +106,20 @@ class KafkaHook:
             while True:
                 # Ask for no more than the range holds, so consume() returns as soon as it has them.
                 batch = self._consumer.consume(max(1, min(BATCH, end - next_offset)), timeout=1.0)
-                out: list[Message] = []
+                out = [m for m in batch if m.error() is None]
                 done = False
-                for m in batch:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            done = done or m.offset() >= end
+                if len(out) != len(batch):
+                    for m in batch:
+                        err = m.error()
+                        if err is None:
                             continue
-                        raise KafkaHookError(f"reading {topic}/{partition} at {m.offset()}: {err.str()}")
-                    if m.offset() >= end:
-                        done = True
-                        break
-                    out.append(m)
-                    if m.offset() == end - 1:
-                        done = True
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise KafkaHookError(f"reading {topic}/{partition} at {m.offset()}: {err.str()}")
+                        done = done or m.offset() >= end
+                if out and out[-1].offset() >= end - 1:
+                    done = True
+                    if out[-1].offset() >= end:  # never past the range, whatever the broker sent
+                        out = [m for m in out if m.offset() < end]
                 if out:
                     next_offset = out[-1].offset() + 1
                     yield out

@@ -18,12 +18,18 @@ from confluent_kafka.admin import AdminClient
 from cdc_codecs import ConfigError
 from spark import layout
 from spark.config import PipelineConfig
-from spark.land import LandResult, LocalRunner, land_chunk, land_interval, message_checksum
+from spark.land import LandResult, LocalRunner, land_chunk, land_interval
 from spark.manifest import ManifestError, list_manifests, read_manifest
 from spark.offsets import OffsetsMissingError
 from spark.storage import LocalStorage, Storage, open_storage
 
 UTC = dt.timezone.utc
+
+
+def message_checksum(offset: int, key: bytes | None, value: bytes | None) -> int:
+    """One message's share of an order-independent checksum (sum mod 2**64), for verification."""
+    crc = zlib.crc32(value or b"", zlib.crc32(key or b"")) | (0 if key is None else 1 << 32) | (0 if value is None else 1 << 33)
+    return (offset * 0x9E3779B97F4A7C15 + crc) % (1 << 64)
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)
 MS = lambda t: int(t.timestamp() * 1000)  # noqa: E731
@@ -266,8 +272,33 @@ def test_config_errors_name_the_file_and_key(kafka) -> None:
                                      "storage": {"url": "/tmp/x"}, "start": "yesterday"}, "test.yaml")
 
 
-def test_checksum_distinguishes_null_from_empty() -> None:
-    assert message_checksum(1, None, b"") != message_checksum(1, b"", b"")
-    assert message_checksum(1, b"k", None) != message_checksum(1, b"k", b"")
-    assert message_checksum(1, b"k", b"v") != message_checksum(2, b"k", b"v")
-    assert zlib.crc32(b"") == 0
+def test_segment_checksum_ignores_batching_and_tells_null_from_empty() -> None:
+    import pyarrow as pa
+
+    from spark.land import SEGMENT_SCHEMA, SegmentChecksum
+
+    def table(rows):
+        cols = {n: [r.get(n) for r in rows] for n in SEGMENT_SCHEMA.names}
+        cols["topic"] = pa.DictionaryArray.from_arrays(pa.array([0] * len(rows), pa.int32()), pa.array(["t"]))
+        return pa.Table.from_pydict(cols, schema=SEGMENT_SCHEMA)
+
+    rows = [{"offset": i, "partition": 0, "key": None if i % 3 else b"k%d" % i, "value": b"v" * i} for i in range(10)]
+    whole, split = SegmentChecksum(), SegmentChecksum()
+    whole.update(table(rows))
+    split.update(table(rows[:4]))
+    split.update(table(rows[4:]))
+    assert whole.digest() == split.digest()
+    other = SegmentChecksum()
+    other.update(table([{**r, "key": b"" if r["key"] is None else r["key"]} for r in rows]))
+    assert other.digest() != whole.digest()
+
+
+def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
+    """The bench commands work end to end (figures are not asserted: benchmarks, not timed tests)."""
+    from bench import codecs, land
+
+    assert codecs.main(["--events", "300", "--protocols", "canal-json,simple"]) == 0
+    assert land.main(["--messages", "400", "--partitions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "canal-json" in out and "simple (avro)" in out and "lowest ratio" in out
+    assert "bare confluent-kafka consume loop" in out and "2 worker processes" in out
