@@ -70,6 +70,20 @@ TIMEZONE_OPTION = Option(
     UTC,
     "time zone the encoder wrote MySQL TIMESTAMP values in (TiCDC: the changefeed's time zone)",
 )
+def parse_schemas(value: Any) -> tuple:
+    from cdc_codecs.events import TableSchema
+
+    items = tuple(value or ())
+    if not all(isinstance(s, TableSchema) for s in items):
+        raise ValueError("expected TableSchema objects (from another decoder's known_schemas())")
+    return items
+
+
+SCHEMAS_OPTION = Option(
+    parse_schemas,
+    (),
+    "table schemas this stream already announced (a previous decoder's known_schemas()), set by the pipeline",
+)
 CLAIM_CHECK_OPTION = Option(
     parse_reader,
     None,
@@ -130,6 +144,14 @@ class Decoder(_Configurable, abc.ABC):
 
     def finish(self) -> list[DecodeError]:
         """Messages held back that can no longer be decoded (end of the stream)."""
+        return []
+
+    def known_schemas(self) -> list:
+        """Schemas learnt from the stream (BOOTSTRAP, DDL, tableChanges), to seed the next decoder.
+
+        A pipeline that resumes a partition mid-stream passes them back as the ``schemas``
+        option, so rows whose schema was announced in an earlier run still decode.
+        """
         return []
 
     @abc.abstractmethod

@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Iterable, Mapping
 
 from cdc_codecs import _fields as f
-from cdc_codecs._base import TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_bool
+from cdc_codecs._base import SCHEMAS_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_bool
 from cdc_codecs._fields import FieldError
 from cdc_codecs.events import (
     BinlogPosition,
@@ -87,12 +87,15 @@ _PRIMITIVE: dict[str, ColumnType] = {
 
 class DebeziumDecoder(Decoder):
     protocol: ClassVar[str] = "debezium"
-    options_spec: ClassVar[dict[str, Option]] = {"timezone": TIMEZONE_OPTION}
+    options_spec: ClassVar[dict[str, Option]] = {"timezone": TIMEZONE_OPTION, "schemas": SCHEMAS_OPTION}
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         # Exact MySQL column types per table, learnt from tableChanges of DDL events.
-        self._tables: dict[tuple[str, str], TableSchema] = {}
+        self._tables: dict[tuple[str, str], TableSchema] = {(s.database, s.table): s for s in self.options["schemas"]}
+
+    def known_schemas(self) -> list[TableSchema]:
+        return list(self._tables.values())
 
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         if msg.value is None:

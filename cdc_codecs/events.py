@@ -106,6 +106,20 @@ class TableSchema:
     def column_types(self) -> dict[str, ColumnType]:
         return {c.name: c.type for c in self.columns}
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "database": self.database, "table": self.table, "version": self.version,
+            "key_columns": list(self.key_columns),
+            "columns": [{"name": c.name, "type": str(c.type), "nullable": c.nullable} for c in self.columns],
+        }
+
+    @staticmethod
+    def from_dict(doc: Mapping[str, Any]) -> TableSchema:
+        from cdc_codecs.types import parse_mysql_type
+
+        columns = tuple(Column(c["name"], parse_mysql_type(c["type"]), c["nullable"]) for c in doc["columns"])
+        return TableSchema(doc["database"], doc["table"], columns, tuple(doc["key_columns"]), doc["version"])
+
 
 class RowChange(NamedTuple):
     """An insert, update or delete of one row.

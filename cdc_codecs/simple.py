@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 import fastavro
 
 from cdc_codecs import _fields as f
-from cdc_codecs._base import CLAIM_CHECK_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_timezone
+from cdc_codecs._base import CLAIM_CHECK_OPTION, SCHEMAS_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_timezone
 from cdc_codecs._fields import FieldError
 from cdc_codecs.canal_json import unwrap_claim_check
 from cdc_codecs.errors import ClaimCheckError, DecodeError, HandleKeyOnlyError, PendingSchemaError
@@ -84,12 +84,15 @@ class SimpleDecoder(Decoder):
         "encoding": Option(_choice, "json", "json or avro (TiCDC's encoding-format)"),
         "timezone": TIMEZONE_OPTION,
         "claim_check_reader": CLAIM_CHECK_OPTION,
+        "schemas": SCHEMAS_OPTION,
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._avro = self.options["encoding"] == "avro"
-        self._schemas: dict[tuple[str, str, int], TableSchema] = {}
+        self._schemas: dict[tuple[str, str, int], TableSchema] = {
+            (s.database, s.table, s.version or 0): s for s in self.options["schemas"]
+        }
         # DMLs waiting for their schema, by (database, table, version), in arrival order.
         self._held: dict[tuple[str, str, int], list[tuple[RawMessage, Mapping[str, Any]]]] = {}
         # Value converters per cached schema (keyed by identity; the schema is kept alongside).
@@ -217,6 +220,9 @@ class SimpleDecoder(Decoder):
         if doc.get("claimCheckLocation"):
             raise ClaimCheckError(self.protocol, msg.position, "claim-check", "the stored message is itself a claim-check reference")
         return self._dml(doc, msg)
+
+    def known_schemas(self) -> list[TableSchema]:
+        return list(self._schemas.values())
 
     def finish(self) -> list[DecodeError]:
         errors = []

@@ -41,6 +41,19 @@ class StorageConfig:
 
 
 @dataclass(frozen=True)
+class CatalogConfig:
+    """The Iceberg catalog: ``sql`` (SQLite by default, PostgreSQL by URI) or ``rest``.
+
+    ``properties`` go to pyiceberg's ``load_catalog`` as they are (e.g. ``uri``,
+    ``warehouse``, REST ``credential``), after tidelake's defaults.
+    """
+
+    type: str = "sql"
+    namespace: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     bootstrap_servers: str
@@ -52,6 +65,13 @@ class PipelineConfig:
     on_missing_offsets: str = "fail"
     segment_max_messages: int = 50_000
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    catalog: CatalogConfig = field(default_factory=CatalogConfig)
+    # An undecodable message: "fail" the run (after quarantining it) or "continue".
+    on_bad_message: str = "fail"
+
+    @property
+    def namespace(self) -> str:
+        return self.catalog.namespace or self.name
 
     @property
     def start_time(self) -> dt.datetime | None:
@@ -141,6 +161,15 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         storage.get("secret_access_key", str, None),
     )
     storage.done()
+    catalog = r.child("catalog", None)
+    catalog_config = CatalogConfig()
+    if catalog is not None:
+        catalog_config = CatalogConfig(
+            catalog.get("type", str, "sql", choices=("sql", "rest")),
+            catalog.get("namespace", str, None),
+            {str(k): str(v) for k, v in catalog.get("properties", Mapping, {}).items()},
+        )
+        catalog.done()
     config = PipelineConfig(
         name=name,
         bootstrap_servers=bootstrap,
@@ -150,6 +179,8 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         on_missing_offsets=r.get("on_missing_offsets", str, "fail", choices=("fail", "skip")),
         segment_max_messages=r.get("segment_max_messages", int, 50_000),
         kafka_options=kafka_options,
+        catalog=catalog_config,
+        on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
     )
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:

@@ -76,6 +76,32 @@ class SegmentChecksum:
         return zlib.crc32(b"".join(c.to_bytes(4, "big") for c in self._crcs))
 
 
+def segment_table(
+    topic: str, partition: int, offsets: list[int], timestamps: list[int | None], timestamp_types: list[int],
+    keys: list[bytes | None], values: list[bytes | None], headers: list[Any],
+) -> pa.Table:
+    """Messages of one partition as a segment table (the archive's one row format)."""
+    n = len(offsets)
+    return pa.Table.from_arrays(
+        [
+            pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([topic])),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(timestamps, pa.int64()),
+            pa.array(timestamp_types, pa.int8()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(headers, HEADERS_TYPE),
+        ],
+        schema=SEGMENT_SCHEMA,
+    )
+
+
+def open_segment_writer(storage: Storage, path: str) -> tuple[Any, pq.ParquetWriter]:
+    out = storage.open_output(path)
+    return out, pq.ParquetWriter(out, SEGMENT_SCHEMA, compression="zstd", compression_level=1)
+
+
 @dataclass(frozen=True)
 class LandTask:
     """One chunk of one partition range; everything a task needs, picklable for Spark."""
@@ -121,24 +147,15 @@ def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
                 # One comprehension per column: the per-message cost is what landing costs.
                 n = len(batch)
                 stamps = [m.timestamp() for m in batch]
-                table = pa.Table.from_arrays(
-                    [
-                        pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([task.topic])),
-                        pa.array([task.partition] * n, pa.int32()),
-                        pa.array([m.offset() for m in batch], pa.int64()),
-                        pa.array([ts if kind else None for kind, ts in stamps], pa.int64()),
-                        pa.array([kind for kind, _ in stamps], pa.int8()),
-                        pa.array([m.key() for m in batch], pa.binary()),
-                        pa.array([m.value() for m in batch], pa.binary()),
-                        pa.array([m.headers() for m in batch], HEADERS_TYPE),
-                    ],
-                    schema=SEGMENT_SCHEMA,
+                table = segment_table(
+                    task.topic, task.partition, [m.offset() for m in batch],
+                    [ts if kind else None for kind, ts in stamps], [kind for kind, _ in stamps],
+                    [m.key() for m in batch], [m.value() for m in batch], [m.headers() for m in batch],
                 )
                 count += n
                 checksum.update(table)
                 if writer is None:
-                    out = storage.open_output(path)
-                    writer = pq.ParquetWriter(out, SEGMENT_SCHEMA, compression="zstd", compression_level=1)
+                    out, writer = open_segment_writer(storage, path)
                 writer.write_table(table, row_group_size=ROW_GROUP)
     finally:
         if writer is not None:

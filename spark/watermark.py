@@ -1,0 +1,45 @@
+"""Watermarks: per partition they only move forward; the pipeline's is their minimum.
+
+W = min over **all** partitions of **all** topics of the pipeline (partitions that saw no
+watermark yet count as 0), never below the previous W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from cdc_codecs import Watermark
+
+PartitionKey = tuple[str, int]
+
+
+@dataclass
+class PartitionWatermarks:
+    marks: dict[PartitionKey, int] = field(default_factory=dict)
+
+    def observe(self, events: Iterable[Watermark]) -> None:
+        for e in events:
+            key = (e.position.topic, e.position.partition)
+            if e.ts > self.marks.get(key, 0):
+                self.marks[key] = e.ts
+
+    def copy(self) -> PartitionWatermarks:
+        return PartitionWatermarks(dict(self.marks))
+
+
+def compute_watermark(marks: PartitionWatermarks, partitions: Iterable[PartitionKey], previous: int = 0) -> int:
+    """The pipeline watermark: min over every partition, never going back."""
+    partitions = list(partitions)
+    if not partitions:
+        return previous
+    return max(previous, min(marks.marks.get(p, 0) for p in partitions))
+
+
+def tso_to_ms(tso: int) -> int:
+    """TiDB TSO = physical milliseconds << 18 | logical."""
+    return tso >> 18
+
+
+def tag_name(watermark: int) -> str:
+    return f"wm_{watermark}"
