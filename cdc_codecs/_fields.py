@@ -105,3 +105,11 @@ def convert(column: str, fn: Any, *args: Any, path: str = "", index: int = 0) ->
         return fn(*args)
     except ColumnValueError as exc:
         raise FieldError(f"{path}{column}", str(exc), index) from exc
+
+
+def string_list(doc: Mapping[str, Any], key: str, path: str = "") -> tuple[str, ...]:
+    """An optional array of strings (column names), as a tuple."""
+    items = optional(doc, key, list, path, [])
+    if not all(type(i) is str for i in items):
+        raise FieldError(f"{path}{key}", f"expected an array of strings, found {_short(items)}")
+    return tuple(items)

@@ -291,7 +291,7 @@ def _table_changes_schema(changes: Any, database: str, table: str) -> TableSchem
         name = f.require(col, "name", str, path)
         text = f.optional(col, "typeExpression", str, path) or f.require(col, "typeName", str, path)
         columns.append(Column(name, f.convert(name, _column_type, text, path=path), bool(col.get("optional", True))))
-    keys = tuple(f.optional(tbl, "primaryKeyColumnNames", list, "tableChanges.table.", []))
+    keys = f.string_list(tbl, "primaryKeyColumnNames", "tableChanges.table.")
     return TableSchema(database, table, tuple(columns), keys)
 
 

@@ -68,7 +68,7 @@ class CloudCanalJsonDecoder(Decoder):
         if op is Op.UPDATE and len(before) != len(data):
             raise FieldError("before", f"has {len(before)} rows but data has {len(data)} when 'action' is 'UPDATE'")
         types, convs = self._canal._schema(f.require(doc, "dbValType", dict))
-        keys = tuple(f.optional(doc, "pks", list, default=[]))
+        keys = f.string_list(doc, "pks")
         events: list[Event] = []
         for i, raw in enumerate(rows):
             row = self._canal._convert(raw, convs, "data", i, i)

@@ -219,7 +219,7 @@ def _table_schema(tbl: Mapping[str, Any], database: str, table: str, path: str) 
         col = f.as_object(col, cpath.rstrip("."))
         name = f.require(col, "name", str, cpath)
         columns.append(Column(name, _mysql_type_of_column(col, cpath), bool(col.get("optional", True))))
-    keys = tuple(f.optional(tbl, "primaryKeyColumnNames", list, path, []))
+    keys = f.string_list(tbl, "primaryKeyColumnNames", path)
     return TableSchema(database, table, tuple(columns), keys)
 
 
@@ -297,7 +297,18 @@ def convert_value(value: Any, field_schema: Mapping[str, Any] | None, known: Col
     connect = field_schema.get("type") if field_schema else None
     params = (field_schema or {}).get("parameters") or {}
     target = known or schema_type(field_schema)
-    # 1. Undo the Connect representation.
+    try:
+        value = _connect_value(value, logical, connect, params)
+    except (OverflowError, ValueError) as exc:  # dates and times out of Python's range, bad scales
+        if isinstance(exc, ColumnValueError):
+            raise
+        raise ColumnValueError(f"{logical or connect} value {value!r} is out of range: {exc}") from None
+    # Then fit it to the column type.
+    return _fit(value, target) if target is not None else value
+
+
+def _connect_value(value: Any, logical: Any, connect: Any, params: Any) -> Any:
+    """Undo the Connect representation of a value (days, micros, base64, unscaled bytes)."""
     if logical == "io.debezium.time.Date":
         value = EPOCH + dt.timedelta(days=_int(value))
     elif logical == "io.debezium.time.Timestamp":
@@ -325,8 +336,7 @@ def convert_value(value: Any, field_schema: Mapping[str, Any] | None, known: Col
         value = _b64(value.get("wkb"))
     elif connect == "bytes":
         value = _b64(value)
-    # 2. Fit it to the column type.
-    return _fit(value, target) if target is not None else value
+    return value
 
 
 def _fit(value: Any, ct: ColumnType) -> Any:

@@ -179,8 +179,9 @@ class DtsAvroDecoder(Decoder):
         for name, code, item in zip(names, codes, image):
             try:
                 ct, value = _value(code, item, tz)
-            except (ValueError, OverflowError, LookupError) as exc:
-                # ColumnValueError, and what datetime/codecs raise for out-of-range fields.
+            except (ValueError, OverflowError, OSError, LookupError) as exc:
+                # ColumnValueError, and what datetime (OSError from fromtimestamp) and codecs
+                # raise for out-of-range fields.
                 raise FieldError(f"{path}.{name}", str(exc)) from None
             types[name] = ct
             row[name] = value

@@ -257,7 +257,8 @@ class SimpleDecoder(Decoder):
         keys: tuple[str, ...] = ()
         for i, idx in enumerate(f.optional(doc, "indexes", list, path, [])):
             idx = f.as_object(idx, f"{path}indexes[{i}]")
-            cols = tuple(f.require(idx, "columns", list, f"{path}indexes[{i}]."))
+            f.require(idx, "columns", list, f"{path}indexes[{i}].")
+            cols = f.string_list(idx, "columns", f"{path}indexes[{i}].")
             if idx.get("primary"):
                 keys = cols
                 break
@@ -270,14 +271,14 @@ def _column_type(dtype: Mapping[str, Any], path: str) -> ColumnType:
     mysql_type = f.require(dtype, "mysqlType", str, path).lower()
     length = f.optional(dtype, "length", int, path)
     decimal = f.optional(dtype, "decimal", int, path)
-    elements = f.optional(dtype, "elements", list, path)
+    elements = f.string_list(dtype, "elements", path) if dtype.get("elements") is not None else None
     unsigned = bool(f.optional(dtype, "unsigned", bool, path, False)) or "unsigned" in mysql_type
     base = mysql_type.replace("unsigned", "").strip()
     try:
         if base == "decimal":
             return column_type("decimal", unsigned=unsigned, precision=length if length and length > 0 else 10, scale=decimal or 0)
         if base in ("enum", "set"):
-            return column_type(base, elements=tuple(elements) if elements is not None else None)
+            return column_type(base, elements=elements)
         return column_type(base, unsigned=unsigned, length=length if base == "bit" else None)
     except ColumnValueError as exc:
         raise FieldError(path + "mysqlType", str(exc)) from None
