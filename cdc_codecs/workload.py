@@ -54,9 +54,15 @@ def table_schema(database: str, table: str, with_note: bool = False) -> TableSch
     return TableSchema(database, table, tuple(Column(n, parse_mysql_type(t), nullable) for n, t, nullable in cols), ("id",))
 
 
+def quote_ident(name: str) -> str:
+    """A MySQL identifier, quoted: backticks inside the name are doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def create_sql(schema: TableSchema) -> str:
-    cols = ", ".join(f"`{c.name}` {c.type}{'' if c.nullable else ' NOT NULL'}" for c in schema.columns)
-    return f"CREATE TABLE `{schema.database}`.`{schema.table}` ({cols}, PRIMARY KEY (`{'`, `'.join(schema.key_columns)}`))"
+    cols = ", ".join(f"{quote_ident(c.name)} {c.type}{'' if c.nullable else ' NOT NULL'}" for c in schema.columns)
+    keys = ", ".join(quote_ident(k) for k in schema.key_columns)
+    return f"CREATE TABLE {quote_ident(schema.database)}.{quote_ident(schema.table)} ({cols}, PRIMARY KEY ({keys}))"
 
 
 class Workload:
@@ -108,7 +114,7 @@ class Workload:
                 before = self.schemas[table]
                 after = table_schema(spec.database, table, with_note=True)
                 self.schemas[table] = after
-                sql = f"ALTER TABLE `{spec.database}`.`{table}` ADD COLUMN `note` text"
+                sql = f"ALTER TABLE {quote_ident(spec.database)}.{quote_ident(table)} ADD COLUMN `note` text"
                 yield DdlChange(spec.database, table, sql, self._next_ts(), self._pos(), "ALTER", before, after, self._clock)
             yield self._change(table)
             if spec.watermark_every and (i + 1) % spec.watermark_every == 0:

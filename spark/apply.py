@@ -280,7 +280,7 @@ def _apply_one(
         )
 
     run = RunContext(w, w_prev, interval)
-    committer = TableCommitter(catalog, config)
+    committer = TableCommitter(catalog, config, fault)
     # A table ahead of W comes from a later run: restore it to this interval's start, then replay.
     restored = []
     for table in cat.pipeline_tables(catalog, config):
