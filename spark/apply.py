@@ -39,7 +39,7 @@ from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.storage import AlreadyExists, Storage, open_storage
-from spark.watermark import PartitionWatermarks, compute_watermark
+from spark.watermark import PartitionWatermarks, compute_watermark, derived_commit_ts, derived_mark
 
 PKey = tuple[str, int]
 
@@ -237,11 +237,14 @@ def _apply_one(
     quarantined = _quarantine(storage, config, errors)
     w_prev = previous.watermark if previous else 0
     marks = PartitionWatermarks(dict(previous.marks) if previous else {})
+    protocols = {t.name: t.protocol for t in config.topics}
+    for d in decoded:
+        if not protocol_spec(protocols[d.topic]).has_commit_ts:
+            d.events = _derive_clock(d)
     marks.observe(e for d in decoded for e in d.events if isinstance(e, Watermark))
     partitions = [(p.topic, p.partition) for p in manifest.partitions]
     w = compute_watermark(marks, partitions, w_prev)
 
-    protocols = {t.name: t.protocol for t in config.topics}
     changes: list[RowChange | DdlChange] = []
     seen_ddl: set[tuple[Any, ...]] = set()
     pending: dict[PKey, int] = {}
@@ -251,11 +254,6 @@ def _apply_one(
         for e in d.events:
             if not isinstance(e, (RowChange, DdlChange)):
                 continue
-            if e.commit_ts is None:
-                raise ApplyError(
-                    f"{protocols[d.topic]} on {d.topic} carries no commitTs; ordering such protocols by offset and a "
-                    "derived watermark is not implemented yet"
-                )
             if e.commit_ts > w:
                 pending[key] = min(pending.get(key, e.position.offset), e.position.offset)
             elif e.commit_ts <= w_prev:
@@ -349,6 +347,32 @@ def _apply_one(
         publish_watermark(storage, config, w, interval, {n: t.snapshot_by_name(f"wm_{w}").snapshot_id for n, t in names.items()})
     step("published")
     return ApplyResult(w, w_prev, sorted(names), report)
+
+
+def _derive_clock(d: Decoded) -> list[Event]:
+    """Protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
+
+    A change's commitTs becomes its event time as a TSO; in a partition events keep their
+    offset order, and every key lives in one partition, so per key the order is the
+    binlog's. Each event (and DTS heartbeat) also proves its partition complete up to just
+    before its time, which gives the derived watermark.
+    """
+    out: list[Event] = []
+    for e in d.events:
+        if isinstance(e, Watermark):
+            if e.clock.value == "epoch_ms":
+                out.append(Watermark(derived_mark(e.ts), e.position))
+            else:
+                out.append(e)
+            continue
+        if not isinstance(e, (RowChange, DdlChange)):
+            out.append(e)
+            continue
+        if e.event_time_ms is None:
+            raise ApplyError(f"{e.position}: the message has no event time, so it cannot be ordered without a commitTs")
+        out.append(e._replace(commit_ts=derived_commit_ts(e.event_time_ms)))
+        out.append(Watermark(derived_mark(e.event_time_ms), e.position))
+    return out
 
 
 def publish_watermark(storage: Storage, config: PipelineConfig, watermark: int, interval: str, snapshots: dict[str, int]) -> None:

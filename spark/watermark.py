@@ -43,3 +43,17 @@ def tso_to_ms(tso: int) -> int:
 
 def tag_name(watermark: int) -> str:
     return f"wm_{watermark}"
+
+
+def derived_commit_ts(event_time_ms: int) -> int:
+    """A commitTs for protocols without one: the event's wall-clock time as a TSO."""
+    return event_time_ms << 18
+
+
+def derived_mark(event_time_ms: int) -> int:
+    """What seeing an event (or heartbeat) at ``event_time_ms`` on a partition proves.
+
+    Binlog event times never go back within a partition, but several events share a
+    millisecond, so only the events strictly *before* it are known complete.
+    """
+    return (event_time_ms << 18) - 1
