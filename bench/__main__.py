@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import codecs, land
+from bench import apply, codecs, land
 
-SUITES = {"codecs": codecs.main, "land": land.main}
+SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main}
 
 
 def main(argv: list[str] | None = None) -> int:
