@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 demo: $(STAMP)
-	$(PY) -m cdc_codecs.demo
+	$(VENV)/bin/tidelake demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

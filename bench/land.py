@@ -78,7 +78,7 @@ def bare_consume(bootstrap: str, topic: str, partitions: int, messages: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.services import kafka_service
+    from spark.embedded import kafka_service
 
     parser = argparse.ArgumentParser(prog="python -m bench land")
     parser.add_argument("--messages", type=int, default=200_000)

@@ -45,6 +45,7 @@ class WorkloadSpec:
     watermark_every: int = 50
     key_space: int = 200
     start_ms: int = 1_700_000_000_000
+    spacing_ms: int = 3  # mean upstream time between changes
     alter: bool = True
     table_names: list[str] = field(default_factory=list)
 
@@ -78,7 +79,7 @@ class Workload:
         self._seq = 0
 
     def _next_ts(self) -> int:
-        self._clock += self.rng.randint(1, 5)
+        self._clock += self.rng.randint(1, 2 * self.spec.spacing_ms - 1)
         return tso(self._clock, self.rng.randint(0, 3))
 
     def _pos(self) -> SourcePosition:

@@ -257,7 +257,7 @@ def _apply_one(
             if e.commit_ts > w:
                 pending[key] = min(pending.get(key, e.position.offset), e.position.offset)
             elif e.commit_ts <= w_prev:
-                skipped += 1  # redelivery of a change already applied
+                skipped += 1  # applied by an earlier run: a redelivery, or re-read from the pending offset
             elif isinstance(e, DdlChange):
                 if protocols[d.topic] == "canal-json" and d.partition != 0:
                     continue  # TiCDC Canal-JSON sends DDL to partition 0 only
@@ -328,7 +328,7 @@ def _apply_one(
         "lag_seconds": round(manifest.interval_end.timestamp() - (w >> 18) / 1000, 3) if w else None,
         "messages_decoded": sum(d.messages for d in decoded),
         "events_decoded": sum(len(d.events) for d in decoded),
-        "redeliveries_skipped": skipped,
+        "already_applied_skipped": skipped,
         "quarantined": len(quarantined),
         "restored_tables": restored,
         "tables": {
@@ -373,6 +373,18 @@ def _derive_clock(d: Decoded) -> list[Event]:
         out.append(e._replace(commit_ts=derived_commit_ts(e.event_time_ms)))
         out.append(Watermark(derived_mark(e.event_time_ms), e.position))
     return out
+
+
+def published_watermark_of(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime) -> int:
+    """The W an applied interval published (0 if it has none yet)."""
+    storage = open_storage(config.storage)
+    path = checkpoint_path(config.name, interval_start, interval_end)
+    if not storage.exists(path):
+        raise ApplyError(f"interval {layout.instant(interval_start)}..{layout.instant(interval_end)} is not applied yet")
+    w = Checkpoint.from_json(storage.read(path)).watermark
+    if w and not storage.exists(published_path(config.name, w)):
+        raise ApplyError(f"watermark {w} is checkpointed but not published; rerun the apply task")
+    return w
 
 
 def publish_watermark(storage: Storage, config: PipelineConfig, watermark: int, interval: str, snapshots: dict[str, int]) -> None:

@@ -54,6 +54,18 @@ class CatalogConfig:
 
 
 @dataclass(frozen=True)
+class ScheduleConfig:
+    """How the pipeline's Airflow DAG runs: one run per cron interval [start, end)."""
+
+    cron: str = "0 * * * *"
+    start_date: str = "2024-01-01T00:00:00Z"
+    catchup: bool = False
+    retries: int = 2
+    spark_conn_id: str = "spark_default"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     bootstrap_servers: str
@@ -68,6 +80,7 @@ class PipelineConfig:
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
     on_bad_message: str = "fail"
+    schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig())
 
     @property
     def namespace(self) -> str:
@@ -170,6 +183,21 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
             {str(k): str(v) for k, v in catalog.get("properties", Mapping, {}).items()},
         )
         catalog.done()
+    schedule = r.child("schedule", None)
+    schedule_config = ScheduleConfig()
+    if schedule is not None:
+        schedule_config = ScheduleConfig(
+            schedule.get("cron", str, "0 * * * *"),
+            schedule.get("start_date", str, "2024-01-01T00:00:00Z"),
+            schedule.get("catchup", bool, False),
+            schedule.get("retries", int, 2),
+            schedule.get("spark_conn_id", str, "spark_default"),
+            {str(k): str(v) for k, v in schedule.get("spark_conf", Mapping, {}).items()},
+        )
+        parse_instant(schedule_config.start_date, f"{source}: schedule.start_date")
+        if len(schedule_config.cron.split()) != 5:
+            raise ConfigError(f"{source}: schedule.cron: expected a 5-field cron expression such as '0 * * * *', found {schedule_config.cron!r}")
+        schedule.done()
     config = PipelineConfig(
         name=name,
         bootstrap_servers=bootstrap,
@@ -181,6 +209,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         kafka_options=kafka_options,
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
+        schedule=schedule_config,
     )
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:

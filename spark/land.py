@@ -30,7 +30,7 @@ from spark import layout
 from spark.config import PipelineConfig
 from spark.kafka import KafkaHook
 from spark.manifest import Manifest, PartitionRange, Segment, neighbours, read_manifest
-from spark.offsets import plan_offsets
+from spark.offsets import snapshot_offsets
 from spark.storage import AlreadyExists, Storage, open_storage
 
 ROW_GROUP = 10_000
@@ -215,9 +215,8 @@ def land_interval(
     if storage.exists(path):
         return LandResult(read_manifest(storage, path), reused=True)
     started = time.perf_counter()
-    previous, following = neighbours(storage, config.name, interval_start, interval_end)
-    with KafkaHook(config.bootstrap_servers, config.kafka_options) as kafka:
-        ranges = plan_offsets(config, kafka, interval_start, interval_end, previous, following)
+    previous, _ = neighbours(storage, config.name, interval_start, interval_end)
+    ranges = snapshot_offsets(config, interval_start, interval_end, storage)  # reused if already snapshotted
     landed = runner.map(land_chunk, chunks(ranges, config))
     by_partition: dict[tuple[str, int], list[LandedChunk]] = {}
     for c in landed:

@@ -75,3 +75,43 @@ def plan_offsets(
                 start = marks.low
             ranges.append(PartitionRange(topic, p, start, max(start, end), gap))
     return ranges
+
+
+def plan_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
+    from spark import layout
+
+    return f"{layout.pipeline_root(pipeline)}/plans/{layout.instant(start)}_{layout.instant(end)}.json"
+
+
+def snapshot_offsets(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime, storage=None) -> list[PartitionRange]:
+    """Step 1 of a run as its own task: fix the interval's offset ranges once (create-only).
+
+    A plan that already exists is reused, so a retried or backfilled run lands exactly the
+    ranges its first attempt planned even after more messages arrived.
+    """
+    import orjson
+
+    from spark.manifest import neighbours
+    from spark.storage import AlreadyExists, open_storage
+
+    storage = storage or open_storage(config.storage)
+    path = plan_path(config.name, interval_start, interval_end)
+    if storage.exists(path):
+        return read_plan(storage, path)
+    previous, following = neighbours(storage, config.name, interval_start, interval_end)
+    with KafkaHook(config.bootstrap_servers, config.kafka_options) as kafka:
+        ranges = plan_offsets(config, kafka, interval_start, interval_end, previous, following)
+    doc = [{"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
+            "gap": {"start": r.gap.start, "end": r.gap.end} if r.gap else None} for r in ranges]
+    try:
+        storage.create(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    except AlreadyExists:
+        return read_plan(storage, path)
+    return ranges
+
+
+def read_plan(storage, path: str) -> list[PartitionRange]:
+    import orjson
+
+    return [PartitionRange(d["topic"], d["partition"], d["start"], d["end"], Gap(**d["gap"]) if d.get("gap") else None)
+            for d in orjson.loads(storage.read(path))]

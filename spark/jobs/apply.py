@@ -10,6 +10,7 @@ interval's watermark, 2 on a configuration error, 1 on any other failure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import orjson
@@ -27,9 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", required=True, help="data interval start, ISO-8601 UTC")
     parser.add_argument("--end", required=True, help="data interval end, ISO-8601 UTC")
     parser.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
+    parser.add_argument("--on-bad-message", choices=["fail", "continue"], default=None, help="override the pipeline's policy")
     args = parser.parse_args(argv)
     try:
         config = load_pipeline_config(args.config)
+        if args.on_bad_message:
+            config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
         start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,7 +7,7 @@ from typing import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.services import KafkaService, S3Service, kafka_service, s3_service
+from spark.embedded import KafkaService, S3Service, kafka_service, s3_service
 
 
 @pytest.fixture(scope="session")

