@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark.embedded import KafkaService, S3Service, kafka_service, s3_service
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,3 +28,38 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="session")
 def conformance() -> Path:
     return shared_dir() / "conformance"
+
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
+    with kafka_service(tmp_path_factory.mktemp("kafka")) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
+    with s3_service(tmp_path_factory.mktemp("s3")) as service:
+        yield service
+
+
+@pytest.fixture
+def bucket(s3: S3Service) -> str:
+    name = f"archive-{uuid.uuid4().hex[:12]}"
+    s3.client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def make_topic(kafka: KafkaService):
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+
+    def make(partitions: int, config: dict[str, str] | None = None, name: str | None = None) -> str:
+        topic = name or f"t-{uuid.uuid4().hex[:10]}"
+        # Tests write messages timestamped in the past: keep them (time retention would not).
+        futures = admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1", **(config or {})})])
+        for f in futures.values():
+            f.result(30)
+        return topic
+
+    return make

@@ -1,0 +1,127 @@
+"""The DAG file: one DAG per pipeline file, parse-time validation, and a real dag.test() run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+UTC = dt.timezone.utc
+
+
+def write_pipeline(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+VALID = """
+    name = "{name}"
+    [kafka]
+    bootstrap_servers = "{bootstrap}"
+    [[topics]]
+    name = "{topic}"
+    protocol = "canal-json"
+    [storage]
+    url = "{url}"
+    {extra}
+    [schedule]
+    cron = "0 * * * *"
+    start_date = "2024-01-01T00:00:00Z"
+    retries = 0
+"""
+
+
+def dagbag():
+    from airflow.models.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Path) -> None:
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake_crm", "tidelake_shop"]
+    dag = bag.dags["tidelake_shop"]
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.max_active_runs == 1
+    assert dag.params["on_bad_message"] == "fail"
+    order = [t.task_id for t in dag.topological_sort()] if hasattr(dag, "topological_sort") else None
+    tasks = {t.task_id: t for t in dag.tasks}
+    assert set(tasks) == {"snapshot_offsets", "land", "apply", "publish"}
+    assert tasks["land"].upstream_task_ids == {"snapshot_offsets"}
+    assert tasks["apply"].upstream_task_ids == {"land"}
+    assert tasks["publish"].upstream_task_ids == {"apply"}
+    assert [o.uri for o in tasks["publish"].outlets] == ["tidelake://shop/watermark"]
+    assert tasks["land"].application.endswith("spark/jobs/land.py")
+    assert "{{ data_interval_start.isoformat() }}" in tasks["apply"].application_args
+    assert order is None or order.index("land") < order.index("apply")
+
+
+def test_invalid_configuration_is_an_import_error_naming_file_and_key(pipelines: Path, tmp_path: Path) -> None:
+    bad = write_pipeline(pipelines, "broken", VALID.format(name="broken", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                         .replace('protocol = "canal-json"', 'protocol = "canal-xml"'))
+    bag = dagbag()
+    (error,) = bag.import_errors.values()
+    assert f"{bad}: topics[0].protocol: expected one of" in error and "found 'canal-xml'" in error
+
+
+@pytest.mark.slow
+def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_db: Path, kafka, make_topic, s3, bucket) -> None:
+    """dag.test() of two intervals: Kafka (noida-db) -> SeaweedFS archive -> Iceberg via a PostgreSQL catalog."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
+    from cdc_codecs.oracle import Oracle
+    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.config import load_pipeline_config
+    from spark.query import published_watermarks, read_pipeline
+    from tests.spark.test_apply import normalise, oracle_rows
+
+    topic = make_topic(2)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    spec = WorkloadSpec(tables=2, events=120, seed=5, watermark_every=10, start_ms=int(t0.timestamp() * 1000), spacing_ms=45_000)
+    history = list(Workload(spec).events())
+    records = get_encoder("canal-json").encode_all(history, 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i, r in enumerate(records):
+        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=int(t0.timestamp() * 1000) + i * 7_200_000 // len(records))
+    assert producer.flush(30) == 0
+    name = f"dagtest{uuid.uuid4().hex[:6]}"
+    extra = f"""
+    [catalog]
+    namespace = "{name}"
+    properties = {{ uri = "postgresql+psycopg2://root@127.0.0.1:5432/test" }}
+    """
+    path = write_pipeline(pipelines, name, VALID.format(name=name, bootstrap=kafka.bootstrap, topic=topic, url=f"s3://{bucket}/lake", extra=extra)
+                          .replace('url = "s3', f'endpoint_url = "{s3.endpoint}"\n    access_key_id = "{s3.access_key}"\n    secret_access_key = "{s3.secret_key}"\n    url = "s3'))
+    dag = dagbag().dags[f"tidelake_{name}"]
+    for hour in range(2):
+        # A run triggered at X covers the schedule's interval ending at X.
+        run = dag.test(logical_date=t0 + dt.timedelta(hours=hour + 1))
+        assert str(run.state).endswith("success"), run.state
+        assert (run.data_interval_start, run.data_interval_end) == (t0 + dt.timedelta(hours=hour), t0 + dt.timedelta(hours=hour + 1))
+    config = load_pipeline_config(str(path))
+    oracle = Oracle()
+    decoders = [get_decoder("canal-json") for _ in range(2)]
+    offsets = [0, 0]
+    marks = published_watermarks(config)
+    assert len(marks) == 2
+    # Every message was produced inside the two hours, so the last W covers the whole history.
+    for r in records:
+        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
+        offsets[r.partition] += 1
+    w = marks[-1]
+    assert oracle.cut([(topic, 0), (topic, 1)]) == w
+    _, tables = read_pipeline(config, w)
+    assert {k: normalise(v.to_pylist()) for k, v in tables.items()} == {k: oracle_rows(oracle, k) for k in oracle.tables}
