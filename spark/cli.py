@@ -64,7 +64,8 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
     return {"land": landed.report or {"messages": landed.manifest.messages, "reused": True}, "apply": applied.report}
 
 
-def print_report(report: dict[str, Any], out: Any = sys.stdout) -> None:
+def print_report(report: dict[str, Any], out: Any = None) -> None:
+    out = out or sys.stdout
     apply = report["apply"]
     w = apply["watermark"]
     print(f"interval {apply['interval']['start']} .. {apply['interval']['end']}", file=out)
@@ -169,7 +170,7 @@ def query(config: Any, sql: str, at: Any = "latest") -> tuple[int, Any]:
         con.register(f"__t{i}", data)
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(db)}")
         con.execute(f"CREATE VIEW {quote(db)}.{quote(table)} AS SELECT * FROM __t{i}")
-    return w, con.sql(sql).fetch_arrow_table()
+    return w, con.sql(sql).to_arrow_table()
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -1,0 +1,101 @@
+"""The tidelake command: run, backfill, watermarks, tables, query, decode, demo."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
+from cdc_codecs.oracle import Oracle
+from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.cli import intervals, main
+
+from .test_apply import normalise, oracle_rows
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def pipeline(kafka, make_topic, tmp_path: Path):
+    topic = make_topic(2)
+    spec = WorkloadSpec(tables=2, events=150, seed=12, watermark_every=10, start_ms=int(T0.timestamp() * 1000), spacing_ms=40_000)
+    records = get_encoder("simple").encode_all(list(Workload(spec).events()), 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i, r in enumerate(records):
+        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=int(T0.timestamp() * 1000) + i * 10_800_000 // len(records))
+    assert producer.flush(30) == 0
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'name = "cli"\n[kafka]\nbootstrap_servers = "{kafka.bootstrap}"\n[[topics]]\nname = "{topic}"\n'
+                    f'protocol = "simple"\n[storage]\nurl = "{tmp_path / "archive"}"\n')
+    oracle = Oracle()
+    decoders = [get_decoder("simple") for _ in range(2)]
+    offsets = [0, 0]
+    for r in records:
+        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
+        offsets[r.partition] += 1
+    return path, oracle, topic
+
+
+def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:
+    path, oracle, topic = pipeline
+    assert main(["run", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
+    out = capsys.readouterr().out
+    assert "interval 2024-01-01T00:00:00+00:00 .. 2024-01-01T01:00:00+00:00" in out and "watermark  " in out
+    assert main(["backfill", "--config", str(path), "2024-01-01T01:00:00Z", "2024-01-01T03:00:00Z"]) == 0
+    assert "2024-01-01T02:00:00+00:00 .. 2024-01-01T03:00:00+00:00" in capsys.readouterr().out
+    assert main(["watermarks", "--config", str(path)]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.strip() and l.strip()[0].isdigit()]
+    marks = [int(l.split()[0]) for l in lines]
+    assert len(marks) == 3 and marks == sorted(marks)
+    assert main(["query", "--config", str(path), "--at", str(marks[0]), "--json", "SELECT * FROM shop.t0"]) == 0
+    got = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert got and all("id" in r for r in got)
+    assert main(["tables", "--config", str(path), "--at", "2024-01-01T01:30:00Z"]) == 0
+    assert "shop.t0:" in capsys.readouterr().out
+    # The latest W holds the whole history.
+    w = oracle.cut([(topic, 0), (topic, 1)])
+    assert w == marks[-1]
+    assert main(["query", "--config", str(path), "--json", "SELECT * FROM shop.t1"]) == 0
+    rows = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert len(rows) == len(oracle_rows(oracle, ("shop", "t1")))
+
+
+def test_decode_a_raw_segment(pipeline, capsys, tmp_path: Path) -> None:
+    path, _, topic = pipeline
+    assert main(["run", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
+    capsys.readouterr()
+    segment = next((tmp_path / "archive" / "cli" / "segments").rglob("*.parquet"))
+    assert main(["decode", "--protocol", "simple", str(segment)]) == 0
+    events = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert events and {e["event"] for e in events} <= {"row", "ddl", "watermark", "schema"}
+    assert all(e["position"].startswith(f"{topic}/") for e in events)
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[kafka]\nbootstrap_servers = "k"\n[[topics]]\nname = "t"\nprotocol = "nope"\n[storage]\nurl = "/tmp/x"\n')
+    assert main(["watermarks", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}: topics[0].protocol: expected one of") and err.count("\n") == 1
+    good = tmp_path / "good.toml"
+    good.write_text(f'name = "x"\n[kafka]\nbootstrap_servers = "k"\n[[topics]]\nname = "t"\nprotocol = "simple"\n[storage]\nurl = "{tmp_path}/a"\n')
+    assert main(["query", "--config", str(good), "SELECT 1"]) == 1
+    assert "no watermark is published" in capsys.readouterr().err
+
+
+def test_intervals_follow_the_cron() -> None:
+    spans = intervals("0 */6 * * *", T0, T0 + dt.timedelta(days=1))
+    assert len(spans) == 4 and spans[0] == (T0, T0 + dt.timedelta(hours=6)) and spans[-1][1] == T0 + dt.timedelta(days=1)
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path: Path, capsys) -> None:
+    assert main(["demo", "--workdir", str(tmp_path / "demo"), "--events", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "query at the latest consistent watermark W=" in out
+    assert "sales.t0:" in out and "inventory.t0:" in out and "crm.t0:" in out
