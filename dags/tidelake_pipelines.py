@@ -42,6 +42,8 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         description=f"CDC {', '.join(t.name for t in config.topics)} -> Iceberg namespace {config.namespace}",
         schedule=CronDataIntervalTimetable(schedule.cron, timezone="UTC"),
         start_date=pendulum.parse(schedule.start_date),
+        # Airflow schedules every interval that *starts* at or before end_date; ours is exclusive.
+        end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
         catchup=schedule.catchup,
         max_active_runs=1,
         default_args={"retries": schedule.retries, "retry_delay": pendulum.duration(minutes=1)},

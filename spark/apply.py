@@ -283,10 +283,9 @@ def _apply_one(
     restored = []
     for table in cat.pipeline_tables(catalog, config):
         if table_watermark(table) > w:
-            if table.snapshot_by_name(f"wm_{w_prev}") is None:
-                catalog.drop_table(table.name())  # it did not exist yet at W_prev: the replay re-creates it
-            else:
-                restore(table, w_prev)
+            # Without a wm_<W_prev> tag the table did not exist yet at W_prev: empty it (keeping
+            # its later tags readable); the replay's CREATE TABLE makes it again.
+            restore(table, w_prev, empty=table.snapshot_by_name(f"wm_{w_prev}") is None)
             restored.append(".".join(cat.upstream_name(table)))
     step("restored")
     plans = build_apply_plans(changes)

@@ -321,8 +321,16 @@ def _fit_value(value: Any, upstream_type: str | None) -> Any:
     return value
 
 
-def restore(table: Table, watermark: int) -> Table:
-    """Put a table back at its ``wm_<watermark>`` tag: data, schema and progress."""
+def restore(table: Table, watermark: int, *, empty: bool = False) -> Table:
+    """Put a table back at its ``wm_<watermark>`` tag: data, schema and progress.
+
+    ``empty``: the table did not exist at ``watermark``; delete its rows instead.
+    """
+    if empty:
+        with table.transaction() as tx:
+            tx.delete(AlwaysTrue(), snapshot_properties={WATERMARK: str(watermark)})
+            tx.set_properties({WATERMARK: str(watermark)})
+        return table
     snapshot = table.snapshot_by_name(tag_name(watermark))
     if snapshot is None:
         raise CommitConflictError(f"{table.name()}: no tag {tag_name(watermark)} to restore to")

@@ -63,6 +63,7 @@ class ScheduleConfig:
     retries: int = 2
     spark_conn_id: str = "spark_default"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    end_date: str | None = None  # a bounded pipeline (a migration window, a test): no interval ends after it
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,11 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
             schedule.get("retries", int, 2),
             schedule.get("spark_conn_id", str, "spark_default"),
             {str(k): str(v) for k, v in schedule.get("spark_conf", Mapping, {}).items()},
+            schedule.get("end_date", str, None),
         )
         parse_instant(schedule_config.start_date, f"{source}: schedule.start_date")
+        if schedule_config.end_date is not None:
+            parse_instant(schedule_config.end_date, f"{source}: schedule.end_date")
         if len(schedule_config.cron.split()) != 5:
             raise ConfigError(f"{source}: schedule.cron: expected a 5-field cron expression such as '0 * * * *', found {schedule_config.cron!r}")
         schedule.done()

@@ -161,3 +161,15 @@ def test_skipping_an_interval_replays_it_first(tmp_path: Path) -> None:
     result = apply_interval(config, T0 + 2 * HOUR, T0 + 3 * HOUR)  # intervals 0 and 1 never ran
     assert len(result.replayed) == 2
     check_tags(config, expected)
+
+
+def test_backfill_from_the_first_interval_keeps_later_tags_readable(tmp_path: Path) -> None:
+    config, expected = build(tmp_path, "debezium", seed=6, partitions=2, intervals=3, dup_rate=0.0, lagging=False)
+    for i in range(3):
+        apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
+    rewind = apply_interval(config, T0, T0 + HOUR)  # no wm_<W_prev> before the first interval: tables are emptied
+    assert rewind.report["restored_tables"]
+    check_tags(config, expected)  # the later tags still read what they published
+    for i in (1, 2):
+        apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
+    check_tags(config, expected)

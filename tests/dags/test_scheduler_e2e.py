@@ -1,0 +1,170 @@
+"""The real Airflow: api-server, scheduler and dag-processor run scheduled intervals, then a backfill.
+
+Metadata in a fresh PostgreSQL database (LocalExecutor), Kafka from noida-db, the archive
+and the SQLite catalog in local files. Each Airflow component is started as its own
+process and stopped by PID (they stop cleanly on TERM; ``airflow standalone`` does not).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pytest
+from confluent_kafka import Producer
+
+from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
+from cdc_codecs.oracle import Oracle
+from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.config import load_pipeline_config
+from spark.embedded import free_port
+from spark.query import published_watermarks, read_pipeline
+from tests.spark.test_apply import normalise, oracle_rows
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def wait_for(what: str, check, timeout: float = 420.0, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
+    db = f"airflow_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    home = tmp_path / "airflow"
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+        "TIDELAKE_PIPELINES": str(pipelines),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", None)
+    api_port = free_port()
+    env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
+
+    topic = make_topic(2)
+    spec = WorkloadSpec(tables=2, events=120, seed=21, watermark_every=10, start_ms=int(T0.timestamp() * 1000), spacing_ms=60_000)
+    records = get_encoder("open-protocol").encode_all(list(Workload(spec).events()), 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i, r in enumerate(records):
+        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=int(T0.timestamp() * 1000) + i * 10_800_000 // len(records))
+    assert producer.flush(30) == 0
+    path = pipelines / "sched.toml"
+    path.write_text(
+        f'name = "sched"\n[kafka]\nbootstrap_servers = "{kafka.bootstrap}"\n[[topics]]\nname = "{topic}"\n'
+        f'protocol = "open-protocol"\n[storage]\nurl = "{tmp_path / "archive"}"\n[schedule]\ncron = "0 * * * *"\n'
+        'start_date = "2024-01-01T00:00:00Z"\nend_date = "2024-01-01T03:00:00Z"\ncatchup = true\nretries = 1\n'
+    )
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    logs = []
+    procs = []
+    try:
+        for component in (["api-server", "--port", str(api_port)], ["scheduler"], ["dag-processor"]):
+            log = open(tmp_path / f"{component[0]}.log", "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen([AIRFLOW, *component], env=env, stdout=log, stderr=subprocess.STDOUT))
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
+
+        dag_id = "tidelake_sched"
+        wait_for("the DAG to be parsed", lambda: dag_id in cli("dags", "list", "-o", "json").stdout)
+        assert cli("dags", "unpause", dag_id).returncode == 0
+
+        def runs() -> list[dict]:
+            # The CLI may print log lines before its JSON: take the line that parses.
+            for line in reversed(cli("dags", "list-runs", dag_id, "-o", "json").stdout.splitlines()):
+                if line.startswith("["):
+                    try:
+                        return json.loads(line)
+                    except ValueError:
+                        continue
+            return []
+
+        def all_done(expected: int):
+            rs = runs()
+            failed = [r for r in rs if r["state"] == "failed"]
+            assert not failed, f"runs failed: {failed}; scheduler log tail: {(tmp_path / 'scheduler.log').read_text()[-3000:]}"
+            ok = [r for r in rs if r["state"] == "success"]
+            return rs if len(ok) >= expected else None
+
+        wait_for("three scheduled runs", lambda: all_done(3))
+        config = load_pipeline_config(str(path))
+        marks = published_watermarks(config)
+        assert len(marks) == 3
+
+        oracle = Oracle()
+        decoders = [get_decoder("open-protocol") for _ in range(2)]
+        offsets = [0, 0]
+        for r in records:
+            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
+            offsets[r.partition] += 1
+        assert oracle.cut([(topic, 0), (topic, 1)]) == marks[-1]
+        expected = {k: oracle_rows(oracle, k) for k in oracle.tables}
+        before = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
+        assert before[marks[-1]] == expected
+
+        # Backfill the whole range again (an earlier range first rewinds the tables, the later
+        # runs bring them forward): the runs re-run in order and every tag ends identical.
+        created = cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01T00:00:00+00:00",
+                      "--to-date", "2024-01-01T03:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
+        assert created.returncode == 0, created.stderr[-2000:]
+
+        backfill_started = dt.datetime.now(UTC)
+
+        def backfilled():
+            # Reprocessing reuses the runs (their type becomes "backfill"): wait for them to end again.
+            rs = runs()
+            assert not [r for r in rs if r["state"] == "failed"], rs
+            again = [r for r in rs if r["state"] == "success" and r.get("end_date")
+                     and dt.datetime.fromisoformat(r["end_date"]) > backfill_started]
+            return again if len(again) >= 3 else None
+
+        wait_for("the backfill runs", backfilled)
+        assert published_watermarks(config) == marks
+        after = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
+        assert after == before
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
