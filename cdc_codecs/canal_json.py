@@ -40,7 +40,6 @@ from cdc_codecs.events import (
     DdlChange,
     Event,
     Op,
-    ProducerRecord,
     RawMessage,
     RowChange,
     TableSchema,

@@ -8,41 +8,23 @@ Prints the manifest path and counts; exits 0 when the interval is in the archive
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from cdc_codecs import ConfigError, TidelakeError
-from spark.config import load_pipeline_config, parse_instant
+from spark.jobs import interval_job
 from spark.land import SparkRunner, land_interval
-from spark.session import build_session
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="land")
-    parser.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
-    parser.add_argument("--start", required=True, help="data interval start, ISO-8601 UTC")
-    parser.add_argument("--end", required=True, help="data interval end, ISO-8601 UTC")
-    parser.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
-    args = parser.parse_args(argv)
-    try:
-        config = load_pipeline_config(args.config)
-        start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"tidelake-land-{config.name}", args.master)
-    try:
-        result = land_interval(config, start, end, runner=SparkRunner(spark))
-    except TidelakeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
+def run(config, start, end, spark, args) -> int:  # noqa: ANN001 - see interval_job
+    result = land_interval(config, start, end, runner=SparkRunner(spark))
     m = result.manifest
     state = "already landed" if result.reused else "landed"
     print(f"{state}: {m.path}  {m.messages} messages in {sum(len(p.segments) for p in m.partitions)} segments "
           f"over {len(m.partitions)} partitions")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return interval_job("land", run, argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ process and stopped by PID (they stop cleanly on TERM; ``airflow standalone`` do
 
 from __future__ import annotations
 
+from tests.spark.archive import oracle_from_records
+
 import datetime as dt
 import json
 import os
@@ -21,8 +23,7 @@ import psycopg2
 import pytest
 from confluent_kafka import Producer
 
-from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.oracle import Oracle
+from cdc_codecs import get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
 from spark.embedded import free_port
@@ -125,12 +126,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         marks = published_watermarks(config)
         assert len(marks) == 3
 
-        oracle = Oracle()
-        decoders = [get_decoder("open-protocol") for _ in range(2)]
-        offsets = [0, 0]
-        for r in records:
-            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
-            offsets[r.partition] += 1
+        oracle = oracle_from_records("open-protocol", topic, records, 2)
         assert oracle.cut([(topic, 0), (topic, 1)]) == marks[-1]
         expected = {k: oracle_rows(oracle, k) for k in oracle.tables}
         before = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}

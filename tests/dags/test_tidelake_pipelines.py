@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.spark.archive import oracle_from_records
+
 import datetime as dt
 import textwrap
 from pathlib import Path
@@ -81,8 +83,7 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
 
     from confluent_kafka import Producer
 
-    from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
-    from cdc_codecs.oracle import Oracle
+    from cdc_codecs import get_encoder
     from cdc_codecs.workload import Workload, WorkloadSpec
     from spark.config import load_pipeline_config
     from spark.query import published_watermarks, read_pipeline
@@ -112,15 +113,10 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
         assert str(run.state).endswith("success"), run.state
         assert (run.data_interval_start, run.data_interval_end) == (t0 + dt.timedelta(hours=hour), t0 + dt.timedelta(hours=hour + 1))
     config = load_pipeline_config(str(path))
-    oracle = Oracle()
-    decoders = [get_decoder("canal-json") for _ in range(2)]
-    offsets = [0, 0]
     marks = published_watermarks(config)
     assert len(marks) == 2
     # Every message was produced inside the two hours, so the last W covers the whole history.
-    for r in records:
-        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
-        offsets[r.partition] += 1
+    oracle = oracle_from_records("canal-json", topic, records, 2)
     w = marks[-1]
     assert oracle.cut([(topic, 0), (topic, 1)]) == w
     _, tables = read_pipeline(config, w)

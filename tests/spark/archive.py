@@ -52,3 +52,17 @@ class ArchiveWriter:
         self.storage.create(manifest.path, manifest.to_json())
         self.previous = manifest
         return manifest
+
+
+def oracle_from_records(protocol: str, topic: str, records, partitions: int, oracle=None):
+    """Feed encoder records, in delivery order, through per-partition decoders into the reference model."""
+    from cdc_codecs import RawMessage, SourcePosition, get_decoder
+    from cdc_codecs.oracle import Oracle
+
+    oracle = oracle if oracle is not None else Oracle()
+    decoders = [get_decoder(protocol) for _ in range(partitions)]
+    offsets = [0] * partitions
+    for r in records:
+        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
+        offsets[r.partition] += 1
+    return oracle

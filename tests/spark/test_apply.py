@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_codecs import PROTOCOLS, RawMessage, SourcePosition, Watermark, get_decoder, get_encoder
+from cdc_codecs import PROTOCOLS, RawMessage, SourcePosition, get_decoder, get_encoder
 from cdc_codecs.oracle import Oracle
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark.apply import apply_interval

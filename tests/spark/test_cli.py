@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.spark.archive import oracle_from_records
+
 import datetime as dt
 import json
 from pathlib import Path
@@ -9,12 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.oracle import Oracle
+from cdc_codecs import get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark.cli import intervals, main
 
-from .test_apply import normalise, oracle_rows
+from .test_apply import oracle_rows
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -32,13 +33,7 @@ def pipeline(kafka, make_topic, tmp_path: Path):
     path = tmp_path / "pipeline.toml"
     path.write_text(f'name = "cli"\n[kafka]\nbootstrap_servers = "{kafka.bootstrap}"\n[[topics]]\nname = "{topic}"\n'
                     f'protocol = "simple"\n[storage]\nurl = "{tmp_path / "archive"}"\n')
-    oracle = Oracle()
-    decoders = [get_decoder("simple") for _ in range(2)]
-    offsets = [0, 0]
-    for r in records:
-        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
-        offsets[r.partition] += 1
-    return path, oracle, topic
+    return path, oracle_from_records("simple", topic, records, 2), topic
 
 
 def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:

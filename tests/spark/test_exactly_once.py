@@ -7,7 +7,6 @@ every table at every published tag equals the reference model at that watermark.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import random
 import tempfile

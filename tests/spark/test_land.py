@@ -19,7 +19,7 @@ from cdc_codecs import ConfigError
 from spark import layout
 from spark.config import PipelineConfig
 from spark.land import LandResult, LocalRunner, land_chunk, land_interval
-from spark.manifest import ManifestError, list_manifests, read_manifest
+from spark.manifest import ManifestError, list_manifests
 from spark.offsets import OffsetsMissingError
 from spark.storage import LocalStorage, Storage, open_storage
 

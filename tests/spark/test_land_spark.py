@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.spark.archive import oracle_from_records
+
 import datetime as dt
 import subprocess
 import sys
@@ -69,8 +71,7 @@ def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, m
     """Real broker -> land on Spark -> apply on Spark (decode on executors) -> tables at W."""
     from confluent_kafka import Producer
 
-    from cdc_codecs import RawMessage, SourcePosition, get_decoder, get_encoder
-    from cdc_codecs.oracle import Oracle
+    from cdc_codecs import get_encoder
     from cdc_codecs.workload import Workload, WorkloadSpec
     from spark.apply import apply_interval
     from spark.query import read_pipeline
@@ -92,12 +93,7 @@ def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, m
     cfg = PipelineConfig.from_mapping(doc, "test")
     land_interval(cfg, T0, T0 + HOUR, runner=SparkRunner(spark))
     result = apply_interval(cfg, T0, T0 + HOUR, runner=SparkRunner(spark))
-    oracle = Oracle()
-    decoders = [get_decoder("canal-json") for _ in range(3)]
-    offsets = [0, 0, 0]
-    for r in records:
-        oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition(topic, r.partition, offsets[r.partition]))))
-        offsets[r.partition] += 1
+    oracle = oracle_from_records("canal-json", topic, records, 3)
     w = oracle.cut([(topic, p) for p in range(3)])
     assert result.watermark == w
     _, tables = read_pipeline(cfg, w)
