@@ -414,6 +414,3 @@ def _quarantine(storage: Storage, config: PipelineConfig, errors: Sequence[Decod
         paths.append(path)
     return paths
 
-
-def has_commit_ts(protocol: str) -> bool:
-    return protocol_spec(protocol).has_commit_ts

@@ -36,11 +36,6 @@ def compute_watermark(marks: PartitionWatermarks, partitions: Iterable[Partition
     return max(previous, min(marks.marks.get(p, 0) for p in partitions))
 
 
-def tso_to_ms(tso: int) -> int:
-    """TiDB TSO = physical milliseconds << 18 | logical."""
-    return tso >> 18
-
-
 def tag_name(watermark: int) -> str:
     return f"wm_{watermark}"
 
