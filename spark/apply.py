@@ -30,10 +30,11 @@ from typing import Any, Callable, Sequence
 import orjson
 import pyarrow.parquet as pq
 
-from cdc_codecs import DdlChange, DecodeError, Event, RawMessage, RowChange, SourcePosition, TableSchema, TidelakeError, Watermark, get_decoder, protocol_spec
+from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange, SourcePosition, TableSchema, TidelakeError, Watermark, get_decoder, protocol_spec
 from spark import catalog as cat
 from spark import layout
 from spark.apply_plan import build_apply_plans
+from spark.net_change import Key, row_key
 from spark.commit import DROPPED, RunContext, TableCommitter, restore, table_watermark, tag_table
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
@@ -116,40 +117,154 @@ class DecodeTask:
 
 
 @dataclass
-class Decoded:
+class Scanned:
+    """Phase 1 of a partition: what is needed to compute W (and nothing proportional to its rows)."""
+
     topic: str
     partition: int
-    events: list[Event] = field(default_factory=list)
+    marks: dict[PKey, int] = field(default_factory=dict)
+    ddl: list[DdlChange] = field(default_factory=list)
     errors: list[DecodeError] = field(default_factory=list)
     messages: int = 0
+    events: int = 0
     schemas: list[TableSchema] = field(default_factory=list)
 
 
-def decode_task(task: DecodeTask) -> Decoded:
-    """Decode one partition's messages in [start, end), in offset order (runs on an executor)."""
+@dataclass
+class Folded:
+    """Phase 2 of a partition: the net change of its rows with W_prev < commitTs <= W.
+
+    ``rows[(database, table, segment)][key] = (order, change)``; ``change`` is None for a key
+    the partition deleted. ``segment`` counts the run's DDLs before the row, so rows are never
+    folded across a schema change; ``order`` is (commitTs, topic, partition, offset, index).
+    """
+
+    topic: str
+    partition: int
+    rows: dict[tuple[str, str, int], dict[Key, tuple[tuple[int, str, int, int, int], RowChange | None, tuple[str, ...]]]] = field(default_factory=dict)
+    pending: int | None = None
+    skipped: int = 0
+    applied: dict[str, int] = field(default_factory=dict)
+
+
+def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
+    """One partition's events in offset order, streamed segment by segment (runs on an executor)."""
     storage = open_storage(task.config.storage)
     topic_config = next(t for t in task.config.topics if t.name == task.topic)
     options: dict[str, Any] = dict(topic_config.options)
     if task.schemas and "schemas" in protocol_spec(topic_config.protocol).decoder.options_spec:
         options["schemas"] = task.schemas
     decoder = get_decoder(topic_config.protocol, **options)
-    out = Decoded(task.topic, task.partition)
+    derive = not protocol_spec(topic_config.protocol).has_commit_ts
     for path in task.segments:
         table = pq.read_table(storage.arrow_fs.open_input_file(storage.arrow_path(path)), columns=["offset", "timestamp_ms", "key", "value", "headers"])
         rows = table.to_pydict()
+        del table
         for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
             if not task.start <= offset < task.end:
                 continue
-            out.messages += 1
             msg = RawMessage(key, value, SourcePosition(task.topic, task.partition, offset),
                              tuple((h["key"], h["value"]) for h in headers or ()), ts)
             try:
-                out.events += decoder.decode(msg)
+                events = decoder.decode(msg)
             except DecodeError as exc:
-                out.errors.append(exc)
-    out.errors += decoder.finish()
-    out.schemas = decoder.known_schemas()
+                if errors is not None:
+                    errors.append(exc)
+                yield None
+                continue
+            yield _derive_clock(events) if derive else events
+    if errors is not None:
+        errors.extend(decoder.finish())
+    yield decoder
+
+
+def scan_task(task: DecodeTask) -> Scanned:
+    """Phase 1: partition watermarks, DDL, errors and announced schemas."""
+    out = Scanned(task.topic, task.partition)
+    key = (task.topic, task.partition)
+    for item in _events(task, out.errors):
+        if item is None:
+            out.messages += 1
+            continue
+        if not isinstance(item, list):
+            out.schemas = item.known_schemas()
+            break
+        out.messages += 1
+        out.events += len(item)
+        for e in item:
+            if isinstance(e, Watermark):
+                if e.ts > out.marks.get(key, 0):
+                    out.marks[key] = e.ts
+            elif isinstance(e, DdlChange):
+                out.ddl.append(e)
     return out
+
+
+@dataclass(frozen=True)
+class FoldTask:
+    decode: DecodeTask
+    w_prev: int
+    w: int
+    ddl_ts: tuple[int, ...]  # commitTs of every DDL applied in this run, sorted
+
+
+def fold_task(task: FoldTask) -> Folded:
+    """Phase 2: decode again and fold the rows of (W_prev, W] into a net change per key."""
+    import bisect
+
+    d = task.decode
+    out = Folded(d.topic, d.partition)
+    for item in _events(d):
+        if not isinstance(item, list):
+            continue
+        for e in item:
+            if not isinstance(e, (RowChange, DdlChange)):
+                continue
+            ts = e.commit_ts
+            if ts > task.w:
+                if out.pending is None or e.position.offset < out.pending:
+                    out.pending = e.position.offset
+                continue
+            if ts <= task.w_prev:
+                out.skipped += 1  # applied by an earlier run: a redelivery, or re-read from the pending offset
+                continue
+            if isinstance(e, DdlChange):
+                continue
+            name = f"{e.database}.{e.table}"
+            out.applied[name] = out.applied.get(name, 0) + 1
+            bucket = out.rows.setdefault((e.database, e.table, bisect.bisect_left(task.ddl_ts, ts)), {})
+            order = (ts, e.position.topic, e.position.partition, e.position.offset, e.position.index)
+            keys = e.key_columns
+            if e.op is not Op.INSERT and e.before is not None:
+                old = row_key(keys, e.before)
+                if e.op is Op.DELETE or e.after is None or row_key(keys, e.after) != old:
+                    bucket[old] = (order, None, keys)
+            if e.op is not Op.DELETE and e.after is not None:
+                bucket[row_key(keys, e.after)] = (order, e, keys)
+    return out
+
+
+def _merge_folds(folds: list[Folded]) -> list[RowChange]:
+    """Per key across partitions the latest change wins; as one synthetic change per key."""
+    merged: dict[tuple[str, str, int], dict[Key, tuple[tuple[int, str, int, int, int], RowChange | None, tuple[str, ...]]]] = {}
+    for f in folds:
+        for bucket_key, rows in f.rows.items():
+            target = merged.setdefault(bucket_key, {})
+            for key, entry in rows.items():
+                current = target.get(key)
+                if current is None or entry[0] > current[0]:
+                    target[key] = entry
+    changes: list[RowChange] = []
+    for (database, table, _), rows in merged.items():
+        for key, (order, change, keys) in rows.items():
+            ts, topic, partition, offset, index = order
+            position = SourcePosition(topic, partition, offset, index)
+            if change is None:
+                image = dict(zip(keys, key)) if keys else dict(key)
+                changes.append(RowChange(Op.DELETE, database, table, image, None, keys, None, ts, position))
+            else:
+                changes.append(change._replace(before=None, position=position))
+    return changes
 
 
 # ---------------------------------------------------------------- the run
@@ -229,53 +344,54 @@ def _apply_one(
     step = fault or (lambda name: None)
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     tasks = _read_plan(config, storage, manifest, previous)
-    decoded: list[Decoded] = runner.map(decode_task, tasks)  # type: ignore[arg-type]
+    # Phase 1 on the executors: only watermarks, DDL and errors come back to the driver.
+    scanned: list[Scanned] = runner.map(scan_task, tasks)  # type: ignore[arg-type]
     step("decoded")
 
     # Quarantine first: nothing undecodable is lost, whatever the policy says next.
-    errors = [err for d in decoded for err in d.errors]
+    errors = [err for d in scanned for err in d.errors]
     quarantined = _quarantine(storage, config, errors)
     w_prev = previous.watermark if previous else 0
     marks = PartitionWatermarks(dict(previous.marks) if previous else {})
-    protocols = {t.name: t.protocol for t in config.topics}
-    for d in decoded:
-        if not protocol_spec(protocols[d.topic]).has_commit_ts:
-            d.events = _derive_clock(d)
-    marks.observe(e for d in decoded for e in d.events if isinstance(e, Watermark))
+    for d in scanned:
+        for k, v in d.marks.items():
+            if v > marks.marks.get(k, 0):
+                marks.marks[k] = v
     partitions = [(p.topic, p.partition) for p in manifest.partitions]
     w = compute_watermark(marks, partitions, w_prev)
 
-    changes: list[RowChange | DdlChange] = []
+    protocols = {t.name: t.protocol for t in config.topics}
+    ddls: list[DdlChange] = []
     seen_ddl: set[tuple[Any, ...]] = set()
-    pending: dict[PKey, int] = {}
-    skipped = 0
-    for d in decoded:
-        key = (d.topic, d.partition)
-        for e in d.events:
-            if not isinstance(e, (RowChange, DdlChange)):
+    for d in scanned:
+        for e in d.ddl:
+            if not w_prev < e.commit_ts <= w:
                 continue
-            if e.commit_ts > w:
-                pending[key] = min(pending.get(key, e.position.offset), e.position.offset)
-            elif e.commit_ts <= w_prev:
-                skipped += 1  # applied by an earlier run: a redelivery, or re-read from the pending offset
-            elif isinstance(e, DdlChange):
-                if protocols[d.topic] == "canal-json" and d.partition != 0:
-                    continue  # TiCDC Canal-JSON sends DDL to partition 0 only
-                ident = (e.commit_ts, e.database, e.table, e.sql)
-                if ident not in seen_ddl:  # broadcast to every partition: apply once
-                    seen_ddl.add(ident)
-                    changes.append(e)
-            else:
-                changes.append(e)
-    for part in manifest.partitions:
-        pending.setdefault((part.topic, part.partition), part.end)
-
+            if protocols[d.topic] == "canal-json" and d.partition != 0:
+                continue  # TiCDC Canal-JSON sends DDL to partition 0 only
+            ident = (e.commit_ts, e.database, e.table, e.sql)
+            if ident not in seen_ddl:  # broadcast to every partition: apply once
+                seen_ddl.add(ident)
+                ddls.append(e)
     if errors and config.on_bad_message == "fail":
         raise BadMessagesError(
             f"{len(errors)} message(s) could not be decoded (first: {errors[0]}); they are quarantined under "
             f"{storage.url}/{layout.pipeline_root(config.name)}/quarantine. Fix the producer or set on_bad_message: "
             "continue, then rerun the interval"
         )
+    # Phase 2 on the executors: each partition's net change for (W_prev, W]. Keys live in one
+    # partition, so only one row per touched key comes back, not every change.
+    ddl_ts = tuple(sorted({e.commit_ts for e in ddls}))
+    folds: list[Folded] = runner.map(fold_task, [FoldTask(t, w_prev, w, ddl_ts) for t in tasks])  # type: ignore[arg-type]
+    changes: list[RowChange | DdlChange] = [*_merge_folds(folds), *ddls]
+    pending = {(f.topic, f.partition): f.pending for f in folds if f.pending is not None}
+    for part in manifest.partitions:
+        pending.setdefault((part.topic, part.partition), part.end)
+    skipped = sum(f.skipped for f in folds)
+    events_applied: dict[str, int] = {}
+    for f in folds:
+        for name, n in f.applied.items():
+            events_applied[name] = events_applied.get(name, 0) + n
 
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, fault)
@@ -289,10 +405,8 @@ def _apply_one(
             restored.append(".".join(cat.upstream_name(table)))
     step("restored")
     plans = build_apply_plans(changes)
-    applied: dict[str, int] = {}
     for i, plan in enumerate(plans):
         committer.commit_plan(plan, run)
-        applied[f"{plan.database}.{plan.table}"] = sum(getattr(s, "events", 0) for s in plan.steps)
         step(f"committed:{i}")
     tables = cat.pipeline_tables(catalog, config)
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
@@ -303,7 +417,7 @@ def _apply_one(
     for topic, known in (previous.schemas.items() if previous else ()):
         for sc in known:
             schemas.setdefault(topic, {})[(sc.database, sc.table, sc.version)] = sc
-    for d in decoded:
+    for d in scanned:
         for sc in d.schemas:
             schemas.setdefault(d.topic, {})[(sc.database, sc.table, sc.version)] = sc
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
@@ -325,14 +439,14 @@ def _apply_one(
         "previous_watermark": w_prev,
         "watermark_time": dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat() if w else None,
         "lag_seconds": round(manifest.interval_end.timestamp() - (w >> 18) / 1000, 3) if w else None,
-        "messages_decoded": sum(d.messages for d in decoded),
-        "events_decoded": sum(len(d.events) for d in decoded),
+        "messages_decoded": sum(d.messages for d in scanned),
+        "events_decoded": sum(d.events for d in scanned),
         "already_applied_skipped": skipped,
         "quarantined": len(quarantined),
         "restored_tables": restored,
         "tables": {
             name: {
-                "events_applied": applied.get(name, 0),
+                "events_applied": events_applied.get(name, 0),
                 "snapshot": t.current_snapshot().snapshot_id if t.current_snapshot() else None,
                 "dropped": DROPPED in t.properties,
             }
@@ -348,7 +462,7 @@ def _apply_one(
     return ApplyResult(w, w_prev, sorted(names), report)
 
 
-def _derive_clock(d: Decoded) -> list[Event]:
+def _derive_clock(events: list[Event]) -> list[Event]:
     """Protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
 
     A change's commitTs becomes its event time as a TSO; in a partition events keep their
@@ -357,12 +471,9 @@ def _derive_clock(d: Decoded) -> list[Event]:
     before its time, which gives the derived watermark.
     """
     out: list[Event] = []
-    for e in d.events:
+    for e in events:
         if isinstance(e, Watermark):
-            if e.clock.value == "epoch_ms":
-                out.append(Watermark(derived_mark(e.ts), e.position))
-            else:
-                out.append(e)
+            out.append(Watermark(derived_mark(e.ts), e.position) if e.clock.value == "epoch_ms" else e)
             continue
         if not isinstance(e, (RowChange, DdlChange)):
             out.append(e)
