@@ -7,7 +7,10 @@ watermark W of the interval's end, whatever happened before (SPEC §5):
    first (a table that is behind is replayed forward).
 2. Each partition is read from its *pending offset* (the first offset holding a change
    not applied yet, kept in the previous interval's checkpoint) to the manifest's end,
-   and decoded on the executors (one task per partition).
+   on the executors, one task per partition, in two phases: the first returns only the
+   partition's watermark, its DDL and undecodable messages; the driver computes W; the
+   second returns the partition's net change for (W_prev, W] (one row per touched key), so
+   the driver never holds every decoded change.
 3. W = min over every partition of the greatest watermark seen; the changes with
    W_prev < commitTs <= W are applied, later ones wait in the archive, earlier ones are
    redeliveries and are skipped.
