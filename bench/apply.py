@@ -80,7 +80,19 @@ def _apply_in_fresh_process(root: str) -> tuple[float, float, int, int]:
     started = time.perf_counter()
     result = apply_interval(config, T0, T0 + HOUR)
     took = time.perf_counter() - started
-    return took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, result.report["events_decoded"], result.watermark
+    return took, _peak_rss_mib(), result.report["events_decoded"], result.watermark
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS. Not ru_maxrss: Linux carries that over fork and exec from the parent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 SCHEMA = TableSchema("bench", "grow", tuple(Column(n, parse_mysql_type(t), n != "id") for n, t in
