@@ -121,3 +121,11 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
     assert oracle.cut([(topic, 0), (topic, 1)]) == w
     _, tables = read_pipeline(config, w)
     assert {k: normalise(v.to_pylist()) for k, v in tables.items()} == {k: oracle_rows(oracle, k) for k in oracle.tables}
+    # Each publish emitted an Asset event carrying its watermark, for downstream DAGs.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                  .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.timestamp).all())
+        assert [e.extra["watermark"] for e in events] == marks
