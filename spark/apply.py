@@ -160,25 +160,30 @@ def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
     decoder = get_decoder(topic_config.protocol, **options)
     derive = not protocol_spec(topic_config.protocol).has_commit_ts
     for path in task.segments:
-        table = pq.read_table(storage.arrow_fs.open_input_file(storage.arrow_path(path)), columns=["offset", "timestamp_ms", "key", "value", "headers"])
-        rows = table.to_pydict()
-        del table
-        for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
-            if not task.start <= offset < task.end:
-                continue
-            msg = RawMessage(key, value, SourcePosition(task.topic, task.partition, offset),
-                             tuple((h["key"], h["value"]) for h in headers or ()), ts)
-            try:
-                events = decoder.decode(msg)
-            except DecodeError as exc:
-                if errors is not None:
-                    errors.append(exc)
-                yield None
-                continue
-            yield _derive_clock(events) if derive else events
+        # Row-group sized batches: a segment may hold hundreds of thousands of messages.
+        segment = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(path)))
+        for batch in segment.iter_batches(batch_size=10_000, columns=["offset", "timestamp_ms", "key", "value", "headers"]):
+            yield from _decode_batch(task, decoder, derive, batch.to_pydict(), errors)
     if errors is not None:
         errors.extend(decoder.finish())
     yield decoder
+
+
+def _decode_batch(task: DecodeTask, decoder: Any, derive: bool, rows: dict[str, list[Any]], errors: list[DecodeError] | None) -> Any:
+    """Events of one batch of segment rows, message by message (None for an undecodable one)."""
+    for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
+        if not task.start <= offset < task.end:
+            continue
+        msg = RawMessage(key, value, SourcePosition(task.topic, task.partition, offset),
+                         tuple((h["key"], h["value"]) for h in headers or ()), ts)
+        try:
+            events = decoder.decode(msg)
+        except DecodeError as exc:
+            if errors is not None:
+                errors.append(exc)
+            yield None
+            continue
+        yield _derive_clock(events) if derive else events
 
 
 def scan_task(task: DecodeTask) -> Scanned:

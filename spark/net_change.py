@@ -27,14 +27,14 @@ class NetChange:
     """``rows[key]`` is the row's final image (and the change that wrote it), or None if deleted."""
 
     key_columns: tuple[str, ...]
-    rows: dict[Key, tuple[dict[str, Any], RowChange] | None] = field(default_factory=dict)
+    rows: dict[Key, tuple[Mapping[str, Any], RowChange] | None] = field(default_factory=dict)
 
     @property
     def touched(self) -> list[Key]:
         return list(self.rows)
 
     @property
-    def upserts(self) -> list[tuple[dict[str, Any], RowChange]]:
+    def upserts(self) -> list[tuple[Mapping[str, Any], RowChange]]:
         return [v for v in self.rows.values() if v is not None]
 
 
@@ -48,5 +48,5 @@ def net_change(changes: Iterable[RowChange], key_columns: tuple[str, ...]) -> Ne
             if c.op is Op.DELETE or c.after is None or row_key(key_columns, c.after) != old:
                 rows[old] = None
         if c.op is not Op.DELETE and c.after is not None:
-            rows[row_key(key_columns, c.after)] = (dict(c.after), c)
+            rows[row_key(key_columns, c.after)] = (c.after, c)  # images are never mutated: no copy
     return net
