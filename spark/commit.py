@@ -39,7 +39,7 @@ DROPPED = "tidelake.dropped"
 RENAME_PENDING = "tidelake.rename-pending"
 RENAMED_FROM = "tidelake.renamed-from"
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
-DELETE_BATCH = 1000
+DELETE_BATCH = 100_000  # keys per delete: each delete re-plans and rewrites the files it touches
 
 
 class UnsupportedSchemaChange(TidelakeError):
