@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 
+import orjson
+
 from cdc_codecs import TidelakeError
+from spark import layout
 from spark.config import PipelineConfig
 from spark.kafka import KafkaHook
-from spark.manifest import Gap, Manifest, PartitionRange
+from spark.manifest import Gap, Manifest, PartitionRange, neighbours
+from spark.storage import AlreadyExists, Storage, open_storage
 
 
 class OffsetsMissingError(TidelakeError):
@@ -78,22 +82,17 @@ def plan_offsets(
 
 
 def plan_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
-    from spark import layout
-
     return f"{layout.pipeline_root(pipeline)}/plans/{layout.instant(start)}_{layout.instant(end)}.json"
 
 
-def snapshot_offsets(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime, storage=None) -> list[PartitionRange]:
+def snapshot_offsets(
+    config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime, storage: Storage | None = None,
+) -> list[PartitionRange]:
     """Step 1 of a run as its own task: fix the interval's offset ranges once (create-only).
 
     A plan that already exists is reused, so a retried or backfilled run lands exactly the
     ranges its first attempt planned even after more messages arrived.
     """
-    import orjson
-
-    from spark.manifest import neighbours
-    from spark.storage import AlreadyExists, open_storage
-
     storage = storage or open_storage(config.storage)
     path = plan_path(config.name, interval_start, interval_end)
     if storage.exists(path):
@@ -110,8 +109,6 @@ def snapshot_offsets(config: PipelineConfig, interval_start: dt.datetime, interv
     return ranges
 
 
-def read_plan(storage, path: str) -> list[PartitionRange]:
-    import orjson
-
+def read_plan(storage: Storage, path: str) -> list[PartitionRange]:
     return [PartitionRange(d["topic"], d["partition"], d["start"], d["end"], Gap(**d["gap"]) if d.get("gap") else None)
             for d in orjson.loads(storage.read(path))]
