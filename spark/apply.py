@@ -25,6 +25,7 @@ Undecodable messages are quarantined with their location and reason; the pipelin
 from __future__ import annotations
 
 import base64
+import bisect
 import datetime as dt
 import time
 from dataclasses import dataclass, field
@@ -218,8 +219,6 @@ class FoldTask:
 
 def fold_task(task: FoldTask) -> Folded:
     """Phase 2: decode again and fold the rows of (W_prev, W] into a net change per key."""
-    import bisect
-
     d = task.decode
     out = Folded(d.topic, d.partition)
     for item in _events(d):

@@ -23,7 +23,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update import SetCurrentSchemaUpdate
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import ColumnType, TidelakeError, TypeKind
+from cdc_codecs import ColumnType, TidelakeError, TypeKind, parse_mysql_type
 from cdc_codecs.types import enum_label, set_members
 from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
@@ -311,8 +311,6 @@ def _fit_value(value: Any, upstream_type: str | None) -> Any:
     """Map ENUM indexes and SET masks (TiCDC without member lists) to labels using the DDL's type."""
     if upstream_type is None or not isinstance(value, str) or not value.isdigit():
         return value
-    from cdc_codecs import parse_mysql_type
-
     ct = parse_mysql_type(upstream_type)
     if ct.kind is TypeKind.ENUM and ct.elements:
         return enum_label(ct, value)

@@ -8,8 +8,11 @@ DAG is parsed rather than at 3 a.m.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from cdc_codecs import PROTOCOLS, ConfigError
@@ -224,10 +227,6 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
 
 def load_pipeline_config(path: str) -> PipelineConfig:
     """Read a pipeline file: TOML (``.toml``), JSON (``.json``) or YAML (``.yaml``/``.yml``)."""
-    import json
-    import tomllib
-    from pathlib import Path
-
     p = Path(path)
     try:
         text = p.read_text()

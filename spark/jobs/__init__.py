@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Callable, Sequence
 
 from cdc_codecs import ConfigError, TidelakeError
@@ -14,8 +15,6 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
-    import sys
-
     from spark.config import load_pipeline_config, parse_instant
     from spark.session import build_session
 
