@@ -10,7 +10,9 @@ and queries every table at the latest consistent watermark.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -88,5 +90,8 @@ def run_demo(workdir: str, events: int) -> int:
         print("\nSELECT id, name, amount, created_at FROM sales.t0 ORDER BY id LIMIT 3")
         for row in sample.to_pylist():
             print("  " + orjson.dumps(row, default=str).decode())
-        print(f"\nnext: tidelake query --config {config_path} \"SELECT count(*) FROM sales.t1\"")
+        command = "tidelake"
+        if not shutil.which("tidelake") and sys.argv[0].endswith("tidelake"):
+            command = os.path.relpath(Path(sys.argv[0]).resolve())  # e.g. .venv/bin/tidelake
+        print(f"\nnext: {command} query --config {config_path} \"SELECT count(*) FROM sales.t1\"")
     return 0
