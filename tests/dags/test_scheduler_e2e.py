@@ -28,7 +28,7 @@ from cdc_codecs.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
 from spark.embedded import free_port
 from spark.query import published_watermarks, read_pipeline
-from tests.spark.test_apply import normalise, oracle_rows
+from tests.spark.archive import normalise, oracle_rows
 
 from .conftest import REPO
 

@@ -87,7 +87,7 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
     from cdc_codecs.workload import Workload, WorkloadSpec
     from spark.config import load_pipeline_config
     from spark.query import published_watermarks, read_pipeline
-    from tests.spark.test_apply import normalise, oracle_rows
+    from tests.spark.archive import normalise, oracle_rows
 
     topic = make_topic(2)
     t0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -21,7 +21,7 @@ from spark.query import read_pipeline
 from spark.storage import open_storage
 
 from .archive import ArchiveWriter
-from .test_apply import HOUR, T0, make_config, normalise
+from .archive import HOUR, T0, make_config, normalise
 
 MYSQL_SIDE = sorted(p for p, s in PROTOCOLS.items() if not s.has_commit_ts)
 

@@ -15,7 +15,7 @@ from spark.cli import intervals, main, query
 from spark.config import load_pipeline_config
 
 from .archive import oracle_from_records
-from .test_apply import normalise, oracle_rows
+from .archive import normalise, oracle_rows
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -8,7 +8,6 @@ every table at every published tag equals the reference model at that watermark.
 from __future__ import annotations
 
 import os
-import random
 import tempfile
 from pathlib import Path
 
@@ -16,15 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_codecs import PROTOCOLS, RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.oracle import Oracle
-from cdc_codecs.workload import Workload, WorkloadSpec
+from cdc_codecs import PROTOCOLS
 from spark.apply import apply_interval
 from spark.query import published_watermarks, read_pipeline
-from spark.storage import open_storage
 
-from .archive import ArchiveWriter
-from .test_apply import HOUR, T0, make_config, normalise, oracle_rows
+from .archive import HOUR, T0, build, normalise
 
 TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
 CRASH_POINTS = ["decoded", "restored", "staged", "committed:0", "tagged", "checkpointed", "published"]
@@ -32,44 +27,6 @@ CRASH_POINTS = ["decoded", "restored", "staged", "committed:0", "tagged", "check
 
 class Crash(Exception):
     pass
-
-
-def build(tmp: Path, protocol: str, seed: int, partitions: int, intervals: int, dup_rate: float, lagging: bool):
-    """Archive + the oracle's tables after each interval."""
-    history = list(Workload(WorkloadSpec(tables=2, events=90, seed=seed, key_space=20, watermark_every=10)).events())
-    records = get_encoder(protocol).encode_all(history, partitions)
-    rng = random.Random(seed)
-    delivered = []
-    for i, r in enumerate(records):
-        # A lagging partition: its watermarks in the first half never arrive.
-        if lagging and r.partition == 0 and i < len(records) // 2 and _is_watermark(protocol, r):
-            continue
-        delivered.append(r)
-        if rng.random() < dup_rate:
-            delivered.append(r)  # at-least-once: sent again
-    config = make_config(tmp, protocol)
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": partitions})
-    cuts = sorted(set(rng.sample(range(1, len(delivered)), k=intervals - 1)) | {len(delivered)})
-    oracle = Oracle()
-    decoders = [get_decoder(protocol) for _ in range(partitions)]
-    offsets = dict.fromkeys(range(partitions), 0)
-    expected = []
-    start = 0
-    for i, end in enumerate(cuts):
-        chunk = delivered[start:end]
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in chunk])
-        for r in chunk:
-            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition("cdc", r.partition, offsets[r.partition]))))
-            offsets[r.partition] += 1
-        w = oracle.cut([("cdc", p) for p in range(partitions)])
-        expected.append((w, {name: oracle_rows(oracle, name) for name in oracle.tables}))
-        start = end
-    return config, expected
-
-
-def _is_watermark(protocol: str, record) -> bool:
-    decoded = get_decoder(protocol).decode(RawMessage(record.key, record.value, SourcePosition("x", 0, 0)))
-    return bool(decoded) and all(type(e).__name__ == "Watermark" for e in decoded)
 
 
 def check_tags(config, expected) -> None:

@@ -76,7 +76,7 @@ def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, m
     from spark.apply import apply_interval
     from spark.query import read_pipeline
 
-    from .test_apply import normalise, oracle_rows
+    from .archive import normalise, oracle_rows
 
     topic = make_topic(3)
     history = list(Workload(WorkloadSpec(tables=2, events=200, seed=1, key_space=40, watermark_every=20)).events())

@@ -16,7 +16,7 @@ from spark.query import read_pipeline, read_table
 from spark.storage import open_storage
 
 from .archive import ArchiveWriter
-from .test_apply import HOUR, T0, make_config
+from .archive import HOUR, T0, make_config
 
 P = SourcePosition("gen", 0, 0)
 
