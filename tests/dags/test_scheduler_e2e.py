@@ -30,7 +30,7 @@ from spark.embedded import free_port
 from spark.query import published_watermarks, read_pipeline
 from tests.spark.archive import normalise, oracle_rows
 
-from .conftest import REPO
+from .conftest import AIRFLOW_ENV
 
 pytestmark = pytest.mark.slow
 UTC = dt.timezone.utc
@@ -59,19 +59,14 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
     pipelines.mkdir()
     env = {
         **os.environ,
+        **AIRFLOW_ENV,
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
         "TIDELAKE_PIPELINES": str(pipelines),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    env.pop("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", None)
     api_port = free_port()
     env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
 
