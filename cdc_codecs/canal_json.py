@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from functools import lru_cache
 from typing import Any, ClassVar, Iterable, Mapping
 
 import orjson
@@ -58,11 +57,6 @@ from cdc_codecs.types import (
 
 WATERMARK_TYPE = "TIDB_WATERMARK"
 _DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
-
-
-@lru_cache(maxsize=4096)
-def _column_type(text: str) -> ColumnType:
-    return parse_mysql_type(text)
 
 
 class CanalJsonDecoder(Decoder):
@@ -210,7 +204,7 @@ class CanalJsonDecoder(Decoder):
             for name, text in mysql_type.items():
                 if type(text) is not str:
                     raise FieldError(f"mysqlType.{name}", f"expected a string, found {text!r}")
-                types[name] = f.convert(name, _column_type, text, path="mysqlType.")
+                types[name] = f.convert(name, parse_mysql_type, text, path="mysqlType.")
             cached = types, {n: text_converter(t, self._tz) for n, t in types.items()}
             if len(self._converters) < 1024:
                 self._converters[cache_key] = cached
@@ -289,7 +283,7 @@ def _table_changes_schema(changes: Any, database: str, table: str) -> TableSchem
         col = f.as_object(col, path.rstrip("."))
         name = f.require(col, "name", str, path)
         text = f.optional(col, "typeExpression", str, path) or f.require(col, "typeName", str, path)
-        columns.append(Column(name, f.convert(name, _column_type, text, path=path), bool(col.get("optional", True))))
+        columns.append(Column(name, f.convert(name, parse_mysql_type, text, path=path), bool(col.get("optional", True))))
     keys = f.string_list(tbl, "primaryKeyColumnNames", "tableChanges.table.")
     return TableSchema(database, table, tuple(columns), keys)
 

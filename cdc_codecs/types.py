@@ -41,6 +41,7 @@ import enum
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any, Callable
 
 UTC = dt.timezone.utc
@@ -233,6 +234,7 @@ def column_type(
     return ColumnType(kind, base, unsigned=unsigned, length=length)
 
 
+@lru_cache(maxsize=4096)  # decoders and the commit step parse the same few types per row; ColumnType is immutable
 def parse_mysql_type(text: str) -> ColumnType:
     """Parse a MySQL column type as Canal, CloudCanal and Simple write it.
 
