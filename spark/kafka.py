@@ -106,9 +106,10 @@ class KafkaHook:
             while True:
                 # Ask for no more than the range holds, so consume() returns as soon as it has them.
                 batch = self._consumer.consume(max(1, min(BATCH, end - next_offset)), timeout=1.0)
-                out = [m for m in batch if m.error() is None]
                 done = False
-                if len(out) != len(batch):
+                out = batch
+                if any(map(Message.error, batch)):  # rare: end-of-partition events, broker errors
+                    out = [m for m in batch if m.error() is None]
                     for m in batch:
                         err = m.error()
                         if err is None:
