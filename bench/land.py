@@ -85,7 +85,7 @@ def bare_consume(bootstrap: str, topic: str, partitions: Sequence[int], messages
     seen = 0
     with no_cyclic_gc():
         while seen < messages:
-            for m in c.consume(10_000, timeout=5):
+            for m in c.consume(min(10_000, messages - seen), timeout=5):  # never wait for more than remain
                 if m.error() is None:
                     seen += 1
     c.close()

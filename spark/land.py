@@ -171,7 +171,10 @@ def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
     writer = None
     out = None
     try:
-        with no_cyclic_gc(), KafkaHook(task.config.bootstrap_servers, task.config.kafka_options) as kafka:
+        # Prefetch no further than the chunk: librdkafka otherwise queues up to 100k messages
+        # past its end, which the next chunk's task fetches again.
+        options = {"queued.min.messages": str(min(max(task.end - task.start, 1), 100_000)), **task.config.kafka_options}
+        with no_cyclic_gc(), KafkaHook(task.config.bootstrap_servers, options) as kafka:
             for batch in kafka.read_range(task.topic, task.partition, task.start, task.end):
                 # One C-level map per column: the per-message cost is what landing costs.
                 n = len(batch)

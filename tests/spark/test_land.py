@@ -298,7 +298,7 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
     from bench import codecs, land
 
     assert codecs.main(["--events", "300", "--protocols", "canal-json,simple"]) == 0
-    assert land.main(["--messages", "400", "--partitions", "2", "--rounds", "2", "--runners", "local,processes"]) == 0
+    assert land.main(["--messages", "400", "--partitions", "2", "--rounds", "1", "--runners", "local"]) == 0
     out = capsys.readouterr().out
     assert "canal-json" in out and "simple (avro)" in out and "lowest ratio" in out
-    assert land.BARE_ALL in out and land.BARE_EACH in out and "in-process runner" in out and "2 worker processes" in out
+    assert land.BARE_ALL in out and land.BARE_EACH in out and "in-process runner" in out

@@ -100,10 +100,10 @@ def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, m
     assert {k: normalise(v.to_pylist()) for k, v in tables.items()} == {k: oracle_rows(oracle, k) for k in oracle.tables}
 
 
-def test_land_benchmark_runs_the_spark_runner() -> None:
+def test_land_benchmark_runs_the_parallel_runners() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "land", "--messages", "200", "--partitions", "2", "--rounds", "1", "--runners", "spark"],
+        [sys.executable, "-m", "bench", "land", "--messages", "200", "--partitions", "2", "--rounds", "2", "--runners", "processes,spark"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "land_interval, Spark local[2]" in out.stdout and "200" in out.stdout
+    assert "land_interval, Spark local[2]" in out.stdout and "2 worker processes" in out.stdout
