@@ -121,6 +121,7 @@ def no_cyclic_gc() -> Iterator[None]:
     Every consumed message allocates tuples, which trigger generation-0 collections
     that find nothing (the loop makes no reference cycles; refcounting frees it all).
     Measured: ~0.1 s of CPU per 200k messages, a sixth of landing's own work.
+    The switch is per process: tasks run one per process (Spark workers, LocalRunner).
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -302,3 +302,21 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
     out = capsys.readouterr().out
     assert "canal-json" in out and "simple (avro)" in out and "lowest ratio" in out
     assert land.BARE_ALL in out and land.BARE_EACH in out and "in-process runner" in out
+
+
+def test_the_copy_loop_pauses_the_cyclic_gc_and_restores_its_state() -> None:
+    import gc
+
+    from spark.land import no_cyclic_gc
+
+    assert gc.isenabled()
+    with no_cyclic_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with no_cyclic_gc():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
