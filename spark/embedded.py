@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -51,13 +52,31 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeo
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s: {log.read_text()[-2000:]}")
 
 
+def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a service in its own process group, so ``stop`` reaches all of it.
+
+    ``noida-db`` on PATH is a Python launcher that runs the broker binary as its child:
+    stopping only the launcher would leave the broker running, orphaned.
+    """
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+    """Stop the service's whole process group: TERM, then KILL if it is still there after 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the launcher, or the group never empties
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -74,11 +93,7 @@ def kafka_service(workdir: Path) -> Iterator[KafkaService]:
     data = workdir / "noida"
     data.mkdir(parents=True)
     log = workdir / "noida.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [exe, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
+    proc = start([exe, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(port)], log)
     try:
         wait_for_port(port, proc, "noida-db kafka", log)
         yield KafkaService(f"127.0.0.1:{port}")
@@ -111,14 +126,13 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     log = workdir / "seaweed.log"
     key, secret = "tidelake-test", "tidelake-test-secret"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
-             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
-             "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
-             "-s3.allowDeleteBucketNotEmpty=false"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )
+    proc = start(
+        [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
+         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
+         "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+         "-s3.allowDeleteBucketNotEmpty=false"],
+        log, env,
+    )
     try:
         wait_for_port(s3, proc, "SeaweedFS S3", log, timeout=60)
         service = S3Service(f"http://127.0.0.1:{s3}", key, secret)

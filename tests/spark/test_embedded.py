@@ -1,0 +1,27 @@
+"""The embedded services stop completely: no broker or object store outlives its `with` block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from spark.embedded import kafka_service, s3_service
+
+
+def processes_using(folder: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(folder) in part for part in p.info["cmdline"] or ()):
+            found.append(p)
+    return found
+
+
+@pytest.mark.parametrize("service", [kafka_service, s3_service], ids=["noida-db", "seaweedfs"])
+def test_a_stopped_service_leaves_no_process_behind(service, tmp_path: Path) -> None:
+    with service(tmp_path):
+        running = processes_using(tmp_path)
+        assert running, "the service's processes name its data folder"
+    leftovers = [p for p in processes_using(tmp_path) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not leftovers, [p.info["cmdline"] for p in leftovers]
