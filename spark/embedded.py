@@ -52,8 +52,8 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeo
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s: {log.read_text()[-2000:]}")
 
 
-def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a service in its own process group, so ``stop`` reaches all of it.
+def start_process_group(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a service in its own process group, so ``stop_process_group`` reaches all of it.
 
     ``noida-db`` on PATH is a Python launcher that runs the broker binary as its child:
     stopping only the launcher would leave the broker running, orphaned.
@@ -62,7 +62,7 @@ def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subpr
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop_process_group(proc: subprocess.Popen) -> None:
     """Stop the service's whole process group: TERM, then KILL if it is still there after 10 s."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -93,12 +93,12 @@ def kafka_service(workdir: Path) -> Iterator[KafkaService]:
     data = workdir / "noida"
     data.mkdir(parents=True)
     log = workdir / "noida.log"
-    proc = start([exe, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(port)], log)
+    proc = start_process_group([exe, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(port)], log)
     try:
         wait_for_port(port, proc, "noida-db kafka", log)
         yield KafkaService(f"127.0.0.1:{port}")
     finally:
-        stop(proc)
+        stop_process_group(proc)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     log = workdir / "seaweed.log"
     key, secret = "tidelake-test", "tidelake-test-secret"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
-    proc = start(
+    proc = start_process_group(
         [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
          f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
          "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
@@ -147,4 +147,4 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
                 time.sleep(0.2)
         yield service
     finally:
-        stop(proc)
+        stop_process_group(proc)

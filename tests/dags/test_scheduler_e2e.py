@@ -12,7 +12,6 @@ from tests.spark.archive import oracle_from_records
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from confluent_kafka import Producer
 from cdc_codecs import get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
-from spark.embedded import free_port
+from spark.embedded import free_port, start_process_group, stop_process_group
 from spark.query import published_watermarks, read_pipeline
 from tests.spark.archive import normalise, oracle_rows
 
@@ -84,13 +83,11 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         'start_date = "2024-01-01T00:00:00Z"\nend_date = "2024-01-01T03:00:00Z"\ncatchup = true\nretries = 1\n'
     )
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
-    logs = []
     procs = []
     try:
         for component in (["api-server", "--port", str(api_port)], ["scheduler"], ["dag-processor"]):
-            log = open(tmp_path / f"{component[0]}.log", "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen([AIRFLOW, *component], env=env, stdout=log, stderr=subprocess.STDOUT))
+            # Each in its own process group: the scheduler's serve-logs child must stop with it.
+            procs.append(start_process_group([AIRFLOW, *component], tmp_path / f"{component[0]}.log", env))
 
         def cli(*args: str) -> subprocess.CompletedProcess:
             return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
@@ -149,13 +146,6 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert after == before
     finally:
         for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for log in logs:
-            log.close()
+            stop_process_group(p)
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         admin.close()
