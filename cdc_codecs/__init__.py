@@ -6,7 +6,7 @@
     for event in decoder.decode(RawMessage(key, value, SourcePosition(topic, partition, offset))):
         ...
 
-Pure Python (orjson, fastavro): no Spark, no Airflow, no I/O of its own.
+Pure Python (orjson, msgspec, fastavro): no Spark, no Airflow, no I/O of its own.
 """
 
 from cdc_codecs._base import ClaimCheckReader, Decoder, Encoder

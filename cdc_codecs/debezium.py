@@ -20,7 +20,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from decimal import Decimal
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
+
+import msgspec
+import orjson
 
 from cdc_codecs import _fields as f
 from cdc_codecs._base import SCHEMAS_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_bool
@@ -43,6 +46,7 @@ from cdc_codecs.types import (
     TypeKind,
     check_int,
     column_type,
+    int_range,
     parse_mysql_type,
     to_decimal,
 )
@@ -93,6 +97,9 @@ class DebeziumDecoder(Decoder):
         super().__init__(**options)
         # Exact MySQL column types per table, learnt from tableChanges of DDL events.
         self._tables: dict[tuple[str, str], TableSchema] = {(s.database, s.table): s for s in self.options["schemas"]}
+        # Compiled row converters by (schema bytes, database, table); a DDL's tableChanges
+        # changes the known types, so it empties the cache.
+        self._codecs: dict[tuple[bytes | None, str, str], _RowCodec] = {}
 
     def known_schemas(self) -> list[TableSchema]:
         return list(self._tables.values())
@@ -100,12 +107,7 @@ class DebeziumDecoder(Decoder):
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         if msg.value is None:
             return []  # tombstone after a delete: compaction marker, no change
-        doc = f.as_object(loads(msg.value), "value")
-        if "payload" in doc:
-            payload = f.as_object(doc["payload"], "payload")
-            schema = doc.get("schema")
-        else:
-            payload, schema = doc, None
+        payload, schema = _envelope(msg.value)
         pos = msg.position
         source = f.optional(payload, "source", dict, "payload.", {})
         commit_ts = f.optional(source, "commit_ts", int, "payload.source.")
@@ -127,10 +129,9 @@ class DebeziumDecoder(Decoder):
         database = f.require(source, "db", str, "payload.source.")
         table = f.require(source, "table", str, "payload.source.")
         known = self._tables.get((database, table))
-        field_schemas = _row_field_schemas(schema)
-        tz = self.options["timezone"]
-        before = self._row(payload, "before", field_schemas, known, tz)
-        after = self._row(payload, "after", field_schemas, known, tz)
+        codec = self._codec(schema, database, table, known)
+        before = self._row(payload, "before", codec)
+        after = self._row(payload, "after", codec)
         if op is Op.DELETE:
             if before is None:
                 raise FieldError("payload.before", "missing when 'op' is 'd'")
@@ -140,23 +141,41 @@ class DebeziumDecoder(Decoder):
                 raise FieldError("payload.after", f"missing when 'op' is '{op_code}'")
             if op is Op.INSERT:
                 before = None
-        keys = self._keys(msg.key, known, after or before or {})
-        types = _types_of(after or before or {}, field_schemas, known)
+        image = after or before or {}
+        keys = self._keys(msg.key, known, image)
+        types = codec.types if list(image) == codec.order else codec.types_of(image)
         return [
             RowChange(op, database, table, before, after, keys, types, commit_ts, pos, event_time, binlog)
         ]
 
-    def _row(
-        self, payload: Mapping[str, Any], part: str, field_schemas: Mapping[str, Mapping[str, Any]],
-        known: TableSchema | None, tz: dt.tzinfo,
-    ) -> dict[str, Any] | None:
-        row = f.optional(payload, part, dict, "payload.")
+    def _codec(self, schema: bytes | None, database: str, table: str, known: TableSchema | None) -> _RowCodec:
+        key = (schema, database, table)
+        codec = self._codecs.get(key)
+        if codec is None:
+            parsed = orjson.loads(schema) if schema is not None else None
+            codec = _RowCodec.compile(_row_field_schemas(parsed), known, self.options["timezone"])
+            if len(self._codecs) >= 1024:
+                self._codecs.clear()
+            self._codecs[key] = codec
+        return codec
+
+    @staticmethod
+    def _row(payload: Mapping[str, Any], part: str, codec: _RowCodec) -> dict[str, Any] | None:
+        row = payload.get(part)
         if row is None:
             return None
+        if type(row) is not dict:
+            f.optional(payload, part, dict, "payload.")  # raises the typed error
+        converters = codec.converters
+        try:
+            return {name: converters[name](value) for name, value in row.items()}
+        except (KeyError, ColumnValueError):
+            pass
+        # A column the schema does not describe keeps its JSON value; a bad value is named.
         out: dict[str, Any] = {}
         for name, value in row.items():
             try:
-                out[name] = convert_value(value, field_schemas.get(name), _known_type(known, name), tz)
+                out[name] = converters[name](value) if name in converters else value
             except ColumnValueError as exc:
                 raise FieldError(f"payload.{part}.{name}", str(exc)) from None
         return out
@@ -164,11 +183,19 @@ class DebeziumDecoder(Decoder):
     def _keys(self, key: bytes | None, known: TableSchema | None, image: Mapping[str, Any]) -> tuple[str, ...]:
         """Key columns: the Kafka key's fields, else the primary key of the table's last tableChanges."""
         if key:
-            kdoc = loads(key, "key")
-            if isinstance(kdoc, dict):
-                payload = kdoc.get("payload", kdoc) if "schema" in kdoc or "payload" in kdoc else kdoc
-                if isinstance(payload, dict):
-                    return tuple(payload)
+            try:
+                top = _SPLIT.decode(key)
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                top = None
+                loads(key, "key")  # not JSON: raises the typed error; other JSON names no key fields
+            if top is not None:
+                payload = top.get("payload")
+                if payload is None and "schema" not in top:
+                    return tuple(top)
+                if payload is not None:
+                    fields = orjson.loads(memoryview(payload))
+                    if type(fields) is dict:
+                        return tuple(fields)
         if known and all(k in image for k in known.key_columns):
             return known.key_columns
         return ()
@@ -193,9 +220,64 @@ class DebeziumDecoder(Decoder):
             if tbl is not None:
                 schema_after = _table_schema(tbl, database, table, path + "table.")
                 self._tables[(database, table)] = schema_after
+                self._codecs.clear()
             elif ddl_type == "DROP":
                 self._tables.pop((database, table), None)
+                self._codecs.clear()
         return DdlChange(database, table, sql, commit_ts, pos, ddl_type, None, schema_after, event_time, binlog)
+
+
+_SPLIT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _envelope(value: bytes) -> tuple[dict[str, Any], bytes | None]:
+    """The payload of a Connect JSON envelope, parsed, and its schema as bytes.
+
+    The schema is most of a message and the same for every row of a table: it is split
+    off unparsed (msgspec finds where it ends without building it) and serves as the
+    cache key of the compiled row converters. Without an envelope the document is the
+    payload itself.
+    """
+    try:
+        top = _SPLIT.decode(value)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec checks UTF-8 in keys itself
+        f.as_object(loads(value), "value")  # raises the typed error for what is wrong
+        raise  # pragma: no cover - msgspec and orjson disagree on validity
+    payload = top.get("payload")
+    if payload is None:
+        return {k: orjson.loads(memoryview(v)) for k, v in top.items()}, None
+    parsed = orjson.loads(memoryview(payload))
+    if type(parsed) is not dict:
+        f.as_object(parsed, "payload")
+    schema = top.get("schema")
+    return parsed, bytes(schema) if schema is not None else None
+
+
+class _RowCodec(NamedTuple):
+    """What one row schema compiles to: a converter and a declared type per column."""
+
+    converters: dict[str, Callable[[Any], Any]]
+    types: dict[str, ColumnType]  # in schema order; reused when a row has exactly these columns
+    order: list[str]
+
+    @staticmethod
+    def compile(field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None, tz: dt.tzinfo) -> _RowCodec:
+        names = list(field_schemas) + [c.name for c in known.columns if c.name not in field_schemas] if known else list(field_schemas)
+        converters = {}
+        types = {}
+        for name in names:
+            fs = field_schemas.get(name)
+            ct = _known_type(known, name)
+            converters[name] = column_converter(fs, ct, tz)
+            declared = ct or schema_type(fs)
+            if declared is not None:
+                types[name] = declared
+        return _RowCodec(converters, types, list(types) if len(types) == len(names) else [])
+
+    def types_of(self, image: Mapping[str, Any]) -> dict[str, ColumnType]:
+        """Declared types, inferred from the JSON value where neither schema nor DDL gives one."""
+        types = self.types
+        return {name: types.get(name) or _infer(value) for name, value in image.items()}
 
 
 def _row_field_schemas(schema: Any) -> dict[str, Mapping[str, Any]]:
@@ -282,61 +364,119 @@ def _infer(value: Any) -> ColumnType:
     return _PRIMITIVE["string"]
 
 
-def _types_of(row: Mapping[str, Any], field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None) -> dict[str, ColumnType]:
-    types = {}
-    for name, value in row.items():
-        types[name] = _known_type(known, name) or schema_type(field_schemas.get(name)) or _infer(value)
-    return types
-
-
 def convert_value(value: Any, field_schema: Mapping[str, Any] | None, known: ColumnType | None, tz: dt.tzinfo = UTC) -> Any:
     """A typed value from a Debezium JSON value, its Connect schema and the MySQL type if known."""
-    if value is None:
-        return None
+    return column_converter(field_schema, known, tz)(value)
+
+
+def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType | None, tz: dt.tzinfo = UTC) -> Callable[[Any], Any]:
+    """``convert_value`` for one column, with every schema lookup done once.
+
+    Two steps, each chosen here: undo the Connect representation (``_CONNECT``, by logical
+    type) and fit the result to the column type. A value already in its final Python type
+    returns at the first check; anything else goes through ``_fit``, which converts or
+    raises the precise ColumnValueError.
+    """
     logical = field_schema.get("name") if field_schema else None
     connect = field_schema.get("type") if field_schema else None
     params = (field_schema or {}).get("parameters") or {}
     target = known or schema_type(field_schema)
-    try:
-        value = _connect_value(value, logical, connect, params)
-    except (OverflowError, ValueError) as exc:  # dates and times out of Python's range, bad scales
-        if isinstance(exc, ColumnValueError):
-            raise
-        raise ColumnValueError(f"{logical or connect} value {value!r} is out of range: {exc}") from None
-    # Then fit it to the column type.
-    return _fit(value, target) if target is not None else value
+    decode = _CONNECT.get(logical) if isinstance(logical, str) else None
+    if decode is None and connect == "bytes":
+        decode = _connect_bytes
+    fit = _fitter(target) if target is not None else None
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        if decode is not None:
+            try:
+                value = decode(value, params)
+            except (OverflowError, ValueError) as exc:  # dates and times out of Python's range, bad scales
+                if isinstance(exc, ColumnValueError):
+                    raise
+                raise ColumnValueError(f"{logical or connect} value {value!r} is out of range: {exc}") from None
+        return fit(value) if fit is not None else value
+
+    return convert
 
 
-def _connect_value(value: Any, logical: Any, connect: Any, params: Any) -> Any:
-    """Undo the Connect representation of a value (days, micros, base64, unscaled bytes)."""
-    if logical == "io.debezium.time.Date":
-        value = EPOCH + dt.timedelta(days=_int(value))
-    elif logical == "io.debezium.time.Timestamp":
-        value = EPOCH_DT + dt.timedelta(milliseconds=_int(value))
-    elif logical == "io.debezium.time.MicroTimestamp":
-        value = EPOCH_DT + dt.timedelta(microseconds=_int(value))
-    elif logical == "io.debezium.time.NanoTimestamp":
-        value = EPOCH_DT + dt.timedelta(microseconds=_int(value) // 1000)
-    elif logical == "io.debezium.time.ZonedTimestamp":
-        value = _zoned(value)
-    elif logical == "io.debezium.time.Time":
-        value = dt.timedelta(milliseconds=_int(value))
-    elif logical == "io.debezium.time.MicroTime":
-        value = dt.timedelta(microseconds=_int(value))
-    elif logical == "io.debezium.time.NanoTime":
-        value = dt.timedelta(microseconds=_int(value) // 1000)
-    elif logical == "io.debezium.data.Bits":
-        value = int.from_bytes(_b64(value), "little")  # Debezium writes BIT little-endian
-    elif logical == "org.apache.kafka.connect.data.Decimal":
-        scale = int(params.get("scale", 0)) if isinstance(params, dict) else 0
-        value = _connect_decimal(value, scale)
-    elif logical == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
-        value = _connect_decimal(value.get("value"), _int(value.get("scale")))
-    elif logical in ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point") and isinstance(value, dict):
-        value = _b64(value.get("wkb"))
-    elif connect == "bytes":
-        value = _b64(value)
-    return value
+def _fitter(ct: ColumnType) -> Callable[[Any], Any]:
+    """``_fit`` for one column type, returning at once when the value already fits."""
+    k = ct.kind
+    exact: type | None = None
+    if k is TypeKind.INT or k is TypeKind.LONG:
+        lo, hi = int_range(ct)
+
+        def fit_int(value: Any) -> Any:
+            return value if type(value) is int and lo <= value <= hi else _fit(value, ct)
+
+        return fit_int
+    if k is TypeKind.STRING or k is TypeKind.JSON:
+        exact = str
+    elif k is TypeKind.DOUBLE:
+        exact = float
+    elif k is TypeKind.DECIMAL:
+        exact = Decimal
+    elif k is TypeKind.BINARY:
+        exact = bytes
+    elif k is TypeKind.DATE:
+        exact = dt.date
+    elif k is TypeKind.TIME:
+        exact = dt.timedelta
+    elif k is TypeKind.TIMESTAMP:
+
+        def fit_datetime(value: Any) -> Any:
+            return value if type(value) is dt.datetime and value.tzinfo is None else _fit(value, ct)
+
+        return fit_datetime
+    elif k is TypeKind.TIMESTAMPTZ:
+
+        def fit_timestamp(value: Any) -> Any:
+            return value if type(value) is dt.datetime and value.tzinfo is not None else _fit(value, ct)
+
+        return fit_timestamp
+    if exact is None:
+        return lambda value: _fit(value, ct)
+
+    def fit_exact(value: Any) -> Any:
+        return value if type(value) is exact else _fit(value, ct)
+
+    return fit_exact
+
+
+def _connect_decimal_value(value: Any, params: Any) -> Decimal:
+    return _connect_decimal(value, int(params.get("scale", 0)) if isinstance(params, dict) else 0)
+
+
+def _connect_variable_decimal(value: Any, params: Any) -> Any:
+    return _connect_decimal(value.get("value"), _int(value.get("scale"))) if isinstance(value, dict) else value
+
+
+def _connect_wkb(value: Any, params: Any) -> Any:
+    return _b64(value.get("wkb")) if isinstance(value, dict) else value
+
+
+def _connect_bytes(value: Any, params: Any) -> bytes:
+    return _b64(value)
+
+
+# Connect logical type -> how its JSON value becomes a Python value.
+_CONNECT: dict[str, Callable[[Any, Any], Any]] = {
+    "io.debezium.time.Date": lambda v, p: EPOCH + dt.timedelta(days=_int(v)),
+    "io.debezium.time.Timestamp": lambda v, p: EPOCH_DT + dt.timedelta(milliseconds=_int(v)),
+    "io.debezium.time.MicroTimestamp": lambda v, p: EPOCH_DT + dt.timedelta(microseconds=_int(v)),
+    "io.debezium.time.NanoTimestamp": lambda v, p: EPOCH_DT + dt.timedelta(microseconds=_int(v) // 1000),
+    "io.debezium.time.ZonedTimestamp": lambda v, p: _zoned(v),
+    "io.debezium.time.Time": lambda v, p: dt.timedelta(milliseconds=_int(v)),
+    "io.debezium.time.MicroTime": lambda v, p: dt.timedelta(microseconds=_int(v)),
+    "io.debezium.time.NanoTime": lambda v, p: dt.timedelta(microseconds=_int(v) // 1000),
+    "io.debezium.data.Bits": lambda v, p: int.from_bytes(_b64(v), "little"),  # Debezium writes BIT little-endian
+    "org.apache.kafka.connect.data.Decimal": _connect_decimal_value,
+    "io.debezium.data.VariableScaleDecimal": _connect_variable_decimal,
+    "io.debezium.data.geometry.Geometry": _connect_wkb,
+    "io.debezium.data.geometry.Point": _connect_wkb,
+}
 
 
 def _fit(value: Any, ct: ColumnType) -> Any:
