@@ -25,10 +25,12 @@ import json
 import re
 import zoneinfo
 from decimal import Decimal
+from functools import lru_cache
 from importlib import resources
 from typing import Any, ClassVar, Iterable, Mapping
 
 import fastavro
+import orjson
 
 from cdc_codecs import _fields as f
 from cdc_codecs._base import TIMEZONE_OPTION, Decoder, Encoder, Option
@@ -79,6 +81,7 @@ def _zigzag_long(data: bytes) -> int | None:
     return None
 
 
+@lru_cache(maxsize=4096)  # ColumnType is immutable; a stream repeats a handful of (code, charset)
 def column_type_of(code: int, charset: str | None = None) -> ColumnType:
     names = TYPE_CODES.get(code)
     if code == 255:
@@ -162,7 +165,8 @@ class DtsAvroDecoder(Decoder):
         elif row_op is Op.DELETE:
             after = None
         for n, c in zip(names, codes):
-            types.setdefault(n, f.convert(n, column_type_of, c))
+            if n not in types:  # a column with no value in either image
+                types[n] = f.convert(n, column_type_of, c)
         keys = _primary_key(record.get("tags") or {})
         return [RowChange(row_op, database, table, before, after, keys, types, None, pos, event_time, binlog)]
 
@@ -197,11 +201,14 @@ def _binlog(source_position: str, record_id: int) -> BinlogPosition:
 
 def _primary_key(tags: Mapping[str, str]) -> tuple[str, ...]:
     info = tags.get("pk_uk_info")
-    if not info:
-        return ()
+    return _primary_key_of(info) if info else ()
+
+
+@lru_cache(maxsize=1024)  # the same text on every row of a table
+def _primary_key_of(info: str) -> tuple[str, ...]:
     try:
-        parsed = json.loads(info)
-    except ValueError:
+        parsed = orjson.loads(info)
+    except orjson.JSONDecodeError:
         return ()
     if isinstance(parsed, dict):
         pk = parsed.get("PRIMARY")
@@ -263,8 +270,11 @@ def _value(code: int, item: Any, tz: dt.tzinfo) -> tuple[ColumnType, Any]:
     raise ColumnValueError(f"unsupported DTS value type {kind}")
 
 
+_INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64, "year": 16, "bit": 64}
+
+
 def _check_unsigned_or_signed(ct: ColumnType, value: int) -> int:
-    bits = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64, "year": 16, "bit": 64}.get(ct.mysql_type, 64)
+    bits = _INT_BITS.get(ct.mysql_type, 64)
     if not -(1 << (bits - 1)) <= value < (1 << bits):
         raise ColumnValueError(f"{value} is outside {ct.mysql_type} (signed or unsigned)")
     return value
