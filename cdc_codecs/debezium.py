@@ -153,7 +153,7 @@ class DebeziumDecoder(Decoder):
         codec = self._codecs.get(key)
         if codec is None:
             parsed = orjson.loads(schema) if schema is not None else None
-            codec = _RowCodec.compile(_row_field_schemas(parsed), known, self.options["timezone"])
+            codec = _RowCodec.compile(_row_field_schemas(parsed), known)
             if len(self._codecs) >= 1024:
                 self._codecs.clear()
             self._codecs[key] = codec
@@ -182,20 +182,15 @@ class DebeziumDecoder(Decoder):
 
     def _keys(self, key: bytes | None, known: TableSchema | None, image: Mapping[str, Any]) -> tuple[str, ...]:
         """Key columns: the Kafka key's fields, else the primary key of the table's last tableChanges."""
-        if key:
-            try:
-                top = _SPLIT.decode(key)
-            except (msgspec.DecodeError, UnicodeDecodeError):
-                top = None
-                loads(key, "key")  # not JSON: raises the typed error; other JSON names no key fields
-            if top is not None:
-                payload = top.get("payload")
-                if payload is None and "schema" not in top:
-                    return tuple(top)
-                if payload is not None:
-                    fields = orjson.loads(memoryview(payload))
-                    if type(fields) is dict:
-                        return tuple(fields)
+        top = _members(key, "key") if key else None
+        if top is not None:
+            payload = top.get("payload")
+            if payload is None and "schema" not in top:
+                return tuple(top)
+            if payload is not None:
+                fields = orjson.loads(memoryview(payload))
+                if type(fields) is dict:
+                    return tuple(fields)
         if known and all(k in image for k in known.key_columns):
             return known.key_columns
         return ()
@@ -230,22 +225,34 @@ class DebeziumDecoder(Decoder):
 _SPLIT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
-def _envelope(value: bytes) -> tuple[dict[str, Any], bytes | None]:
-    """The payload of a Connect JSON envelope, parsed, and its schema as bytes.
+def _members(data: bytes, what: str) -> dict[str, Any] | None:
+    """The members of a top-level JSON object, each left as its raw JSON text (msgspec.Raw or
+    bytes, read through ``memoryview``); None if the JSON is not an object.
 
-    The schema is most of a message and the same for every row of a table: it is split
-    off unparsed (msgspec finds where it ends without building it) and serves as the
-    cache key of the compiled row converters. Without an envelope the document is the
-    payload itself.
+    msgspec finds where each member ends without building it, so a Connect schema (most of
+    a message, the same for every row of a table) costs a scan, not a parse.
     """
     try:
-        top = _SPLIT.decode(value)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec checks UTF-8 in keys itself
-        f.as_object(loads(value), "value")  # raises the typed error for what is wrong
-        raise  # pragma: no cover - msgspec and orjson disagree on validity
+        return _SPLIT.decode(data)
+    except msgspec.ValidationError:
+        pass  # valid JSON, not an object
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec checks UTF-8 in names itself
+        loads(data, what)  # raises the typed error that names what is wrong
+    doc = loads(data, what)
+    return {name: orjson.dumps(value) for name, value in doc.items()} if type(doc) is dict else None
+
+
+def _envelope(value: bytes) -> tuple[dict[str, Any], bytes | None]:
+    """The payload of a Connect JSON envelope, parsed, and its schema's text (the converter cache key).
+
+    Without an envelope (schemas disabled, payload unwrapped) the document is the payload.
+    """
+    top = _members(value, "value")
+    if top is None:
+        raise FieldError("value", "expected a JSON object")
     payload = top.get("payload")
     if payload is None:
-        return {k: orjson.loads(memoryview(v)) for k, v in top.items()}, None
+        return {name: orjson.loads(memoryview(raw)) for name, raw in top.items()}, None
     parsed = orjson.loads(memoryview(payload))
     if type(parsed) is not dict:
         f.as_object(parsed, "payload")
@@ -261,14 +268,16 @@ class _RowCodec(NamedTuple):
     order: list[str]
 
     @staticmethod
-    def compile(field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None, tz: dt.tzinfo) -> _RowCodec:
-        names = list(field_schemas) + [c.name for c in known.columns if c.name not in field_schemas] if known else list(field_schemas)
+    def compile(field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None) -> _RowCodec:
+        names = list(field_schemas)
+        if known is not None:
+            names += [c.name for c in known.columns if c.name not in field_schemas]
         converters = {}
         types = {}
         for name in names:
             fs = field_schemas.get(name)
             ct = _known_type(known, name)
-            converters[name] = column_converter(fs, ct, tz)
+            converters[name] = column_converter(fs, ct)
             declared = ct or schema_type(fs)
             if declared is not None:
                 types[name] = declared
@@ -364,16 +373,12 @@ def _infer(value: Any) -> ColumnType:
     return _PRIMITIVE["string"]
 
 
-def convert_value(value: Any, field_schema: Mapping[str, Any] | None, known: ColumnType | None, tz: dt.tzinfo = UTC) -> Any:
-    """A typed value from a Debezium JSON value, its Connect schema and the MySQL type if known."""
-    return column_converter(field_schema, known, tz)(value)
+def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType | None) -> Callable[[Any], Any]:
+    """A converter from one column's Debezium JSON values to typed values.
 
-
-def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType | None, tz: dt.tzinfo = UTC) -> Callable[[Any], Any]:
-    """``convert_value`` for one column, with every schema lookup done once.
-
-    Two steps, each chosen here: undo the Connect representation (``_CONNECT``, by logical
-    type) and fit the result to the column type. A value already in its final Python type
+    Its type comes from the MySQL type if known, else the Connect schema. Both steps are
+    chosen here, once per column: undo the Connect representation (``_CONNECT``, by logical
+    type), then fit the result to the column type. A value already in its final Python type
     returns at the first check; anything else goes through ``_fit``, which converts or
     raises the precise ColumnValueError.
     """
