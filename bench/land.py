@@ -7,7 +7,8 @@ message, touching nothing, with the cyclic GC paused as landing pauses it) and
 processes (Spark's local[2] minus the JVM) and with Spark local[2] itself (a warm session:
 one landing is run first to start its Python workers). The bare loop runs two ways, one
 consumer assigned all partitions and one consumer per partition in turn; the baseline is
-the faster of the two, so the ratio is the stricter one. ratio = bare time / landing time; target >= 0.7.
+the faster of the two, so the ratio is the stricter one.
+ratio = bare time / landing time; target >= 0.7.
 
 The test broker shares this machine's two cores and its fetch latency varies from run to
 run (it persists its log in the background), so one warm-up read is discarded and every
