@@ -69,6 +69,8 @@ def run_demo(workdir: str, events: int) -> int:
                 producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=at)
             print(f"  {topic:18} {protocol:14} {len(records):6,} messages ({len(history):,} upstream events, database {database!r})")
         producer.flush(60)
+        # Drop the clients now: alive when the broker stops, they would log reconnect errors.
+        del producer, admin
         config_path = root / "pipeline.toml"
         config_path.write_text(_pipeline_toml(kafka.bootstrap, root / "archive"))
         config = load_pipeline_config(str(config_path))
