@@ -7,13 +7,23 @@ import sys
 from typing import Any
 
 
+# Settings tidelake's jobs want unless spark-submit or the caller says otherwise.
+DEFAULTS = {
+    # Python workers talk to their executor over a Unix socket instead of loopback TCP:
+    # measured 0.14 s -> 0.06 s for a job of 4 one-line Python tasks on local[2], which
+    # is most of a landing task's overhead (one task per chunk).
+    "spark.python.unix.domain.socket.enabled": "true",
+}
+
+
 def build_session(app: str, master: str | None = None, **conf: str) -> Any:
     """A SparkSession in UTC whose Python workers run this interpreter unless told otherwise.
 
     On a cluster, spark-submit's ``--conf spark.pyspark.python=...`` (or PYSPARK_PYTHON)
     wins; locally the workers must import the same packages as the driver, so they run
-    ``sys.executable``.
+    ``sys.executable``. ``DEFAULTS`` apply where neither spark-submit nor ``conf`` sets them.
     """
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     # PySpark reads the worker interpreter from the environment when the context starts.
@@ -21,6 +31,13 @@ def build_session(app: str, master: str | None = None, **conf: str) -> Any:
     builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
     if master:
         builder = builder.master(master)
+    # Start (or, under spark-submit, join) the JVM first: only then does SparkConf hold what
+    # spark-submit was given (--conf, spark-defaults.conf).
+    SparkContext._ensure_initialized()
+    submitted = SparkConf()
+    for key, value in DEFAULTS.items():
+        if key not in conf and not submitted.contains(key):
+            builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.spark.archive import oracle_from_records
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,22 @@ def test_land_benchmark_runs_the_parallel_runners() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "land_interval, Spark local[2]" in out.stdout and "2 worker processes" in out.stdout
+
+
+def test_session_defaults_apply_unless_spark_submit_sets_them(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.session import build_session\n"
+        "s = build_session('probe')\nprint('UDS=' + s.conf.get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def submitted(*conf: str) -> str:
+        run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", *conf, str(probe)],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout
+
+    assert "UDS=true" in submitted()
+    assert "UDS=false" in submitted("--conf", "spark.python.unix.domain.socket.enabled=false")
