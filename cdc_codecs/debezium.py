@@ -185,12 +185,11 @@ class DebeziumDecoder(Decoder):
         top = _members(key, "key") if key else None
         if top is not None:
             payload = top.get("payload")
-            if payload is None and "schema" not in top:
-                return tuple(top)
-            if payload is not None:
-                fields = orjson.loads(memoryview(payload))
-                if type(fields) is dict:
-                    return tuple(fields)
+            if payload is None:
+                return tuple(top)  # schemas disabled: the key document is the key
+            fields = orjson.loads(memoryview(payload))
+            if type(fields) is dict:
+                return tuple(fields)
         if known and all(k in image for k in known.key_columns):
             return known.key_columns
         return ()
@@ -226,19 +225,31 @@ _SPLIT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 def _members(data: bytes, what: str) -> dict[str, Any] | None:
-    """The members of a top-level JSON object, each left as its raw JSON text (msgspec.Raw or
-    bytes, read through ``memoryview``); None if the JSON is not an object.
+    """The members of a top-level JSON object, left as raw JSON text; None if the JSON is not an object.
 
     msgspec finds where each member ends without building it, so a Connect schema (most of
-    a message, the same for every row of a table) costs a scan, not a parse.
+    a message, the same for every row of a table) costs a scan, not a parse. ``payload``
+    stays a msgspec.Raw (read it through ``memoryview``); every other member becomes bytes,
+    checked to be UTF-8 as the full parse would (msgspec's scan does not look inside text).
     """
     try:
-        return _SPLIT.decode(data)
+        top = _SPLIT.decode(data)
     except msgspec.ValidationError:
-        pass  # valid JSON, not an object
+        top = None  # valid JSON, not an object
     except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec checks UTF-8 in names itself
+        top = None
         loads(data, what)  # raises the typed error that names what is wrong
-    doc = loads(data, what)
+    else:
+        try:
+            for name, raw in top.items():
+                if name != "payload":
+                    top[name] = text = bytes(raw)
+                    if not text.isascii():
+                        text.decode()
+            return top
+        except UnicodeDecodeError:
+            pass  # orjson names it below
+    doc = loads(data, what)  # orjson is the reference for what valid JSON is
     return {name: orjson.dumps(value) for name, value in doc.items()} if type(doc) is dict else None
 
 
@@ -249,15 +260,15 @@ def _envelope(value: bytes) -> tuple[dict[str, Any], bytes | None]:
     """
     top = _members(value, "value")
     if top is None:
-        raise FieldError("value", "expected a JSON object")
+        f.as_object(loads(value), "value")  # raises the error naming what the document is
+        raise AssertionError("unreachable")  # pragma: no cover
     payload = top.get("payload")
     if payload is None:
         return {name: orjson.loads(memoryview(raw)) for name, raw in top.items()}, None
     parsed = orjson.loads(memoryview(payload))
     if type(parsed) is not dict:
         f.as_object(parsed, "payload")
-    schema = top.get("schema")
-    return parsed, bytes(schema) if schema is not None else None
+    return parsed, top.get("schema")
 
 
 class _RowCodec(NamedTuple):

@@ -214,6 +214,18 @@ class TestAvroAndOthers:
         expect("debezium", orjson.dumps({"payload": {"op": "x", "source": {"db": "d", "table": "t"}}}),
                "payload.op: expected one of c, r, u, d, m, found 'x'")
 
+    def test_debezium_rejects_bad_text_in_schemas_it_does_not_parse(self) -> None:
+        # Schemas are split off unparsed (the value's keys the converter cache; a key's and a
+        # watermark's are never needed): invalid UTF-8 there is still invalid JSON.
+        bad_schema = b'{"schema": {"name": "\xe9x"}, '
+        row = orjson.dumps({"op": "c", "after": {"id": 1}, "source": {"db": "d", "table": "t"}})
+        expect("debezium", b'{"payload": ' + row + b"}", "invalid JSON", key=bad_schema + b'"payload": {"id": 1}}')
+        mark = orjson.dumps({"op": "m", "source": {"commit_ts": 5}})
+        expect("debezium", bad_schema + b'"payload": ' + mark + b"}", "invalid JSON")
+
+    def test_debezium_value_that_is_not_an_object(self) -> None:
+        expect("debezium", b"[1, 2]", "value: expected an object, found an array")
+
     def test_debezium_tombstone_is_no_change(self) -> None:
         assert decode("debezium", None, b'{"id": 1}') == []
 
