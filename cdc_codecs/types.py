@@ -414,7 +414,8 @@ def format_time(value: dt.timedelta) -> str:
 
 
 def format_datetime(value: dt.datetime) -> str:
-    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    # isoformat, not strftime: strftime("%Y") does not pad years before 1000 to four digits.
+    text = value.replace(tzinfo=None, microsecond=0).isoformat(sep=" ")
     return text + (f".{value.microsecond:06d}" if value.microsecond else "")
 
 
