@@ -26,7 +26,7 @@ import base64
 import re
 import struct
 from functools import lru_cache
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import orjson
 
@@ -44,6 +44,7 @@ from cdc_codecs.types import (
     column_type,
     format_datetime,
     format_time,
+    int_range,
     parse_date,
     parse_datetime,
     parse_time,
@@ -276,12 +277,53 @@ def decode_value(code: int, flags: int, value: Any, tz: Any) -> Any:
     raise ColumnValueError(f"unsupported column type {ct}")
 
 
+def value_decoder(code: int, flags: int, tz: Any) -> Callable[[Any], Any]:
+    """``decode_value`` for one (type code, flags), returning at once for the common well-formed value.
+
+    Raises ColumnValueError for an unknown type code; everything uncommon goes through
+    ``decode_value``, which converts or names the problem.
+    """
+    ct = type_of(code, flags)
+    k = ct.kind
+
+    def general(value: Any) -> Any:
+        return decode_value(code, flags, value, tz)
+
+    if code in _BLOB_CODES:
+        return general
+    if k in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.BIT):
+        lo, hi = int_range(ct)
+
+        def decode_int(value: Any) -> Any:
+            return value if type(value) is int and lo <= value <= hi else general(value)
+
+        return decode_int
+    if k is TypeKind.STRING or k is TypeKind.JSON:
+
+        def decode_str(value: Any) -> Any:
+            return value if type(value) is str else general(value)
+
+        return decode_str
+    return general
+
+
 class OpenProtocolDecoder(Decoder):
     protocol: ClassVar[str] = "open-protocol"
     options_spec: ClassVar[dict[str, Option]] = {
         "timezone": TIMEZONE_OPTION,
         "claim_check_reader": CLAIM_CHECK_OPTION,
     }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        # (type code, flags) -> (column type, value decoder): a stream repeats a handful.
+        self._columns: dict[tuple[int, int], tuple[ColumnType, Callable[[Any], Any]]] = {}
+
+    def _column(self, code: int, flags: int) -> tuple[ColumnType, Callable[[Any], Any]]:
+        found = self._columns.get((code, flags))
+        if found is None:
+            found = self._columns[(code, flags)] = (type_of(code, flags), value_decoder(code, flags, self.options["timezone"]))
+        return found
 
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         if msg.key is None:
@@ -339,27 +381,37 @@ class OpenProtocolDecoder(Decoder):
         return self._row(doc, schema, table, ts, pos, ptn)
 
     def _row(self, doc: Mapping[str, Any], schema: str, table: str, ts: int, pos: Any, ptn: int | None) -> RowChange:
-        tz = self.options["timezone"]
         types: dict[str, ColumnType] = {}
         keys: list[str] = []
         partial = False
+        column = self._column
 
         def columns(part: str) -> dict[str, Any] | None:
-            cols = f.optional(doc, part, dict)
+            cols = doc.get(part)
             if cols is None:
                 return None
+            if type(cols) is not dict:
+                f.optional(doc, part, dict)  # raises the typed error
             row: dict[str, Any] = {}
             for name, col in cols.items():
-                path = f"{part}.{name}"
-                col = f.as_object(col, path)
-                code = f.require(col, "t", int, path + ".")
-                flags = f.optional(col, "f", int, path + ".", -1)
+                code = flags = None
+                if type(col) is dict:
+                    code = col.get("t")
+                    flags = col.get("f")
+                    if flags is None:
+                        flags = -1
+                if type(code) is not int or type(flags) is not int:  # the odd case: name the problem
+                    path = f"{part}.{name}"
+                    col = f.as_object(col, path)
+                    code = f.require(col, "t", int, path + ".")
+                    flags = f.optional(col, "f", int, path + ".", -1)
                 try:
-                    types[name] = type_of(code, flags)
-                    row[name] = decode_value(code, flags, col.get("v"), tz)
+                    ct, decode = column(code, flags)
+                    types[name] = ct
+                    row[name] = decode(col.get("v"))
                 except ColumnValueError as exc:
                     if flags >= 0 or name not in types:
-                        raise FieldError(path, str(exc)) from None
+                        raise FieldError(f"{part}.{name}", str(exc)) from None
                     # Flag-less 2020 form: the reference decoder of that era kept values it
                     # could not convert as JSON gave them, and so do we (best effort).
                     row[name] = col.get("v")
