@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-## Everything CI runs (about 6 minutes on 2 cores, plus the first install).
+## Everything CI runs (about 5 minutes on 2 cores, plus the first install).
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
 
