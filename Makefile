@@ -17,7 +17,7 @@ install: $(STAMP)
 
 ## Everything CI runs (about 5 minutes on 2 cores, plus the first install).
 test: $(STAMP)
-	$(PY) -m pytest -n 2 tests
+	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 tests
 
 ## The fast part, for the edit-test loop (seconds).
 test-fast: $(STAMP)

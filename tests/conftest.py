@@ -7,10 +7,16 @@ from typing import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import settings
 
 from spark.embedded import KafkaService, S3Service, kafka_service, s3_service
 
 REPO = Path(__file__).resolve().parents[1]
+
+# `make test` (what CI runs) replays the same examples, so a red run means a regression;
+# any other run (`make test-fast`, plain pytest) explores new ones and may find new bugs.
+settings.register_profile("replay", derandomize=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def shared_dir() -> Path:

@@ -7,7 +7,6 @@ every table at every published tag equals the reference model at that watermark.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def test_crash_anywhere_then_retry_matches_the_oracle(protocol, seed, partitions
 
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", TIDB)
-@settings(max_examples=25, deadline=None, derandomize=os.environ.get("CI") == "true", suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(**case)
 def test_crash_anywhere_then_retry_matches_the_oracle_many(protocol, seed, partitions, intervals, dup_rate, lagging, crash_run, crash_at) -> None:
     property_case(protocol, seed, partitions, intervals, dup_rate, lagging, crash_run, crash_at)
