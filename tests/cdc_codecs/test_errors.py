@@ -215,8 +215,8 @@ class TestAvroAndOthers:
                "payload.op: expected one of c, r, u, d, m, found 'x'")
 
     def test_debezium_rejects_bad_text_in_schemas_it_does_not_parse(self) -> None:
-        # Schemas are split off unparsed (the value's keys the converter cache; a key's and a
-        # watermark's are never needed): invalid UTF-8 there is still invalid JSON.
+        # Schemas are split off unparsed (a row's schema text is the converter cache key; a
+        # key's or a watermark's schema is never read): invalid UTF-8 there is still invalid JSON.
         bad_schema = b'{"schema": {"name": "\xe9x"}, '
         row = orjson.dumps({"op": "c", "after": {"id": 1}, "source": {"db": "d", "table": "t"}})
         expect("debezium", b'{"payload": ' + row + b"}", "invalid JSON", key=bad_schema + b'"payload": {"id": 1}}')
