@@ -46,8 +46,8 @@ from cdc_codecs.types import (
     TypeKind,
     check_int,
     column_type,
-    int_range,
     parse_mysql_type,
+    passthrough,
     to_decimal,
 )
 
@@ -400,7 +400,7 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
     decode = _CONNECT.get(logical) if isinstance(logical, str) else None
     if decode is None and connect == "bytes":
         decode = _connect_bytes
-    fit = _fitter(target) if target is not None else None
+    fit = passthrough(target, lambda value: _fit(value, target)) if target is not None else None
 
     def convert(value: Any) -> Any:
         if value is None:
@@ -415,50 +415,6 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
         return fit(value) if fit is not None else value
 
     return convert
-
-
-def _fitter(ct: ColumnType) -> Callable[[Any], Any]:
-    """``_fit`` for one column type, returning at once when the value already fits."""
-    k = ct.kind
-    exact: type | None = None
-    if k is TypeKind.INT or k is TypeKind.LONG:
-        lo, hi = int_range(ct)
-
-        def fit_int(value: Any) -> Any:
-            return value if type(value) is int and lo <= value <= hi else _fit(value, ct)
-
-        return fit_int
-    if k is TypeKind.STRING or k is TypeKind.JSON:
-        exact = str
-    elif k is TypeKind.DOUBLE:
-        exact = float
-    elif k is TypeKind.DECIMAL:
-        exact = Decimal
-    elif k is TypeKind.BINARY:
-        exact = bytes
-    elif k is TypeKind.DATE:
-        exact = dt.date
-    elif k is TypeKind.TIME:
-        exact = dt.timedelta
-    elif k is TypeKind.TIMESTAMP:
-
-        def fit_datetime(value: Any) -> Any:
-            return value if type(value) is dt.datetime and value.tzinfo is None else _fit(value, ct)
-
-        return fit_datetime
-    elif k is TypeKind.TIMESTAMPTZ:
-
-        def fit_timestamp(value: Any) -> Any:
-            return value if type(value) is dt.datetime and value.tzinfo is not None else _fit(value, ct)
-
-        return fit_timestamp
-    if exact is None:
-        return lambda value: _fit(value, ct)
-
-    def fit_exact(value: Any) -> Any:
-        return value if type(value) is exact else _fit(value, ct)
-
-    return fit_exact
 
 
 def _connect_decimal_value(value: Any, params: Any) -> Decimal:

@@ -44,11 +44,11 @@ from cdc_codecs.types import (
     column_type,
     format_datetime,
     format_time,
-    int_range,
     parse_date,
     parse_datetime,
     parse_time,
     parse_timestamp,
+    passthrough,
     to_decimal,
     to_float,
     to_text,
@@ -278,33 +278,16 @@ def decode_value(code: int, flags: int, value: Any, tz: Any) -> Any:
 
 
 def value_decoder(code: int, flags: int, tz: Any) -> Callable[[Any], Any]:
-    """``decode_value`` for one (type code, flags), returning at once for the common well-formed value.
-
-    Raises ColumnValueError for an unknown type code; everything uncommon goes through
-    ``decode_value``, which converts or names the problem.
+    """``decode_value`` for one (type code, flags), returning a well-formed JSON integer,
+    string or number at once (``passthrough``). Raises ColumnValueError for an unknown code.
     """
     ct = type_of(code, flags)
-    k = ct.kind
 
     def general(value: Any) -> Any:
         return decode_value(code, flags, value, tz)
 
-    if code in _BLOB_CODES:
-        return general
-    if k in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.BIT):
-        lo, hi = int_range(ct)
-
-        def decode_int(value: Any) -> Any:
-            return value if type(value) is int and lo <= value <= hi else general(value)
-
-        return decode_int
-    if k is TypeKind.STRING or k is TypeKind.JSON:
-
-        def decode_str(value: Any) -> Any:
-            return value if type(value) is str else general(value)
-
-        return decode_str
-    return general
+    # BLOB/TEXT codes carry base64 text: a string is never their final value.
+    return general if code in _BLOB_CODES else passthrough(ct, general)
 
 
 class OpenProtocolDecoder(Decoder):

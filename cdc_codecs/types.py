@@ -529,6 +529,44 @@ def to_text(ct: ColumnType, value: Any, tz: dt.tzinfo = UTC) -> str | None:
 
 Converter = Callable[[Any], Any]
 
+# Kinds whose final Python value has one exact type (integers also need their range).
+_FINAL_TYPES: dict[TypeKind, type] = {
+    TypeKind.STRING: str, TypeKind.JSON: str, TypeKind.FLOAT: float, TypeKind.DOUBLE: float,
+    TypeKind.DECIMAL: Decimal, TypeKind.BINARY: bytes, TypeKind.DATE: dt.date, TypeKind.TIME: dt.timedelta,
+}
+
+
+def passthrough(ct: ColumnType, general: Converter) -> Converter:
+    """``general`` for one column, skipped for a value that already is the column's final value.
+
+    For decoders whose wire values are often final already (JSON integers and strings, or
+    what a Connect decoding produced): those return at the first check, anything else goes
+    to ``general``, which must return such values unchanged and handle every other case.
+    """
+    k = ct.kind
+    if k in INTEGER_KINDS:
+        lo, hi = int_range(ct)
+
+        def pass_int(value: Any) -> Any:
+            return value if type(value) is int and lo <= value <= hi else general(value)
+
+        return pass_int
+    if k is TypeKind.TIMESTAMP or k is TypeKind.TIMESTAMPTZ:
+        aware = k is TypeKind.TIMESTAMPTZ
+
+        def pass_datetime(value: Any) -> Any:
+            return value if type(value) is dt.datetime and (value.tzinfo is not None) is aware else general(value)
+
+        return pass_datetime
+    final = _FINAL_TYPES.get(k)
+    if final is None:
+        return general
+
+    def pass_exact(value: Any) -> Any:
+        return value if type(value) is final else general(value)
+
+    return pass_exact
+
 
 def text_converter(ct: ColumnType, tz: dt.tzinfo = UTC) -> Converter:
     """A specialised ``from_text`` for one column type: the hot path of text protocols.

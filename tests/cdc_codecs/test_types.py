@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from cdc_codecs.types import (
     ColumnType,
+    passthrough,
     ColumnValueError,
     TypeKind,
     format_time,
@@ -123,3 +124,17 @@ def test_column_type_text_round_trips() -> None:
         ct = parse_mysql_type(text)
         assert parse_mysql_type(str(ct)) == ct
     assert isinstance(parse_mysql_type("int"), ColumnType)
+
+
+@pytest.mark.parametrize("mysql_type,final,other", [
+    ("int", 7, "7"), ("tinyint unsigned", 255, 256), ("bigint unsigned", 2**64 - 1, -1), ("varchar(4)", "x", b"x"),
+    ("double", 1.5, 1), ("decimal(4,1)", Decimal("1.5"), 1.5), ("varbinary(4)", b"x", "x"),
+    ("date", dt.date(2024, 1, 2), dt.datetime(2024, 1, 2)), ("datetime", dt.datetime(2024, 1, 2), dt.datetime(2024, 1, 2, tzinfo=UTC)),
+    ("timestamp", dt.datetime(2024, 1, 2, tzinfo=UTC), dt.datetime(2024, 1, 2)), ("time", dt.timedelta(1), 1),
+])
+def test_passthrough_returns_final_values_and_hands_the_rest_on(mysql_type: str, final, other) -> None:
+    seen = []
+    convert = passthrough(parse_mysql_type(mysql_type), lambda v: seen.append(v) or "general")
+    assert convert(final) is final and seen == []
+    assert convert(other) == "general" and seen == [other]
+    assert passthrough(parse_mysql_type("enum('a')"), lambda v: "general")("a") == "general"  # no single final type
