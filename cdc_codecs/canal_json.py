@@ -34,6 +34,7 @@ from cdc_codecs import _fields as f
 from cdc_codecs._base import CLAIM_CHECK_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, parse_bool
 from cdc_codecs._fields import FieldError
 from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError
+from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.events import (
     Column,
     DdlChange,
@@ -41,17 +42,17 @@ from cdc_codecs.events import (
     Op,
     RawMessage,
     RowChange,
+    SourcePosition,
     TableSchema,
     Watermark,
+    new_row_change,
 )
 from cdc_codecs.types import (
     ColumnType,
     ColumnValueError,
-    Converter,
     TypeKind,
     int_range,
     parse_mysql_type,
-    text_converter,
     to_text,
 )
 
@@ -69,8 +70,10 @@ class CanalJsonDecoder(Decoder):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._tz: dt.tzinfo = self.options["timezone"]
-        # mysqlType of a table rarely changes: cache the converters per mysqlType mapping.
-        self._converters: dict[tuple[tuple[str, str], ...], tuple[dict[str, ColumnType], dict[str, Converter]]] = {}
+        # mysqlType of a table rarely changes: cache the row converter per mysqlType mapping.
+        self._converters: dict[tuple[tuple[str, str], ...], tuple[dict[str, ColumnType], RowConverter]] = {}
+        self._current: dict[tuple[str, str], tuple[dict[str, Any], tuple[dict[str, ColumnType], RowConverter]]] = {}
+        self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         value = msg.value
@@ -166,34 +169,69 @@ class CanalJsonDecoder(Decoder):
         mysql_type = doc.get("mysqlType")
         if type(mysql_type) is not dict:
             mysql_type = f.require(doc, "mysqlType", dict, when="'isDdl' is false")
-        types, convs = self._schema(mysql_type)
-        pk_names = doc.get("pkNames") or ()
-        if type(pk_names) is not list or not all(type(k) is str for k in pk_names):
-            if pk_names:
-                raise FieldError("pkNames", "expected an array of strings")
-        keys = tuple(pk_names)
-        convert = self._convert
-        position = msg.position
+        return self.row_events(
+            op, database, table, data, old, self._key_columns(doc.get("pkNames")), mysql_type, commit_ts,
+            event_time, msg.position, first_index, ("data", "old"),
+        )
+
+    def row_events(
+        self, op: Op, database: str, table: str, data: list[Any], old: list[Any] | None, keys: tuple[str, ...],
+        mysql_type: Mapping[str, Any], commit_ts: int | None, event_time: int | None,
+        position: SourcePosition, first_index: int, parts: tuple[str, str],
+    ) -> list[Event]:
+        """The RowChanges of ``data`` (after images) and ``old`` (what changed before), typed.
+
+        Shared with CloudCanal JSON, whose rows and ``dbValType`` are Canal's; ``parts``
+        names the two arrays in errors. The hot path of every Canal-family decoder.
+        """
+        types, convs = self._schema(database, table, mysql_type)
+        convert = convs.convert
+        new_row = new_row_change
         events: list[Event] = []
         for i, raw_row in enumerate(data):
             index = first_index + i
-            row = convert(raw_row, convs, "data", i, index)
+            try:
+                row = convert(raw_row)
+            except (KeyError, TypeError, AttributeError, ColumnValueError):
+                row = self._convert(raw_row, convs, parts[0], i, index)  # raises the precise error
             if op is Op.UPDATE:
-                old_row = convert(old[i], convs, "old", i, index)
+                try:
+                    old_row = convert(old[i])  # type: ignore[index]
+                except (KeyError, TypeError, AttributeError, ColumnValueError):
+                    old_row = self._convert(old[i], convs, parts[1], i, index)  # type: ignore[index]
                 before, after = {**row, **old_row}, row
             elif op is Op.DELETE:
                 before, after = row, None
             else:
                 before, after = None, row
-            events.append(
-                RowChange(
-                    op, database, table, before, after, keys, types, commit_ts,
-                    position.with_index(index), event_time,
-                )
-            )
+            events.append(new_row((
+                op, database, table, before, after, keys, types, commit_ts,
+                position if index == position[3] else position.with_index(index),
+                event_time, None, False, None,
+            )))
         return events
 
-    def _schema(self, mysql_type: Mapping[str, Any]) -> tuple[dict[str, ColumnType], dict[str, Converter]]:
+    def _key_columns(self, pk_names: Any) -> tuple[str, ...]:
+        if not pk_names:
+            return ()
+        if type(pk_names) is list:
+            try:
+                return self._keys[tuple(pk_names)]
+            except (KeyError, TypeError):
+                pass
+        if type(pk_names) is not list or not all(type(k) is str for k in pk_names):
+            raise FieldError("pkNames", "expected an array of strings")
+        keys = tuple(pk_names)
+        if len(self._keys) < 1024:
+            self._keys[keys] = keys
+        return keys
+
+    def _schema(self, database: str, table: str, mysql_type: Mapping[str, Any]) -> tuple[dict[str, ColumnType], RowConverter]:
+        # Every message repeats its table's mysqlType: comparing it with the table's last one
+        # is cheaper than hashing its fresh strings for the cache below.
+        current = self._current.get((database, table))
+        if current is not None and current[0] == mysql_type:
+            return current[1]
         cache_key = tuple(mysql_type.items())
         try:
             cached = self._converters.get(cache_key)
@@ -205,23 +243,25 @@ class CanalJsonDecoder(Decoder):
                 if type(text) is not str:
                     raise FieldError(f"mysqlType.{name}", f"expected a string, found {text!r}")
                 types[name] = f.convert(name, parse_mysql_type, text, path="mysqlType.")
-            cached = types, {n: text_converter(t, self._tz) for n, t in types.items()}
+            cached = types, row_converter(types, self._tz)
             if len(self._converters) < 1024:
                 self._converters[cache_key] = cached
+        if len(self._current) < 1024:
+            self._current[(database, table)] = dict(mysql_type), cached
         return cached
 
     @staticmethod
-    def _convert(raw_row: Any, convs: Mapping[str, Converter], part: str, i: int, index: int) -> dict[str, Any]:
+    def _convert(raw_row: Any, convs: RowConverter, part: str, i: int, index: int) -> dict[str, Any]:
         if type(raw_row) is not dict:
             raise FieldError(f"{part}[{i}]", "expected an object (one row)", index)
         try:
-            return {name: convs[name](v) for name, v in raw_row.items()}
+            return convs.convert(raw_row)
         except (KeyError, ColumnValueError):
             pass
         # Slow path only to name the culprit column.
         path = f"{part}[{i}]."
         for name, v in raw_row.items():
-            conv = convs.get(name)
+            conv = convs.converters.get(name)
             if conv is None:
                 raise FieldError(f"mysqlType.{name}", f"missing for column {path}{name}", index)
             f.convert(name, conv, v, path=path, index=index)

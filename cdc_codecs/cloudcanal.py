@@ -67,20 +67,10 @@ class CloudCanalJsonDecoder(Decoder):
             raise FieldError("data", f"empty when 'action' is '{action}'")
         if op is Op.UPDATE and len(before) != len(data):
             raise FieldError("before", f"has {len(before)} rows but data has {len(data)} when 'action' is 'UPDATE'")
-        types, convs = self._canal._schema(f.require(doc, "dbValType", dict))
-        keys = f.string_list(doc, "pks")
-        events: list[Event] = []
-        for i, raw in enumerate(rows):
-            row = self._canal._convert(raw, convs, "data", i, i)
-            if op is Op.UPDATE:
-                old = self._canal._convert(before[i], convs, "before", i, i)
-                b, a = {**row, **old}, row
-            elif op is Op.DELETE:
-                b, a = row, None
-            else:
-                b, a = None, row
-            events.append(RowChange(op, database, table, b, a, keys, types, None, msg.position.with_index(i), event_time))
-        return events
+        return self._canal.row_events(
+            op, database, table, rows, before, f.string_list(doc, "pks"), f.require(doc, "dbValType", dict), None,
+            event_time, msg.position, 0, ("data", "before"),
+        )
 
 
 class CloudCanalJsonEncoder(Encoder):

@@ -27,6 +27,7 @@ from cdc_codecs import _fields as f
 from cdc_codecs._base import CLAIM_CHECK_OPTION, SCHEMAS_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_timezone
 from cdc_codecs._fields import FieldError
 from cdc_codecs.canal_json import unwrap_claim_check
+from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.errors import ClaimCheckError, DecodeError, HandleKeyOnlyError, PendingSchemaError
 from cdc_codecs.events import (
     Column,
@@ -51,7 +52,6 @@ from cdc_codecs.types import (
     from_text,
     parse_timestamp,
     set_members,
-    text_converter,
     to_text,
 )
 
@@ -95,8 +95,8 @@ class SimpleDecoder(Decoder):
         }
         # DMLs waiting for their schema, by (database, table, version), in arrival order.
         self._held: dict[tuple[str, str, int], list[tuple[RawMessage, Mapping[str, Any]]]] = {}
-        # Value converters per cached schema (keyed by identity; the schema is kept alongside).
-        self._converters: dict[int, tuple[TableSchema, dict[str, Converter]]] = {}
+        # Row converters per cached schema (keyed by identity; the schema is kept alongside).
+        self._converters: dict[int, tuple[TableSchema, RowConverter]] = {}
 
     # -- message level
 
@@ -192,19 +192,21 @@ class SimpleDecoder(Decoder):
         raw = f.optional(doc, part, dict)
         if raw is None:
             return None
-        convs = self._converters.get(id(schema))
-        if convs is None or convs[0] is not schema:
+        cached = self._converters.get(id(schema))
+        if cached is None or cached[0] is not schema:
             tz, avro = self.options["timezone"], self._avro
-            convs = schema, {c.name: _converter(c.type, tz, avro) for c in schema.columns}
-            self._converters[id(schema)] = convs
+            own = {c.name: conv for c in schema.columns if (conv := _own_converter(c.type, tz, avro))}
+            cached = schema, row_converter(schema.column_types, tz, own)
+            self._converters[id(schema)] = cached
         try:
-            return {name: convs[1][name](value) for name, value in raw.items()}
+            return cached[1].convert(raw)
         except (KeyError, ColumnValueError):
             pass
+        converters = cached[1].converters
         for name, value in raw.items():  # slow path, to name the column
-            if name not in convs[1]:
+            if name not in converters:
                 raise FieldError(f"{part}.{name}", "column is not in the table schema of this schemaVersion")
-            f.convert(name, convs[1][name], value, path=f"{part}.")
+            f.convert(name, converters[name], value, path=f"{part}.")
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _claim_check(self, location: str, msg: RawMessage) -> list[Event]:
@@ -284,8 +286,12 @@ def _column_type(dtype: Mapping[str, Any], path: str) -> ColumnType:
         raise FieldError(path + "mysqlType", str(exc)) from None
 
 
-def _converter(ct: ColumnType, tz: Any, avro: bool) -> Converter:
-    """The fast converter for one column; ``_decode_value`` handles every other case and errors."""
+def _own_converter(ct: ColumnType, tz: Any, avro: bool) -> Converter | None:
+    """A converter for a kind Simple encodes its own way, or None: Canal's text converter applies.
+
+    Each handles the usual value in a C call or two; ``_decode_value`` handles every other
+    case and raises the precise error.
+    """
     k = ct.kind
     slow = lambda v: _decode_value(ct, v, tz, avro)  # noqa: E731
     if k is TypeKind.TIMESTAMPTZ:
@@ -321,7 +327,7 @@ def _converter(ct: ColumnType, tz: Any, avro: bool) -> Converter:
         return slow
     # Everything else is Canal's text (JSON) or a long / string (Avro): the text converters
     # take both, floats included.
-    return text_converter(ct, tz)
+    return None
 
 
 def _decode_value(ct: ColumnType, value: Any, tz: Any, avro: bool) -> Any:
