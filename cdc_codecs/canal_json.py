@@ -34,7 +34,6 @@ from cdc_codecs import _fields as f
 from cdc_codecs._base import CLAIM_CHECK_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, parse_bool
 from cdc_codecs._fields import FieldError
 from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError
-from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.events import (
     Column,
     DdlChange,
@@ -47,6 +46,7 @@ from cdc_codecs.events import (
     Watermark,
     new_row_change,
 )
+from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.types import (
     ColumnType,
     ColumnValueError,

@@ -44,6 +44,7 @@ from cdc_codecs.types import (
     ColumnType,
     ColumnValueError,
     TypeKind,
+    b64decode_strict,
     check_int,
     column_type,
     parse_mysql_type,
@@ -506,7 +507,7 @@ def _b64(value: Any) -> bytes:
     if not isinstance(value, str):
         raise ColumnValueError(f"expected base64 text, found {value!r}")
     try:
-        return base64.b64decode(value, validate=True)
+        return b64decode_strict(value)
     except ValueError:
         raise ColumnValueError(f"expected base64, found {value[:40]!r}") from None
 

@@ -40,6 +40,7 @@ from cdc_codecs.types import (
     ColumnType,
     ColumnValueError,
     TypeKind,
+    b64decode_strict,
     check_int,
     column_type,
     format_datetime,
@@ -235,7 +236,7 @@ def decode_value(code: int, flags: int, value: Any, tz: Any) -> Any:
         if not isinstance(value, str):
             raise ColumnValueError(f"expected base64 text for {ct}, found {value!r}")
         try:
-            data = base64.b64decode(value, validate=True)
+            data = b64decode_strict(value)
         except ValueError:
             raise ColumnValueError(f"expected base64 for {ct}, found {value[:40]!r}") from None
         if k is TypeKind.BINARY:

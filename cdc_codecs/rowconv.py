@@ -23,7 +23,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any, Callable, Mapping, NamedTuple
 
-from cdc_codecs.types import UTC, INTEGER_KINDS, ColumnType, Converter, TypeKind, int_range, text_converter
+from cdc_codecs.types import INTEGER_KINDS, UTC, ColumnType, Converter, TypeKind, int_range, text_converter
 
 
 class RowConverter(NamedTuple):

@@ -24,10 +24,19 @@ from typing import Any, ClassVar, Iterable, Mapping
 import fastavro
 
 from cdc_codecs import _fields as f
-from cdc_codecs._base import CLAIM_CHECK_OPTION, SCHEMAS_OPTION, TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads, parse_timezone
+from cdc_codecs._base import (
+    CLAIM_CHECK_OPTION,
+    SCHEMAS_OPTION,
+    TIMEZONE_OPTION,
+    Decoder,
+    Encoder,
+    Option,
+    dumps,
+    loads,
+    parse_timezone,
+)
 from cdc_codecs._fields import FieldError
 from cdc_codecs.canal_json import unwrap_claim_check
-from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.errors import ClaimCheckError, DecodeError, HandleKeyOnlyError, PendingSchemaError
 from cdc_codecs.events import (
     Column,
@@ -39,13 +48,16 @@ from cdc_codecs.events import (
     SchemaSnapshot,
     TableSchema,
     Watermark,
+    new_row_change,
 )
+from cdc_codecs.rowconv import RowConverter, row_converter
 from cdc_codecs.types import (
     BYTES_KINDS,
     ColumnType,
     ColumnValueError,
     Converter,
     TypeKind,
+    b64decode_strict,
     check_int,
     column_type,
     enum_label,
@@ -95,8 +107,9 @@ class SimpleDecoder(Decoder):
         }
         # DMLs waiting for their schema, by (database, table, version), in arrival order.
         self._held: dict[tuple[str, str, int], list[tuple[RawMessage, Mapping[str, Any]]]] = {}
-        # Row converters per cached schema (keyed by identity; the schema is kept alongside).
-        self._converters: dict[int, tuple[TableSchema, RowConverter]] = {}
+        # Row converter and column types per cached schema (keyed by identity; the schema is
+        # kept alongside, so an id is never reused while its entry lives).
+        self._converters: dict[int, tuple[TableSchema, RowConverter, dict[str, ColumnType]]] = {}
 
     # -- message level
 
@@ -157,16 +170,21 @@ class SimpleDecoder(Decoder):
         return [e for m, d in waiting for e in self._row(d, m, schema)]
 
     def _dml(self, doc: Mapping[str, Any], msg: RawMessage) -> list[Event]:
-        location = f.optional(doc, "claimCheckLocation", str)
-        if location:
-            return self._claim_check(location, msg)
-        if f.optional(doc, "handleKeyOnly", bool, default=False):
-            raise HandleKeyOnlyError(
-                self.protocol, msg.position, "handleKeyOnly",
-                "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
-                "archive. Set the changefeed's large-message-handle-option to claim-check",
-            )
-        key = (f.require(doc, "database", str), f.require(doc, "table", str), f.require(doc, "schemaVersion", int))
+        # Hot path: plain gets with exact type checks; the f.* helpers only on the odd case.
+        get = doc.get
+        if get("claimCheckLocation") is not None or get("handleKeyOnly") is not None:
+            location = f.optional(doc, "claimCheckLocation", str)
+            if location:
+                return self._claim_check(location, msg)
+            if f.optional(doc, "handleKeyOnly", bool, default=False):
+                raise HandleKeyOnlyError(
+                    self.protocol, msg.position, "handleKeyOnly",
+                    "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
+                    "archive. Set the changefeed's large-message-handle-option to claim-check",
+                )
+        key = (get("database"), get("table"), get("schemaVersion"))
+        if type(key[0]) is not str or type(key[1]) is not str or type(key[2]) is not int:
+            key = (f.require(doc, "database", str), f.require(doc, "table", str), f.require(doc, "schemaVersion", int))
         schema = self._schemas.get(key)
         if schema is None:
             self._held.setdefault(key, []).append((msg, doc))
@@ -174,35 +192,46 @@ class SimpleDecoder(Decoder):
         return self._row(doc, msg, schema)
 
     def _row(self, doc: Mapping[str, Any], msg: RawMessage, schema: TableSchema) -> list[Event]:
-        op = _DML[doc["type"]]
-        data = self._values(doc, "data", schema) if op is not Op.DELETE else None
-        old = self._values(doc, "old", schema) if op is not Op.INSERT else None
+        get = doc.get
+        op = _DML[get("type")]
+        codec = self._codec(schema)
+        data = self._values(doc, "data", codec[1]) if op is not Op.DELETE else None
+        old = self._values(doc, "old", codec[1]) if op is not Op.INSERT else None
         if op is not Op.DELETE and data is None:
             raise FieldError("data", f"missing when 'type' is '{doc['type']}'")
         if op is Op.DELETE and old is None:
             raise FieldError("old", "missing when 'type' is 'DELETE'")
-        return [
-            RowChange(
-                op, schema.database, schema.table, old, data, schema.key_columns, schema.column_types,
-                f.require(doc, "commitTs", int), msg.position, f.optional(doc, "buildTs", int),
-            )
-        ]
+        commit_ts, build_ts = get("commitTs"), get("buildTs")
+        if type(commit_ts) is not int:
+            commit_ts = f.require(doc, "commitTs", int)
+        if build_ts is not None and type(build_ts) is not int:
+            build_ts = f.optional(doc, "buildTs", int)
+        return [new_row_change((
+            op, schema.database, schema.table, old, data, schema.key_columns, codec[2], commit_ts, msg.position,
+            build_ts, None, False, None,
+        ))]
 
-    def _values(self, doc: Mapping[str, Any], part: str, schema: TableSchema) -> dict[str, Any] | None:
-        raw = f.optional(doc, part, dict)
-        if raw is None:
-            return None
+    def _codec(self, schema: TableSchema) -> tuple[TableSchema, RowConverter, dict[str, ColumnType]]:
         cached = self._converters.get(id(schema))
         if cached is None or cached[0] is not schema:
             tz, avro = self.options["timezone"], self._avro
             own = {c.name: conv for c in schema.columns if (conv := _own_converter(c.type, tz, avro))}
-            cached = schema, row_converter(schema.column_types, tz, own)
+            types = schema.column_types
+            cached = schema, row_converter(types, tz, own), types
             self._converters[id(schema)] = cached
+        return cached
+
+    def _values(self, doc: Mapping[str, Any], part: str, rows: RowConverter) -> dict[str, Any] | None:
+        raw = doc.get(part)
+        if raw is None:
+            return None
+        if type(raw) is not dict:
+            f.optional(doc, part, dict)
         try:
-            return cached[1].convert(raw)
+            return rows.convert(raw)
         except (KeyError, ColumnValueError):
             pass
-        converters = cached[1].converters
+        converters = rows.converters
         for name, value in raw.items():  # slow path, to name the column
             if name not in converters:
                 raise FieldError(f"{part}.{name}", "column is not in the table schema of this schemaVersion")
@@ -310,14 +339,14 @@ def _own_converter(ct: ColumnType, tz: Any, avro: bool) -> Converter | None:
 
         return conv_timestamp
     if k in BYTES_KINDS:
-        b64 = base64.b64decode
+        b64 = b64decode_strict
 
         def conv_bytes(v: Any) -> Any:
             if type(v) is bytes:
                 return v
             if type(v) is str:
                 try:
-                    return b64(v, validate=True)
+                    return b64(v)
                 except ValueError:
                     pass
             return slow(v)
@@ -354,7 +383,7 @@ def _decode_value(ct: ColumnType, value: Any, tz: Any, avro: bool) -> Any:
         if not isinstance(value, str):
             raise ColumnValueError(f"expected base64 text for {ct}, found {value!r}")
         try:
-            return base64.b64decode(value, validate=True)
+            return b64decode_strict(value)
         except ValueError:
             raise ColumnValueError(f"expected base64 for {ct}, found {value[:40]!r}") from None
     if k is TypeKind.ENUM:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from cdc_codecs.types import (
     ColumnType,
+    b64decode_strict,
     passthrough,
     ColumnValueError,
     TypeKind,
@@ -138,3 +140,24 @@ def test_passthrough_returns_final_values_and_hands_the_rest_on(mysql_type: str,
     assert convert(final) is final and seen == []
     assert convert(other) == "general" and seen == [other]
     assert passthrough(parse_mysql_type("enum('a')"), lambda v: "general")("a") == "general"  # no single final type
+
+
+def _outcome(decode, text):  # type: ignore[no-untyped-def]
+    try:
+        return decode(text)
+    except ValueError:
+        return "rejected"
+
+
+@given(st.one_of(
+    st.text(alphabet="ABCabxyz0189+/=\n -_\u00e9\x00", max_size=12),
+    st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()),
+    st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode() + "="),
+))
+@example("QQ==")
+@example("QQ")
+@example("QQ===")
+@example("Q=Q=")
+@example("QUJD\n")
+def test_strict_base64_is_b64decode_with_validate(text: str) -> None:
+    assert _outcome(b64decode_strict, text) == _outcome(lambda t: base64.b64decode(t, validate=True), text)
