@@ -112,7 +112,9 @@ class CanalJsonDecoder(Decoder):
                         "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
                         "archive. Set the changefeed's large-message-handle-option to claim-check",
                     )
-            commit_ts = self._ts(tidb, "commitTs")
+            commit_ts = tidb.get("commitTs")
+            if type(commit_ts) is not int or commit_ts < 0:
+                commit_ts = self._ts(tidb, "commitTs")
         kind = get("type")
         if type(kind) is not str:
             kind = f.require(doc, "type", str)
