@@ -171,22 +171,24 @@ class CanalJsonDecoder(Decoder):
         mysql_type = doc.get("mysqlType")
         if type(mysql_type) is not dict:
             mysql_type = f.require(doc, "mysqlType", dict, when="'isDdl' is false")
+        schema = self._schema(database, table, mysql_type)
         return self.row_events(
-            op, database, table, data, old, self._key_columns(doc.get("pkNames")), mysql_type, commit_ts,
+            op, database, table, data, old, self._key_columns(doc.get("pkNames")), schema, commit_ts,
             event_time, msg.position, first_index, ("data", "old"),
         )
 
     def row_events(
         self, op: Op, database: str, table: str, data: list[Any], old: list[Any] | None, keys: tuple[str, ...],
-        mysql_type: Mapping[str, Any], commit_ts: int | None, event_time: int | None,
+        schema: tuple[dict[str, ColumnType], RowConverter], commit_ts: int | None, event_time: int | None,
         position: SourcePosition, first_index: int, parts: tuple[str, str],
     ) -> list[Event]:
         """The RowChanges of ``data`` (after images) and ``old`` (what changed before), typed.
 
+        ``schema`` is ``_schema``'s (column types, row converter) for the message's types.
         Shared with CloudCanal JSON, whose rows and ``dbValType`` are Canal's; ``parts``
         names the two arrays in errors. The hot path of every Canal-family decoder.
         """
-        types, convs = self._schema(database, table, mysql_type)
+        types, convs = schema
         convert = convs.convert
         new_row = new_row_change
         events: list[Event] = []

@@ -67,9 +67,10 @@ class CloudCanalJsonDecoder(Decoder):
             raise FieldError("data", f"empty when 'action' is '{action}'")
         if op is Op.UPDATE and len(before) != len(data):
             raise FieldError("before", f"has {len(before)} rows but data has {len(data)} when 'action' is 'UPDATE'")
+        schema = self._canal._schema(database, table, f.require(doc, "dbValType", dict))
         return self._canal.row_events(
-            op, database, table, rows, before, f.string_list(doc, "pks"), f.require(doc, "dbValType", dict), None,
-            event_time, msg.position, 0, ("data", "before"),
+            op, database, table, rows, before, f.string_list(doc, "pks"), schema, None, event_time, msg.position, 0,
+            ("data", "before"),
         )
 
 
