@@ -80,9 +80,16 @@ def row_converter(
     """
     overrides = overrides or {}
     converters = {n: overrides.get(n) or text_converter(t, tz) for n, t in types.items()}
+
+    def per_column(row: dict[str, Any]) -> dict[str, Any]:
+        # Any row: the per-column converters convert it or raise the precise error.
+        return {name: converters[name](value) for name, value in row.items()}
+
+    if not types:
+        return RowConverter(per_column, converters)
     namespace: dict[str, Any] = {
         "Decimal": Decimal, "fromisoformat": dt.datetime.fromisoformat,
-        "date_fromisoformat": dt.date.fromisoformat, "converters": converters,
+        "date_fromisoformat": dt.date.fromisoformat, "per_column": per_column,
     }
     reads, values, checks, items = [], [], [], []
     for i, (name, ct) in enumerate(types.items()):
@@ -95,8 +102,6 @@ def row_converter(
         if check:
             checks.append(check.format(y=y))
         items.append(f"{n}: {y}")
-    if not types:
-        return RowConverter(lambda row: {name: converters[name](value) for name, value in row.items()}, converters)
     body = "\n".join([
         "def convert(row):",
         f"    if len(row) == {len(types)}:",
@@ -112,8 +117,7 @@ def row_converter(
         "            else:",
         f"                if {' and '.join(checks) or 'True'}:",
         f"                    return {{{', '.join(items)}}}",
-        "    # Any other row: the per-column converters convert it or raise the precise error.",
-        "    return {name: converters[name](value) for name, value in row.items()}",
+        "    return per_column(row)",
     ])
     exec(compile(body, f"<row converter for {len(types)} columns>", "exec"), namespace)
     return RowConverter(namespace["convert"], converters)
