@@ -247,8 +247,9 @@ class CanalJsonDecoder(Decoder):
                 if type(text) is not str:
                     raise FieldError(f"mysqlType.{name}", f"expected a string, found {text!r}")
                 types[name] = f.convert(name, parse_mysql_type, text, path="mysqlType.")
-            cached = types, row_converter(types, self._tz)
-            if len(self._converters) < 1024:
+            cacheable = len(self._converters) < 1024
+            cached = types, row_converter(types, self._tz, compiled=cacheable)
+            if cacheable:
                 self._converters[cache_key] = cached
         if len(self._current) < 1024:
             self._current[(database, table)] = dict(mysql_type), cached

@@ -65,7 +65,7 @@ def schemas_and_rows(draw: Any) -> tuple[dict[str, ColumnType], dict[str, Any], 
     return types, {c: draw(VALUES) for c in columns}, draw(st.sampled_from(ZONES))
 
 
-@settings(max_examples=500)
+@settings(max_examples=300)
 @given(schemas_and_rows())
 @example(({"d": parse_mysql_type("datetime")}, {"d": "20241001 12:00:00.000"}, UTC))  # a zero date to MySQL's eyes
 @example(({"t": parse_mysql_type("timestamp")}, {"t": "2024-01-02 03:04:05"}, ZONES[1]))
@@ -76,6 +76,7 @@ def test_compiled_row_converter_matches_the_column_converters(case: tuple[dict[s
     per_column = {n: text_converter(t, tz) for n, t in types.items()}
     expected = outcome(lambda: {n: per_column[n](v) for n, v in row.items()})
     assert outcome(lambda: row_converter(types, tz).convert(row)) == expected
+    assert outcome(lambda: row_converter(types, tz, compiled=False).convert(row)) == expected
 
 
 def test_the_usual_row_is_typed_by_the_compiled_path() -> None:
@@ -108,3 +109,16 @@ def test_a_table_without_columns() -> None:
         pass
     else:
         raise AssertionError("an unknown column must raise KeyError")
+
+
+def test_a_decoder_past_its_cache_of_table_schemas_still_decodes() -> None:
+    from cdc_codecs import RawMessage, SourcePosition, get_decoder
+    from cdc_codecs.canal_json import CanalJsonDecoder
+
+    decoder = get_decoder("canal-json")
+    assert isinstance(decoder, CanalJsonDecoder)
+    decoder._converters.update({(("c", str(i)),): ({}, row_converter({})) for i in range(1024)})  # full
+    value = b'{"database":"d","table":"t","isDdl":false,"type":"INSERT","mysqlType":{"id":"int"},"data":[{"id":"5"}]}'
+    [event] = decoder.decode(RawMessage(None, value, SourcePosition("t", 0, 0)))
+    assert event.after == {"id": 5}
+    assert decoder._current[("d", "t")][1][1].convert.__name__ == "per_column"  # not compiled: it could not be kept
