@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, NoReturn
 
 import orjson
 
@@ -197,12 +197,12 @@ class CanalJsonDecoder(Decoder):
             try:
                 row = convert(raw_row)
             except (KeyError, TypeError, AttributeError, ColumnValueError):
-                row = self._convert(raw_row, convs, parts[0], i, index)  # raises the precise error
+                self._row_error(raw_row, convs, parts[0], i, index)
             if op is Op.UPDATE:
                 try:
                     old_row = convert(old[i])  # type: ignore[index]
                 except (KeyError, TypeError, AttributeError, ColumnValueError):
-                    old_row = self._convert(old[i], convs, parts[1], i, index)  # type: ignore[index]
+                    self._row_error(old[i], convs, parts[1], i, index)  # type: ignore[index]
                 before, after = {**row, **old_row}, row
             elif op is Op.DELETE:
                 before, after = row, None
@@ -256,14 +256,10 @@ class CanalJsonDecoder(Decoder):
         return cached
 
     @staticmethod
-    def _convert(raw_row: Any, convs: RowConverter, part: str, i: int, index: int) -> dict[str, Any]:
+    def _row_error(raw_row: Any, convs: RowConverter, part: str, i: int, index: int) -> NoReturn:
+        """The precise error for a row ``convs.convert`` failed on: the row or column at fault."""
         if type(raw_row) is not dict:
             raise FieldError(f"{part}[{i}]", "expected an object (one row)", index)
-        try:
-            return convs.convert(raw_row)
-        except (KeyError, ColumnValueError):
-            pass
-        # Slow path only to name the culprit column.
         path = f"{part}[{i}]."
         for name, v in raw_row.items():
             conv = convs.converters.get(name)
