@@ -24,12 +24,11 @@ Undecodable messages are quarantined with their location and reason; the pipelin
 
 from __future__ import annotations
 
-import base64
 import bisect
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import orjson
 import pyarrow.parquet as pq
@@ -38,13 +37,16 @@ from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange,
 from spark import catalog as cat
 from spark import layout
 from spark.apply_plan import build_apply_plans
-from spark.net_change import Key, row_key
-from spark.commit import DROPPED, RunContext, TableCommitter, restore, table_watermark, tag_table
+from spark.net_change import NetChange
+from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
+from spark.lease import Lease
 from spark.manifest import Manifest, list_manifests, read_manifest
+from spark.publish import CONFIRMED, NOT_CONSISTENT, PUBLISHED, published_path, published_watermarks, publish_watermark
+from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
-from spark.watermark import PartitionWatermarks, compute_watermark, derived_commit_ts, derived_mark
+from spark.watermark import PartitionWatermarks, compute_watermark, derived_commit_ts, derived_mark, tag_name
 
 PKey = tuple[str, int]
 
@@ -102,10 +104,6 @@ def checkpoint_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
     return f"{layout.pipeline_root(pipeline)}/checkpoints/{layout.instant(start)}_{layout.instant(end)}.json"
 
 
-def published_path(pipeline: str, watermark: int) -> str:
-    return f"{layout.pipeline_root(pipeline)}/published/{watermark:020d}.json"
-
-
 # ---------------------------------------------------------------- decoding (executors)
 
 
@@ -118,6 +116,7 @@ class DecodeTask:
     end: int  # exclusive
     segments: tuple[str, ...]
     schemas: tuple[TableSchema, ...] = ()
+    w_prev: int = 0  # the watermark the run starts from (orders protocols without commitTs)
 
 
 @dataclass
@@ -138,14 +137,13 @@ class Scanned:
 class Folded:
     """Phase 2 of a partition: the net change of its rows with W_prev < commitTs <= W.
 
-    ``rows[(database, table, segment)][key] = (order, change)``; ``change`` is None for a key
-    the partition deleted. ``segment`` counts the run's DDLs before the row, so rows are never
-    folded across a schema change; ``order`` is (commitTs, topic, partition, offset, index).
+    ``rows[(database, table, segment)]`` is the net change of those rows; ``segment`` counts the
+    run's DDLs before the row, so rows are never folded across a schema change.
     """
 
     topic: str
     partition: int
-    rows: dict[tuple[str, str, int], dict[Key, tuple[tuple[int, str, int, int, int], RowChange | None, tuple[str, ...]]]] = field(default_factory=dict)
+    rows: dict[tuple[str, str, int], NetChange] = field(default_factory=dict)
     pending: int | None = None
     skipped: int = 0
     applied: dict[str, int] = field(default_factory=dict)
@@ -159,7 +157,7 @@ def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
     if task.schemas and "schemas" in protocol_spec(topic_config.protocol).decoder.options_spec:
         options["schemas"] = task.schemas
     decoder = get_decoder(topic_config.protocol, **options)
-    derive = not protocol_spec(topic_config.protocol).has_commit_ts
+    derive = None if protocol_spec(topic_config.protocol).has_commit_ts else DerivedClock(task.w_prev)
     for path in task.segments:
         # Row-group sized batches: a segment may hold hundreds of thousands of messages.
         segment = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(path)))
@@ -170,7 +168,7 @@ def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
     yield decoder
 
 
-def _decode_batch(task: DecodeTask, decoder: Any, derive: bool, rows: dict[str, list[Any]], errors: list[DecodeError] | None) -> Any:
+def _decode_batch(task: DecodeTask, decoder: Any, derive: DerivedClock | None, rows: dict[str, list[Any]], errors: list[DecodeError] | None) -> Any:
     """Events of one batch of segment rows, message by message (None for an undecodable one)."""
     for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
         if not task.start <= offset < task.end:
@@ -184,7 +182,7 @@ def _decode_batch(task: DecodeTask, decoder: Any, derive: bool, rows: dict[str, 
                 errors.append(exc)
             yield None
             continue
-        yield _derive_clock(events) if derive else events
+        yield derive(events) if derive is not None else events
 
 
 def scan_task(task: DecodeTask) -> Scanned:
@@ -239,38 +237,32 @@ def fold_task(task: FoldTask) -> Folded:
                 continue
             name = f"{e.database}.{e.table}"
             out.applied[name] = out.applied.get(name, 0) + 1
-            bucket = out.rows.setdefault((e.database, e.table, bisect.bisect_left(task.ddl_ts, ts)), {})
-            order = (ts, e.position.topic, e.position.partition, e.position.offset, e.position.index)
-            keys = e.key_columns
-            if e.op is not Op.INSERT and e.before is not None:
-                old = row_key(keys, e.before)
-                if e.op is Op.DELETE or e.after is None or row_key(keys, e.after) != old:
-                    bucket[old] = (order, None, keys)
-            if e.op is not Op.DELETE and e.after is not None:
-                bucket[row_key(keys, e.after)] = (order, e, keys)
+            segment = (e.database, e.table, bisect.bisect_left(task.ddl_ts, ts))
+            net = out.rows.get(segment)
+            if net is None:
+                net = out.rows[segment] = NetChange(e.key_columns)
+            net.add(e)
     return out
 
 
 def _merge_folds(folds: list[Folded]) -> list[RowChange]:
-    """Per key across partitions the latest change wins; as one synthetic change per key."""
-    merged: dict[tuple[str, str, int], dict[Key, tuple[tuple[int, str, int, int, int], RowChange | None, tuple[str, ...]]]] = {}
+    """Per key across partitions the greatest change wins; as one synthetic change per key."""
+    merged: dict[tuple[str, str, int], NetChange] = {}
     for f in folds:
-        for bucket_key, rows in f.rows.items():
-            target = merged.setdefault(bucket_key, {})
-            for key, entry in rows.items():
-                current = target.get(key)
-                if current is None or entry[0] > current[0]:
-                    target[key] = entry
+        for segment, net in f.rows.items():
+            if segment in merged:
+                merged[segment].merge(net)
+            else:
+                merged[segment] = net
     changes: list[RowChange] = []
-    for (database, table, _), rows in merged.items():
-        for key, (order, change, keys) in rows.items():
+    for (database, table, _), net in merged.items():
+        for key, (order, change) in net.rows.items():
             ts, topic, partition, offset, index = order
             position = SourcePosition(topic, partition, offset, index)
             if change is None:
-                image = dict(zip(keys, key)) if keys else dict(key)
-                changes.append(RowChange(Op.DELETE, database, table, image, None, keys, None, ts, position))
+                changes.append(RowChange(Op.DELETE, database, table, net.deleted_image(key), None, net.key_columns, None, ts, position))
             else:
-                changes.append(change._replace(before=None, position=position))
+                changes.append(change._replace(before=None, commit_ts=ts, position=position))
     return changes
 
 
@@ -285,6 +277,21 @@ class ApplyResult:
     report: dict[str, Any]
     replayed: list[str] = field(default_factory=list)
 
+    @property
+    def outcome(self) -> str:
+        return self.report["outcome"]
+
+
+@dataclass(frozen=True)
+class _Interval:
+    start: dt.datetime
+    end: dt.datetime
+    manifest_path: str
+
+    @property
+    def name(self) -> str:
+        return f"{layout.instant(self.start)}_{layout.instant(self.end)}"
+
 
 def apply_interval(
     config: PipelineConfig,
@@ -294,41 +301,107 @@ def apply_interval(
     storage: Storage | None = None,
     catalog: Any = None,
     fault: Callable[[str], None] | None = None,
+    lease: Lease | None = None,
 ) -> ApplyResult:
-    """Bring every table to the watermark of ``interval_end`` (steps 3 and 4).
+    """Make the interval's watermark W published, with every table consistent with it.
+
+    Runs may come in any order (the schedule, retries, backfills of any range, an operator
+    clearing an old interval): intervals before this one that are not published yet are
+    applied first, in order; a table whose own watermark is behind is replayed forward from
+    the archive; an interval whose W is already published is *confirmed* -- tables and tags
+    are left as they are, so the head of ``main`` only ever moves forward. Holds the
+    pipeline's lease throughout (``lease``: one already held by the caller).
 
     ``fault`` is called with a step name at each step boundary; tests inject crashes there.
     """
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
     runner = runner or LocalRunner()
-    chain = [(s, e, p) for s, e, p in list_manifests(storage, config.name) if e <= interval_end]
-    if not chain or (chain[-1][0], chain[-1][1]) != (interval_start, interval_end):
+    chain = [_Interval(s, e, p) for s, e, p in list_manifests(storage, config.name)]
+    target = next((i for i, iv in enumerate(chain) if (iv.start, iv.end) == (interval_start, interval_end)), None)
+    if target is None:
         raise ApplyError(
             f"no manifest for {layout.instant(interval_start)}..{layout.instant(interval_end)}: land the interval first "
             "(the DAG's land task, or spark/jobs/land.py)"
         )
+    held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds)
+    with held:
+        return _bring_forward(config, storage, catalog, runner, chain, target, held, fault or (lambda step: None))
+
+
+def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
+    return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
+
+
+def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
+                   target: int, lease: Lease, step: Callable[[str], None]) -> ApplyResult:
+    published = set(published_watermarks(storage, config.name))
+    checkpoints = [_read_checkpoint(storage, config.name, iv) for iv in chain]
+    # Every run leaves main at the latest published W at least: a table behind it is replayed.
+    last_published = max((i for i, cp in enumerate(checkpoints) if cp is not None and cp.watermark in published), default=-1)
     previous: Checkpoint | None = None
     result: ApplyResult | None = None
     replayed: list[str] = []
-    for i, (s, e, path) in enumerate(chain):
-        cp_path = checkpoint_path(config.name, s, e)
-        is_target = i == len(chain) - 1
-        if storage.exists(cp_path) and not is_target:
-            previous = Checkpoint.from_json(storage.read(cp_path))
-            continue
-        if not is_target:
-            replayed.append(layout.instant(e))
-        result = _apply_one(config, storage, catalog, runner, read_manifest(storage, path), previous, fault)
-        previous = Checkpoint.from_json(storage.read(cp_path))
+    for i in range(max(target, last_published) + 1):
+        iv, cp = chain[i], checkpoints[i]
+        if cp is not None and (cp.watermark == 0 or cp.watermark in published):
+            behind = [n for n, w in _table_watermarks(catalog, config).items() if w < cp.watermark]
+            if not behind:
+                if i == target:
+                    result = _confirm(config, storage, catalog, iv, cp, previous)
+                previous = cp
+                continue
+        if i != target:
+            replayed.append(layout.instant(iv.end))
+        r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step)
+        published.add(r.watermark)
+        if i == target:
+            result = r
+        previous = _read_checkpoint(storage, config.name, iv)
     assert result is not None
     result.replayed = replayed
     return result
 
 
+def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoint | None:
+    path = checkpoint_path(pipeline, iv.start, iv.end)
+    return Checkpoint.from_json(storage.read(path)) if storage.exists(path) else None
+
+
+def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interval, cp: Checkpoint,
+             previous: Checkpoint | None) -> ApplyResult:
+    """The interval's W is published and every table is at or past it: nothing to write."""
+    w = cp.watermark
+    missing = [".".join(cat.upstream_name(t)) for t in cat.pipeline_tables(catalog, config)
+               if w and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)]
+    if missing:
+        raise ApplyError(f"watermark {w} is published but {', '.join(missing)} carry no tag {tag_name(w)}; "
+                         f"run `tidelake repair --from {w}` to re-derive it from the archive")
+    report = {
+        "step": "apply", "pipeline": config.name, "outcome": CONFIRMED if w else NOT_CONSISTENT,
+        "interval": {"start": iv.start.isoformat(), "end": iv.end.isoformat()},
+        "watermark": w, "previous_watermark": previous.watermark if previous else 0,
+        "watermark_time": _w_time(w),
+        "note": "already published by an earlier run; tables and tags left as they are",
+    }
+    storage.write(layout.report_path(config.name, iv.start, iv.end, "apply"), orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(catalog, config)), report)
+
+
+def _existed_at(table: Any, watermark: int) -> bool:
+    """Whether the table existed at W (tables created later carry no earlier tags)."""
+    created = table.properties.get(CREATED_AT)
+    return created is None or int(created) <= watermark
+
+
+def _w_time(w: int) -> str | None:
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat() if w else None
+
+
 def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, previous: Checkpoint | None) -> list[DecodeTask]:
     """One decode task per partition: from its pending offset to this manifest's end."""
     all_manifests = [read_manifest(storage, p) for s, e, p in list_manifests(storage, config.name) if e <= manifest.interval_end]
+    w_prev = previous.watermark if previous else 0
     tasks = []
     for part in manifest.partitions:
         key = (part.topic, part.partition)
@@ -339,16 +412,15 @@ def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, pre
             for s in p.segments if s.end > start and s.start < part.end
         )
         schemas = tuple(previous.schemas.get(part.topic, ())) if previous else ()
-        tasks.append(DecodeTask(config, part.topic, part.partition, start, part.end, segments, schemas))
+        tasks.append(DecodeTask(config, part.topic, part.partition, start, part.end, segments, schemas, w_prev))
     return tasks
 
 
 def _apply_one(
     config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, manifest: Manifest,
-    previous: Checkpoint | None, fault: Callable[[str], None] | None,
+    previous: Checkpoint | None, lease: Lease, step: Callable[[str], None],
 ) -> ApplyResult:
     started = time.perf_counter()
-    step = fault or (lambda name: None)
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     tasks = _read_plan(config, storage, manifest, previous)
     # Phase 1 on the executors: only watermarks, DDL and errors come back to the driver.
@@ -357,7 +429,7 @@ def _apply_one(
 
     # Quarantine first: nothing undecodable is lost, whatever the policy says next.
     errors = [err for d in scanned for err in d.errors]
-    quarantined = _quarantine(storage, config, errors)
+    quarantine = quarantine_messages(storage, config.name, errors, interval, accept=config.on_bad_message == "continue")
     w_prev = previous.watermark if previous else 0
     marks = PartitionWatermarks(dict(previous.marks) if previous else {})
     for d in scanned:
@@ -380,9 +452,10 @@ def _apply_one(
             if ident not in seen_ddl:  # broadcast to every partition: apply once
                 seen_ddl.add(ident)
                 ddls.append(e)
-    if errors and config.on_bad_message == "fail":
+    if quarantine.unaccepted:
+        first = quarantine.unaccepted[0]
         raise BadMessagesError(
-            f"{len(errors)} message(s) could not be decoded (first: {errors[0]}); they are quarantined under "
+            f"{len(quarantine.unaccepted)} message(s) could not be decoded (first: {first}); they are quarantined under "
             f"{storage.url}/{layout.pipeline_root(config.name)}/quarantine. Fix the producer or set on_bad_message: "
             "continue, then rerun the interval"
         )
@@ -400,17 +473,16 @@ def _apply_one(
         for name, n in f.applied.items():
             events_applied[name] = events_applied.get(name, 0) + n
 
+    # A table past W while W is not published would need rewriting behind main's head: the
+    # walk in _bring_forward never gets here for such a run, unless runs broke the one-at-a-time rule.
+    ahead = {n: tw for n, tw in _table_watermarks(catalog, config).items() if tw > w}
+    if ahead and not storage.exists(published_path(config.name, w)):
+        raise CommitConflictError(
+            f"tables {', '.join(f'{n} (at {tw})' for n, tw in sorted(ahead.items()))} are past watermark {w} of "
+            f"{interval}, which is not published: another run wrote them. Run `tidelake repair --from {w_prev}`"
+        )
     run = RunContext(w, w_prev, interval)
-    committer = TableCommitter(catalog, config, fault)
-    # A table ahead of W comes from a later run: restore it to this interval's start, then replay.
-    restored = []
-    for table in cat.pipeline_tables(catalog, config):
-        if table_watermark(table) > w:
-            # Without a wm_<W_prev> tag the table did not exist yet at W_prev: empty it (keeping
-            # its later tags readable); the replay's CREATE TABLE makes it again.
-            restore(table, w_prev, empty=table.snapshot_by_name(f"wm_{w_prev}") is None)
-            restored.append(".".join(cat.upstream_name(table)))
-    step("restored")
+    committer = TableCommitter(catalog, config, step, lease.check)
     plans = build_apply_plans(changes)
     for i, plan in enumerate(plans):
         committer.commit_plan(plan, run)
@@ -418,6 +490,7 @@ def _apply_one(
     tables = cat.pipeline_tables(catalog, config)
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
         for table in tables:
+            lease.check()
             tag_table(table, w)
     step("tagged")
     schemas: dict[str, dict[tuple[str, str, int | None], TableSchema]] = {}
@@ -437,20 +510,27 @@ def _apply_one(
         if existing.watermark != w or existing.pending != pending:
             raise ApplyError(f"{cp_path}: a checkpoint with watermark {existing.watermark} exists, this run computed {w}") from None
     step("checkpointed")
+    tables = cat.pipeline_tables(catalog, config)
     names = {".".join(cat.upstream_name(t)): t for t in tables}
+    outcome = NOT_CONSISTENT
+    if w:
+        lease.check()
+        new = publish_watermark(storage, config.name, w, interval, {n: t.snapshot_by_name(tag_name(w)).snapshot_id for n, t in names.items()})
+        outcome = PUBLISHED if new else CONFIRMED
     report = {
         "step": "apply",
         "pipeline": config.name,
+        "outcome": outcome,
         "interval": {"start": manifest.interval_start.isoformat(), "end": manifest.interval_end.isoformat()},
         "watermark": w,
         "previous_watermark": w_prev,
-        "watermark_time": dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat() if w else None,
+        "watermark_time": _w_time(w),
         "lag_seconds": round(manifest.interval_end.timestamp() - (w >> 18) / 1000, 3) if w else None,
         "messages_decoded": sum(d.messages for d in scanned),
         "events_decoded": sum(d.events for d in scanned),
         "already_applied_skipped": skipped,
-        "quarantined": len(quarantined),
-        "restored_tables": restored,
+        "quarantined": len(quarantine.new),
+        "bad_messages_accepted": len(quarantine.accepted),
         "tables": {
             name: {
                 "events_applied": events_applied.get(name, 0),
@@ -463,33 +543,41 @@ def _apply_one(
     }
     storage.write(layout.report_path(config.name, manifest.interval_start, manifest.interval_end, "apply"),
                   orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    if w:
-        publish_watermark(storage, config, w, interval, {n: t.snapshot_by_name(f"wm_{w}").snapshot_id for n, t in names.items()})
     step("published")
     return ApplyResult(w, w_prev, sorted(names), report)
 
 
-def _derive_clock(events: list[Event]) -> list[Event]:
-    """Protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
+class DerivedClock:
+    """Commit order for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
 
-    A change's commitTs becomes its event time as a TSO; in a partition events keep their
-    offset order, and every key lives in one partition, so per key the order is the
-    binlog's. Each event (and DTS heartbeat) also proves its partition complete up to just
-    before its time, which gives the derived watermark.
+    Binlog event times are statement start times and can go backwards within a partition,
+    so time cannot say what is applied; the partition's offset order can (every key lives in
+    one partition, so per key it is the binlog's order). A change's commitTs becomes the
+    running maximum of event times in its partition, starting just above the run's W_prev:
+    it never decreases along the offsets, so the changes a run applies (commitTs <= W) are a
+    prefix of each partition from its pending offset, and nothing at or after the pending
+    offset counts as already applied, whatever its time says. Each event (and DTS heartbeat)
+    also proves its partition complete up to just before its time: the derived watermark.
     """
-    out: list[Event] = []
-    for e in events:
-        if isinstance(e, Watermark):
-            out.append(Watermark(derived_mark(e.ts), e.position) if e.clock.value == "epoch_ms" else e)
-            continue
-        if not isinstance(e, (RowChange, DdlChange)):
-            out.append(e)
-            continue
-        if e.event_time_ms is None:
-            raise ApplyError(f"{e.position}: the message has no event time, so it cannot be ordered without a commitTs")
-        out.append(e._replace(commit_ts=derived_commit_ts(e.event_time_ms)))
-        out.append(Watermark(derived_mark(e.event_time_ms), e.position))
-    return out
+
+    def __init__(self, w_prev: int) -> None:
+        self.running = w_prev + 1
+
+    def __call__(self, events: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for e in events:
+            if isinstance(e, Watermark):
+                out.append(Watermark(derived_mark(e.ts), e.position) if e.clock.value == "epoch_ms" else e)
+                continue
+            if not isinstance(e, (RowChange, DdlChange)):
+                out.append(e)
+                continue
+            if e.event_time_ms is None:
+                raise ApplyError(f"{e.position}: the message has no event time, so it cannot be ordered without a commitTs")
+            self.running = max(self.running, derived_commit_ts(e.event_time_ms))
+            out.append(e._replace(commit_ts=self.running))
+            out.append(Watermark(derived_mark(e.event_time_ms), e.position))
+        return out
 
 
 def published_watermark_of(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime) -> int:
@@ -502,33 +590,3 @@ def published_watermark_of(config: PipelineConfig, interval_start: dt.datetime, 
     if w and not storage.exists(published_path(config.name, w)):
         raise ApplyError(f"watermark {w} is checkpointed but not published; rerun the apply task")
     return w
-
-
-def publish_watermark(storage: Storage, config: PipelineConfig, watermark: int, interval: str, snapshots: dict[str, int]) -> None:
-    """W is consistent: every table carries ``wm_<W>``. Create-only; republishing is a no-op."""
-    doc = {"watermark": watermark, "interval": interval, "tables": dict(sorted(snapshots.items()))}
-    try:
-        storage.create(published_path(config.name, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    except AlreadyExists:
-        pass
-
-
-def _quarantine(storage: Storage, config: PipelineConfig, errors: Sequence[DecodeError]) -> list[str]:
-    paths = []
-    for err in errors:
-        pos = err.position or SourcePosition("unknown", -1, -1)
-        raw = err.raw
-        path = (f"{layout.pipeline_root(config.name)}/quarantine/{layout.encode_name(pos.topic)}/{pos.partition}/"
-                f"{pos.offset:0{layout.OFFSET_DIGITS}d}-{pos.index}.json")
-        doc = {
-            "topic": pos.topic, "partition": pos.partition, "offset": pos.offset, "index": pos.index,
-            "protocol": err.protocol, "error": type(err).__name__, "field": err.field, "reason": err.reason,
-            "message": str(err),
-            "key_base64": base64.b64encode(raw.key).decode() if raw and raw.key is not None else None,
-            "value_base64": base64.b64encode(raw.value).decode() if raw and raw.value is not None else None,
-            "timestamp_ms": raw.timestamp_ms if raw else None,
-        }
-        storage.write(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-        paths.append(path)
-    return paths
-

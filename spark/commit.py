@@ -20,7 +20,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, IsNull, Or
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.update import SetCurrentSchemaUpdate
+from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
 from cdc_codecs import ColumnType, TidelakeError, TypeKind, parse_mysql_type
@@ -38,6 +38,7 @@ INTERVAL = "tidelake.interval"
 DROPPED = "tidelake.dropped"
 RENAME_PENDING = "tidelake.rename-pending"
 RENAMED_FROM = "tidelake.renamed-from"
+CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 DELETE_BATCH = 100_000  # keys per delete: each delete re-plans and rewrites the files it touches
 
@@ -98,11 +99,14 @@ def _key_filter(keys: tuple[str, ...], values: list[tuple[Any, ...]], schema: Sc
 class TableCommitter:
     """Runs plans for one pipeline against one catalog."""
 
-    def __init__(self, catalog: Catalog, config: PipelineConfig, fault: Callable[[str], None] | None = None) -> None:
+    def __init__(self, catalog: Catalog, config: PipelineConfig, fault: Callable[[str], None] | None = None,
+                 check: Callable[[], None] | None = None) -> None:
         self.catalog = catalog
         self.config = config
         # Called with "staged:<table>" when data files are written but not committed (tests crash there).
         self.fault = fault or (lambda step: None)
+        # Called before every commit: the run still holds the pipeline's lease (raises if not).
+        self.check = check or (lambda: None)
 
     # -- entry point
 
@@ -134,6 +138,7 @@ class TableCommitter:
                         # Renames are not transactional: commit the data with a marker, then rename.
                         tx = tx or current.transaction()
                         tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}"})
+                        self.check()
                         tx.commit_transaction()
                         tx = None
                         current = self._rename(current, change, run)
@@ -253,6 +258,7 @@ class TableCommitter:
             existing = None
         if existing is not None:
             raise UnsupportedSchemaChange(f"RENAME to {change.database}.{change.table}: the Iceberg table {new_id} already exists")
+        self.check()
         renamed = self.catalog.rename_table(table.name(), new_id)
         with renamed.transaction() as tx:
             tx.set_properties({cat.UPSTREAM_DATABASE: change.database, cat.UPSTREAM_TABLE: change.table,
@@ -302,8 +308,12 @@ class TableCommitter:
 
     def _finish(self, table: Table, tx: Transaction | None, run: RunContext) -> None:
         tx = tx or table.transaction()
-        tx.set_properties({WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval})
+        progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval}
+        if CREATED_AT not in tx.table_metadata.properties:
+            progress[CREATED_AT] = str(run.watermark)
+        tx.set_properties(progress)
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
+        self.check()
         tx.commit_transaction()
 
 
@@ -319,30 +329,13 @@ def _fit_value(value: Any, upstream_type: str | None) -> Any:
     return value
 
 
-def restore(table: Table, watermark: int, *, empty: bool = False) -> Table:
-    """Put a table back at its ``wm_<watermark>`` tag: data, schema and progress.
-
-    ``empty``: the table did not exist at ``watermark``; delete its rows instead.
-    """
-    if empty:
-        with table.transaction() as tx:
-            tx.delete(AlwaysTrue(), snapshot_properties={WATERMARK: str(watermark)})
-            tx.set_properties({WATERMARK: str(watermark)})
-        return table
-    snapshot = table.snapshot_by_name(tag_name(watermark))
-    if snapshot is None:
-        raise CommitConflictError(f"{table.name()}: no tag {tag_name(watermark)} to restore to")
-    table.manage_snapshots().set_current_snapshot(snapshot_id=snapshot.snapshot_id).commit()
-    tx = table.transaction()
-    if snapshot.schema_id is not None and snapshot.schema_id != table.metadata.current_schema_id:
-        tx._apply((SetCurrentSchemaUpdate(schema_id=snapshot.schema_id),), ())  # no public API for this in 0.12
-    tx.set_properties({WATERMARK: str(watermark)})
-    tx.commit_transaction()
-    return table
-
-
 def tag_table(table: Table, watermark: int) -> None:
-    """Tag the current snapshot ``wm_<W>`` (an empty table gets an empty snapshot to tag)."""
+    """Tag the current snapshot ``wm_<W>`` and record that the table is at W, in one commit.
+
+    A table the run did not change is at W too; recording it keeps every table's own
+    watermark exact, which is what later runs compare. An empty table gets an empty
+    snapshot to tag.
+    """
     name = tag_name(watermark)
     if name in table.refs():
         return
@@ -352,5 +345,8 @@ def tag_table(table: Table, watermark: int) -> None:
             tx.append(pa.Table.from_pylist([], schema=tx.table_metadata.schema().as_arrow()), snapshot_properties={WATERMARK: str(watermark)})
         snapshot = table.current_snapshot()
         assert snapshot is not None
-    table.manage_snapshots().create_tag(snapshot.snapshot_id, name).commit()
-
+    tx = table.transaction()
+    ManageSnapshots(tx).create_tag(snapshot.snapshot_id, name).commit()  # staged: the transaction commits once
+    if table_watermark(table) < watermark:
+        tx.set_properties({WATERMARK: str(watermark)})
+    tx.commit_transaction()

@@ -85,6 +85,10 @@ class PipelineConfig:
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
     on_bad_message: str = "fail"
     schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig())
+    # The pipeline's lease (one run at a time): how long it lives without renewal, and how long
+    # a run waits for another run's lease before failing.
+    lease_ttl_seconds: float = 600.0
+    lease_wait_seconds: float = 0.0
 
     @property
     def namespace(self) -> str:
@@ -123,15 +127,16 @@ class _Reader:
     def _where(self, key: str) -> str:
         return f"{self.source}: {self.path + '.' if self.path else ''}{key}"
 
-    def get(self, key: str, kind: type, default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
         self.used.add(key)
         if key not in self.doc:
             if default is ...:
                 raise ConfigError(f"{self._where(key)}: required, missing")
             return default
         value = self.doc[key]
-        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            raise ConfigError(f"{self._where(key)}: expected {kind.__name__}, found {type(value).__name__} {value!r}")
+        if kind is not bool and isinstance(value, bool) or not isinstance(value, kind):
+            expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise ConfigError(f"{self._where(key)}: expected {expected}, found {type(value).__name__} {value!r}")
         if choices and value not in choices:
             raise ConfigError(f"{self._where(key)}: expected one of {', '.join(choices)}, found {value!r}")
         return value
@@ -217,6 +222,8 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
         schedule=schedule_config,
+        lease_ttl_seconds=float(r.get("lease_ttl_seconds", (int, float), 600)),
+        lease_wait_seconds=float(r.get("lease_wait_seconds", (int, float), 0)),
     )
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:

@@ -1,8 +1,15 @@
-"""Net change: what a batch of ordered row changes does to a table, one result per key.
+"""Net change: what a set of row changes does to a table, one result per key. The one fold rule.
 
-Per key the net effect of a run is its last event (SPEC §3). An update that changes the
-key deletes the old key and writes the new one. A table without a primary key uses the
-whole row as its key, so rows equal in every column are one row.
+Per key the net effect is the change that is *greatest* in commit order -- (commitTs, topic,
+partition, offset, index in the message) -- never simply the last one read: upstreams
+re-send old ranges after newer changes (a TiCDC or Debezium restart from an older
+checkpoint), and an interval boundary can fall anywhere inside such a replay (SPEC §3).
+An update that changes the key deletes the old key and writes the new one. A table without
+a primary key uses the whole row as its key, so rows equal in every column are one row.
+
+Executors fold each partition with ``NetChange.add``; the driver merges the partitions'
+results with ``NetChange.merge`` -- the same rule, so it does not matter where a key's
+changes were folded.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from typing import Any, Iterable, Mapping
 from cdc_codecs import Op, RowChange
 
 Key = tuple[Any, ...]
+# (commitTs, topic, partition, offset, index): a total order of the changes of one pipeline.
+Order = tuple[int, str, int, int, int]
 
 
 def row_key(key_columns: tuple[str, ...], row: Mapping[str, Any]) -> Key:
@@ -22,12 +31,38 @@ def row_key(key_columns: tuple[str, ...], row: Mapping[str, Any]) -> Key:
     return tuple(sorted(row.items()))
 
 
+def change_order(change: RowChange) -> Order:
+    p = change.position
+    return (change.commit_ts or 0, p.topic, p.partition, p.offset, p.index)
+
+
 @dataclass
 class NetChange:
-    """``rows[key]`` is the row's final image (and the change that wrote it), or None if deleted."""
+    """``rows[key] = (order, change)``: the greatest change of the key; ``change`` None if it deletes it."""
 
     key_columns: tuple[str, ...]
-    rows: dict[Key, tuple[Mapping[str, Any], RowChange] | None] = field(default_factory=dict)
+    rows: dict[Key, tuple[Order, RowChange | None]] = field(default_factory=dict)
+
+    def _put(self, key: Key, order: Order, change: RowChange | None) -> None:
+        current = self.rows.get(key)
+        if current is None or order > current[0]:
+            self.rows[key] = (order, change)
+
+    def add(self, change: RowChange, order: Order | None = None) -> None:
+        """Fold one change in, whatever order changes arrive in."""
+        order = order if order is not None else change_order(change)
+        keys = self.key_columns
+        if change.op is not Op.INSERT and change.before is not None:
+            old = row_key(keys, change.before)
+            if change.op is Op.DELETE or change.after is None or row_key(keys, change.after) != old:
+                self._put(old, order, None)
+        if change.op is not Op.DELETE and change.after is not None:
+            self._put(row_key(keys, change.after), order, change)
+
+    def merge(self, other: NetChange) -> None:
+        """Fold another part of the same table's changes in (e.g. another partition's)."""
+        for key, (order, change) in other.rows.items():
+            self._put(key, order, change)
 
     @property
     def touched(self) -> list[Key]:
@@ -35,18 +70,16 @@ class NetChange:
 
     @property
     def upserts(self) -> list[tuple[Mapping[str, Any], RowChange]]:
-        return [v for v in self.rows.values() if v is not None]
+        return [(change.after, change) for _, change in self.rows.values() if change is not None]  # type: ignore[misc]
+
+    def deleted_image(self, key: Key) -> dict[str, Any]:
+        """The key as a row image (for a key the net change deletes)."""
+        return dict(zip(self.key_columns, key)) if self.key_columns else dict(key)
 
 
 def net_change(changes: Iterable[RowChange], key_columns: tuple[str, ...]) -> NetChange:
-    """Fold changes already in (commitTs, offset, index) order into one result per key."""
+    """Fold changes, in any order, into one result per key."""
     net = NetChange(key_columns)
-    rows = net.rows
     for c in changes:
-        if c.op is not Op.INSERT and c.before is not None:
-            old = row_key(key_columns, c.before)
-            if c.op is Op.DELETE or c.after is None or row_key(key_columns, c.after) != old:
-                rows[old] = None
-        if c.op is not Op.DELETE and c.after is not None:
-            rows[row_key(key_columns, c.after)] = (c.after, c)  # images are never mutated: no copy
+        net.add(c)
     return net

@@ -1,0 +1,97 @@
+"""Step 4 of a run: a watermark W is published once every table of the pipeline carries ``wm_<W>``.
+
+The published record ``<pipeline>/published/<W>.json`` is what readers trust: a query "at W"
+reads every table at tag ``wm_<W>`` only if the record exists. It is created once, by the
+run that first reached W; later runs of the same interval (retries, backfills, an operator
+clearing it) *confirm* it and change nothing.
+
+Downstream (an Airflow Asset, a notification) is told about a watermark once: when the
+run that published it finishes. ``announcement`` reads the interval's apply report and says
+whether there is anything new to announce.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdc_codecs import TidelakeError
+from spark import layout
+from spark.config import PipelineConfig
+from spark.storage import AlreadyExists, Storage, open_storage
+
+# What an apply run did to the interval's watermark (the report's "outcome").
+PUBLISHED = "published"  # this run published W for the first time
+CONFIRMED = "confirmed"  # W was already published; the run found every table consistent with it
+NOT_CONSISTENT = "not-consistent"  # W = 0: some partition has not reported a watermark yet
+REPAIRED = "repaired"  # ``tidelake repair`` re-derived W (and every later W) from the archive
+
+
+class NotPublishedError(TidelakeError):
+    """The interval has not been applied (or its watermark not published) yet."""
+
+
+def published_path(pipeline: str, watermark: int) -> str:
+    return f"{layout.pipeline_root(pipeline)}/published/{watermark:020d}.json"
+
+
+def published_watermarks(storage: Storage, pipeline: str) -> list[int]:
+    """Every published W, ascending."""
+    out = []
+    for path in storage.list(f"{layout.pipeline_root(pipeline)}/published"):
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            out.append(int(name[:-5]))
+    return sorted(out)
+
+
+def read_published(storage: Storage, pipeline: str, watermark: int) -> dict[str, Any] | None:
+    path = published_path(pipeline, watermark)
+    return orjson.loads(storage.read(path)) if storage.exists(path) else None
+
+
+def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval: str, snapshots: dict[str, int]) -> bool:
+    """Record W as consistent. Create-only: returns False when an earlier run published it."""
+    doc = {"watermark": watermark, "interval": interval, "tables": dict(sorted(snapshots.items())),
+           "published_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    try:
+        storage.create(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        return True
+    except AlreadyExists:
+        return False
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """A watermark downstream has not been told about: a new W, or a repair of published ones."""
+
+    watermark: int
+    repair: bool
+    repaired_from: int | None  # the first W a repair re-derived
+    interval_end: dt.datetime
+
+
+def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime,
+                 storage: Storage | None = None) -> Announcement | None:
+    """What the interval's last apply run has to announce, or None (it only confirmed).
+
+    Raises:
+        NotPublishedError: the interval was not applied, or its W is checkpointed but not published.
+    """
+    storage = storage or open_storage(config.storage)
+    path = layout.report_path(config.name, interval_start, interval_end, "apply")
+    if not storage.exists(path):
+        raise NotPublishedError(f"interval {layout.instant(interval_start)}..{layout.instant(interval_end)} is not applied yet")
+    report = orjson.loads(storage.read(path))
+    w = report["watermark"]
+    if w and read_published(storage, config.name, w) is None:
+        raise NotPublishedError(f"watermark {w} is checkpointed but not published; rerun the apply task")
+    outcome = report.get("outcome")
+    if outcome == PUBLISHED:
+        return Announcement(w, False, None, interval_end)
+    if outcome == REPAIRED:
+        return Announcement(w, True, report.get("repaired_from"), interval_end)
+    return None
