@@ -13,6 +13,7 @@ It is deliberately plain, so that a reader can check it against SPEC.md §3 line
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -20,6 +21,15 @@ from cdc_codecs.events import DdlChange, Event, Op, RowChange, SchemaSnapshot, T
 
 TableName = tuple[str, str]
 Key = tuple[Any, ...]
+
+# Table-level DDL in the one form the test histories write it (`db`.`table`, backticks doubled).
+_NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
+_RENAME = re.compile(rf"^RENAME TABLE {_NAME} TO {_NAME}$", re.IGNORECASE)
+_TABLE_DDL = re.compile(rf"^(DROP|TRUNCATE|CREATE) TABLE {_NAME}", re.IGNORECASE)
+
+
+def _name(db: str, table: str) -> TableName:
+    return db.replace("``", "`"), table.replace("``", "`")
 
 
 def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
@@ -73,7 +83,21 @@ class Oracle:
         return w
 
     def _apply_ddl(self, e: DdlChange) -> None:
-        name = (e.database, e.table)
+        sql = e.sql.strip()
+        rename = _RENAME.match(sql)
+        if rename:
+            old, new = _name(*rename.group(1, 2)), _name(*rename.group(3, 4))
+            self.tables[new] = self.tables.pop(old, {})
+            if old in self.schemas:
+                self.schemas[new] = self.schemas.pop(old)
+            return
+        table_ddl = _TABLE_DDL.match(sql)
+        if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):
+            self.tables[_name(*table_ddl.group(2, 3))] = {}
+            return
+        name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
+        if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)
+            self.tables[name] = {}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
             table = self.tables.setdefault(name, {})
@@ -82,8 +106,6 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
-        elif e.sql.lstrip().upper().startswith(("DROP TABLE", "TRUNCATE")):
-            self.tables[name] = {}
 
     def _apply_row(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})

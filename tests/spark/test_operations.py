@@ -1,0 +1,275 @@
+"""The whole pipeline under the operations users perform, against the reference model (SPEC §3, §5, §6).
+
+A hypothesis state machine drives one pipeline: a changefeed delivers an upstream history
+(row changes, key changes, ADD COLUMN, RENAME / DROP / CREATE / TRUNCATE TABLE, resolved
+timestamps) with restarts that re-send old ranges, duplicates, a lagging partition and
+undecodable messages; intervals are landed as they come; and any landed interval is run --
+the next one, an old one again, a backfill of a range, a run that crashes at any step and
+is retried (or not), a run that overlaps another's lease -- under either bad-message policy.
+
+After every step:
+- every published W reads, at tag ``wm_<W>``, exactly the reference model at W;
+- every table's ``main`` equals the model at the table's own watermark, and that watermark
+  never moves back;
+- no lease is left held.
+
+The model (cdc_codecs/oracle.py) applies decoded events one by one in commitTs order and
+shares no code with apply. ``make test`` replays fixed examples; other runs explore.
+``python -m bench consistency --histories N`` runs many more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, SourcePosition, get_decoder
+from cdc_codecs.oracle import Oracle
+from spark import catalog as cat
+from spark.apply import BadMessagesError, apply_interval
+from spark.commit import DROPPED, table_watermark
+from spark.lease import Lease, LeaseHeldError, current_lease
+from spark.publish import published_watermarks
+from spark.query import read_pipeline
+from spark.schema_map import METADATA_COLUMNS
+from spark.storage import open_storage
+
+from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+from .history import Changefeed, Upstream
+
+TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
+CRASH_STEPS = ["decoded", "staged", "committed:0", "tagged", "checkpointed", "published"]
+MAX_INTERVALS = 6
+
+
+class Crash(Exception):
+    pass
+
+
+class PipelineMachine(RuleBasedStateMachine):
+    protocol = "canal-json"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="tidelake-ops-"))
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        counter = os.environ.get("TIDELAKE_HISTORY_COUNTER")
+        if counter:  # python -m bench consistency counts the histories it ran
+            with open(counter, "a") as f:
+                f.write(f"{self.protocol}\n")
+
+    # -- the upstream and its changefeed, written once per history
+
+    @initialize(seed=st.integers(0, 2**16), partitions=st.integers(1, 3), chunks=st.integers(4, 10),
+                ddl_rate=st.sampled_from([0.0, 0.3, 0.6]))
+    def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float) -> None:
+        rng = random.Random(seed)
+        upstream = Upstream(seed)
+        for _ in range(chunks):
+            upstream.changes(rng.randint(2, 8))
+            if rng.random() < ddl_rate:
+                rng.choice([upstream.add_column, upstream.rename, upstream.truncate, upstream.drop, upstream.create])()
+            upstream.changes(rng.randint(0, 4))
+            upstream.resolved()
+        upstream.resolved()
+        self.feed = Changefeed(self.protocol, partitions, seed)
+        self.feed.encode(upstream.history)
+        self.config = make_config(self.tmp, self.protocol)
+        self.storage = open_storage(self.config.storage)
+        self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
+        self.landed_upto = [0] * partitions  # records of each partition already in the archive
+        self.oracle = Oracle()
+        self.decoders = [get_decoder(self.protocol) for _ in range(partitions)]
+        self.intervals: list[tuple[int, dict]] = []  # (W, tables) of the model after each landed interval
+        self.model_at: dict[int, dict] = {0: {}}
+        self.garbage: list[tuple[int, int, int]] = []  # (interval, partition, offset) of undecodable messages
+        self.heads: dict[str, int] = {}
+
+    # -- the changefeed
+
+    @rule(n=st.integers(1, 15))
+    def deliver(self, n: int) -> None:
+        self.feed.deliver(n)
+
+    @rule(back=st.integers(1, 10))
+    def restart_changefeed_from_an_older_checkpoint(self, back: int) -> None:
+        self.feed.replay(back)
+
+    @rule()
+    def duplicate_a_message(self) -> None:
+        self.feed.duplicate()
+
+    @rule(partition=st.integers(0, 2))
+    def lag_a_partition(self, partition: int) -> None:
+        self.feed.lagging = None if self.feed.lagging is not None else partition % self.feed.partitions
+
+    @rule()
+    def send_an_undecodable_message(self) -> None:
+        self.feed.bad_message()
+
+    # -- landing
+
+    @precondition(lambda self: len(self.intervals) < MAX_INTERVALS)
+    @rule(deliver_first=st.integers(0, 25))
+    def land_interval(self, deliver_first: int) -> None:
+        """The interval ends: what the partitions hold since the last one is landed."""
+        self.feed.deliver(deliver_first)
+        j = len(self.intervals)
+        records = []
+        for p, released in enumerate(self.feed.released):
+            new = released[self.landed_upto[p]:]
+            for i, r in enumerate(new):
+                offset = self.landed_upto[p] + i
+                records.append(("cdc", r._replace(partition=p)))
+                try:
+                    events = self.decoders[p].decode(RawMessage(r.key, r.value, SourcePosition("cdc", p, offset)))
+                except DecodeError:
+                    self.garbage.append((j, p, offset))
+                    continue
+                self.oracle.add(events)
+            self.landed_upto[p] += len(new)
+        self.writer.interval(T0 + j * HOUR, T0 + (j + 1) * HOUR, records)
+        w = self.oracle.cut([("cdc", p) for p in range(self.feed.partitions)])
+        tables = {name: oracle_rows(self.oracle, name) for name in self.oracle.tables}
+        self.intervals.append((w, tables))
+        self.model_at[w] = tables
+
+    # -- runs
+
+    def _run(self, j: int, policy: str = "continue", fault=None) -> None:  # noqa: ANN001
+        config = dataclasses.replace(self.config, on_bad_message=policy)
+        unaccepted_before = self._unaccepted_garbage(j)
+        try:
+            apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault)
+        except BadMessagesError:
+            assert policy == "fail" and unaccepted_before, "a run failed on messages already accepted"
+            return
+        if policy == "continue":
+            assert not self._unaccepted_garbage(j), "a run under 'continue' left bad messages unaccepted"
+
+    def _unaccepted_garbage(self, j: int) -> list[tuple[int, int, int]]:
+        out = []
+        for interval, p, offset in self.garbage:
+            if interval > j:
+                continue
+            path = f"shop/quarantine/cdc/{p}/{offset:020d}-0.json"
+            if not self.storage.exists(path) or not orjson.loads(self.storage.read(path)).get("accepted_by"):
+                out.append((interval, p, offset))
+        return out
+
+    @precondition(lambda self: self.intervals)
+    @rule(data=st.data(), policy=st.sampled_from(["continue", "continue", "fail"]))
+    def run_any_landed_interval(self, data: st.DataObject, policy: str) -> None:
+        self._run(data.draw(st.integers(0, len(self.intervals) - 1), label="interval"), policy)
+
+    @precondition(lambda self: self.intervals)
+    @rule()
+    def run_the_next_interval(self) -> None:
+        self._run(len(self.intervals) - 1)
+
+    @precondition(lambda self: self.intervals)
+    @rule(data=st.data())
+    def backfill_a_range(self, data: st.DataObject) -> None:
+        first = data.draw(st.integers(0, len(self.intervals) - 1), label="from")
+        last = data.draw(st.integers(first, len(self.intervals) - 1), label="to")
+        for j in range(first, last + 1):
+            self._run(j)
+
+    @precondition(lambda self: self.intervals)
+    @rule(data=st.data(), step=st.sampled_from(CRASH_STEPS), retry=st.booleans())
+    def crash_at_a_step(self, data: st.DataObject, step: str, retry: bool) -> None:
+        j = data.draw(st.integers(0, len(self.intervals) - 1), label="interval")
+
+        def fault(at: str) -> None:
+            if at == step or (step == "staged" and at.startswith("staged:")):
+                raise Crash(at)
+
+        try:
+            self._run(j, fault=fault)
+        except Crash:
+            pass  # the worker died here: its lease is released by the context manager, as a dead one expires
+        if retry:
+            self._run(j)
+
+    @precondition(lambda self: self.intervals)
+    @rule(data=st.data(), alive=st.booleans())
+    def overlap_another_run(self, data: st.DataObject, alive: bool) -> None:
+        """Another run of the pipeline holds the lease: alive, or dead with its lease expired."""
+        j = data.draw(st.integers(0, len(self.intervals) - 1), label="interval")
+        other = Lease(self.storage, self.config.name, ttl_seconds=300 if alive else -1, owner="other-worker", renew=False)
+        other.acquire()
+        if alive:
+            with pytest.raises(LeaseHeldError, match="other-worker"):
+                self._run(j)
+            other.release()
+        else:
+            self._run(j)  # takes the dead run's lease over
+
+    # -- what must always hold
+
+    @invariant()
+    def every_published_watermark_reads_the_model(self) -> None:
+        if not hasattr(self, "config"):
+            return
+        published = published_watermarks(self.storage, self.config.name)
+        assert set(published) <= set(self.model_at), (published, sorted(self.model_at))
+        for w in published:
+            _, tables = read_pipeline(self.config, w)
+            got = {name: normalise(t.to_pylist()) for name, t in tables.items()}
+            want = {name: rows for name, rows in self.model_at[w].items() if rows or name in got}
+            assert got == want, f"published W {w}"
+
+    @invariant()
+    def main_equals_the_model_at_each_tables_watermark_and_never_goes_back(self) -> None:
+        if not hasattr(self, "config"):
+            return
+        for table in cat.pipeline_tables(cat.open_catalog(self.config), self.config):
+            uuid, w = str(table.metadata.table_uuid), table_watermark(table)
+            assert w >= self.heads.get(uuid, 0), f"{table.name()} went back from {self.heads[uuid]} to {w}"
+            self.heads[uuid] = w
+            assert w in self.model_at, f"{table.name()} is at {w}, which no interval reaches"
+            name = cat.upstream_name(table)
+            rows = [] if DROPPED in table.properties else normalise(
+                table.scan().to_arrow().drop_columns(list(METADATA_COLUMNS)).to_pylist())
+            assert rows == self.model_at[w].get(name, []), f"main of {name} at {w}"
+
+    @invariant()
+    def no_lease_is_left_held(self) -> None:
+        if not hasattr(self, "config"):
+            return
+        held = current_lease(self.storage, self.config.name)
+        assert held is None or not held.live(__import__("time").time()), held
+
+
+def machine_for(protocol: str) -> type[PipelineMachine]:
+    return type(f"PipelineMachine_{protocol.replace('-', '_')}", (PipelineMachine,), {"protocol": protocol})
+
+
+def run_machine(protocol: str, examples: int, steps: int) -> None:
+    machine = machine_for(protocol)
+    machine.TestCase.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                                         suppress_health_check=list(HealthCheck))
+    machine.TestCase().runTest()
+
+
+@pytest.mark.parametrize("protocol", TIDB)
+def test_operations_match_the_model(protocol: str) -> None:
+    run_machine(protocol, examples=2, steps=12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", TIDB)
+def test_operations_match_the_model_many(protocol: str) -> None:
+    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_HISTORIES", "15")), steps=25)
