@@ -43,7 +43,7 @@ from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.manifest import Manifest, list_manifests, read_manifest
-from spark.publish import CONFIRMED, NOT_CONSISTENT, PUBLISHED, published_path, published_watermarks, publish_watermark
+from spark.publish import CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, published_path, published_watermarks, publish_watermark
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
 from spark.watermark import PartitionWatermarks, compute_watermark, derived_commit_ts, derived_mark, tag_name
@@ -515,7 +515,9 @@ def _apply_one(
     outcome = NOT_CONSISTENT
     if w:
         lease.check()
-        new = publish_watermark(storage, config.name, w, interval, {n: t.snapshot_by_name(tag_name(w)).snapshot_id for n, t in names.items()})
+        view = [PublishedTable(*cat.upstream_name(t), str(t.metadata.table_uuid), t.snapshot_by_name(tag_name(w)).snapshot_id)
+                for t in tables if DROPPED not in t.properties]
+        new = publish_watermark(storage, config.name, w, interval, view)
         outcome = PUBLISHED if new else CONFIRMED
     report = {
         "step": "apply",

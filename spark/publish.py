@@ -53,9 +53,31 @@ def read_published(storage: Storage, pipeline: str, watermark: int) -> dict[str,
     return orjson.loads(storage.read(path)) if storage.exists(path) else None
 
 
-def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval: str, snapshots: dict[str, int]) -> bool:
+@dataclass(frozen=True)
+class PublishedTable:
+    """One table of the consistent view at W: its upstream name *at W* and its Iceberg identity.
+
+    Tables are found by UUID, not by name: a later RENAME TABLE changes the Iceberg
+    identifier and the upstream name, and a query at W must still see the name of W.
+    """
+
+    database: str
+    table: str
+    uuid: str
+    snapshot: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"database": self.database, "table": self.table, "uuid": self.uuid, "snapshot": self.snapshot}
+
+
+def published_tables(doc: dict[str, Any]) -> list[PublishedTable]:
+    return [PublishedTable(t["database"], t["table"], t["uuid"], t["snapshot"]) for t in doc["tables"]]
+
+
+def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval: str, tables: list[PublishedTable]) -> bool:
     """Record W as consistent. Create-only: returns False when an earlier run published it."""
-    doc = {"watermark": watermark, "interval": interval, "tables": dict(sorted(snapshots.items())),
+    doc = {"watermark": watermark, "interval": interval,
+           "tables": [t.to_dict() for t in sorted(tables, key=lambda t: (t.database, t.table))],
            "published_at": dt.datetime.now(dt.timezone.utc).isoformat()}
     try:
         storage.create(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))

@@ -10,13 +10,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Union
 
-import orjson
 import pyarrow as pa
 
 from cdc_codecs import TidelakeError
 from spark import catalog as cat
-from spark import layout
-from spark.commit import DROPPED
+from spark import publish
 from spark.config import PipelineConfig
 from spark.schema_map import METADATA_COLUMNS
 from spark.storage import Storage, open_storage
@@ -30,18 +28,14 @@ class NoSuchWatermark(TidelakeError):
 
 
 def published_watermarks(config: PipelineConfig, storage: Storage | None = None) -> list[int]:
-    storage = storage or open_storage(config.storage)
-    out = []
-    for path in storage.list(f"{layout.pipeline_root(config.name)}/published"):
-        name = path.rsplit("/", 1)[-1]
-        if name.endswith(".json") and name[:-5].isdigit():
-            out.append(int(name[:-5]))
-    return sorted(out)
+    return publish.published_watermarks(storage or open_storage(config.storage), config.name)
 
 
 def published(config: PipelineConfig, watermark: int, storage: Storage | None = None) -> dict[str, Any]:
-    storage = storage or open_storage(config.storage)
-    return orjson.loads(storage.read(f"{layout.pipeline_root(config.name)}/published/{watermark:020d}.json"))
+    doc = publish.read_published(storage or open_storage(config.storage), config.name, watermark)
+    if doc is None:
+        raise NoSuchWatermark(f"pipeline {config.name}: watermark {watermark} is not published")
+    return doc
 
 
 def to_tso(at: dt.datetime) -> int:
@@ -68,33 +62,37 @@ def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storag
     return candidates[-1]
 
 
-def read_table(config: PipelineConfig, database: str, table: str, watermark: int, *, metadata: bool = False, catalog: Any = None) -> pa.Table:
-    catalog = catalog or cat.open_catalog(config)
-    t = cat.load_table(catalog, config, database, table)
-    snapshot = t.snapshot_by_name(tag_name(watermark)) if t is not None else None
-    if snapshot is None:
-        raise NoSuchWatermark(f"{database}.{table} has no tag {tag_name(watermark)}")
-    data = t.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+def _view(config: PipelineConfig, watermark: int, catalog: Any, storage: Storage) -> list[tuple[publish.PublishedTable, Any]]:
+    """The tables of the consistent view at W, with their names at W, found by Iceberg UUID."""
+    by_uuid = {str(t.metadata.table_uuid): t for t in cat.pipeline_tables(catalog, config)}
+    out = []
+    for entry in publish.published_tables(published(config, watermark, storage)):
+        table = by_uuid.get(entry.uuid)
+        if table is None or table.snapshot_by_name(tag_name(watermark)) is None:
+            raise NoSuchWatermark(f"{entry.database}.{entry.table} at {watermark}: its Iceberg table or tag "
+                                  f"{tag_name(watermark)} is gone")
+        out.append((entry, table))
+    return out
+
+
+def _scan(table: Any, watermark: int, metadata: bool) -> pa.Table:
+    data = table.scan(snapshot_id=table.snapshot_by_name(tag_name(watermark)).snapshot_id).to_arrow()
     if not metadata:
         data = data.drop_columns([c for c in METADATA_COLUMNS if c in data.column_names])
     return data
+
+
+def read_table(config: PipelineConfig, database: str, table: str, watermark: int, *, metadata: bool = False, catalog: Any = None) -> pa.Table:
+    """One table at W, by its upstream name at W."""
+    storage = open_storage(config.storage)
+    for entry, t in _view(config, watermark, catalog or cat.open_catalog(config), storage):
+        if (entry.database, entry.table) == (database, table):
+            return _scan(t, watermark, metadata)
+    raise NoSuchWatermark(f"{database}.{table} is not a table of pipeline {config.name} at watermark {watermark}")
 
 
 def read_pipeline(config: PipelineConfig, at: At = "latest", *, metadata: bool = False) -> tuple[int, dict[tuple[str, str], pa.Table]]:
     """Every table of the pipeline at one consistent W: (W, {(database, table): rows})."""
     storage = open_storage(config.storage)
     w = resolve_watermark(config, at, storage)
-    catalog = cat.open_catalog(config)
-    out = {}
-    for t in cat.pipeline_tables(catalog, config):
-        snapshot = t.snapshot_by_name(tag_name(w))
-        if snapshot is None:
-            continue  # created after W
-        dropped = t.properties.get(DROPPED)
-        if dropped is not None and int(dropped) <= w:
-            continue
-        data = t.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
-        if not metadata:
-            data = data.drop_columns([c for c in METADATA_COLUMNS if c in data.column_names])
-        out[cat.upstream_name(t)] = data
-    return w, out
+    return w, {(e.database, e.table): _scan(t, w, metadata) for e, t in _view(config, w, cat.open_catalog(config), storage)}
