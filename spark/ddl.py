@@ -73,8 +73,9 @@ class CreateTable:
 
 @dataclass(frozen=True)
 class CreateTableLike:
-    """``CREATE TABLE x LIKE source``: the committer copies the source's columns and key."""
+    """``CREATE TABLE table LIKE source``: the committer copies the source's columns and key."""
 
+    table: tuple[str, str]
     source: tuple[str, str]
     if_not_exists: bool = False
 
@@ -363,7 +364,7 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     rest = tokens[end:]
     like = _like_source(rest)
     if like is not None:
-        return [(ref, CreateTableLike(_table_ref(sql, _text(sql, like), default_db), if_not_exists))]
+        return [(ref, CreateTableLike(ref, _table_ref(sql, _text(sql, like), default_db), if_not_exists))]
     if not rest or rest[0].token_type != TokenType.L_PAREN:
         raise DdlParseError(f"{text!r}: CREATE TABLE without a column list (CREATE TABLE ... SELECT) is not supported: "
                             f"its rows arrive {_NO_ROW_EVENTS}")
