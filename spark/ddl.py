@@ -168,15 +168,17 @@ _ROWS_WITHOUT_EVENTS = {
     ("IMPORT", None): "imports rows from a tablespace file",
 }
 _NO_ROW_EVENTS = "without row events, so tidelake cannot tell which rows changed; re-create the table from a snapshot"
-# TiDB column attributes sqlglot does not know; they change no column type (`AUTO_RANDOM(5)`).
-_TIDB_COLUMN_ATTRIBUTES = frozenset({"AUTO_RANDOM"})
+# Column attributes sqlglot does not know and that change no column type, with how many
+# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5), MySQL 8's
+# SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
+_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0}
 _NO_OP_ELEMENTS = (exp.IndexColumnConstraint, exp.UniqueColumnConstraint, exp.ForeignKey, exp.CheckColumnConstraint, exp.Constraint)
 
 
-def column_type_of(kind: exp.DataType) -> ColumnType:
-    text = kind.sql(dialect="mysql")
+def column_type_of(type_text: str) -> ColumnType:
+    """A column type as written in a statement, read like the protocols' type strings."""
     try:
-        return parse_mysql_type(text)
+        return parse_mysql_type(type_text)
     except ColumnValueError as exc:
         raise DdlParseError(str(exc)) from None
 
@@ -375,7 +377,11 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     tail_words = set(_words(rest[close + 1 :]))
     if tail_words & {"SELECT", "TABLE", "VALUES", "WITH"}:
         raise DdlParseError(f"{text!r}: CREATE TABLE ... SELECT is not supported: its rows arrive {_NO_ROW_EVENTS}")
-    body = _without_tidb_attributes(sql, rest[1:close])
+    elements = _split(rest[1:close], TokenType.COMMA)
+    # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
+    spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
+    types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
+    body = ", ".join(_sqlglot_text(sql, e, span) for e, span in zip(elements, spans))
     try:
         statement = sqlglot.parse_one(f"CREATE TABLE _t ({body})", read="mysql")
     except (ParseError, TokenError) as exc:
@@ -384,9 +390,13 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
         raise DdlParseError(f"{text!r}: cannot parse the column list")
     columns: list[Column] = []
     keys: tuple[str, ...] = ()
+    coldefs = [e for e in statement.this.expressions if isinstance(e, exp.ColumnDef)]
+    if len(coldefs) != len(types):
+        raise DdlParseError(f"{text!r}: cannot tell the columns apart in the column list")
+    column_types = dict(zip(map(id, coldefs), types))
     for e in statement.this.expressions:
         if isinstance(e, exp.ColumnDef):
-            columns.append(_column(text, e))
+            columns.append(_column(text, e, column_types[id(e)]))
             if _has_primary_key(e):
                 keys = (e.name,)
         elif _primary_key(e) is not None:
@@ -407,35 +417,67 @@ def _like_source(rest: list[Token]) -> list[Token] | None:
     return None
 
 
-def _without_tidb_attributes(sql: str, tokens: list[Token]) -> str:
-    """The text of ``tokens`` without TiDB column attributes such as ``AUTO_RANDOM(5, 64)``."""
+# Words that start a CREATE TABLE element that is not a column.
+_ELEMENT_WORDS = frozenset("CONSTRAINT PRIMARY FOREIGN KEY INDEX UNIQUE FULLTEXT SPATIAL CHECK LIKE".split())
+# Types MySQL spells in two words that sqlglot's tokenizer keeps apart.
+_TWO_WORD_TYPES = frozenset({("LONG", "VARCHAR"), ("LONG", "VARBINARY"), ("NATIONAL", "VARCHAR"), ("NATIONAL", "CHAR"),
+                             ("NATIONAL", "CHARACTER"), ("CHAR", "VARYING")})
+
+
+def _type_span(tokens: Sequence[Token], at: int) -> tuple[int, int]:
+    """Token range of the data type starting at ``at``: ``INT(11) UNSIGNED ZEROFILL``,
+    ``ENUM('a','b')``, ``DOUBLE PRECISION``, ``POINT``... (MySQL's data_type, up to the attributes).
+
+    The type is read from the statement's own text by ``parse_mysql_type``, the parser of
+    the protocols' type strings, rather than from sqlglot's rendering of it, which turns
+    REAL into FLOAT and does not know the spatial types.
+    """
+    if at >= len(tokens) or _word(tokens[at]) is None:
+        raise DdlParseError(f"no data type at {tokens[at - 1].text!r}" if at else "no data type")
+    end = at + 1
+    if end < len(tokens) and (_word(tokens[at]), _word(tokens[end])) in _TWO_WORD_TYPES:
+        end += 1
+    if end < len(tokens) and tokens[end].token_type == TokenType.L_PAREN:
+        end = _closing_paren(tokens, end) + 1
+    while end < len(tokens) and _word(tokens[end]) in ("UNSIGNED", "SIGNED", "ZEROFILL"):
+        end += 1
+    return at, end
+
+
+def _sqlglot_text(sql: str, tokens: Sequence[Token], type_span: tuple[int, int] | None) -> str:
+    """The text of ``tokens`` for sqlglot: the data type in ``type_span`` replaced by TEXT (any
+    type will do: the real one is read from the text), attributes sqlglot does not know
+    (``AUTO_RANDOM(5)``, ``SRID 0``) left out."""
     pieces: list[str] = []
     i = 0
-    start = tokens[0].start if tokens else 0
     while i < len(tokens):
-        if _word(tokens[i]) in _TIDB_COLUMN_ATTRIBUTES:
-            pieces.append(sql[start : tokens[i].start])
-            j = i + 1
-            if j < len(tokens) and tokens[j].token_type == TokenType.L_PAREN:
-                j = _closing_paren(tokens, j) + 1
-            i = j
-            start = tokens[i].start if i < len(tokens) else tokens[-1].end + 1
+        if type_span is not None and i == type_span[0]:
+            pieces.append("TEXT")
+            i = type_span[1]
             continue
+        follows = _UNKNOWN_ATTRIBUTES.get(_word(tokens[i]) or "")
+        if follows is not None and type_span is not None and i >= type_span[1]:  # in a column definition
+            i += 1
+            if follows == "(" and i < len(tokens) and tokens[i].token_type == TokenType.L_PAREN:
+                i = _closing_paren(tokens, i) + 1
+            elif isinstance(follows, int):
+                i += follows
+            continue
+        pieces.append(_text(sql, tokens[i : i + 1]))
         i += 1
-    if tokens:
-        pieces.append(sql[start : tokens[-1].end + 1])
-    return "".join(pieces)
+    return " ".join(pieces)
 
 
-def _column(text: str, coldef: exp.ColumnDef) -> Column:
-    kind = coldef.args.get("kind")
-    if not isinstance(kind, exp.DataType):
-        raise DdlParseError(f"{text!r}: column {coldef.name!r} has no type")
+def _column(text: str, coldef: exp.ColumnDef, type_text: str) -> Column:
     nullable = not any(
         isinstance(c.kind, (exp.NotNullColumnConstraint, exp.PrimaryKeyColumnConstraint)) and not c.kind.args.get("allow_null")
         for c in coldef.constraints
     )
-    return Column(coldef.name, column_type_of(kind), nullable)
+    try:
+        column_type = column_type_of(type_text)
+    except DdlParseError as exc:
+        raise DdlParseError(f"{text!r}: column {coldef.name!r}: {exc}") from None
+    return Column(coldef.name, column_type, nullable)
 
 
 def _has_primary_key(coldef: exp.ColumnDef) -> bool:
@@ -510,8 +552,14 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
             raise DdlParseError(f"{text!r}: cannot read the new table name in {_text(sql, clause)!r}")
         return [RenameTable(*_table_ref(sql, _text(sql, target), ref[0]))]
     clause_text = _text(sql, clause)
+    type_at = _column_type_at(clause)
     try:
-        parsed = sqlglot.parse_one(f"ALTER TABLE _t {_without_tidb_attributes(sql, clause)}", read="mysql")
+        span = _type_span(clause, type_at) if type_at is not None else None
+    except DdlParseError as exc:
+        raise DdlParseError(f"{text!r}: {clause_text!r}: {exc}") from None
+    type_text = _text(sql, clause[span[0] : span[1]]) if span is not None else None
+    try:
+        parsed = sqlglot.parse_one(f"ALTER TABLE _t {_sqlglot_text(sql, clause, span)}", read="mysql")
     except (ParseError, TokenError):
         parsed = None
     if not isinstance(parsed, exp.Alter):  # sqlglot fell back to a raw Command, or failed
@@ -520,9 +568,25 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
         raise DdlParseError(f"{text!r}: cannot tell what {clause_text!r} does to the table")
     out: list[Change] = []
     for action in parsed.args.get("actions") or []:
-        out += _alter_action(text, clause_text, action)
+        out += _alter_action(text, clause_text, action, type_text)
     # parsed.args["options"] holds table options (ENGINE=, COMMENT=...): no change.
     return out
+
+
+def _column_type_at(clause: list[Token]) -> int | None:
+    """Where the data type starts in ``ADD [COLUMN] [IF NOT EXISTS] c type``, ``MODIFY [COLUMN] c
+    type`` and ``CHANGE [COLUMN] old new type``; None for clauses that define no column."""
+    words = [_word(t) for t in clause] + [None]
+    if words[0] not in ("ADD", "MODIFY", "CHANGE"):
+        return None
+    at = 2 if words[1] == "COLUMN" else 1
+    at, _ = _skip_if_exists(clause, at, negated=words[0] == "ADD")
+    if words[0] == "ADD":
+        if at >= len(clause) or clause[at].token_type == TokenType.L_PAREN:
+            return None
+        if words[at] is not None and words[at].split()[0] in _ELEMENT_WORDS | {"PARTITION"}:
+            return None  # ADD INDEX / PRIMARY KEY / CONSTRAINT / PARTITION
+    return at + (2 if words[0] == "CHANGE" else 1)
 
 
 def _add_group(clause: list[Token]) -> list[list[Token]] | None:
@@ -548,9 +612,11 @@ def _group_changes(sql: str, text: str, clause: list[Token], group: list[list[To
 _INDEX_WORDS = frozenset("INDEX KEY UNIQUE FULLTEXT SPATIAL PRIMARY CONSTRAINT FOREIGN CHECK".split())
 
 
-def _alter_action(text: str, clause: str, action: exp.Expression) -> list[Change]:
+def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str | None) -> list[Change]:
+    if isinstance(action, (exp.ColumnDef, exp.ModifyColumn)) and type_text is None:
+        raise DdlParseError(f"{text!r}: cannot find the data type in {clause!r}")
     if isinstance(action, exp.ColumnDef):
-        column = _column(text, action)
+        column = _column(text, action, type_text)  # type: ignore[arg-type]
         out: list[Change] = [AddColumn(column, bool(action.args.get("exists")))]
         out += _position(column.name, action)
         if _has_primary_key(action):
@@ -562,7 +628,7 @@ def _alter_action(text: str, clause: str, action: exp.Expression) -> list[Change
         out = []
         if old is not None and old.name != coldef.name:
             out.append(RenameColumn(old.name, coldef.name))
-        out.append(ChangeColumnType(coldef.name, _column(text, coldef).type))
+        out.append(ChangeColumnType(coldef.name, _column(text, coldef, type_text).type))  # type: ignore[arg-type]
         out += _position(coldef.name, coldef)
         if _has_primary_key(coldef):
             out.append(SetKeyColumns((coldef.name,)))
