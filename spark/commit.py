@@ -9,6 +9,7 @@ only the data files whose key ranges can hold them) and the net rows appended.
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 from dataclasses import dataclass
@@ -106,7 +107,7 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
     if [f.name for f in tx.table_metadata.schema().fields] != names:
         with tx.update_schema() as u:
             u.move_first((names[0],))
-            for before, name in zip(names, names[1:]):
+            for before, name in itertools.pairwise(names):
                 u.move_after((name,), (before,))
 
 
