@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from cdc_codecs import DdlChange, RowChange, TableSchema
-from spark.ddl import AddColumn, Change, ChangeColumnType, CreateTable, RenameTable, parse_ddl
+from spark.ddl import AddColumn, Change, ChangeColumnType, CreateTable, CreateTableLike, RenameTable, SetKeyColumns, parse_ddl
 from spark.net_change import NetChange, net_change
 
 TableRef = tuple[str, str]
@@ -60,23 +60,41 @@ def ordered(changes: Iterable[RowChange | DdlChange]) -> list[RowChange | DdlCha
 
 
 def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
-    """The table changes of a DDL, with exact types from the schema the protocol carries."""
+    """The table changes of a DDL, with exact types from the schema the protocol carries.
+
+    ``schema_after`` describes the DDL's own table after the whole statement, so it fixes
+    the columns a CREATE makes and the type of every column an ADD / MODIFY / CHANGE leaves;
+    changes to other tables of the statement (``RENAME TABLE a TO b, c TO d``,
+    ``DROP TABLE a, b``) keep what the SQL says.
+    """
     changes = parse_ddl(ddl.sql, ddl.database)
     after = ddl.schema_after
     if after is None:
         return changes
+    described = {(ddl.database, ddl.table), (after.database, after.table)}
     out: list[tuple[TableRef, Change]] = []
     for ref, change in changes:
-        if isinstance(change, CreateTable):
-            change = CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns or change.schema.key_columns))
-        elif isinstance(change, AddColumn) and after.column(change.column.name) is not None:
-            change = AddColumn(after.column(change.column.name))  # type: ignore[arg-type]
-        elif isinstance(change, ChangeColumnType) and after.column(change.name) is not None:
-            change = ChangeColumnType(change.name, after.column(change.name).type)  # type: ignore[union-attr]
+        if ref in described:
+            change = _with_schema_after(ref, change, after)
         out.append((ref, change))
-    if not changes and after is not None and ddl.ddl_type in ("CREATE", "CREATE TABLE"):
+    if not changes and ddl.ddl_type in ("CREATE", "CREATE TABLE"):
         out.append(((after.database, after.table), CreateTable(after)))
     return out
+
+
+def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Change:
+    if isinstance(change, CreateTable):
+        return CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns or change.schema.key_columns), change.if_not_exists)
+    if isinstance(change, CreateTableLike):
+        # The protocol knows what the source looked like: no need to read it from the lake.
+        return CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns), change.if_not_exists)
+    if isinstance(change, AddColumn):
+        column = after.column(change.column.name)
+        return AddColumn(column, change.if_not_exists) if column is not None else change
+    if isinstance(change, ChangeColumnType):
+        column = after.column(change.name)
+        return ChangeColumnType(change.name, column.type) if column is not None else change
+    return change
 
 
 def build_apply_plans(
@@ -117,6 +135,8 @@ def build_apply_plans(
             p = plan(ref)
             if isinstance(change, CreateTable):
                 keys[ref] = change.schema.key_columns
+            elif isinstance(change, SetKeyColumns):
+                keys[ref] = change.columns
             p.steps.append(SchemaStep((change,), e))
             if isinstance(change, RenameTable):
                 # Later changes name the table by its new name: a new plan, run after this one.

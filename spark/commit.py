@@ -9,6 +9,7 @@ only the data files whose key ranges can hold them) and the net rows appended.
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 from dataclasses import dataclass
@@ -23,13 +24,16 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import ColumnType, TidelakeError, TypeKind, parse_mysql_type
+from cdc_codecs import Column, ColumnType, TableSchema, TidelakeError, TypeKind, parse_mysql_type
 from cdc_codecs.types import enum_label, set_members
 from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
 from spark.config import PipelineConfig
-from spark.ddl import AddColumn, ChangeColumnType, CreateTable, DropColumn, DropTable, RenameColumn, RenameTable, TruncateTable
-from spark.schema_map import COMMIT_TS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns, to_iceberg_value
+from spark.ddl import (
+    AddColumn, ChangeColumnType, CreateTable, CreateTableLike, DropColumn, DropTable, MoveColumn, RenameColumn, RenameTable,
+    SetKeyColumns, TruncateTable,
+)
+from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns, to_iceberg_value
 from spark.watermark import tag_name
 
 WATERMARK = "tidelake.watermark"
@@ -40,6 +44,7 @@ RENAME_PENDING = "tidelake.rename-pending"
 RENAMED_FROM = "tidelake.renamed-from"
 CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
+SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
 DELETE_BATCH = 100_000  # keys per delete: each delete re-plans and rewrites the files it touches
 
 
@@ -76,6 +81,35 @@ def _widened(old: IcebergType, new: IcebergType) -> bool:
 
 def _key_columns(properties: dict[str, str]) -> tuple[str, ...]:
     return tuple(json.loads(properties.get(cat.KEY_COLUMNS, "[]")))
+
+
+def _field_name(fields: dict[str, Any], column: str) -> str | None:
+    """The table's name for upstream column ``column``: MySQL column names ignore case."""
+    if column in fields:
+        return column
+    folded = [n for n in fields if n.casefold() == column.casefold() and n not in METADATA_COLUMNS]
+    return folded[0] if len(folded) == 1 else None
+
+
+def _reset_columns(tx: Transaction, wanted: Schema) -> None:
+    """Give an emptied table exactly ``wanted``'s columns, in its order (CREATE over an old table)."""
+    have = {f.name: f for f in tx.table_metadata.schema().fields}
+    kept = {f.name for f in wanted.fields if f.name in have and have[f.name].field_type == f.field_type}
+    if set(have) - kept:
+        with tx.update_schema(allow_incompatible_changes=True) as u:
+            for name in set(have) - kept:
+                u.delete_column((name,))
+    added = [f for f in wanted.fields if f.name not in kept]
+    if added:
+        with tx.update_schema(allow_incompatible_changes=True) as u:
+            for f in added:
+                u.add_column((f.name,), f.field_type)
+    names = [f.name for f in wanted.fields]
+    if [f.name for f in tx.table_metadata.schema().fields] != names:
+        with tx.update_schema() as u:
+            u.move_first((names[0],))
+            for before, name in itertools.pairwise(names):
+                u.move_after((name,), (before,))
 
 
 def _key_filter(keys: tuple[str, ...], values: list[tuple[Any, ...]], schema: Schema) -> BooleanExpression:
@@ -125,9 +159,11 @@ class TableCommitter:
         for step in plan.steps:
             if isinstance(step, SchemaStep):
                 for change in step.changes:
-                    if isinstance(change, CreateTable):
+                    if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, run)
                         continue
+                    if current is None and isinstance(change, (DropTable, TruncateTable)):
+                        continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had
                     if current is None:
                         raise UnsupportedSchemaChange(
                             f"{plan.database}.{plan.table}: {step.ddl.sql!r} at commitTs {step.ddl.commit_ts} changes a table "
@@ -159,31 +195,63 @@ class TableCommitter:
 
     # -- steps
 
-    def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable, step: SchemaStep, run: RunContext):
+    def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable | CreateTableLike, step: SchemaStep, run: RunContext):
+        if isinstance(change, CreateTableLike):
+            change = CreateTable(self._like_schema(change, step, run), change.if_not_exists)
         schema = change.schema
         types = {f"{UPSTREAM_TYPE_PREFIX}{c.name}": str(c.type) for c in schema.columns}
+        changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
         if table is None:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
                                      iceberg_schema(table_columns(schema)), schema.key_columns)
             tx = table.transaction()
-            tx.set_properties(types)
+            tx.set_properties({**types, **changed_at})
             return table, tx
+        props = (tx.table_metadata if tx is not None else table.metadata).properties
+        # Upstream has the table if an earlier run committed it (a crashed attempt of this run
+        # leaves a table without a watermark) or this plan made it, and no DROP came since.
+        exists_upstream = DROPPED not in props and (tx is not None or WATERMARK in props)
+        if change.if_not_exists and exists_upstream:
+            return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or table.transaction()
         tx.delete(AlwaysTrue())
-        wanted = iceberg_schema(table_columns(schema))
-        with tx.update_schema(allow_incompatible_changes=True) as u:
-            have = {f.name for f in tx.table_metadata.schema().fields}
-            for f in wanted.fields:
-                if f.name not in have:
-                    u.add_column(f.name, f.field_type)
-            for name in have - {f.name for f in wanted.fields}:
-                u.delete_column(name)
-        stale = [k for k in table.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
+        _reset_columns(tx, iceberg_schema(table_columns(schema)))
+        stale = [k for k in tx.table_metadata.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
             tx.remove_properties(*stale)
-        tx.set_properties({**types, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
+        tx.set_properties({**types, **changed_at, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
         return table, tx
+
+    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> TableSchema:
+        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds them."""
+        where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
+        src = f"{change.source[0]}.{change.source[1]}"
+        source = cat.load_table(self.catalog, self.config, *change.source)
+        if source is None or DROPPED in source.properties:
+            raise UnsupportedSchemaChange(
+                f"{where} copies {src}, which tidelake does not hold; start the pipeline before {src}'s CREATE TABLE, "
+                "or use a protocol that carries the schema after each DDL (Simple, Debezium)"
+            )
+        # The source's plan in this run may have run first, changing its columns after this
+        # statement: then the lake no longer holds the columns this statement copied.
+        changed_at = int(source.properties.get(SCHEMA_CHANGED_AT, "0"))
+        if table_watermark(source) == run.watermark and (step.ddl.commit_ts or 0) < changed_at <= run.watermark:
+            raise UnsupportedSchemaChange(
+                f"{where} copies {src}, whose columns changed at commitTs {changed_at}, after this statement and in the "
+                "same run, so its columns at the statement are unknown; use a protocol that carries the schema after "
+                "each DDL (Simple, Debezium)"
+            )
+        types = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in source.properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
+        columns = []
+        for f in source.schema().fields:
+            if f.name in METADATA_COLUMNS:
+                continue
+            if f.name not in types:
+                raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
+            columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
+        keys = _key_columns(source.properties)
+        return TableSchema(change.table[0], change.table[1], tuple(columns), keys)
 
     def _create_from_rows(self, step: DataStep, plan: TablePlan, run: RunContext):
         """Rows for a table no DDL created (the pipeline started after it): the rows' types make it."""
@@ -201,54 +269,95 @@ class TableCommitter:
         return table, tx
 
     def _schema_change(self, table: Table, tx: Transaction, change: Any, step: SchemaStep) -> None:
+        """Stage one column, key, truncate or drop change. Upstream names are single-element
+        Iceberg paths (`a.b` is a column, not field b of a), matched as MySQL does: without case."""
         name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
-        schema = tx.table_metadata.schema()
-        fields = {f.name: f for f in schema.fields}
-        if isinstance(change, AddColumn):
-            if change.column.name not in fields:
-                with tx.update_schema() as u:
-                    u.add_column(change.column.name, iceberg_type(change.column.type))
-            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{change.column.name}": str(change.column.type)})
-        elif isinstance(change, DropColumn):
-            if change.name in fields:
-                if change.name in _key_columns(tx.table_metadata.properties):
-                    raise UnsupportedSchemaChange(f"{name}: {step.ddl.sql!r} drops key column {change.name!r}; re-create the table")
-                with tx.update_schema() as u:
-                    u.delete_column(change.name)
-            if f"{UPSTREAM_TYPE_PREFIX}{change.name}" in tx.table_metadata.properties:
-                tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{change.name}")
-        elif isinstance(change, RenameColumn):
-            if change.old in fields and change.new not in fields:
-                with tx.update_schema() as u:
-                    u.rename_column(change.old, change.new)
-                old_type = tx.table_metadata.properties.get(f"{UPSTREAM_TYPE_PREFIX}{change.old}")
-                if old_type:
-                    tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{change.old}")
-                    tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{change.new}": old_type})
-                keys = _key_columns(tx.table_metadata.properties)
-                if change.old in keys:
-                    tx.set_properties({cat.KEY_COLUMNS: json.dumps([change.new if k == change.old else k for k in keys])})
-        elif isinstance(change, ChangeColumnType):
-            new_type = iceberg_type(change.type)
-            old = fields.get(change.name)
-            if old is None:
-                raise UnsupportedSchemaChange(f"{name}: {step.ddl.sql!r} changes column {change.name!r}, which the table does not have")
-            if not _widened(old.field_type, new_type):
+        sql = step.ddl.sql
+        fields = {f.name: f for f in tx.table_metadata.schema().fields}
+        props = tx.table_metadata.properties
+        keys = _key_columns(props)
+
+        def field(column: str) -> str:
+            found = _field_name(fields, column)
+            if found is None:
                 raise UnsupportedSchemaChange(
-                    f"{name}: {step.ddl.sql!r} changes {change.name!r} from {old.field_type} to {new_type}, which Iceberg "
+                    f"{name}: {sql!r} names column {column!r}, which the table does not have "
+                    f"(it has {', '.join(repr(n) for n in fields if n not in METADATA_COLUMNS)})"
+                )
+            return found
+
+        if isinstance(change, AddColumn):
+            column = change.column.name
+            existing = _field_name(fields, column)
+            if existing is not None:
+                if change.if_not_exists:
+                    return  # ADD COLUMN IF NOT EXISTS: upstream kept the column it had
+                if fields[existing].field_type != iceberg_type(change.column.type):
+                    raise UnsupportedSchemaChange(f"{name}: {sql!r} adds column {column!r}, which the table already has as {fields[existing].field_type}")
+            else:
+                with tx.update_schema() as u:
+                    u.add_column((column,), iceberg_type(change.column.type))
+                    if COMMIT_TS in fields:  # last of the upstream columns, as MySQL adds it
+                        u.move_before((column,), (COMMIT_TS,))
+            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{existing or column}": str(change.column.type)})
+        elif isinstance(change, DropColumn):
+            column = _field_name(fields, change.name)
+            if column is None:
+                return  # DROP COLUMN IF EXISTS, or a column the lake never had
+            with tx.update_schema() as u:
+                u.delete_column((column,))
+            if f"{UPSTREAM_TYPE_PREFIX}{column}" in props:
+                tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{column}")
+            if column in keys:  # MySQL drops a dropped column from the primary key too
+                tx.set_properties({cat.KEY_COLUMNS: json.dumps([k for k in keys if k != column])})
+        elif isinstance(change, RenameColumn):
+            old = field(change.old)
+            clash = _field_name(fields, change.new)
+            if clash is not None and clash != old:
+                raise UnsupportedSchemaChange(f"{name}: {sql!r} renames {old!r} to {change.new!r}, but the table has column {clash!r}")
+            with tx.update_schema() as u:
+                u.rename_column((old,), change.new)
+            old_type = props.get(f"{UPSTREAM_TYPE_PREFIX}{old}")
+            if old_type:
+                tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{old}")
+                tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{change.new}": old_type})
+            if old in keys:
+                tx.set_properties({cat.KEY_COLUMNS: json.dumps([change.new if k == old else k for k in keys])})
+        elif isinstance(change, ChangeColumnType):
+            column = field(change.name)
+            new_type = iceberg_type(change.type)
+            old_type = fields[column].field_type
+            if not _widened(old_type, new_type):
+                raise UnsupportedSchemaChange(
+                    f"{name}: {sql!r} changes {column!r} from {old_type} to {new_type}, which Iceberg "
                     "cannot do in place (only int->long, float->double, decimal precision widening). Add a new column "
                     "upstream and backfill it, or re-create the table and replay the archive"
                 )
-            if old.field_type != new_type:
+            if old_type != new_type:
                 with tx.update_schema() as u:
-                    u.update_column(change.name, field_type=new_type)
-            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{change.name}": str(change.type)})
+                    u.update_column((column,), field_type=new_type)
+            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{column}": str(change.type)})
+        elif isinstance(change, MoveColumn):
+            column = field(change.name)
+            with tx.update_schema() as u:
+                if change.after is None:
+                    u.move_first((column,))
+                else:
+                    u.move_after((column,), (field(change.after),))
+        elif isinstance(change, SetKeyColumns):
+            tx.set_properties({cat.KEY_COLUMNS: json.dumps([field(k) for k in change.columns])})
         elif isinstance(change, TruncateTable):
             tx.delete(AlwaysTrue())
+            return
         elif isinstance(change, DropTable):
             # Kept, empty and marked, so tags before the drop stay readable and backfills can restore.
             tx.delete(AlwaysTrue())
             tx.set_properties({DROPPED: str(step.ddl.commit_ts)})
+            return
+        else:
+            raise UnsupportedSchemaChange(f"{name}: {sql!r}: no committer for {type(change).__name__}")
+        # CREATE TABLE ... LIKE this table, later in the run, checks this (see _like_schema).
+        tx.set_properties({SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)})
 
     def _rename(self, table: Table, change: RenameTable, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)

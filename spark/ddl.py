@@ -1,18 +1,61 @@
-"""DDL statements -> schema changes, parsed with sqlglot's MySQL dialect.
+"""DDL statements -> table changes, parsed with sqlglot's MySQL dialect.
 
 Protocols that carry only SQL (Canal, Open protocol, DTS) need this; protocols that also
 carry the schema after the change (Simple, Debezium, CloudCanal) get the same changes,
-and the schema they carry fixes the exact column types.
+and the schema they carry fixes the exact column types (``spark.apply_plan.ddl_changes``).
+
+The rule: a statement that changes a table's columns, key, name or rows yields the
+changes, in the order MySQL applies them; a statement that changes none of these (indexes,
+constraints other than the primary key, comments, table options, partitioning layout,
+statements about databases, users, views...) yields ``[]``; anything in between raises
+``DdlParseError`` naming the statement and the part not understood. Nothing that could
+change columns is dropped silently.
+
+How the statement is read:
+
+- sqlglot's tokenizer splits the text (quotes, backticks, ``/* */``, ``#`` and ``--``
+  comments, TiDB's ``/*T! ... */``), so upstream names are data whatever they contain.
+- ``ALTER TABLE`` is split into its comma-separated clauses and each clause is parsed by
+  sqlglot on its own, so one clause sqlglot does not know (``RENAME AS``, ``ADD COLUMN
+  (a INT, b INT)``, ``PARTITION BY``, TiDB options) cannot hide the others. Clauses sqlglot
+  cannot parse are classified by their leading keywords: known no-ops, known data loss
+  (below), or ``DdlParseError``.
+- Column positions (``FIRST``, ``AFTER x`` on ADD / CHANGE / MODIFY) become ``MoveColumn``
+  changes after the change they belong to; a plain ``ADD`` puts the column last among the
+  upstream columns, as MySQL does.
+
+Decisions:
+
+- **Primary keys are followed.** ``ADD PRIMARY KEY``, ``DROP PRIMARY KEY``, a column-level
+  ``PRIMARY KEY`` in ADD/MODIFY/CHANGE and ``DROP INDEX `PRIMARY``` become ``SetKeyColumns``
+  (``()`` = no key: the whole row is the key). MySQL validated the new key upstream, so
+  the rows already in the lake are unique by it. Dropping a key column removes it from the
+  key (MySQL's rule), which the committer applies.
+- **Statements that remove or bring rows without row events fail**: ``DROP / TRUNCATE /
+  EXCHANGE PARTITION``, ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS
+  THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``, ``CREATE TABLE ... SELECT``. The lake
+  cannot know which rows changed; re-create the table from a snapshot instead.
+- ``CREATE TABLE x LIKE y`` is ``CreateTableLike(y)``: the committer copies y's columns,
+  upstream types and key as they are in the lake when the statement applies.
+- ``IF NOT EXISTS`` / ``IF EXISTS`` are kept on the changes whose effect they change
+  (CREATE TABLE, ADD COLUMN); DROP COLUMN / DROP TABLE of a missing object is already a
+  no-op in the committer.
+- Temporary tables are never replicated (binlog and TiCDC skip them): no-ops.
+- ``DROP DATABASE`` names no table, so it is ``[]`` here: its tables keep their last rows
+  until a CREATE TABLE re-makes them. Dropping every table of a database needs a step over
+  the pipeline's tables, which per-table plans cannot express yet (known gap).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
 
 from cdc_codecs import ColumnType, TableSchema, TidelakeError
 from cdc_codecs.events import Column
@@ -20,17 +63,28 @@ from cdc_codecs.types import ColumnValueError, parse_mysql_type
 
 
 class DdlParseError(TidelakeError):
-    """A DDL statement that changes a table could not be understood."""
+    """A DDL statement that changes a table could not be understood (or cannot be replicated)."""
 
 
 @dataclass(frozen=True)
 class CreateTable:
     schema: TableSchema
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateTableLike:
+    """``CREATE TABLE table LIKE source``: the committer copies the source's columns and key."""
+
+    table: tuple[str, str]
+    source: tuple[str, str]
+    if_not_exists: bool = False
 
 
 @dataclass(frozen=True)
 class AddColumn:
     column: Column
+    if_not_exists: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +105,21 @@ class ChangeColumnType:
 
 
 @dataclass(frozen=True)
+class MoveColumn:
+    """Put ``name`` right after ``after``; ``after=None`` is MySQL's FIRST."""
+
+    name: str
+    after: str | None
+
+
+@dataclass(frozen=True)
+class SetKeyColumns:
+    """The table's primary key is now ``columns`` (``()``: the table has no key)."""
+
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RenameTable:
     database: str
     table: str
@@ -66,118 +135,540 @@ class DropTable:
     pass
 
 
-Change = Union[CreateTable, AddColumn, DropColumn, RenameColumn, ChangeColumnType, RenameTable, TruncateTable, DropTable]
+Change = (
+    CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
+    | SetKeyColumns | RenameTable | TruncateTable | DropTable
+)
 TableRef = tuple[str, str]
 
-_RENAME_RE = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
-_COMMENT_RE = re.compile(r"/\*.*?\*/", re.DOTALL)
+_MYSQL = Dialect.get_or_raise("mysql")
+_QUOTED = (TokenType.IDENTIFIER, TokenType.STRING)
+
+# Leading words of ALTER TABLE clauses that only change storage, options or partition
+# layout (MySQL 8 table_options / partition_options, TiDB extensions). Consulted only for
+# clauses sqlglot cannot parse itself.
+_OPTION_WORDS = frozenset({
+    "ALGORITHM", "AUTO_INCREMENT", "AUTOEXTEND_SIZE", "AVG_ROW_LENGTH", "CHARACTER", "CHARSET", "CHECKSUM",
+    "COLLATE", "COMMENT", "COMPRESSION", "CONNECTION", "CONVERT", "DEFAULT", "DELAY_KEY_WRITE", "DISABLE", "ENABLE",
+    "ENCRYPTION", "ENGINE", "ENGINE_ATTRIBUTE", "FORCE", "INSERT_METHOD", "KEY_BLOCK_SIZE", "LOCK", "MAX_ROWS",
+    "MIN_ROWS", "ORDER", "PACK_KEYS", "PASSWORD", "ROW_FORMAT", "SECONDARY_ENGINE", "SECONDARY_ENGINE_ATTRIBUTE",
+    "SECONDARY_LOAD", "SECONDARY_UNLOAD", "STATS_AUTO_RECALC", "STATS_PERSISTENT", "STATS_SAMPLE_PAGES",
+    "TABLESPACE", "UNION", "WITH", "WITHOUT", "ATTRIBUTES", "AUTO_ID_CACHE", "AUTO_RANDOM_BASE", "CACHE", "COMPACT",
+    "NOCACHE", "PLACEMENT", "PRE_SPLIT_REGIONS", "SET", "SHARD_ROW_ID_BITS", "STATS_BUCKETS", "STATS_COL_CHOICE",
+    "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
+})
+# Partition maintenance that keeps every row: `<word> PARTITION ...`.
+_PARTITION_KEEPS_ROWS = frozenset({
+    "ADD", "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REORGANIZE", "REPAIR",
+})
+# Clauses that delete or bring rows without row events (`DROP PARTITION p` etc.).
+_ROWS_WITHOUT_EVENTS = {
+    ("DROP", "PARTITION"): "drops a partition's rows",
+    ("TRUNCATE", "PARTITION"): "deletes a partition's rows",
+    ("EXCHANGE", "PARTITION"): "swaps a partition's rows with another table's",
+    ("FIRST", "PARTITION"): "drops the first partitions and their rows (TiDB interval partitioning)",
+    ("DISCARD", None): "discards the table's tablespace and its rows",
+    ("IMPORT", None): "imports rows from a tablespace file",
+}
+_NO_ROW_EVENTS = "without row events, so tidelake cannot tell which rows changed; re-create the table from a snapshot"
+# Column attributes sqlglot does not know and that change no column type, with how many
+# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5), MySQL 8's
+# SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
+_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0}
+_NO_OP_ELEMENTS = (exp.IndexColumnConstraint, exp.UniqueColumnConstraint, exp.ForeignKey, exp.CheckColumnConstraint, exp.Constraint)
 
 
-def _ref(table: exp.Table, default_db: str) -> TableRef:
-    return (table.db or default_db, table.name)
-
-
-def column_type_of(kind: exp.DataType) -> ColumnType:
-    text = kind.sql(dialect="mysql")
+def column_type_of(type_text: str) -> ColumnType:
+    """A column type as written in a statement, read like the protocols' type strings."""
     try:
-        return parse_mysql_type(text)
+        return parse_mysql_type(type_text)
     except ColumnValueError as exc:
         raise DdlParseError(str(exc)) from None
 
 
-def _column(coldef: exp.ColumnDef) -> Column:
-    nullable = not any(isinstance(c.kind, (exp.NotNullColumnConstraint, exp.PrimaryKeyColumnConstraint)) and not getattr(c.kind, "args", {}).get("allow_null") for c in coldef.constraints)
-    return Column(coldef.name, column_type_of(coldef.args["kind"]), nullable)
-
-
 def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
-    """The table changes a DDL statement makes; [] for statements that change no table data.
+    """The table changes a DDL statement makes, in order; [] for statements that change no table.
+
+    Args:
+        sql: one statement (or several separated by ``;``), as the protocol carries it.
+        default_db: the database unqualified table names belong to (the DDL event's schema).
 
     Raises:
-        DdlParseError: a CREATE/ALTER/RENAME/TRUNCATE/DROP TABLE whose effect is unclear.
+        DdlParseError: a statement that could change a table's columns, key, name or rows
+            and is not understood, or whose row changes cannot be replicated.
     """
-    text = _COMMENT_RE.sub(" ", sql).strip().rstrip(";")
-    m = _RENAME_RE.match(text)
-    if m:
-        return _rename_tables(m.group(1), default_db)
     try:
-        statement = sqlglot.parse_one(text, read="mysql")
-    except sqlglot.errors.ParseError as exc:
-        if re.match(r"^\s*(CREATE|ALTER|DROP|TRUNCATE)\s+TABLE", text, re.IGNORECASE):
-            raise DdlParseError(f"cannot parse {sql!r}: {exc}") from None
+        tokens = _MYSQL.tokenize(sql)
+    except TokenError as exc:
+        if _looks_like_table_ddl(sql):
+            raise DdlParseError(f"cannot read {sql!r}: {exc}") from None
         return []
-    if isinstance(statement, exp.Create) and statement.kind == "TABLE":
-        schema = statement.this
-        if not isinstance(schema, exp.Schema):
-            raise DdlParseError(f"CREATE TABLE without columns (LIKE / AS SELECT) is not supported: {sql!r}")
-        ref = _ref(schema.this, default_db)
-        columns, keys = [], []
-        for e in schema.expressions:
-            if isinstance(e, exp.ColumnDef):
-                columns.append(_column(e))
-                if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in e.constraints):
-                    keys.append(e.name)
-            elif isinstance(e, exp.PrimaryKey):
-                keys = [c.name for c in e.expressions]
-        return [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), tuple(keys))))]
-    if isinstance(statement, exp.Alter) and statement.args.get("kind") == "TABLE":
-        ref = _ref(statement.this, default_db)
-        out: list[tuple[TableRef, Change]] = []
-        for action in statement.args.get("actions") or []:
-            if isinstance(action, exp.ColumnDef):
-                out.append((ref, AddColumn(_column(action))))
-            elif isinstance(action, exp.Drop) and action.args.get("kind") == "COLUMN":
-                out += [(ref, DropColumn(c.name)) for c in action.args.get("tables") or []]
-            elif isinstance(action, exp.RenameColumn):
-                out.append((ref, RenameColumn(action.this.name, action.args["to"].name)))
-            elif isinstance(action, exp.ModifyColumn):
-                coldef = action.this
-                old = action.args.get("rename_from")
-                if old is not None and old.name != coldef.name:
-                    out.append((ref, RenameColumn(old.name, coldef.name)))
-                out.append((ref, ChangeColumnType(coldef.name, column_type_of(coldef.args["kind"]))))
-            elif isinstance(action, exp.AlterRename):
-                new = _ref(action.this, ref[0])
-                out.append((ref, RenameTable(*new)))
-            # Index, constraint, comment and option changes do not change the table's data.
-        return out
-    if isinstance(statement, exp.TruncateTable):
-        return [(_ref(t, default_db), TruncateTable()) for t in statement.expressions]
-    if isinstance(statement, exp.Drop) and statement.args.get("kind") == "TABLE":
-        return [(_ref(t, default_db), DropTable()) for t in statement.args.get("tables") or []]
+    out: list[tuple[TableRef, Change]] = []
+    start = 0
+    for i, t in enumerate(tokens + [None]):  # type: ignore[list-item]
+        if t is None or t.token_type == TokenType.SEMICOLON:
+            if i > start:
+                end = t.start if t is not None else len(sql)
+                out += _statement(sql, tokens[start:i], end, default_db)
+            start = i + 1
+    return out
+
+
+def _looks_like_table_ddl(sql: str) -> bool:
+    words = sql.upper().split()
+    return len(words) >= 2 and words[0] in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME") and "TABLE" in words[1:4]
+
+
+def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list[tuple[TableRef, Change]]:
+    """One statement: ``tokens`` of ``sql``, whose text ends at ``end``."""
+    words = _words(tokens[:4]) + [None] * 4
+    text = sql[tokens[0].start : end].strip()
+    first = words[0]
+    if first == "ALTER" and words[1] == "TABLE":
+        return _alter_table(sql, text, tokens, default_db)
+    if first == "RENAME":
+        # sqlglot's tokenizer keeps what follows RENAME as one raw string: read it again.
+        rest = sql[tokens[0].end + 1 : end]
+        try:
+            rest_tokens = _MYSQL.tokenize(rest)
+        except TokenError as exc:
+            raise DdlParseError(f"cannot read {text!r}: {exc}") from None
+        if rest_tokens and _word(rest_tokens[0]) in ("TABLE", "TABLES"):
+            return _rename_tables(rest, text, rest_tokens[1:], default_db)
+        return []  # RENAME USER
+    if first == "CREATE":
+        if words[1] == "TABLE":
+            return _create_table(sql, text, tokens, default_db)
+        return []  # TEMPORARY tables are not replicated; INDEX, DATABASE, VIEW, USER... change no table
+    if first == "DROP":
+        if words[1] in ("TABLE", "TABLES"):
+            return [(ref, DropTable()) for ref in _table_list(sql, text, tokens[2:], default_db)]
+        return []  # DROP TEMPORARY TABLE, INDEX, VIEW, DATABASE (see the module docstring)...
+    if first == "TRUNCATE":
+        rest = tokens[2:] if words[1] == "TABLE" else tokens[1:]
+        return [(ref, TruncateTable()) for ref in _table_list(sql, text, rest, default_db)]
+    if first in ("FLASHBACK", "RECOVER") and words[1] == "TABLE":
+        raise DdlParseError(f"{sql!r}: restores a dropped table's rows {_NO_ROW_EVENTS}")
     return []
 
 
-def _rename_tables(pairs: str, default_db: str) -> list[tuple[TableRef, Change]]:
+# -- tokens
+
+
+def _word(token: Token) -> str | None:
+    """The keyword a token spells; None for quoted names and strings (`TABLE` is a name)."""
+    return None if token.token_type in _QUOTED else " ".join(token.text.upper().split())
+
+
+def _words(tokens: Sequence[Token]) -> list[str | None]:
+    """The words of ``tokens``: sqlglot reads `PARTITION BY`, `PRIMARY KEY`... as one token."""
+    out: list[str | None] = []
+    for t in tokens:
+        w = _word(t)
+        out += [None] if w is None else w.split()
+    return out
+
+
+def _text(sql: str, tokens: Sequence[Token]) -> str:
+    return sql[tokens[0].start : tokens[-1].end + 1] if tokens else ""
+
+
+def _split(tokens: Sequence[Token], sep: TokenType) -> list[list[Token]]:
+    """Split at ``sep`` outside parentheses; empty parts dropped."""
+    parts: list[list[Token]] = [[]]
+    depth = 0
+    for t in tokens:
+        if t.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif t.token_type == sep and depth == 0:
+            parts.append([])
+            continue
+        parts[-1].append(t)
+    return [p for p in parts if p]
+
+
+def _closing_paren(tokens: Sequence[Token], open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(tokens)):
+        if tokens[i].token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tokens[i].token_type == TokenType.R_PAREN:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _table_name_end(tokens: Sequence[Token], at: int) -> int:
+    """Index just past a (possibly db-qualified) table name starting at ``at``."""
+    if at + 2 < len(tokens) and tokens[at + 1].token_type == TokenType.DOT:
+        return at + 3
+    return at + 1
+
+
+def _table_ref(sql: str, name_text: str, default_db: str) -> TableRef:
+    try:
+        table = exp.to_table(name_text, dialect="mysql")
+    except (ParseError, TokenError) as exc:
+        raise DdlParseError(f"{sql!r}: cannot read the table name {name_text!r}: {exc}") from None
+    if not table.name:
+        raise DdlParseError(f"{sql!r}: no table name in {name_text!r}")
+    return (table.db or default_db, table.name)
+
+
+def _skip_if_exists(tokens: Sequence[Token], at: int, negated: bool) -> tuple[int, bool]:
+    """Skip ``IF [NOT] EXISTS`` at ``at``; returns the next index and whether it was there."""
+    words = [_word(t) for t in tokens[at : at + 3]]
+    wanted = ["IF", "NOT", "EXISTS"] if negated else ["IF", "EXISTS"]
+    if words[: len(wanted)] == wanted:
+        return at + len(wanted), True
+    return at, False
+
+
+def _table_list(sql: str, text: str, tokens: list[Token], default_db: str) -> list[TableRef]:
+    """``[IF EXISTS] a, db.b [RESTRICT | CASCADE]`` (DROP TABLE, TRUNCATE)."""
+    at, _ = _skip_if_exists(tokens, 0, negated=False)
+    refs = []
+    for part in _split(tokens[at:], TokenType.COMMA):
+        if _word(part[-1]) in ("RESTRICT", "CASCADE"):
+            part = part[:-1]
+        if _table_name_end(part, 0) != len(part):
+            raise DdlParseError(f"{text!r}: cannot read the table name {_text(sql, part)!r}")
+        refs.append(_table_ref(sql, _text(sql, part), default_db))
+    if not refs:
+        raise DdlParseError(f"{text!r}: no table named")
+    return refs
+
+
+# -- RENAME TABLE
+
+
+def _rename_tables(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
     out: list[tuple[TableRef, Change]] = []
-    for pair in _split_top_level(pairs, ","):
-        parts = re.split(r"\s+TO\s+", pair.strip(), flags=re.IGNORECASE)
-        if len(parts) != 2:
-            raise DdlParseError(f"cannot parse RENAME TABLE clause {pair!r}")
-        old = _ref(exp.to_table(parts[0].strip(), dialect="mysql"), default_db)
-        new = _ref(exp.to_table(parts[1].strip(), dialect="mysql"), default_db)
+    for pair in _split(tokens, TokenType.COMMA):
+        to = [i for i, t in enumerate(pair) if _word(t) == "TO"]
+        if len(to) != 1 or to[0] == 0 or to[0] == len(pair) - 1:
+            raise DdlParseError(f"{text!r}: cannot read the RENAME TABLE clause {_text(sql, pair)!r}")
+        old = _table_ref(sql, _text(sql, pair[: to[0]]), default_db)
+        new = _table_ref(sql, _text(sql, pair[to[0] + 1 :]), default_db)
         out.append((old, RenameTable(*new)))
     return out
 
 
-def _split_top_level(text: str, sep: str) -> list[str]:
-    parts, depth, current, quote = [], 0, [], None
-    for ch in text:
-        if quote:
-            current.append(ch)
-            if ch == quote:
-                quote = None
+# -- CREATE TABLE
+
+
+def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
+    at, if_not_exists = _skip_if_exists(tokens, 2, negated=True)
+    end = _table_name_end(tokens, at)
+    if end > len(tokens):
+        raise DdlParseError(f"{text!r}: no table name")
+    ref = _table_ref(sql, _text(sql, tokens[at:end]), default_db)
+    rest = tokens[end:]
+    like = _like_source(rest)
+    if like is not None:
+        return [(ref, CreateTableLike(ref, _table_ref(sql, _text(sql, like), default_db), if_not_exists))]
+    if not rest or rest[0].token_type != TokenType.L_PAREN:
+        raise DdlParseError(f"{text!r}: CREATE TABLE without a column list (CREATE TABLE ... SELECT) is not supported: "
+                            f"its rows arrive {_NO_ROW_EVENTS}")
+    close = _closing_paren(rest, 0)
+    if close < 0:
+        raise DdlParseError(f"{text!r}: unbalanced parentheses")
+    # What follows the column list is table options and partitioning, unless rows come with it.
+    tail_words = set(_words(rest[close + 1 :]))
+    if tail_words & {"SELECT", "TABLE", "VALUES", "WITH"}:
+        raise DdlParseError(f"{text!r}: CREATE TABLE ... SELECT is not supported: its rows arrive {_NO_ROW_EVENTS}")
+    elements = _split(rest[1:close], TokenType.COMMA)
+    # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
+    spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
+    types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
+    body = ", ".join(_sqlglot_text(sql, e, span) for e, span in zip(elements, spans))
+    try:
+        statement = sqlglot.parse_one(f"CREATE TABLE _t ({body})", read="mysql")
+    except (ParseError, TokenError) as exc:
+        raise DdlParseError(f"{text!r}: cannot parse the column list: {exc}") from None
+    if not isinstance(statement, exp.Create) or not isinstance(statement.this, exp.Schema):
+        raise DdlParseError(f"{text!r}: cannot parse the column list")
+    columns: list[Column] = []
+    keys: tuple[str, ...] = ()
+    coldefs = [e for e in statement.this.expressions if isinstance(e, exp.ColumnDef)]
+    if len(coldefs) != len(types):
+        raise DdlParseError(f"{text!r}: cannot tell the columns apart in the column list")
+    column_types = dict(zip(map(id, coldefs), types))
+    for e in statement.this.expressions:
+        if isinstance(e, exp.ColumnDef):
+            columns.append(_column(text, e, column_types[id(e)]))
+            if _has_primary_key(e):
+                keys = (e.name,)
+        elif _primary_key(e) is not None:
+            keys = _primary_key(e)  # type: ignore[assignment]
+        elif not isinstance(e, _NO_OP_ELEMENTS):
+            raise DdlParseError(f"{text!r}: cannot tell what {e.sql(dialect='mysql')!r} does to the table")
+    if not columns:
+        raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
+    return [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+
+
+def _like_source(rest: list[Token]) -> list[Token] | None:
+    """The source table's tokens of ``LIKE src`` or ``(LIKE src)``."""
+    if rest and _word(rest[0]) == "LIKE":
+        return rest[1:]
+    if len(rest) > 2 and rest[0].token_type == TokenType.L_PAREN and _word(rest[1]) == "LIKE" and rest[-1].token_type == TokenType.R_PAREN:
+        return rest[2:-1]
+    return None
+
+
+# Words that start a CREATE TABLE element that is not a column.
+_ELEMENT_WORDS = frozenset({
+    "CONSTRAINT", "PRIMARY", "FOREIGN", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CHECK", "LIKE",
+})
+# Types MySQL spells in two words that sqlglot's tokenizer keeps apart.
+_TWO_WORD_TYPES = frozenset({("LONG", "VARCHAR"), ("LONG", "VARBINARY"), ("NATIONAL", "VARCHAR"), ("NATIONAL", "CHAR"),
+                             ("NATIONAL", "CHARACTER"), ("CHAR", "VARYING")})
+
+
+def _type_span(tokens: Sequence[Token], at: int) -> tuple[int, int]:
+    """Token range of the data type starting at ``at``: ``INT(11) UNSIGNED ZEROFILL``,
+    ``ENUM('a','b')``, ``DOUBLE PRECISION``, ``POINT``... (MySQL's data_type, up to the attributes).
+
+    The type is read from the statement's own text by ``parse_mysql_type``, the parser of
+    the protocols' type strings, rather than from sqlglot's rendering of it, which turns
+    REAL into FLOAT and does not know the spatial types.
+    """
+    if at >= len(tokens) or _word(tokens[at]) is None:
+        raise DdlParseError(f"no data type at {tokens[at - 1].text!r}" if at else "no data type")
+    end = at + 1
+    if end < len(tokens) and (_word(tokens[at]), _word(tokens[end])) in _TWO_WORD_TYPES:
+        end += 1
+    if end < len(tokens) and tokens[end].token_type == TokenType.L_PAREN:
+        end = _closing_paren(tokens, end) + 1
+    while end < len(tokens) and _word(tokens[end]) in ("UNSIGNED", "SIGNED", "ZEROFILL"):
+        end += 1
+    return at, end
+
+
+def _sqlglot_text(sql: str, tokens: Sequence[Token], type_span: tuple[int, int] | None) -> str:
+    """The text of ``tokens`` for sqlglot: the data type in ``type_span`` replaced by TEXT (any
+    type will do: the real one is read from the text), attributes sqlglot does not know
+    (``AUTO_RANDOM(5)``, ``SRID 0``) left out."""
+    pieces: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if type_span is not None and i == type_span[0]:
+            pieces.append("TEXT")
+            i = type_span[1]
             continue
-        if ch in "`'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append("".join(current))
-            current = []
+        follows = _UNKNOWN_ATTRIBUTES.get(_word(tokens[i]) or "")
+        if follows is not None and type_span is not None and i >= type_span[1]:  # in a column definition
+            i += 1
+            if follows == "(" and i < len(tokens) and tokens[i].token_type == TokenType.L_PAREN:
+                i = _closing_paren(tokens, i) + 1
+            elif isinstance(follows, int):
+                i += follows
             continue
-        current.append(ch)
-    parts.append("".join(current))
-    return [p for p in parts if p.strip()]
+        pieces.append(_text(sql, tokens[i : i + 1]))
+        i += 1
+    return " ".join(pieces)
+
+
+def _column(text: str, coldef: exp.ColumnDef, type_text: str) -> Column:
+    nullable = not any(
+        isinstance(c.kind, (exp.NotNullColumnConstraint, exp.PrimaryKeyColumnConstraint)) and not c.kind.args.get("allow_null")
+        for c in coldef.constraints
+    )
+    try:
+        column_type = column_type_of(type_text)
+    except DdlParseError as exc:
+        raise DdlParseError(f"{text!r}: column {coldef.name!r}: {exc}") from None
+    return Column(coldef.name, column_type, nullable)
+
+
+def _has_primary_key(coldef: exp.ColumnDef) -> bool:
+    return any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in coldef.constraints)
+
+
+def _primary_key(e: exp.Expression) -> tuple[str, ...] | None:
+    """The columns of a table-level ``[CONSTRAINT name] PRIMARY KEY (a, b(10), ...)``."""
+    if isinstance(e, exp.Constraint):
+        inner = [x for x in e.expressions if isinstance(x, exp.PrimaryKey)]
+        return _primary_key(inner[0]) if inner else None
+    if not isinstance(e, exp.PrimaryKey):
+        return None
+    names = []
+    for part in e.expressions:
+        while not isinstance(part, (exp.Identifier, exp.Column)) and part.this is not None:
+            part = part.this  # ColumnPrefix a(10), Ordered a DESC
+        names.append(part.name)
+    return tuple(names)
+
+
+def _position(name: str, coldef: exp.ColumnDef) -> list[Change]:
+    position = coldef.args.get("position")
+    if position is None:
+        return []
+    where = str(position.args.get("position") or "").upper()
+    if where == "FIRST":
+        return [MoveColumn(name, None)]
+    if where == "AFTER" and position.this is not None:
+        return [MoveColumn(name, position.this.name)]
+    raise DdlParseError(f"cannot read the column position {position.sql(dialect='mysql')!r}")
+
+
+# -- ALTER TABLE
+
+
+def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
+    end = _table_name_end(tokens, 2)
+    if end > len(tokens):
+        raise DdlParseError(f"{text!r}: no table name")
+    ref = _table_ref(sql, _text(sql, tokens[2:end]), default_db)
+    changes: list[Change] = []
+    for clause in _split(tokens[end:], TokenType.COMMA):
+        changes += _alter_clause(sql, text, clause, ref)
+    # MySQL changes the columns first, then builds the indexes (a new primary key may name a
+    # column added by a later clause), and renames the table last; the changes of the
+    # statement all name the table by its old name.
+    changes.sort(key=lambda c: 2 if isinstance(c, RenameTable) else 1 if isinstance(c, SetKeyColumns) else 0)
+    return [(ref, c) for c in changes]
+
+
+def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> list[Change]:
+    """The changes of one ALTER TABLE clause (tokens of the statement between commas)."""
+    words = _words(clause[:5]) + [None] * 5
+    # partition_options may follow the last clause without a comma: they change no rows.
+    for i in range(1, len(clause)):
+        if _words(clause[i : i + 2])[:2] in (["PARTITION", "BY"], ["REMOVE", "PARTITIONING"]):
+            return _alter_clause(sql, text, clause[:i], ref)
+    for (first, second), what in _ROWS_WITHOUT_EVENTS.items():
+        if words[0] == first and (second is None or words[1] == second):
+            raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
+    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION") or words[:2] == ["REMOVE", "PARTITIONING"]:
+        return []
+    if words[0] == "ADD":
+        group = _add_group(clause)
+        if group is not None:
+            return _group_changes(sql, text, clause, group, ref)
+    if words[0] == "RENAME" and words[1] not in ("COLUMN", "INDEX", "KEY"):
+        at = 2 if words[1] in ("TO", "AS") else 1
+        target = clause[at:]
+        if not target or _table_name_end(target, 0) != len(target):
+            raise DdlParseError(f"{text!r}: cannot read the new table name in {_text(sql, clause)!r}")
+        return [RenameTable(*_table_ref(sql, _text(sql, target), ref[0]))]
+    clause_text = _text(sql, clause)
+    type_at = _column_type_at(clause)
+    try:
+        span = _type_span(clause, type_at) if type_at is not None else None
+    except DdlParseError as exc:
+        raise DdlParseError(f"{text!r}: {clause_text!r}: {exc}") from None
+    type_text = _text(sql, clause[span[0] : span[1]]) if span is not None else None
+    try:
+        parsed = sqlglot.parse_one(f"ALTER TABLE _t {_sqlglot_text(sql, clause, span)}", read="mysql")
+    except (ParseError, TokenError):
+        parsed = None
+    if not isinstance(parsed, exp.Alter):  # sqlglot fell back to a raw Command, or failed
+        if words[0] in _OPTION_WORDS:
+            return []
+        raise DdlParseError(f"{text!r}: cannot tell what {clause_text!r} does to the table")
+    out: list[Change] = []
+    for action in parsed.args.get("actions") or []:
+        out += _alter_action(text, clause_text, action, type_text)
+    # parsed.args["options"] holds table options (ENGINE=, COMMENT=...): no change.
+    return out
+
+
+def _column_type_at(clause: list[Token]) -> int | None:
+    """Where the data type starts in ``ADD [COLUMN] [IF NOT EXISTS] c type``, ``MODIFY [COLUMN] c
+    type`` and ``CHANGE [COLUMN] old new type``; None for clauses that define no column."""
+    words = [_word(t) for t in clause] + [None]
+    if words[0] not in ("ADD", "MODIFY", "CHANGE"):
+        return None
+    at = 2 if words[1] == "COLUMN" else 1
+    at, _ = _skip_if_exists(clause, at, negated=words[0] == "ADD")
+    if words[0] == "ADD":
+        if at >= len(clause) or clause[at].token_type == TokenType.L_PAREN:
+            return None
+        if words[at] is not None and words[at].split()[0] in _ELEMENT_WORDS | {"PARTITION"}:
+            return None  # ADD INDEX / PRIMARY KEY / CONSTRAINT / PARTITION
+    return at + (2 if words[0] == "CHANGE" else 1)
+
+
+def _add_group(clause: list[Token]) -> list[list[Token]] | None:
+    """The items of ``ADD [COLUMN] [IF NOT EXISTS] (a INT, b INT, INDEX (a))``; None for other ADDs."""
+    at = 2 if len(clause) > 1 and _word(clause[1]) == "COLUMN" else 1
+    at, _ = _skip_if_exists(clause, at, negated=True)
+    if at >= len(clause) or clause[at].token_type != TokenType.L_PAREN or _closing_paren(clause, at) != len(clause) - 1:
+        return None
+    return _split(clause[at + 1 : -1], TokenType.COMMA)
+
+
+def _group_changes(sql: str, text: str, clause: list[Token], group: list[list[Token]], ref: TableRef) -> list[Change]:
+    """``ADD (a INT, b INT)`` is ``ADD a INT, ADD b INT`` (MySQL's table_element_list)."""
+    if_not_exists = any(_word(t) == "EXISTS" for t in clause[:5])
+    out: list[Change] = []
+    for item in group:
+        prefix = "ADD IF NOT EXISTS " if if_not_exists and _words(item[:1])[0] not in _INDEX_WORDS else "ADD "
+        item_sql = prefix + _text(sql, item)
+        out += _alter_clause(item_sql, text, _MYSQL.tokenize(item_sql), ref)
+    return out
+
+
+_INDEX_WORDS = frozenset({
+    "INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "PRIMARY", "CONSTRAINT", "FOREIGN", "CHECK",
+})
+
+
+def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str | None) -> list[Change]:
+    if isinstance(action, (exp.ColumnDef, exp.ModifyColumn)) and type_text is None:
+        raise DdlParseError(f"{text!r}: cannot find the data type in {clause!r}")
+    if isinstance(action, exp.ColumnDef):
+        column = _column(text, action, type_text)  # type: ignore[arg-type]
+        out: list[Change] = [AddColumn(column, bool(action.args.get("exists")))]
+        out += _position(column.name, action)
+        if _has_primary_key(action):
+            out.append(SetKeyColumns((column.name,)))
+        return out
+    if isinstance(action, exp.ModifyColumn):
+        coldef = action.this
+        old = action.args.get("rename_from")
+        out = []
+        if old is not None and old.name != coldef.name:
+            out.append(RenameColumn(old.name, coldef.name))
+        out.append(ChangeColumnType(coldef.name, _column(text, coldef, type_text).type))  # type: ignore[arg-type]
+        out += _position(coldef.name, coldef)
+        if _has_primary_key(coldef):
+            out.append(SetKeyColumns((coldef.name,)))
+        return out
+    if isinstance(action, exp.RenameColumn):
+        return [RenameColumn(action.this.name, action.args["to"].name)]
+    if isinstance(action, exp.Drop):
+        kind = str(action.args.get("kind") or "").upper()
+        names = [t.name for t in action.args.get("tables") or []]
+        if kind == "COLUMN":
+            return [DropColumn(n) for n in names]
+        if kind in ("INDEX", "KEY", "CONSTRAINT") and any(n.upper() == "PRIMARY" for n in names):
+            return [SetKeyColumns(())]  # the primary key's index is named PRIMARY
+        if kind in ("INDEX", "KEY", "CONSTRAINT", "CHECK", "FOREIGN KEY"):
+            return []
+        raise DdlParseError(f"{text!r}: cannot tell what {clause!r} drops")
+    if isinstance(action, exp.DropPrimaryKey):
+        return [SetKeyColumns(())]
+    if isinstance(action, exp.AddConstraint):
+        out = []
+        for e in action.expressions:
+            keys = _primary_key(e)
+            if keys is not None:
+                out.append(SetKeyColumns(keys))
+            elif not isinstance(e, _NO_OP_ELEMENTS):
+                raise DdlParseError(f"{text!r}: cannot tell what {clause!r} adds")
+        return out
+    if isinstance(action, exp.AlterRename):
+        raise DdlParseError(f"{text!r}: cannot read {clause!r}")  # RENAME [TO|AS] is read before sqlglot
+    if isinstance(action, exp.AlterColumn):
+        if action.args.get("dtype") is not None:
+            raise DdlParseError(f"{text!r}: {clause!r} is not MySQL (change a column's type with MODIFY)")
+        return []  # SET/DROP DEFAULT, SET VISIBLE/INVISIBLE
+    if isinstance(action, (exp.AlterIndex, exp.RenameIndex, exp.ForceProperty)):
+        return []
+    raise DdlParseError(f"{text!r}: cannot tell what {clause!r} does to the table")

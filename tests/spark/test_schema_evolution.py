@@ -15,8 +15,7 @@ from spark.commit import UnsupportedSchemaChange
 from spark.query import NoSuchWatermark, read_pipeline, read_table
 from spark.storage import open_storage
 
-from .archive import ArchiveWriter
-from .archive import HOUR, T0, make_config
+from .archive import HOUR, T0, ArchiveWriter, make_config
 
 P = SourcePosition("gen", 0, 0)
 
@@ -151,3 +150,157 @@ def test_hostile_names_round_trip(tmp_path: Path, protocol: str) -> None:
     files = [p for p in (tmp_path / "archive").rglob("*") if p.is_file()]
     assert all(".." not in p.relative_to(tmp_path).parts for p in files)
     assert all(str(p).startswith(str(tmp_path / "archive")) for p in files)
+
+
+# -- several clauses per statement, positions, dotted names, keys, CREATE ... LIKE (issue 11, point 7)
+
+
+def iceberg_table(config, db: str, table: str):
+    from spark import catalog as cat
+
+    t = cat.load_table(cat.open_catalog(config), config, db, table)
+    assert t is not None
+    return t
+
+
+def per_mark(events: list) -> list[list]:
+    """One interval per watermark, so every watermark is published and tagged."""
+    out: list[list] = [[]]
+    for e in events:
+        out[-1].append(e)
+        if isinstance(e, Watermark):
+            out.append([])
+    return [b for b in out if b]
+
+
+def upstream_columns(table) -> list[str]:
+    from spark.schema_map import METADATA_COLUMNS
+
+    return [f.name for f in table.schema().fields if f.name not in METADATA_COLUMNS]
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+def test_multi_clause_alters_with_positions_and_a_dotted_column(tmp_path: Path, protocol: str) -> None:
+    h = History()
+    v1 = schema("shop", "m", [("id", "int"), ("b", "int"), ("c", "int"), ("d", "varchar(5)")])
+    h.ddl("shop", "m", "CREATE TABLE shop.m (id int primary key, b int, c int, d varchar(5))", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "b": 2, "c": 3, "d": "x"})
+    w1 = h.mark()
+    v2 = schema("shop", "m", [("c", "bigint"), ("id", "int"), ("a.b", "int"), ("d", "varchar(5)"), ("x", "int"), ("y", "text")])
+    h.ddl("shop", "m", "ALTER TABLE `shop`.`m` ADD COLUMN `a.b` INT AFTER id, DROP COLUMN b, MODIFY c BIGINT FIRST, "
+          "ADD COLUMN (x INT, y TEXT)", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"c": 2**40, "id": 2, "a.b": 7, "d": "y", "x": 1, "y": "why"})
+    w2 = h.mark()
+    v3 = schema("shop", "m", [("c", "bigint"), ("e", "varchar(5)"), ("id", "int"), ("c.d", "int"), ("x", "int"), ("y", "text")])
+    h.ddl("shop", "m", "ALTER TABLE m RENAME COLUMN `a.b` TO `c.d`, CHANGE d e VARCHAR(5) AFTER c", v3, v2, kind="ALTER")
+    h.row(Op.UPDATE, v3, {"c": 2**40, "e": "y", "id": 2, "c.d": 7, "x": 1, "y": "why"}, {"c": 2**40, "e": "z", "id": 2, "c.d": 8, "x": 1, "y": "why"})
+    w3 = h.mark()
+    v4 = schema("shop", "m", [("c", "bigint"), ("e", "varchar(5)"), ("id", "int"), ("x", "int"), ("y", "text")])
+    h.ddl("shop", "m", "ALTER TABLE m DROP COLUMN `c.d`", v4, v3, kind="ALTER")
+    h.row(Op.UPDATE, v4, {"c": 3, "e": "x", "id": 1, "x": None, "y": None}, {"c": 3, "e": "x", "id": 1, "x": 9, "y": None})
+    w4 = h.mark()
+    config, results = run(tmp_path, protocol, per_mark(h.events))
+    assert results[-1].watermark == w4
+    by_id = lambda w: sorted(read_table(config, "shop", "m", w).to_pylist(), key=lambda r: r["id"])
+    assert by_id(w1) == [{"id": 1, "b": 2, "c": 3, "d": "x"}]
+    assert by_id(w2) == [{"c": 3, "id": 1, "a.b": None, "d": "x", "x": None, "y": None},
+                         {"c": 2**40, "id": 2, "a.b": 7, "d": "y", "x": 1, "y": "why"}]
+    assert list(by_id(w2)[0]) == ["c", "id", "a.b", "d", "x", "y"]  # FIRST / AFTER as upstream has them
+    assert by_id(w3)[1] == {"c": 2**40, "e": "z", "id": 2, "c.d": 8, "x": 1, "y": "why"}
+    assert list(by_id(w3)[1]) == ["c", "e", "id", "c.d", "x", "y"]
+    assert by_id(w4) == [{"c": 3, "e": "x", "id": 1, "x": 9, "y": None}, {"c": 2**40, "e": "z", "id": 2, "x": 1, "y": "why"}]
+    table = iceberg_table(config, "shop", "m")
+    assert upstream_columns(table) == ["c", "e", "id", "x", "y"]
+    assert [f.name for f in table.schema().fields][-2:] == ["_tidelake_commit_ts", "_tidelake_op"]  # metadata stays last
+    assert table.properties["tidelake.column-type.e"].startswith("varchar")  # Simple carries no length
+    assert not any(k.startswith("tidelake.column-type.") and k.endswith(("a.b", "c.d", ".b", ".d")) for k in table.properties)
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+def test_create_table_like_copies_columns_types_and_key(tmp_path: Path, protocol: str) -> None:
+    h = History()
+    src = schema("shop", "src", [("id", "int"), ("k", "varchar(5)"), ("v", "enum('a','b')")], keys=("id", "k"))
+    h.ddl("shop", "src", "CREATE TABLE shop.src (id int, k varchar(5), v enum('a','b'), PRIMARY KEY (id, k))", src, kind="CREATE")
+    src2 = schema("shop", "src", [("id", "int"), ("n", "decimal(10,2)"), ("k", "varchar(5)"), ("v", "enum('a','b')")], keys=("id", "k"))
+    h.ddl("shop", "src", "ALTER TABLE shop.src ADD COLUMN n DECIMAL(10,2) AFTER id", src2, src, kind="ALTER")
+    h.row(Op.INSERT, src2, None, {"id": 1, "n": Decimal("1.50"), "k": "a", "v": "b"})
+    w1 = h.mark()
+    copy = schema("shop", "copy", [("id", "int"), ("n", "decimal(10,2)"), ("k", "varchar(5)"), ("v", "enum('a','b')")], keys=("id", "k"))
+    h.ddl("shop", "copy", "CREATE TABLE `copy` LIKE `src`", copy, kind="CREATE")
+    h.row(Op.INSERT, copy, None, {"id": 1, "n": Decimal("2.00"), "k": "a", "v": "a"})
+    h.row(Op.INSERT, copy, None, {"id": 1, "n": Decimal("3.00"), "k": "b", "v": "b"})  # same id, other k: the key is (id, k)
+    h.row(Op.UPDATE, copy, {"id": 1, "n": Decimal("2.00"), "k": "a", "v": "a"}, {"id": 1, "n": Decimal("2.50"), "k": "a", "v": "a"})
+    w2 = h.mark()
+    config, results = run(tmp_path, protocol, [h.events[:5], h.events[5:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    source, copied = iceberg_table(config, "shop", "src"), iceberg_table(config, "shop", "copy")
+    assert upstream_columns(copied) == upstream_columns(source) == ["id", "n", "k", "v"]
+    assert [(f.name, f.field_type) for f in copied.schema().fields] == [(f.name, f.field_type) for f in source.schema().fields]
+    assert copied.properties["tidelake.key-columns"] == source.properties["tidelake.key-columns"] == '["id", "k"]'
+    types = lambda t: {k: v for k, v in t.properties.items() if k.startswith("tidelake.column-type.")}
+    assert types(copied) == types(source)
+    assert set(types(copied)) == {f"tidelake.column-type.{c}" for c in ("id", "n", "k", "v")}
+    assert types(copied)["tidelake.column-type.v"] == "enum('a','b')"
+    rows = sorted(read_table(config, "shop", "copy", w2).to_pylist(), key=lambda r: r["k"])
+    assert rows == [{"id": 1, "n": Decimal("2.50"), "k": "a", "v": "a"}, {"id": 1, "n": Decimal("3.00"), "k": "b", "v": "b"}]
+
+
+def test_create_table_like_a_table_altered_later_in_the_run_fails_clearly(tmp_path: Path) -> None:
+    h = History()
+    src = schema("shop", "src", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "src", "CREATE TABLE shop.src (id int primary key, v int)", kind="CREATE")
+    h.ddl("shop", "copy", "CREATE TABLE shop.copy LIKE shop.src", kind="CREATE")
+    h.ddl("shop", "src", "ALTER TABLE shop.src ADD COLUMN w int", kind="ALTER")
+    h.row(Op.INSERT, src, None, {"id": 1, "v": 1})
+    h.mark()
+    with pytest.raises(UnsupportedSchemaChange, match=r"shop.copy: 'CREATE TABLE shop.copy LIKE shop.src' copies shop.src, whose columns changed"):
+        run(tmp_path, "canal-json", [h.events])
+
+
+def test_primary_key_changes_follow_upstream(tmp_path: Path) -> None:
+    h = History()
+    v1 = schema("shop", "k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")])
+    h.ddl("shop", "k", "CREATE TABLE shop.k (id int primary key, region varchar(4), v int)", kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "region": "us", "v": 1})
+    h.mark()
+    v2 = schema("shop", "k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")], keys=("id", "region"))
+    h.ddl("shop", "k", "ALTER TABLE shop.k DROP PRIMARY KEY, ADD PRIMARY KEY (id, region)", kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 1, "region": "eu", "v": 2})  # a second row with id 1
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events])
+    assert results[-1].watermark == w2
+    assert sorted(read_table(config, "shop", "k", w2).to_pylist(), key=lambda r: r["region"]) == [
+        {"id": 1, "region": "eu", "v": 2}, {"id": 1, "region": "us", "v": 1}]
+    assert iceberg_table(config, "shop", "k").properties["tidelake.key-columns"] == '["id", "region"]'
+
+
+def test_if_not_exists_case_folding_and_unknown_drops(tmp_path: Path) -> None:
+    h = History()
+    v1 = schema("shop", "t", [("id", "int"), ("Qty", "int")])
+    h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, Qty int)", kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "Qty": 5})
+    w1 = h.mark()
+    # Upstream keeps the live table and its column: neither statement changes anything.
+    h.ddl("shop", "t", "CREATE TABLE IF NOT EXISTS shop.t (id int primary key, other text)", kind="CREATE")
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN IF NOT EXISTS qty varchar(3)", kind="ALTER")
+    # MySQL column names ignore case; a table the lake never had is dropped without fuss.
+    h.ddl("shop", "t", "ALTER TABLE shop.t MODIFY QTY bigint FIRST", kind="ALTER")
+    h.ddl("shop", "gone", "DROP TABLE IF EXISTS shop.gone, shop.never", kind="ERASE")
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:3], h.events[3:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert read_table(config, "shop", "t", w2).to_pylist() == [{"Qty": 5, "id": 1}]
+    table = iceberg_table(config, "shop", "t")
+    assert str(table.schema().find_field("Qty").field_type) == "long"
+    assert table.properties["tidelake.column-type.Qty"] == "bigint"
+
+
+def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
+    from spark.ddl import DdlParseError
+
+    h = History()
+    h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, v int)", kind="CREATE")
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN w int, TRUNCATE PARTITION p0", kind="ALTER")
+    h.mark()
+    with pytest.raises(DdlParseError, match="TRUNCATE PARTITION p0.*without row events"):
+        run(tmp_path, "canal-json", [h.events])
