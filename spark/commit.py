@@ -149,6 +149,7 @@ class TableCommitter:
         table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
+        self.check()  # before the first catalog write of the plan (creating a table is one)
         rename = next((c for s in plan.steps if isinstance(s, SchemaStep) for c in s.changes if isinstance(c, RenameTable)), None)
         if rename is not None:
             done = self._resume_rename(table, plan, rename, run)
@@ -442,14 +443,15 @@ def tag_table(table: Table, watermark: int) -> None:
     """Tag the current snapshot ``wm_<W>`` and record that the table is at W, in one commit.
 
     A table the run did not change is at W too; recording it keeps every table's own
-    watermark exact, which is what later runs compare. An empty table gets an empty
-    snapshot to tag.
+    watermark exact, which is what later runs compare.
     """
     name = tag_name(watermark)
     if name in table.refs():
         return
     snapshot = table.current_snapshot()
-    if snapshot is None:
+    if snapshot is None or snapshot.schema_id != table.metadata.current_schema_id:
+        # A tag reads its snapshot's schema: after a schema-only change (ALTER with no rows
+        # since), an empty snapshot carries the current schema to the tag.
         with table.transaction() as tx:
             tx.append(pa.Table.from_pylist([], schema=tx.table_metadata.schema().as_arrow()), snapshot_properties={WATERMARK: str(watermark)})
         snapshot = table.current_snapshot()

@@ -36,7 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, SourcePosition, get_decoder
 from cdc_codecs.oracle import Oracle
 from spark import catalog as cat
-from spark.apply import BadMessagesError, apply_interval
+from spark.apply import ApplyResult, BadMessagesError, apply_interval
 from spark.commit import DROPPED, table_watermark
 from spark.lease import Lease, LeaseHeldError, current_lease
 from spark.publish import published_watermarks
@@ -84,8 +84,12 @@ class PipelineMachine(RuleBasedStateMachine):
             upstream.changes(rng.randint(0, 4))
             upstream.resolved()
         upstream.resolved()
+        self.begin(upstream.history, partitions, seed)
+
+    def begin(self, history: list, partitions: int, seed: int = 0) -> None:
+        """A pipeline over one topic whose changefeed will deliver ``history`` (scripted tests call this)."""
         self.feed = Changefeed(self.protocol, partitions, seed)
-        self.feed.encode(upstream.history)
+        self.feed.encode(history)
         self.config = make_config(self.tmp, self.protocol)
         self.storage = open_storage(self.config.storage)
         self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
@@ -148,16 +152,17 @@ class PipelineMachine(RuleBasedStateMachine):
 
     # -- runs
 
-    def _run(self, j: int, policy: str = "continue", fault=None) -> None:  # noqa: ANN001
+    def _run(self, j: int, policy: str = "continue", fault=None) -> ApplyResult | None:  # noqa: ANN001
         config = dataclasses.replace(self.config, on_bad_message=policy)
         unaccepted_before = self._unaccepted_garbage(j)
         try:
-            apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault)
+            result = apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault)
         except BadMessagesError:
             assert policy == "fail" and unaccepted_before, "a run failed on messages already accepted"
-            return
+            return None
         if policy == "continue":
             assert not self._unaccepted_garbage(j), "a run under 'continue' left bad messages unaccepted"
+        return result
 
     def _unaccepted_garbage(self, j: int) -> list[tuple[int, int, int]]:
         out = []
@@ -218,6 +223,11 @@ class PipelineMachine(RuleBasedStateMachine):
             self._run(j)  # takes the dead run's lease over
 
     # -- what must always hold
+
+    def check(self) -> None:
+        self.every_published_watermark_reads_the_model()
+        self.main_equals_the_model_at_each_tables_watermark_and_never_goes_back()
+        self.no_lease_is_left_held()
 
     @invariant()
     def every_published_watermark_reads_the_model(self) -> None:
