@@ -118,3 +118,64 @@ class Oracle:
         """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""
         rows = [{k: v for k, v in r.items() if v is not None} for r in self.tables.get((database, table), {}).values()]
         return sorted(rows, key=lambda r: repr(sorted(r.items())))
+
+
+@dataclass
+class BinlogOracle(Oracle):
+    """The reference model for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
+
+    What a derived watermark W means, step by step:
+
+    - a partition's watermark is (the greatest event time it has shown, in ms) << 18, minus
+      one tick (the rest of that millisecond may still come); DTS heartbeats count too;
+      W = the minimum over every partition, never going back;
+    - what W holds is, per partition, a prefix of its changes in offset order (binlog
+      order; event times may go back, as MySQL stamps a statement's start): a cut at a new
+      W extends each partition's prefix while the running maximum of event times since the
+      previous cut (starting just above the previous W) stays <= W;
+    - the extended changes are applied one by one in (that running maximum, partition,
+      offset, index) order; a DDL sent to several partitions is applied once, at its first copy.
+    """
+
+    _changes: dict[tuple[str, int], list[RowChange | DdlChange]] = field(default_factory=dict)
+    _cursor: dict[tuple[str, int], int] = field(default_factory=dict)
+    _ddl_seen: set[tuple[Any, ...]] = field(default_factory=set)
+
+    def add(self, events: Iterable[Event]) -> None:
+        for e in events:
+            key = (e.position.topic, e.position.partition)
+            if isinstance(e, Watermark):  # a heartbeat: wall-clock milliseconds
+                self._partition_marks[key] = max(self._partition_marks.get(key, 0), (e.ts << 18) - 1)
+            elif isinstance(e, SchemaSnapshot):
+                self.schemas.setdefault((e.schema.database, e.schema.table), e.schema)
+            elif isinstance(e, (RowChange, DdlChange)):
+                if e.event_time_ms is None:
+                    raise ValueError("a change without commitTs needs its event time")
+                self._changes.setdefault(key, []).append(e)
+                self._partition_marks[key] = max(self._partition_marks.get(key, 0), (e.event_time_ms << 18) - 1)
+
+    def cut(self, partitions: Iterable[tuple[str, int]]) -> int:
+        partitions = list(partitions)
+        w = max(self.watermark, self.pipeline_watermark(partitions))
+        if w == self.watermark:
+            return w
+        extended = []
+        for p in partitions:
+            changes, i = self._changes.get(p, []), self._cursor.get(p, 0)
+            running = self.watermark + 1
+            while i < len(changes) and max(running, changes[i].event_time_ms << 18) <= w:  # type: ignore[operator]
+                running = max(running, changes[i].event_time_ms << 18)  # type: ignore[operator]
+                e = changes[i]
+                extended.append(((running, p[1], e.position.offset, e.position.index), e))
+                i += 1
+            self._cursor[p] = i
+        for _, e in sorted(extended, key=lambda x: x[0]):
+            if isinstance(e, DdlChange):
+                ident = (e.event_time_ms, e.database, e.table, e.sql)
+                if ident not in self._ddl_seen:
+                    self._ddl_seen.add(ident)
+                    self._apply_ddl(e)
+            else:
+                self._apply_row(e)
+        self.watermark = w
+        return w

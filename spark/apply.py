@@ -37,7 +37,7 @@ from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange,
 from spark import catalog as cat
 from spark import layout
 from spark.apply_plan import build_apply_plans
-from spark.net_change import NetChange
+from spark.net_change import NetChange, change_order
 from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
@@ -80,6 +80,10 @@ class Checkpoint:
     # Schemas each topic's stream announced so far (Simple BOOTSTRAP/DDL, Debezium tableChanges):
     # a partition resumed at its pending offset may hold rows announced before it.
     schemas: dict[str, list[TableSchema]] = field(default_factory=dict)
+    # DDL applied from topics without commitTs, by (event time, database, table, SQL): such a
+    # DDL sent to every partition gets a different derived commitTs on each, so its later
+    # copies are recognised by this, in whatever run they come.
+    ddl_applied: tuple[tuple[Any, ...], ...] = ()
 
     def to_json(self) -> bytes:
         return orjson.dumps({
@@ -88,6 +92,7 @@ class Checkpoint:
             "marks": {_ptext(k): v for k, v in sorted(self.marks.items())},
             "pending": {_ptext(k): v for k, v in sorted(self.pending.items())},
             "schemas": {t: [s.to_dict() for s in ss] for t, ss in sorted(self.schemas.items())},
+            "ddl_applied": [list(i) for i in self.ddl_applied],
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -97,6 +102,7 @@ class Checkpoint:
             dt.datetime.fromisoformat(doc["interval"]["start"]), dt.datetime.fromisoformat(doc["interval"]["end"]),
             doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
             {t: [TableSchema.from_dict(s) for s in ss] for t, ss in doc.get("schemas", {}).items()},
+            tuple(tuple(i) for i in doc.get("ddl_applied", ())),
         )
 
 
@@ -441,17 +447,21 @@ def _apply_one(
 
     protocols = {t.name: t.protocol for t in config.topics}
     ddls: list[DdlChange] = []
-    seen_ddl: set[tuple[Any, ...]] = set()
-    for d in scanned:
-        for e in d.ddl:
-            if not w_prev < e.commit_ts <= w:
-                continue
-            if protocols[d.topic] == "canal-json" and d.partition != 0:
-                continue  # TiCDC Canal-JSON sends DDL to partition 0 only
-            ident = (e.commit_ts, e.database, e.table, e.sql)
-            if ident not in seen_ddl:  # broadcast to every partition: apply once
-                seen_ddl.add(ident)
-                ddls.append(e)
+    seen_ddl: set[tuple[Any, ...]] = set(previous.ddl_applied) if previous else set()
+    derived_ddl: list[tuple[Any, ...]] = list(previous.ddl_applied) if previous else []
+    candidates = sorted(((e, d) for d in scanned for e in d.ddl), key=lambda x: change_order(x[0]))  # type: ignore[arg-type]
+    for e, d in candidates:  # the first copy in commit order is the one applied
+        derived = not protocol_spec(protocols[d.topic]).has_commit_ts
+        if not w_prev < e.commit_ts <= w:
+            continue
+        if protocols[d.topic] == "canal-json" and d.partition != 0:
+            continue  # TiCDC Canal-JSON sends DDL to partition 0 only
+        ident = ((e.event_time_ms if derived else e.commit_ts), e.database, e.table, e.sql)
+        if ident not in seen_ddl:  # broadcast to every partition: apply once
+            seen_ddl.add(ident)
+            ddls.append(e)
+            if derived:
+                derived_ddl.append(ident)
     if quarantine.unaccepted:
         first = quarantine.unaccepted[0]
         raise BadMessagesError(
@@ -501,7 +511,7 @@ def _apply_one(
         for sc in d.schemas:
             schemas.setdefault(d.topic, {})[(sc.database, sc.table, sc.version)] = sc
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
-                            {t: list(v.values()) for t, v in schemas.items()})
+                            {t: list(v.values()) for t, v in schemas.items()}, tuple(derived_ddl))
     cp_path = checkpoint_path(config.name, manifest.interval_start, manifest.interval_end)
     try:
         storage.create(cp_path, checkpoint.to_json())

@@ -27,10 +27,12 @@ def _ident(database: str, table: str) -> str:
 class Upstream(Workload):
     """A database whose tables come and go; ``events`` holds its whole history so far."""
 
-    def __init__(self, seed: int, tables: tuple[str, ...] = ("t0", "t.1"), key_space: int = 12) -> None:
+    def __init__(self, seed: int, tables: tuple[str, ...] = ("t0", "t.1"), key_space: int = 12, skew_ms: int = 0) -> None:
         super().__init__(WorkloadSpec(database="shop", tables=len(tables), seed=seed, key_space=key_space,
                                       alter=False, table_names=list(tables)))
         self.history: list[Event] = []
+        # MySQL stamps a row event with its statement's start time: later events may carry earlier times.
+        self.skew_ms = skew_ms
         self.dropped: list[str] = []
         self._created = 0
         for name, schema in self.schemas.items():
@@ -42,7 +44,10 @@ class Upstream(Workload):
     def changes(self, n: int) -> None:
         for _ in range(n):
             if self.schemas:
-                self.history.append(self._change(self.rng.choice(sorted(self.schemas))))
+                change = self._change(self.rng.choice(sorted(self.schemas)))
+                if self.skew_ms:
+                    change = change._replace(event_time_ms=change.event_time_ms - self.rng.randint(0, self.skew_ms))
+                self.history.append(change)
 
     def resolved(self) -> None:
         self.history.append(Watermark(self._next_ts(), self._pos()))
