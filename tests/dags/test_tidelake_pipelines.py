@@ -68,12 +68,76 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert order is None or order.index("land") < order.index("apply")
 
 
-def test_invalid_configuration_is_an_import_error_naming_file_and_key(pipelines: Path, tmp_path: Path) -> None:
+def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     bad = write_pipeline(pipelines, "broken", VALID.format(name="broken", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
                          .replace('protocol = "canal-json"', 'protocol = "canal-xml"'))
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
-    (error,) = bag.import_errors.values()
-    assert f"{bad}: topics[0].protocol: expected one of" in error and "found 'canal-xml'" in error
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake_broken", "tidelake_crm", "tidelake_shop"]
+    for good in ("tidelake_crm", "tidelake_shop"):
+        assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "land", "apply", "publish"}
+        assert "config-error" not in bag.dags[good].tags
+    stand_in = bag.dags["tidelake_broken"]
+    expected = f"{bad}: topics[0].protocol: expected one of"
+    assert stand_in.description.startswith(f"CONFIG ERROR: {expected}") and "found 'canal-xml'" in stand_in.description
+    assert expected in stand_in.doc_md
+    assert set(stand_in.tags) == {"tidelake", "config-error"}
+    assert stand_in.schedule is None and type(stand_in.timetable).__name__ == "NullTimetable"  # it takes no interval
+    (failing,) = stand_in.tasks
+    assert failing.task_id == "config_error" and failing.retries == 0
+    with pytest.raises(AirflowFailException, match="canal-xml") as raised:
+        failing.python_callable()
+    assert str(raised.value).startswith(f"tidelake pipeline file {bad} is invalid: {expected}")
+
+
+def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipelines: Path, tmp_path: Path) -> None:
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    (pipelines / "garbled.toml").write_text('name = "garbled\n')
+    write_pipeline(pipelines, "shop_copy", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    write_pipeline(pipelines, "bad_cron", VALID.format(name="cronned", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   .replace('cron = "0 * * * *"', 'cron = "99 * * * *"'))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake_cronned", "tidelake_garbled", "tidelake_shop", "tidelake_shop_copy"]
+    assert "config-error" not in bag.dags["tidelake_shop"].tags
+    assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
+    assert bag.dags["tidelake_shop_copy"].description == (
+        f"CONFIG ERROR: {pipelines / 'shop_copy.toml'}: name: 'shop' is already the name of {pipelines / 'shop.toml'}")
+    assert bag.dags["tidelake_cronned"].description == (
+        f"CONFIG ERROR: {pipelines / 'bad_cron.toml'}: schedule.cron: expected a valid cron expression such as '0 * * * *', "
+        "found '99 * * * *'")
+
+
+def test_execution_timeout_and_pool_come_from_the_schedule_section(pipelines: Path, tmp_path: Path) -> None:
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   + '    execution_timeout = "1h30m"\n    pool = "tidelake_spark"\n')
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
+    write_pipeline(pipelines, "open", VALID.format(name="open", bootstrap="k:9092", topic="c", url=tmp_path, extra="")
+                   + '    execution_timeout = "none"\n')
+    bag = dagbag()
+    for task in bag.dags["tidelake_shop"].tasks:
+        assert (task.execution_timeout, task.pool) == (dt.timedelta(hours=1, minutes=30), "tidelake_spark"), task.task_id
+    for task in bag.dags["tidelake_crm"].tasks:
+        assert (task.execution_timeout, task.pool) == (dt.timedelta(hours=1), "default_pool"), task.task_id
+    assert {t.execution_timeout for t in bag.dags["tidelake_open"].tasks} == {None}
+
+
+def test_a_run_without_a_data_interval_fails_at_once_saying_what_to_do(pipelines: Path, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    snapshot = dagbag().dags["tidelake_shop"].task_dict["snapshot_offsets"]
+    # What `airflow dags trigger tidelake_shop` (no --logical-date) puts in the context.
+    with pytest.raises(AirflowFailException) as raised:
+        snapshot.python_callable(data_interval_start=None, data_interval_end=None)
+    message = str(raised.value)
+    assert message.startswith("tidelake_shop: this run has no data interval (it was triggered without a logical date)")
+    assert "airflow dags trigger tidelake_shop --logical-date <time>" in message
+    assert "airflow backfill create --dag-id tidelake_shop --from-date <first interval start> --to-date <last interval start>" in message
 
 
 @pytest.mark.slow
