@@ -5,7 +5,11 @@ from __future__ import annotations
 from tests.spark.archive import oracle_from_records
 
 import datetime as dt
+import sys
 import textwrap
+import types
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import pytest
 from .conftest import REPO
 
 UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def write_pipeline(folder: Path, name: str, body: str) -> Path:
@@ -193,3 +198,101 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
         events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                   .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.timestamp).all())
         assert [e.extra["watermark"] for e in events] == marks
+
+
+# ------------------------------------------------------------------ Asset events
+
+W1, W2, W3 = 447656165965824001, 447656165965824002 + (1 << 18), 447656165965824003 + (2 << 18)  # above 2**53
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """The lead's ``spark.publish.Announcement`` contract."""
+
+    watermark: int
+    repair: bool
+    repaired_from: int | None
+    interval_end: dt.datetime
+
+
+@pytest.fixture
+def announcements(monkeypatch: pytest.MonkeyPatch) -> list:
+    """A ``spark.publish`` whose ``announcement()`` answers from this list, in order, recording its calls."""
+    answers: list = []
+    calls: list = []
+
+    def announcement(config, interval_start, interval_end):  # noqa: ANN001, ANN202 - the contract's signature
+        calls.append((config.name, interval_start, interval_end))
+        return answers.pop(0)
+
+    fake = types.ModuleType("spark.publish")
+    fake.Announcement = Announcement
+    fake.announcement = announcement
+    fake.calls = calls
+    monkeypatch.setitem(sys.modules, "spark.publish", fake)
+    return answers
+
+
+def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is_new(
+        pipelines: Path, tmp_path: Path, announcements: list) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    publish = dagbag().dags["tidelake_shop"].task_dict["publish"]
+    (asset,) = publish.outlets
+    start, end = T0, T0 + dt.timedelta(hours=1)
+
+    announcements.append(Announcement(W1, False, None, end))
+    events = OutletEventAccessors()
+    returned = publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
+    extra = {"pipeline": "shop", "watermark": W1, "watermark_str": "447656165965824001",
+             "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None}
+    assert events[asset].extra == extra and returned == extra
+    assert W1 > 2**53 and float(W1) != W1  # what a JavaScript number would lose
+    assert sys.modules["spark.publish"].calls == [("shop", start, end)]
+
+    announcements.append(Announcement(W3, True, W2, end))
+    events = OutletEventAccessors()
+    publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
+    assert events[asset].extra == {**extra, "watermark": W3, "watermark_str": str(W3), "repair": True,
+                                   "repaired_from": W2, "repaired_from_str": str(W2)}
+
+    announcements.append(None)
+    with pytest.raises(AirflowSkipException, match="published no new watermark"):
+        publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=OutletEventAccessors())
+
+
+def test_asset_events_come_only_from_announcements_in_a_real_task_run(
+        pipelines: Path, tmp_path: Path, airflow_db: Path, announcements: list) -> None:
+    """dag.test() of the publish task: the task runner stores an AssetEvent on success and none on a skip."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    name = f"events{uuid.uuid4().hex[:6]}"
+    write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    publish_only = dagbag().dags[f"tidelake_{name}"].partial_subset(task_ids=["publish"], include_upstream=False)
+    hours = [T0 + dt.timedelta(hours=h) for h in range(1, 5)]
+    # A first run, a new W, a rerun that confirmed an announced W, then a repair up to a new W.
+    announcements.extend([Announcement(W1, False, None, hours[0]), Announcement(W2, False, None, hours[1]), None,
+                          Announcement(W3, True, W2, hours[3])])
+    states = [str(publish_only.test(logical_date=h).get_task_instance("publish").state) for h in hours]
+    assert [s.rsplit(".", 1)[-1].lower() for s in states] == ["success", "success", "skipped", "success"]
+    with create_session() as session:
+        events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                  .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.id).all())
+        got = [(e.extra["watermark_str"], e.extra["repair"], e.extra["repaired_from_str"]) for e in events]
+    assert got == [(str(W1), False, None), (str(W2), False, None), (str(W3), True, str(W2))]
+
+
+def test_a_manual_run_without_logical_date_fails_in_its_first_task(pipelines: Path, tmp_path: Path, airflow_db: Path) -> None:
+    """dag.test(logical_date=None) creates the run `airflow dags trigger` without --logical-date creates."""
+    name = f"manual{uuid.uuid4().hex[:6]}"
+    write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   .replace("retries = 0", "retries = 3"))
+    first = dagbag().dags[f"tidelake_{name}"].partial_subset(task_ids=["snapshot_offsets"], include_upstream=False)
+    run = first.test(logical_date=None)
+    assert run.data_interval_start is None and run.data_interval_end is None
+    ti = run.get_task_instance("snapshot_offsets")
+    assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed"
+    assert ti.try_number == 1  # AirflowFailException: no retry of a run that cannot succeed
