@@ -22,18 +22,25 @@ from spark.land import SparkRunner
 
 
 def apply_summary(result: ApplyResult) -> list[str]:
-    """The task log's account of an apply run, from its report."""
+    """The task log's account of an apply run, from its report (whatever its outcome)."""
     r: dict[str, Any] = result.report
-    span = f"{utc_text(dt.datetime.fromisoformat(r['interval']['start']))}..{utc_text(dt.datetime.fromisoformat(r['interval']['end']))}"
+    interval_end = dt.datetime.fromisoformat(r["interval"]["end"])
+    span = f"{utc_text(dt.datetime.fromisoformat(r['interval']['start']))}..{utc_text(interval_end)}"
     w = r["watermark"]
-    if w:
-        wall = utc_text(dt.datetime.fromisoformat(r["watermark_time"]))
-        lines = [f"{r['pipeline']} {span}: W {w} (previous {r['previous_watermark']})",
-                 f"  W wall time {wall}, lag {human_duration(r['lag_seconds'])} behind the interval end"]
-    else:
+    outcome = r.get("outcome", "published" if w else "not-consistent")
+    if not w:
         lines = [f"{r['pipeline']} {span}: no consistent W yet (a partition has reported no watermark); nothing tagged"]
-    lines.append(f"  decoded {r['messages_decoded']} messages, {r['events_decoded']} events in {r['seconds']:.2f} s; "
-                 f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
+    else:
+        lines = [f"{r['pipeline']} {span}: W {w} {outcome} (previous W {r['previous_watermark']})"]
+        wall = dt.datetime.fromisoformat(r["watermark_time"])
+        lag = r.get("lag_seconds")
+        lag = (interval_end - wall).total_seconds() if lag is None else lag
+        lines.append(f"  W wall time {utc_text(wall)}, lag {human_duration(lag)} behind the interval end")
+    if r.get("note"):
+        lines.append(f"  {r['note']}")
+    if "messages_decoded" in r:
+        lines.append(f"  decoded {r['messages_decoded']} messages, {r['events_decoded']} events in {r['seconds']:.2f} s; "
+                     f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
     if result.replayed:
         lines.append(f"  replayed first: intervals ending {', '.join(result.replayed)}")
     if r.get("restored_tables"):

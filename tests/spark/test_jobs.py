@@ -107,7 +107,7 @@ def test_errors_are_one_logged_line_with_exit_codes(session: dict, pipeline: Pat
 
 def apply_report() -> dict:
     return {
-        "step": "apply", "pipeline": "shop",
+        "step": "apply", "pipeline": "shop", "outcome": "published",
         "interval": {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00"},
         "watermark": W, "previous_watermark": W - (3600_000 << 18),
         "watermark_time": "2023-12-31T22:56:29.877000+00:00", "lag_seconds": 7410.123,
@@ -131,7 +131,7 @@ def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monke
     assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue"]) == 0
     assert seen == {"policy": "continue", "start": T0, "end": T0 + dt.timedelta(hours=1)}
     assert session["spark"].stdout_at_stop.splitlines() == [
-        f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} (previous {W - (3600_000 << 18)})",
+        f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} published (previous W {W - (3600_000 << 18)})",
         "  W wall time 2023-12-31T22:56:29.877Z, lag 2h 03m behind the interval end",
         "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
         "  replayed first: intervals ending 20231231T230000Z",
@@ -147,6 +147,19 @@ def test_apply_summary_without_a_consistent_watermark() -> None:
         "shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: no consistent W yet (a partition has reported no watermark); nothing tagged",
         "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
         "  restored to the interval start: shop.orders",
+    ]
+
+
+def test_apply_summary_of_a_run_that_confirmed_a_published_watermark() -> None:
+    # The report a rerun writes (spark/apply.py): no decode counts, no lag field.
+    report = {"step": "apply", "pipeline": "shop", "outcome": "confirmed",
+              "interval": {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00"},
+              "watermark": W, "previous_watermark": W - 7, "watermark_time": "2024-01-01T00:57:00+00:00",
+              "note": "already published by an earlier run; tables and tags left as they are"}
+    assert apply_job.apply_summary(ApplyResult(W, W - 7, ["shop.orders"], report)) == [
+        f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} confirmed (previous W {W - 7})",
+        "  W wall time 2024-01-01T00:57:00Z, lag 3m 00s behind the interval end",
+        "  already published by an earlier run; tables and tags left as they are",
     ]
 
 
