@@ -83,16 +83,18 @@ def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
 def require_interval(dag_id: str, start: Any, end: Any) -> None:
     """Fail a run without a data interval at once, saying how to start one that has it.
 
-    ``airflow dags trigger`` without ``--logical-date`` creates such a run; guessing an
-    interval for it would silently re-run (or skip) one the scheduler owns.
+    ``airflow dags trigger`` without ``--logical-date`` creates such a run. Guessing an
+    interval for it would re-run one the scheduler owns without the run showing which; with
+    any logical date, Airflow 3.3's CLI gives the run the last complete interval before the
+    trigger time (the REST API: before the logical date), shown on the run like any other.
     """
     if start is None or end is None:
         raise AirflowFailException(
             f"{dag_id}: this run has no data interval (it was triggered without a logical date), and every "
-            "tidelake run covers one fixed interval. Trigger it with a logical date "
-            f"(airflow dags trigger {dag_id} --logical-date <time>), or replay intervals with "
-            f"airflow backfill create --dag-id {dag_id} --from-date <first interval start> "
-            "--to-date <last interval start> (docs/operating.md)"
+            "tidelake run covers one fixed interval. To run given intervals: "
+            f"airflow backfill create --dag-id {dag_id} --from-date <first interval start> --to-date <last interval start>; "
+            f"to run the last complete interval now: airflow dags trigger {dag_id} --logical-date <now, e.g. "
+            "$(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)"
         )
 
 

@@ -141,8 +141,9 @@ def test_a_run_without_a_data_interval_fails_at_once_saying_what_to_do(pipelines
         snapshot.python_callable(data_interval_start=None, data_interval_end=None)
     message = str(raised.value)
     assert message.startswith("tidelake_shop: this run has no data interval (it was triggered without a logical date)")
-    assert "airflow dags trigger tidelake_shop --logical-date <time>" in message
-    assert "airflow backfill create --dag-id tidelake_shop --from-date <first interval start> --to-date <last interval start>" in message
+    assert ("To run given intervals: airflow backfill create --dag-id tidelake_shop --from-date <first interval start> "
+            "--to-date <last interval start>; to run the last complete interval now: airflow dags trigger tidelake_shop "
+            "--logical-date <now, e.g. $(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)") in message
 
 
 @pytest.mark.slow
