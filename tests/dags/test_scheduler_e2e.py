@@ -160,8 +160,10 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
 
         # Backfill the whole range again (an earlier range first rewinds the tables, the later
         # runs bring them forward): the runs re-run in order and every tag ends identical.
+        # --from-date/--to-date select interval *starts*, inclusive (and the backfill ignores the
+        # DAG's end_date): the three intervals start at 00:00, 01:00 and 02:00.
         created = cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01T00:00:00+00:00",
-                      "--to-date", "2024-01-01T03:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
+                      "--to-date", "2024-01-01T02:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
         assert created.returncode == 0, created.stderr[-2000:]
 
         backfill_started = dt.datetime.now(UTC)
@@ -175,6 +177,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             return again if len(again) >= 3 else None
 
         wait_for("the backfill runs", backfilled)
+        assert len(runs()) == 3, runs()  # the backfill re-ran the three intervals and created none
         assert published_watermarks(config) == marks
         after = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
         assert after == before
