@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tests.spark.archive import oracle_from_records
-
 import datetime as dt
 import sys
 import textwrap
@@ -14,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark.archive import oracle_from_records
+
 from .conftest import REPO
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -222,7 +222,7 @@ def announcements(monkeypatch: pytest.MonkeyPatch) -> list:
     answers: list = []
     calls: list = []
 
-    def announcement(config, interval_start, interval_end):  # noqa: ANN001, ANN202 - the contract's signature
+    def announcement(config, interval_start, interval_end):
         calls.append((config.name, interval_start, interval_end))
         return answers.pop(0)
 

@@ -16,7 +16,7 @@ from spark.jobs import land as land_job
 from spark.land import LandResult
 from spark.manifest import Gap, Manifest, PartitionRange, Segment
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 W = 447656165965824001  # a TSO above 2**53
 
@@ -36,7 +36,7 @@ class FakeSpark:
 def session(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
     made: dict = {}
 
-    def build_session(app, master=None, *, log_level=None, **conf):  # noqa: ANN001, ANN202 - spark.session's signature
+    def build_session(app, master=None, *, log_level=None, **conf):
         made.update(app=app, master=master, log_level=log_level, spark=FakeSpark(capsys))
         return made["spark"]
 
@@ -65,7 +65,7 @@ def test_human_units() -> None:
 
 def test_the_summary_is_printed_and_flushed_before_spark_stops(session: dict, pipeline: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    def run(config, start, end, spark, args):  # noqa: ANN001, ANN202
+    def run(config, start, end, spark, args):
         from spark.jobs import emit
 
         emit([f"{config.name} {start.isoformat()} {end.isoformat()}", "  second line"])
@@ -78,7 +78,7 @@ def test_the_summary_is_printed_and_flushed_before_spark_stops(session: dict, pi
 
 
 def test_spark_log_level_quiet_by_default_info_when_asked(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def run(*_):  # noqa: ANN002, ANN202
+    def run(*_):
         return 0
 
     interval_job("land", run, [*interval_args(pipeline), "--verbose", "--master", "local[2]"])
@@ -92,7 +92,7 @@ def test_errors_are_one_logged_line_with_exit_codes(session: dict, pipeline: Pat
                                                     caplog: pytest.LogCaptureFixture) -> None:
     from spark.apply import ApplyError
 
-    def failing(*_):  # noqa: ANN002, ANN202
+    def failing(*_):
         raise ApplyError("no manifest for 20240101T000000Z..20240101T010000Z: land the interval first")
 
     caplog.set_level(logging.ERROR, logger="tidelake")
@@ -122,7 +122,7 @@ def apply_report() -> dict:
 def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
 
-    def apply_interval(config, start, end, runner):  # noqa: ANN001, ANN202
+    def apply_interval(config, start, end, runner):
         seen.update(policy=config.on_bad_message, start=start, end=end)
         return ApplyResult(W, W - 1, ["shop.orders", "shop.x"], apply_report(), replayed=["20231231T230000Z"])
 
