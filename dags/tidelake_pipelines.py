@@ -38,7 +38,7 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk import DAG, Asset, Param, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -215,8 +215,13 @@ def _stand_in_ids(path: Path) -> list[str]:
     return candidates
 
 
-def load_dags(folder: Path) -> dict[str, DAG]:
-    """A DAG for every pipeline file in ``folder``; a stand-in DAG for every file that fails."""
+def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
+    """A DAG for every pipeline file in ``folder``; a stand-in DAG for every file that fails.
+
+    ``parsing_for``: the DAG a worker parses this file for (Airflow's parsing context); a
+    broken file is logged only by the dag-processor and by its own stand-in's tasks, not in
+    every other pipeline's task logs.
+    """
     dags: dict[str, DAG] = {}
     sources: dict[str, Path] = {}
     broken: list[tuple[Path, str]] = []
@@ -234,16 +239,17 @@ def load_dags(folder: Path) -> dict[str, DAG]:
         except Exception as exc:  # noqa: BLE001 - whatever one file does wrong stays with that file
             # ConfigError messages start with the file and key; others (a cron croniter rejects) get the file.
             error = str(exc) if str(exc).startswith(str(path)) else f"{path}: {type(exc).__name__}: {exc}"
-            log.error("tidelake pipeline file is invalid, its DAG is a stand-in: %s", error)
             broken.append((path, error))
     for path, error in broken:
         free = [d for d in _stand_in_ids(path) if d not in dags]
         if not free:
             log.error("no DAG id left for the stand-in of %s (taken by %s)", path, ", ".join(_stand_in_ids(path)))
             continue
+        if parsing_for in (None, free[0]):
+            log.error("tidelake pipeline file is invalid, its DAG %s is a stand-in: %s", free[0], error)
         dags[free[0]] = config_error_dag(free[0], path, error)
     return dags
 
 
-for _dag_id, _dag in load_dags(PIPELINES).items():
+for _dag_id, _dag in load_dags(PIPELINES, get_parsing_context().dag_id).items():
     globals()[_dag_id] = _dag

@@ -297,3 +297,17 @@ def test_a_manual_run_without_logical_date_fails_in_its_first_task(pipelines: Pa
     ti = run.get_task_instance("snapshot_offsets")
     assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed"
     assert ti.try_number == 1  # AirflowFailException: no retry of a run that cannot succeed
+
+
+def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_task_logs(
+        pipelines: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from dags.tidelake_pipelines import load_dags
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    (pipelines / "garbled.toml").write_text('name = "garbled\n')
+    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake_shop", False)):
+        caplog.clear()
+        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake_garbled", "tidelake_shop"]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
+                           "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for
