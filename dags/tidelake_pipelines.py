@@ -1,44 +1,109 @@
 """One Airflow DAG per pipeline file: snapshot offsets -> land -> apply -> publish.
 
 Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
-in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``). A file that does not validate
-fails DAG parsing with an import error naming the file, the key and what is expected.
+in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
 
 Each run covers its data interval [data_interval_start, data_interval_end) of a
 ``CronDataIntervalTimetable``; runs of one pipeline never overlap (max_active_runs=1) and
 every task is safe to retry: offsets are snapshotted once per interval, manifests and
 checkpoints are create-only, and apply brings every table to the interval's watermark
-whatever state it finds. Backfill with ``airflow backfill create --dag-id tidelake_<name>
---from-date A --to-date B``.
+whatever state it finds. Replay with ``airflow backfill create --dag-id tidelake_<name>
+--from-date A --to-date B`` (A and B select interval *starts*, inclusive); a run needs a
+data interval, so ``airflow dags trigger`` without a logical date fails at its first task
+saying so (docs/operating.md).
+
+A broken pipeline file breaks only its own pipeline. Airflow 3.3 offers a DAG file no way
+to report an error and still deliver its other DAGs (apache/airflow#53971 is open): an
+exception loses every DAG of the module, and an import error recorded against this module
+would mark every DAG defined here stale (``_update_import_errors`` flags all DAGs whose
+fileloc is the erring file), so the healthy pipelines would stop being scheduled. One
+Python file per pipeline would give each its own import error, but doubles what an
+operator deploys and breaks the ``TIDELAKE_PIPELINES`` folder that deploy/ mounts. So a file
+that does not validate becomes a *stand-in DAG* under the id its pipeline has (or would
+have): unscheduled, tagged ``config-error``, its description and docs stating the file,
+the key and what was expected, and one task ``config_error`` that fails with that message
+if anyone runs it. An Airflow user sees the broken pipeline where they look for it -- in
+the DAG list, with the error -- while every other pipeline keeps its schedule; because the
+stand-in creates no runs, fixing the file resumes the pipeline where its schedule left off
+(with catch-up, the missed intervals run), exactly as after an import error. The error is
+also logged by the dag-processor.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk import DAG, Asset, Param, get_parsing_context, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from spark.config import PipelineConfig, load_pipeline_config
 
+log = logging.getLogger(__name__)
+
 REPO = Path(__file__).resolve().parents[1]
 PIPELINES = Path(os.environ.get("TIDELAKE_PIPELINES", Path(__file__).parent / "pipelines"))
+PIPELINE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 INTERVAL_ARGS = ["--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"]
+CONFIG_ERROR_TAG = "config-error"
+
+
+def dag_id_of(pipeline: str) -> str:
+    return f"tidelake_{pipeline}"
 
 
 def watermark_asset(pipeline: str) -> Asset:
-    """Downstream DAGs schedule on this: one event per published, consistent watermark."""
+    """Downstream DAGs schedule on this: one event per newly published watermark (README "Asset events")."""
     return Asset(f"tidelake://{pipeline}/watermark", extra={"pipeline": pipeline})
+
+
+def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
+    """The event's ``extra`` for a ``spark.publish.Announcement``.
+
+    Watermarks are TiDB TSOs above 2^53: JavaScript (the Airflow UI, most JSON clients)
+    rounds such integers, so each also travels as an exact decimal string.
+    """
+    repaired_from = announcement.repaired_from
+    return {
+        "pipeline": pipeline,
+        "watermark": announcement.watermark,
+        "watermark_str": str(announcement.watermark),
+        "interval_end": announcement.interval_end.isoformat(),
+        "repair": announcement.repair,
+        "repaired_from": repaired_from,
+        "repaired_from_str": None if repaired_from is None else str(repaired_from),
+    }
+
+
+def require_interval(dag_id: str, start: Any, end: Any) -> None:
+    """Fail a run without a data interval at once, saying how to start one that has it.
+
+    ``airflow dags trigger`` without ``--logical-date`` creates such a run. Guessing an
+    interval for it would re-run one the scheduler owns without the run showing which; with
+    any logical date, Airflow 3.3's CLI gives the run the last complete interval before the
+    trigger time (the REST API: before the logical date), shown on the run like any other.
+    """
+    if start is None or end is None:
+        raise AirflowFailException(
+            f"{dag_id}: this run has no data interval (it was triggered without a logical date), and every "
+            "tidelake run covers one fixed interval. To run given intervals: "
+            f"airflow backfill create --dag-id {dag_id} --from-date <first interval start> --to-date <last interval start>; "
+            f"to run the last complete interval now: airflow dags trigger {dag_id} --logical-date <now, e.g. "
+            "$(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)"
+        )
 
 
 def build_dag(config: PipelineConfig, path: Path) -> DAG:
     schedule = config.schedule
     asset = watermark_asset(config.name)
+    dag_id = dag_id_of(config.name)
     with DAG(
-        dag_id=f"tidelake_{config.name}",
+        dag_id=dag_id,
         description=f"CDC {', '.join(t.name for t in config.topics)} -> Iceberg namespace {config.namespace}",
         schedule=CronDataIntervalTimetable(schedule.cron, timezone="UTC"),
         start_date=pendulum.parse(schedule.start_date),
@@ -46,16 +111,24 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
         catchup=schedule.catchup,
         max_active_runs=1,
-        default_args={"retries": schedule.retries, "retry_delay": pendulum.duration(minutes=1)},
+        default_args={
+            "retries": schedule.retries,
+            "retry_delay": pendulum.duration(minutes=1),
+            "execution_timeout": schedule.execution_timeout,
+            "pool": schedule.pool,
+        },
         params={
             "on_bad_message": Param(config.on_bad_message, enum=["fail", "continue"],
                                     description="an undecodable message: fail the run, or quarantine it and continue"),
         },
         tags=["tidelake"],
+        # Registered explicitly below: a DAG whose construction failed must not be picked up.
+        auto_register=False,
     ) as dag:
 
         @task
         def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
+            require_interval(dag_id, data_interval_start, data_interval_end)
             from spark.offsets import snapshot_offsets as snapshot
 
             ranges = snapshot(load_pipeline_config(str(path)), data_interval_start, data_interval_end)
@@ -73,18 +146,110 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         )
 
         @task(outlets=[asset])
-        def publish(data_interval_start=None, data_interval_end=None, outlet_events=None) -> int:
-            from spark.apply import published_watermark_of
+        def publish(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict[str, Any]:
+            # Imported when the task runs: no I/O at parse time, and tests substitute the module.
+            from spark.publish import announcement
 
-            w = published_watermark_of(load_pipeline_config(str(path)), data_interval_start, data_interval_end)
-            outlet_events[asset].extra = {"pipeline": config.name, "watermark": w,
-                                          "interval_end": data_interval_end.isoformat()}
-            return w
+            found = announcement(load_pipeline_config(str(path)), data_interval_start, data_interval_end)
+            if found is None:
+                # A skipped task emits no Asset event (the task runner sends outlet events only on success).
+                raise AirflowSkipException(
+                    f"{config.name}: {data_interval_start.isoformat()}..{data_interval_end.isoformat()} published no "
+                    "new watermark (a rerun or backfill that confirmed already-announced ones): no Asset event"
+                )
+            extra = asset_event_extra(config.name, found)
+            outlet_events[asset].extra = extra
+            if found.repair:
+                log.info("%s: repaired W %s..%s; Asset event with repair=true", config.name, found.repaired_from, found.watermark)
+            else:
+                log.info("%s: published W %s (interval end %s); Asset event sent", config.name, found.watermark, extra["interval_end"])
+            return extra
 
         snapshot_offsets() >> land >> apply >> publish()
     return dag
 
 
-for _path in sorted(p for p in PIPELINES.glob("*") if p.suffix in (".toml", ".json", ".yaml", ".yml")):
-    _dag = build_dag(load_pipeline_config(str(_path)), _path)
-    globals()[_dag.dag_id] = _dag
+def config_error_dag(dag_id: str, path: Path, error: str) -> DAG:
+    """The stand-in for a pipeline file that does not validate (see the module docstring)."""
+    message = f"tidelake pipeline file {path} is invalid: {error}"
+    with DAG(
+        dag_id=dag_id,
+        description=f"CONFIG ERROR: {error}",
+        doc_md=f"**This pipeline is not running.** Fix the file and the DAG comes back with its schedule.\n\n"
+               f"```\n{message}\n```",
+        schedule=None,
+        tags=["tidelake", CONFIG_ERROR_TAG],
+        auto_register=False,
+    ) as dag:
+
+        @task(task_id="config_error", retries=0)
+        def config_error() -> None:
+            raise AirflowFailException(message)
+
+        config_error()
+    return dag
+
+
+def _stand_in_ids(path: Path) -> list[str]:
+    """DAG ids a broken file's stand-in may take, best first: its pipeline's id, then one from the file name."""
+    candidates = []
+    try:
+        import json
+        import tomllib
+
+        text = path.read_text()
+        if path.suffix == ".toml":
+            doc = tomllib.loads(text)
+        elif path.suffix == ".json":
+            doc = json.loads(text)
+        else:
+            import yaml
+
+            doc = yaml.safe_load(text)
+        name = doc.get("name") if isinstance(doc, dict) else None
+        if isinstance(name, str) and name:
+            candidates.append(dag_id_of(name))
+    except Exception:  # noqa: BLE001 - an unreadable file falls back to its file name
+        pass
+    candidates.append(dag_id_of(path.stem))
+    return candidates
+
+
+def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
+    """A DAG for every pipeline file in ``folder``; a stand-in DAG for every file that fails.
+
+    ``parsing_for``: the DAG a worker parses this file for (Airflow's parsing context); a
+    broken file is logged only by the dag-processor and by its own stand-in's tasks, not in
+    every other pipeline's task logs.
+    """
+    dags: dict[str, DAG] = {}
+    sources: dict[str, Path] = {}
+    broken: list[tuple[Path, str]] = []
+    for path in sorted(p for p in folder.glob("*") if p.suffix in PIPELINE_SUFFIXES):
+        try:
+            config = load_pipeline_config(str(path))
+            dag_id = dag_id_of(config.name)
+            if dag_id in dags:
+                raise ValueError(f"{path}: name: {config.name!r} is already the name of {sources[dag_id]}")
+            dag = build_dag(config, path)
+            # What the DagBag would check (the timetable, params) fails here, for this file alone.
+            dag.validate()
+            dags[dag_id] = dag
+            sources[dag_id] = path
+        except Exception as exc:  # noqa: BLE001 - whatever one file does wrong stays with that file
+            # ConfigError messages start with the file and key; others (a cron croniter rejects) get the file.
+            error = str(exc) if str(exc).startswith(str(path)) else f"{path}: {type(exc).__name__}: {exc}"
+            broken.append((path, error))
+    for path, error in broken:
+        free = [d for d in _stand_in_ids(path) if d not in dags]
+        if not free:
+            log.error("no DAG id left for the stand-in of %s (taken by %s)", path, ", ".join(_stand_in_ids(path)))
+            continue
+        if parsing_for in (None, free[0]):
+            log.error("tidelake pipeline file is invalid, its DAG %s is a stand-in: %s", free[0], error)
+        dags[free[0]] = config_error_dag(free[0], path, error)
+    return dags
+
+
+for _dag_id, _dag in load_dags(PIPELINES, get_parsing_context().dag_id).items():
+    globals()[_dag_id] = _dag

@@ -67,6 +67,11 @@ class ScheduleConfig:
     spark_conn_id: str = "spark_default"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     end_date: str | None = None  # a bounded pipeline (a migration window, a test): no interval ends after it
+    # Longest any one task may run ("90s", "45m", "2h", "1h30m"): a hung spark-submit is killed and
+    # retried instead of holding the pipeline's only active run forever. None: no limit.
+    execution_timeout: dt.timedelta | None = dt.timedelta(hours=1)
+    # The Airflow pool every task of the pipeline runs in; a shared pool bounds concurrent Spark jobs.
+    pool: str = "default_pool"
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,23 @@ def parse_instant(text: str, where: str) -> dt.datetime:
     if value.tzinfo is None:
         raise ConfigError(f"{where}: {text!r} has no time zone; write it in UTC with a trailing Z")
     return value.astimezone(dt.timezone.utc)
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str, where: str) -> dt.timedelta | None:
+    """``"90s"``, ``"45m"``, ``"2h"``, ``"1h30m"``; ``"none"`` for no limit."""
+    if text == "none":
+        return None
+    match = _DURATION.match(text)
+    if not text or not match or not any(match.groups()):
+        raise ConfigError(f"{where}: expected a duration such as '45m', '2h' or '1h30m' (or 'none'), found {text!r}")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    value = dt.timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    if not value:
+        raise ConfigError(f"{where}: expected a positive duration (or 'none'), found {text!r}")
+    return value
 
 
 class _Reader:
@@ -195,20 +217,31 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
     schedule = r.child("schedule", None)
     schedule_config = ScheduleConfig()
     if schedule is not None:
+        defaults = ScheduleConfig()
+        timeout = schedule.get("execution_timeout", str, None)
         schedule_config = ScheduleConfig(
-            schedule.get("cron", str, "0 * * * *"),
-            schedule.get("start_date", str, "2024-01-01T00:00:00Z"),
-            schedule.get("catchup", bool, False),
-            schedule.get("retries", int, 2),
-            schedule.get("spark_conn_id", str, "spark_default"),
-            {str(k): str(v) for k, v in schedule.get("spark_conf", Mapping, {}).items()},
-            schedule.get("end_date", str, None),
+            cron=schedule.get("cron", str, defaults.cron),
+            start_date=schedule.get("start_date", str, defaults.start_date),
+            catchup=schedule.get("catchup", bool, defaults.catchup),
+            retries=schedule.get("retries", int, defaults.retries),
+            spark_conn_id=schedule.get("spark_conn_id", str, defaults.spark_conn_id),
+            spark_conf={str(k): str(v) for k, v in schedule.get("spark_conf", Mapping, {}).items()},
+            end_date=schedule.get("end_date", str, None),
+            execution_timeout=(defaults.execution_timeout if timeout is None
+                               else parse_duration(timeout, f"{source}: schedule.execution_timeout")),
+            pool=schedule.get("pool", str, defaults.pool),
         )
+        if not schedule_config.pool:
+            raise ConfigError(f"{source}: schedule.pool: expected an Airflow pool name, found ''")
         parse_instant(schedule_config.start_date, f"{source}: schedule.start_date")
         if schedule_config.end_date is not None:
             parse_instant(schedule_config.end_date, f"{source}: schedule.end_date")
         if len(schedule_config.cron.split()) != 5:
             raise ConfigError(f"{source}: schedule.cron: expected a 5-field cron expression such as '0 * * * *', found {schedule_config.cron!r}")
+        from croniter import croniter  # Airflow's own cron parser: what it rejects, reject here
+
+        if not croniter.is_valid(schedule_config.cron):
+            raise ConfigError(f"{source}: schedule.cron: expected a valid cron expression such as '0 * * * *', found {schedule_config.cron!r}")
         schedule.done()
     config = PipelineConfig(
         name=name,

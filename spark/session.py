@@ -16,12 +16,19 @@ DEFAULTS = {
 }
 
 
-def build_session(app: str, master: str | None = None, **conf: str) -> Any:
+# Spark's log4j level when the caller asks for none: its own default, INFO, prints ~100 lines
+# per job (and its shutdown lines) around the few a task log is read for.
+QUIET_LOG_LEVEL = "WARN"
+
+
+def build_session(app: str, master: str | None = None, *, log_level: str | None = None, **conf: str) -> Any:
     """A SparkSession in UTC whose Python workers run this interpreter unless told otherwise.
 
     On a cluster, spark-submit's ``--conf spark.pyspark.python=...`` (or PYSPARK_PYTHON)
     wins; locally the workers must import the same packages as the driver, so they run
     ``sys.executable``. ``DEFAULTS`` apply where neither spark-submit nor ``conf`` sets them.
+    Spark logs at ``log_level`` when given, else at ``spark.log.level`` from spark-submit,
+    else at WARN (``spark.log.level`` applies when the context starts, before its INFO lines).
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -35,7 +42,10 @@ def build_session(app: str, master: str | None = None, **conf: str) -> Any:
     # spark-submit was given (--conf, spark-defaults.conf).
     SparkContext._ensure_initialized()
     submitted = SparkConf()
-    for key, value in DEFAULTS.items():
+    defaults = {**DEFAULTS, "spark.log.level": QUIET_LOG_LEVEL}
+    if log_level:
+        conf = {**conf, "spark.log.level": log_level.upper()}
+    for key, value in defaults.items():
         if key not in conf and not submitted.contains(key):
             builder = builder.config(key, value)
     for key, value in conf.items():

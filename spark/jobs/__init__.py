@@ -1,17 +1,78 @@
-"""Thin entry points for spark-submit; each parses arguments and calls one tested function."""
+"""Thin entry points for spark-submit; each parses arguments and calls one tested function.
+
+What a task log shows: diagnostics go through ``logging`` to stderr (Spark's own log4j lines
+at WARN unless ``--verbose`` or ``TIDELAKE_SPARK_LOG_LEVEL`` asks for more); the job's result
+is one summary block on stdout, written in one flushed write before Spark stops, so Spark's
+shutdown lines can neither precede nor split it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import logging
+import os
 import sys
 from typing import Any, Callable, Sequence
 
 from cdc_codecs import ConfigError, TidelakeError
 
+log = logging.getLogger("tidelake.jobs")
+
+# Spark's log4j level for the job's driver when neither --verbose nor spark-submit's
+# `--conf spark.log.level=...` says otherwise (Spark's own default is INFO: ~100 lines a task).
+SPARK_LOG_LEVEL_ENV = "TIDELAKE_SPARK_LOG_LEVEL"
+QUIET_SPARK_LOG_LEVEL = "WARN"
+
+
+def human_duration(seconds: float) -> str:
+    """``42s``, ``7m 05s``, ``2h 03m``, ``3d 04h``: lag and ages as people read them."""
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    total = int(round(seconds))
+    if total < 60:
+        return f"{sign}{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{sign}{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d {hours:02d}h"
+
+
+def human_bytes(n: int) -> str:
+    """``812 B``, ``1.5 KiB``, ``3.2 MiB``, ``1.0 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def utc_text(instant: dt.datetime) -> str:
+    """``2024-01-01T00:59:30.123Z``: UTC with milliseconds, the way intervals are written in logs."""
+    text = instant.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z").replace(".000Z", "Z")
+
+
+def emit(lines: Sequence[str]) -> None:
+    """Write a summary block to stdout in one write and flush it (see the module docstring)."""
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
+
+
+def _configure_logging(verbose: bool) -> None:
+    # Root at WARNING keeps py4j's INFO chatter out; tidelake's own diagnostics stay at INFO.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tidelake").setLevel(logging.DEBUG if verbose else logging.INFO)
+
 
 def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespace], int],
                  argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
-    """Parse ``--config --start --end [--master]``, start Spark, call ``run(config, start, end, spark, args)``.
+    """Parse ``--config --start --end [--master] [--verbose]``, start Spark, call ``run(config, start, end, spark, args)``.
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
@@ -23,20 +84,25 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     parser.add_argument("--start", required=True, help="data interval start, ISO-8601 UTC")
     parser.add_argument("--end", required=True, help="data interval end, ISO-8601 UTC")
     parser.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
+    parser.add_argument("--verbose", action="store_true",
+                        help=f"Spark's INFO log and tidelake's debug lines (default: Spark at ${SPARK_LOG_LEVEL_ENV} or WARN)")
     if extra:
         extra(parser)
     args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
     try:
         config = load_pipeline_config(args.config)
         start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 2
-    spark = build_session(f"tidelake-{prog}-{config.name}", args.master)
+    spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
+    log.debug("starting Spark for %s %s..%s", config.name, utc_text(start), utc_text(end))
+    spark = build_session(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level)
     try:
         return run(config, start, end, spark, args)
     except TidelakeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 1
     finally:
         spark.stop()

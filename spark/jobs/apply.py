@@ -3,27 +3,59 @@
     spark-submit spark/jobs/apply.py --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
 
 Decoding runs on the executors (one task per partition); the driver plans, commits to
-Iceberg, tags and publishes. Prints the run report; exits 0 when every table is at the
-interval's watermark, 2 on a configuration error, 1 on any other failure.
+Iceberg, tags and publishes. Prints one summary block (W, its wall time, lag, counts per
+table) before Spark stops -- the full report is ``reports/<interval>/apply.json`` in the
+archive; exits 0 when every table is at the interval's watermark, 2 on a configuration
+error, 1 on any other failure.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import sys
+from typing import Any
 
-import orjson
-
-from spark.apply import apply_interval
-from spark.jobs import interval_job
+from spark.apply import ApplyResult, apply_interval
+from spark.jobs import emit, human_duration, interval_job, utc_text
 from spark.land import SparkRunner
+
+
+def apply_summary(result: ApplyResult) -> list[str]:
+    """The task log's account of an apply run, from its report (whatever its outcome)."""
+    r: dict[str, Any] = result.report
+    interval_end = dt.datetime.fromisoformat(r["interval"]["end"])
+    span = f"{utc_text(dt.datetime.fromisoformat(r['interval']['start']))}..{utc_text(interval_end)}"
+    w = r["watermark"]
+    outcome = r.get("outcome", "published" if w else "not-consistent")
+    if not w:
+        lines = [f"{r['pipeline']} {span}: no consistent W yet (a partition has reported no watermark); nothing tagged"]
+    else:
+        lines = [f"{r['pipeline']} {span}: W {w} {outcome} (previous W {r['previous_watermark']})"]
+        wall = dt.datetime.fromisoformat(r["watermark_time"])
+        lag = r.get("lag_seconds")
+        lag = (interval_end - wall).total_seconds() if lag is None else lag
+        lines.append(f"  W wall time {utc_text(wall)}, lag {human_duration(lag)} behind the interval end")
+    if r.get("note"):
+        lines.append(f"  {r['note']}")
+    if "messages_decoded" in r:
+        lines.append(f"  decoded {r['messages_decoded']} messages, {r['events_decoded']} events in {r['seconds']:.2f} s; "
+                     f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
+    if result.replayed:
+        lines.append(f"  replayed first: intervals ending {', '.join(result.replayed)}")
+    if r.get("restored_tables"):
+        lines.append(f"  restored to the interval start: {', '.join(r['restored_tables'])}")
+    tables = r.get("tables", {})
+    width = max((len(name) for name in tables), default=0)
+    for name, t in tables.items():
+        lines.append(f"  table {name:<{width}}  {t['events_applied']} events applied{', dropped' if t.get('dropped') else ''}")
+    return lines
 
 
 def run(config, start, end, spark, args) -> int:  # noqa: ANN001 - see interval_job
     if args.on_bad_message:
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
-    result = apply_interval(config, start, end, runner=SparkRunner(spark))
-    print(orjson.dumps(result.report, option=orjson.OPT_INDENT_2).decode())
+    emit(apply_summary(apply_interval(config, start, end, runner=SparkRunner(spark))))
     return 0
 
 

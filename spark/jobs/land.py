@@ -2,24 +2,38 @@
 
     spark-submit spark/jobs/land.py --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
 
-Prints the manifest path and counts; exits 0 when the interval is in the archive
-(landed now or already), 2 on a configuration error, 1 on any other failure.
+Prints one summary block (manifest, messages, segments, partitions, bytes, seconds, any
+retention gaps) before Spark stops; exits 0 when the interval is in the archive (landed
+now or already), 2 on a configuration error, 1 on any other failure.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from spark.jobs import interval_job
-from spark.land import SparkRunner, land_interval
+from spark.jobs import emit, human_bytes, interval_job, utc_text
+from spark.land import LandResult, SparkRunner, land_interval
+
+
+def land_summary(result: LandResult) -> list[str]:
+    """The task log's account of a land run: the manifest's counts, and the report's time and gaps."""
+    m = result.manifest
+    segments = [s for p in m.partitions for s in p.segments]
+    size = human_bytes(sum(s.bytes for s in segments))
+    head = (f"{m.path}  {m.messages} messages in {len(segments)} segments over {len(m.partitions)} partitions, {size}")
+    if result.reused:
+        return [f"already landed: {head} (manifest of {utc_text(m.created_at)}, kept)"]
+    report: dict[str, Any] = result.report
+    lines = [f"landed: {head} in {report.get('seconds', 0):.2f} s"]
+    for gap in report.get("gaps", []):
+        lines.append(f"  gap: {gap['topic']}/{gap['partition']} offsets {gap['start']}..{gap['end']} "
+                     "were deleted by retention before they were archived")
+    return lines
 
 
 def run(config, start, end, spark, args) -> int:  # noqa: ANN001 - see interval_job
-    result = land_interval(config, start, end, runner=SparkRunner(spark))
-    m = result.manifest
-    state = "already landed" if result.reused else "landed"
-    print(f"{state}: {m.path}  {m.messages} messages in {sum(len(p.segments) for p in m.partitions)} segments "
-          f"over {len(m.partitions)} partitions")
+    emit(land_summary(land_interval(config, start, end, runner=SparkRunner(spark))))
     return 0
 
 

@@ -48,6 +48,24 @@ def wait_for(what: str, check, timeout: float = 420.0, every: float = 2.0):
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def json_out(done: subprocess.CompletedProcess):
+    """The JSON an Airflow CLI command printed (it may print log lines before it)."""
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(("[", "{")):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def asset_events(db: str, uri: str) -> list[dict]:
+    """The Asset events' extras in the order Airflow stored them."""
+    with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = %s ORDER BY e.id", (uri,))
+        return [row[0] if isinstance(row[0], dict) else json.loads(row[0]) for row in cur.fetchall()]
+
+
 def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
     db = f"airflow_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
@@ -82,6 +100,9 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         f'protocol = "open-protocol"\n[storage]\nurl = "{tmp_path / "archive"}"\n[schedule]\ncron = "0 * * * *"\n'
         'start_date = "2024-01-01T00:00:00Z"\nend_date = "2024-01-01T03:00:00Z"\ncatchup = true\nretries = 1\n'
     )
+    # A broken pipeline file beside the good one: it must not stop the good one's schedule.
+    broken = pipelines / "broken.toml"
+    broken.write_text(path.read_text().replace('name = "sched"', 'name = "broken"').replace("open-protocol", "canal-xml"))
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     procs = []
     try:
@@ -118,6 +139,19 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         marks = published_watermarks(config)
         assert len(marks) == 3
 
+        # The broken file is a stand-in DAG carrying its error, not an import error of the module.
+        listed = {d["dag_id"]: d for d in json_out(cli("dags", "list", "-o", "json"))}
+        assert "tidelake_broken" in listed and dag_id in listed
+        assert json_out(cli("dags", "list-import-errors", "-o", "json")) in ([], None)
+        details = json_out(cli("dags", "details", "tidelake_broken", "-o", "json"))[0]
+        assert f"{broken}: topics[0].protocol: expected one of" in details["description"], details
+
+        # One Asset event per new W, the watermark also as an exact string.
+        events = asset_events(db, "tidelake://sched/watermark")
+        assert [e["watermark"] for e in events] == marks
+        assert [e["watermark_str"] for e in events] == [str(w) for w in marks]
+        assert {e["repair"] for e in events} == {False}
+
         oracle = oracle_from_records("open-protocol", topic, records, 2)
         assert oracle.cut([(topic, 0), (topic, 1)]) == marks[-1]
         expected = {k: oracle_rows(oracle, k) for k in oracle.tables}
@@ -126,8 +160,10 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
 
         # Backfill the whole range again (an earlier range first rewinds the tables, the later
         # runs bring them forward): the runs re-run in order and every tag ends identical.
+        # --from-date/--to-date select interval *starts*, inclusive (and the backfill ignores the
+        # DAG's end_date): the three intervals start at 00:00, 01:00 and 02:00.
         created = cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01T00:00:00+00:00",
-                      "--to-date", "2024-01-01T03:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
+                      "--to-date", "2024-01-01T02:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
         assert created.returncode == 0, created.stderr[-2000:]
 
         backfill_started = dt.datetime.now(UTC)
@@ -141,9 +177,21 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             return again if len(again) >= 3 else None
 
         wait_for("the backfill runs", backfilled)
+        assert len(runs()) == 3, runs()  # the backfill re-ran the three intervals and created none
         assert published_watermarks(config) == marks
         after = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
         assert after == before
+        # The backfill only confirmed published watermarks: downstream saw no W go backwards.
+        assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == marks
+
+        # A manual trigger without a logical date fails in its first task, saying what to do.
+        triggered = cli("dags", "trigger", dag_id, "-o", "json")
+        assert triggered.returncode == 0, triggered.stderr[-2000:]
+        manual = wait_for("the manual run to fail",
+                          lambda: [r for r in runs() if r["run_id"].startswith("manual__") and r["state"] == "failed"])
+        assert manual[0]["logical_date"] == ""
+        logs = list((home / "logs").glob(f"dag_id={dag_id}/run_id={manual[0]['run_id']}/task_id=snapshot_offsets/attempt=1.log"))
+        assert logs and "triggered without a logical date" in logs[0].read_text()
     finally:
         for p in procs:
             stop_process_group(p)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from tests.spark.archive import oracle_from_records
-
 import datetime as dt
+import sys
 import textwrap
+import types
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.spark.archive import oracle_from_records
+
 from .conftest import REPO
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def write_pipeline(folder: Path, name: str, body: str) -> Path:
@@ -68,12 +73,77 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert order is None or order.index("land") < order.index("apply")
 
 
-def test_invalid_configuration_is_an_import_error_naming_file_and_key(pipelines: Path, tmp_path: Path) -> None:
+def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     bad = write_pipeline(pipelines, "broken", VALID.format(name="broken", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
                          .replace('protocol = "canal-json"', 'protocol = "canal-xml"'))
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
-    (error,) = bag.import_errors.values()
-    assert f"{bad}: topics[0].protocol: expected one of" in error and "found 'canal-xml'" in error
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake_broken", "tidelake_crm", "tidelake_shop"]
+    for good in ("tidelake_crm", "tidelake_shop"):
+        assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "land", "apply", "publish"}
+        assert "config-error" not in bag.dags[good].tags
+    stand_in = bag.dags["tidelake_broken"]
+    expected = f"{bad}: topics[0].protocol: expected one of"
+    assert stand_in.description.startswith(f"CONFIG ERROR: {expected}") and "found 'canal-xml'" in stand_in.description
+    assert expected in stand_in.doc_md
+    assert set(stand_in.tags) == {"tidelake", "config-error"}
+    assert stand_in.schedule is None and type(stand_in.timetable).__name__ == "NullTimetable"  # it takes no interval
+    (failing,) = stand_in.tasks
+    assert failing.task_id == "config_error" and failing.retries == 0
+    with pytest.raises(AirflowFailException, match="canal-xml") as raised:
+        failing.python_callable()
+    assert str(raised.value).startswith(f"tidelake pipeline file {bad} is invalid: {expected}")
+
+
+def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipelines: Path, tmp_path: Path) -> None:
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    (pipelines / "garbled.toml").write_text('name = "garbled\n')
+    write_pipeline(pipelines, "shop_copy", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    write_pipeline(pipelines, "bad_cron", VALID.format(name="cronned", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   .replace('cron = "0 * * * *"', 'cron = "99 * * * *"'))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake_cronned", "tidelake_garbled", "tidelake_shop", "tidelake_shop_copy"]
+    assert "config-error" not in bag.dags["tidelake_shop"].tags
+    assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
+    assert bag.dags["tidelake_shop_copy"].description == (
+        f"CONFIG ERROR: {pipelines / 'shop_copy.toml'}: name: 'shop' is already the name of {pipelines / 'shop.toml'}")
+    assert bag.dags["tidelake_cronned"].description == (
+        f"CONFIG ERROR: {pipelines / 'bad_cron.toml'}: schedule.cron: expected a valid cron expression such as '0 * * * *', "
+        "found '99 * * * *'")
+
+
+def test_execution_timeout_and_pool_come_from_the_schedule_section(pipelines: Path, tmp_path: Path) -> None:
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   + '    execution_timeout = "1h30m"\n    pool = "tidelake_spark"\n')
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
+    write_pipeline(pipelines, "open", VALID.format(name="open", bootstrap="k:9092", topic="c", url=tmp_path, extra="")
+                   + '    execution_timeout = "none"\n')
+    bag = dagbag()
+    for task in bag.dags["tidelake_shop"].tasks:
+        assert (task.execution_timeout, task.pool) == (dt.timedelta(hours=1, minutes=30), "tidelake_spark"), task.task_id
+    for task in bag.dags["tidelake_crm"].tasks:
+        assert (task.execution_timeout, task.pool) == (dt.timedelta(hours=1), "default_pool"), task.task_id
+    assert {t.execution_timeout for t in bag.dags["tidelake_open"].tasks} == {None}
+
+
+def test_a_run_without_a_data_interval_fails_at_once_saying_what_to_do(pipelines: Path, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    snapshot = dagbag().dags["tidelake_shop"].task_dict["snapshot_offsets"]
+    # What `airflow dags trigger tidelake_shop` (no --logical-date) puts in the context.
+    with pytest.raises(AirflowFailException) as raised:
+        snapshot.python_callable(data_interval_start=None, data_interval_end=None)
+    message = str(raised.value)
+    assert message.startswith("tidelake_shop: this run has no data interval (it was triggered without a logical date)")
+    assert ("To run given intervals: airflow backfill create --dag-id tidelake_shop --from-date <first interval start> "
+            "--to-date <last interval start>; to run the last complete interval now: airflow dags trigger tidelake_shop "
+            "--logical-date <now, e.g. $(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)") in message
 
 
 @pytest.mark.slow
@@ -129,3 +199,115 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
         events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                   .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.timestamp).all())
         assert [e.extra["watermark"] for e in events] == marks
+
+
+# ------------------------------------------------------------------ Asset events
+
+W1, W2, W3 = 447656165965824001, 447656165965824002 + (1 << 18), 447656165965824003 + (2 << 18)  # above 2**53
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """The lead's ``spark.publish.Announcement`` contract."""
+
+    watermark: int
+    repair: bool
+    repaired_from: int | None
+    interval_end: dt.datetime
+
+
+@pytest.fixture
+def announcements(monkeypatch: pytest.MonkeyPatch) -> list:
+    """A ``spark.publish`` whose ``announcement()`` answers from this list, in order, recording its calls."""
+    answers: list = []
+    calls: list = []
+
+    def announcement(config, interval_start, interval_end):
+        calls.append((config.name, interval_start, interval_end))
+        return answers.pop(0)
+
+    fake = types.ModuleType("spark.publish")
+    fake.Announcement = Announcement
+    fake.announcement = announcement
+    fake.calls = calls
+    monkeypatch.setitem(sys.modules, "spark.publish", fake)
+    return answers
+
+
+def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is_new(
+        pipelines: Path, tmp_path: Path, announcements: list) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    publish = dagbag().dags["tidelake_shop"].task_dict["publish"]
+    (asset,) = publish.outlets
+    start, end = T0, T0 + dt.timedelta(hours=1)
+
+    announcements.append(Announcement(W1, False, None, end))
+    events = OutletEventAccessors()
+    returned = publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
+    extra = {"pipeline": "shop", "watermark": W1, "watermark_str": "447656165965824001",
+             "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None}
+    assert events[asset].extra == extra and returned == extra
+    assert W1 > 2**53 and float(W1) != W1  # what a JavaScript number would lose
+    assert sys.modules["spark.publish"].calls == [("shop", start, end)]
+
+    announcements.append(Announcement(W3, True, W2, end))
+    events = OutletEventAccessors()
+    publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
+    assert events[asset].extra == {**extra, "watermark": W3, "watermark_str": str(W3), "repair": True,
+                                   "repaired_from": W2, "repaired_from_str": str(W2)}
+
+    announcements.append(None)
+    with pytest.raises(AirflowSkipException, match="published no new watermark"):
+        publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=OutletEventAccessors())
+
+
+def test_asset_events_come_only_from_announcements_in_a_real_task_run(
+        pipelines: Path, tmp_path: Path, airflow_db: Path, announcements: list) -> None:
+    """dag.test() of the publish task: the task runner stores an AssetEvent on success and none on a skip."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    name = f"events{uuid.uuid4().hex[:6]}"
+    write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    publish_only = dagbag().dags[f"tidelake_{name}"].partial_subset(task_ids=["publish"], include_upstream=False)
+    hours = [T0 + dt.timedelta(hours=h) for h in range(1, 5)]
+    # A first run, a new W, a rerun that confirmed an announced W, then a repair up to a new W.
+    announcements.extend([Announcement(W1, False, None, hours[0]), Announcement(W2, False, None, hours[1]), None,
+                          Announcement(W3, True, W2, hours[3])])
+    states = [str(publish_only.test(logical_date=h).get_task_instance("publish").state) for h in hours]
+    assert [s.rsplit(".", 1)[-1].lower() for s in states] == ["success", "success", "skipped", "success"]
+    with create_session() as session:
+        events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                  .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.id).all())
+        got = [(e.extra["watermark_str"], e.extra["repair"], e.extra["repaired_from_str"]) for e in events]
+    assert got == [(str(W1), False, None), (str(W2), False, None), (str(W3), True, str(W2))]
+
+
+def test_a_manual_run_without_logical_date_fails_in_its_first_task(pipelines: Path, tmp_path: Path, airflow_db: Path) -> None:
+    """dag.test(logical_date=None) creates the run `airflow dags trigger` without --logical-date creates."""
+    name = f"manual{uuid.uuid4().hex[:6]}"
+    write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                   .replace("retries = 0", "retries = 3"))
+    first = dagbag().dags[f"tidelake_{name}"].partial_subset(task_ids=["snapshot_offsets"], include_upstream=False)
+    run = first.test(logical_date=None)
+    assert run.data_interval_start is None and run.data_interval_end is None
+    ti = run.get_task_instance("snapshot_offsets")
+    assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed"
+    assert ti.try_number == 1  # AirflowFailException: no retry of a run that cannot succeed
+
+
+def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_task_logs(
+        pipelines: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from dags.tidelake_pipelines import load_dags
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    (pipelines / "garbled.toml").write_text('name = "garbled\n')
+    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake_shop", False)):
+        caplog.clear()
+        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake_garbled", "tidelake_shop"]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
+                           "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for

@@ -1,0 +1,188 @@
+"""The spark-submit entry points in-process: exact task-log lines, printed before Spark stops."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+import pytest
+
+import spark.session
+from spark.apply import ApplyResult
+from spark.jobs import apply as apply_job
+from spark.jobs import human_bytes, human_duration, interval_job
+from spark.jobs import land as land_job
+from spark.land import LandResult
+from spark.manifest import Gap, Manifest, PartitionRange, Segment
+
+UTC = dt.UTC
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+W = 447656165965824001  # a TSO above 2**53
+
+
+class FakeSpark:
+    """Records what stdout held when the job stopped Spark."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.stdout_at_stop: str | None = None
+
+    def stop(self) -> None:
+        self.stdout_at_stop = self.capsys.readouterr().out
+
+
+@pytest.fixture
+def session(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
+    made: dict = {}
+
+    def build_session(app, master=None, *, log_level=None, **conf):
+        made.update(app=app, master=master, log_level=log_level, spark=FakeSpark(capsys))
+        return made["spark"]
+
+    monkeypatch.setattr(spark.session, "build_session", build_session)
+    monkeypatch.delenv("TIDELAKE_SPARK_LOG_LEVEL", raising=False)
+    return made
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.toml"
+    path.write_text(f'name = "shop"\n[kafka]\nbootstrap_servers = "k:9092"\n[[topics]]\nname = "t"\nprotocol = "canal-json"\n'
+                    f'[storage]\nurl = "{tmp_path / "archive"}"\n')
+    return path
+
+
+def interval_args(pipeline: Path) -> list[str]:
+    return ["--config", str(pipeline), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]
+
+
+def test_human_units() -> None:
+    assert [human_duration(s) for s in (0, 42.4, 59.6, 425, 3600, 7380, 86399, 93600, -90)] == [
+        "0s", "42s", "1m 00s", "7m 05s", "1h 00m", "2h 03m", "23h 59m", "1d 02h", "-1m 30s"]
+    assert [human_bytes(n) for n in (0, 812, 1536, 3 * 2**20 + 2**19, 2**30)] == ["0 B", "812 B", "1.5 KiB", "3.5 MiB", "1.0 GiB"]
+
+
+def test_the_summary_is_printed_and_flushed_before_spark_stops(session: dict, pipeline: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def run(config, start, end, spark, args):
+        from spark.jobs import emit
+
+        emit([f"{config.name} {start.isoformat()} {end.isoformat()}", "  second line"])
+        return 0
+
+    assert interval_job("apply", run, interval_args(pipeline)) == 0
+    assert session["spark"].stdout_at_stop == "shop 2024-01-01T00:00:00+00:00 2024-01-01T01:00:00+00:00\n  second line\n"
+    assert capsys.readouterr().out == ""  # nothing after the stop
+    assert (session["app"], session["master"], session["log_level"]) == ("tidelake-apply-shop", None, None)
+
+
+def test_spark_log_level_quiet_by_default_info_when_asked(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(*_):
+        return 0
+
+    interval_job("land", run, [*interval_args(pipeline), "--verbose", "--master", "local[2]"])
+    assert (session["master"], session["log_level"]) == ("local[2]", "INFO")
+    monkeypatch.setenv("TIDELAKE_SPARK_LOG_LEVEL", "ERROR")
+    interval_job("land", run, interval_args(pipeline))
+    assert session["log_level"] == "ERROR"
+
+
+def test_errors_are_one_logged_line_with_exit_codes(session: dict, pipeline: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from spark.apply import ApplyError
+
+    def failing(*_):
+        raise ApplyError("no manifest for 20240101T000000Z..20240101T010000Z: land the interval first")
+
+    caplog.set_level(logging.ERROR, logger="tidelake")
+    assert interval_job("apply", failing, interval_args(pipeline)) == 1
+    assert session["spark"].stdout_at_stop == ""  # stopped even so
+    missing = tmp_path / "missing.toml"
+    assert interval_job("apply", failing, ["--config", str(missing), *interval_args(pipeline)[2:]]) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "no manifest for 20240101T000000Z..20240101T010000Z: land the interval first",
+        f"{missing}: cannot read: No such file or directory"]
+
+
+def apply_report() -> dict:
+    return {
+        "step": "apply", "pipeline": "shop", "outcome": "published",
+        "interval": {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00"},
+        "watermark": W, "previous_watermark": W - (3600_000 << 18),
+        "watermark_time": "2023-12-31T22:56:29.877000+00:00", "lag_seconds": 7410.123,
+        "messages_decoded": 1200, "events_decoded": 1350, "already_applied_skipped": 5, "quarantined": 1,
+        "restored_tables": [],
+        "tables": {"shop.orders": {"events_applied": 900, "snapshot": 11, "dropped": False},
+                   "shop.x": {"events_applied": 0, "snapshot": 12, "dropped": True}},
+        "seconds": 12.3456,
+    }
+
+
+def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def apply_interval(config, start, end, runner):
+        seen.update(policy=config.on_bad_message, start=start, end=end)
+        return ApplyResult(W, W - 1, ["shop.orders", "shop.x"], apply_report(), replayed=["20231231T230000Z"])
+
+    monkeypatch.setattr(apply_job, "apply_interval", apply_interval)
+    monkeypatch.setattr(apply_job, "SparkRunner", lambda spark: None)
+    assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue"]) == 0
+    assert seen == {"policy": "continue", "start": T0, "end": T0 + dt.timedelta(hours=1)}
+    assert session["spark"].stdout_at_stop.splitlines() == [
+        f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} published (previous W {W - (3600_000 << 18)})",
+        "  W wall time 2023-12-31T22:56:29.877Z, lag 2h 03m behind the interval end",
+        "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
+        "  replayed first: intervals ending 20231231T230000Z",
+        "  table shop.orders  900 events applied",
+        "  table shop.x       0 events applied, dropped",
+    ]
+
+
+def test_apply_summary_without_a_consistent_watermark() -> None:
+    report = {**apply_report(), "watermark": 0, "watermark_time": None, "lag_seconds": None,
+              "restored_tables": ["shop.orders"], "tables": {}}
+    assert apply_job.apply_summary(ApplyResult(0, 0, [], report)) == [
+        "shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: no consistent W yet (a partition has reported no watermark); nothing tagged",
+        "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
+        "  restored to the interval start: shop.orders",
+    ]
+
+
+def test_apply_summary_of_a_run_that_confirmed_a_published_watermark() -> None:
+    # The report a rerun writes (spark/apply.py): no decode counts, no lag field.
+    report = {"step": "apply", "pipeline": "shop", "outcome": "confirmed",
+              "interval": {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00"},
+              "watermark": W, "previous_watermark": W - 7, "watermark_time": "2024-01-01T00:57:00+00:00",
+              "note": "already published by an earlier run; tables and tags left as they are"}
+    assert apply_job.apply_summary(ApplyResult(W, W - 7, ["shop.orders"], report)) == [
+        f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} confirmed (previous W {W - 7})",
+        "  W wall time 2024-01-01T00:57:00Z, lag 3m 00s behind the interval end",
+        "  already published by an earlier run; tables and tags left as they are",
+    ]
+
+
+def manifest() -> Manifest:
+    seg = [Segment("shop/segments/t/0/0.parquet", 0, 50, 50, 1_000_000), Segment("shop/segments/t/0/50.parquet", 50, 70, 20, 572_864),
+           Segment("shop/segments/t/1/0.parquet", 0, 30, 30, 524_288)]
+    return Manifest("shop", T0, T0 + dt.timedelta(hours=1),
+                    (PartitionRange("t", 0, 0, 70, None, tuple(seg[:2]), 70), PartitionRange("t", 1, 0, 30, Gap(0, 4), (seg[2],), 30),
+                     PartitionRange("t", 2, 9, 9)), created_at=dt.datetime(2024, 1, 1, 1, 0, 5, 250_000, tzinfo=UTC))
+
+
+def test_land_job_prints_its_report(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = {"seconds": 3.456, "gaps": [{"topic": "t", "partition": 1, "start": 0, "end": 4}]}
+    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), False, report))
+    monkeypatch.setattr(land_job, "SparkRunner", lambda spark: None)
+    assert land_job.main(interval_args(pipeline)) == 0
+    path = "shop/manifests/20240101T000000.000000Z_20240101T010000.000000Z.json"
+    assert session["spark"].stdout_at_stop.splitlines() == [
+        f"landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB in 3.46 s",
+        "  gap: t/1 offsets 0..4 were deleted by retention before they were archived",
+    ]
+    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), True))
+    assert land_job.main(interval_args(pipeline)) == 0
+    assert session["spark"].stdout_at_stop == (
+        f"already landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB "
+        "(manifest of 2024-01-01T01:00:05.250Z, kept)\n")
