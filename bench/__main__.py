@@ -1,13 +1,13 @@
-"""python -m bench [codecs] [--events N] [--protocols a,b]"""
+"""python -m bench [codecs|land|apply|consistency] [suite options]"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bench import apply, codecs, land
+from bench import apply, codecs, consistency, land
 
-SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main}
+SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main, "consistency": consistency.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -283,4 +283,5 @@ def test_operations_match_the_model(protocol: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
 def test_operations_match_the_model_many(protocol: str) -> None:
-    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_HISTORIES", "15")), steps=25)
+    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_HISTORIES", "15")),
+                steps=int(os.environ.get("TIDELAKE_STEPS", "25")))
