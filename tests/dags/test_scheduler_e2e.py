@@ -92,7 +92,8 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
     records = get_encoder("open-protocol").encode_all(list(Workload(spec).events()), 2)
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
     for i, r in enumerate(records):
-        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=int(T0.timestamp() * 1000) + i * 10_800_000 // len(records))
+        # Four hours of changes: three scheduled intervals first, the fourth after a backfill.
+        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=int(T0.timestamp() * 1000) + i * 14_400_000 // len(records))
     assert producer.flush(30) == 0
     path = pipelines / "sched.toml"
     path.write_text(
@@ -152,37 +153,54 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert [e["watermark_str"] for e in events] == [str(w) for w in marks]
         assert {e["repair"] for e in events} == {False}
 
-        oracle = oracle_from_records("open-protocol", topic, records, 2)
-        assert oracle.cut([(topic, 0), (topic, 1)]) == marks[-1]
-        expected = {k: oracle_rows(oracle, k) for k in oracle.tables}
-        before = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
-        assert before[marks[-1]] == expected
+        def heads() -> dict:
+            """What a reader of each table's main sees: its watermark and rows."""
+            from spark import catalog as cat
+            from spark.commit import table_watermark
 
-        # Backfill the whole range again (an earlier range first rewinds the tables, the later
-        # runs bring them forward): the runs re-run in order and every tag ends identical.
-        # --from-date/--to-date select interval *starts*, inclusive (and the backfill ignores the
-        # DAG's end_date): the three intervals start at 00:00, 01:00 and 02:00.
-        created = cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01T00:00:00+00:00",
-                      "--to-date", "2024-01-01T02:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
+            return {cat.upstream_name(t): (table_watermark(t), normalise(t.scan().to_arrow().to_pylist()))
+                    for t in cat.pipeline_tables(cat.open_catalog(config), config)}
+
+        tags_before = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
+        main_before = heads()
+        assert {w for w, _ in main_before.values()} == {marks[-1]}
+
+        # Backfill the middle interval (01:00) while later ones are done. --from-date/--to-date
+        # select interval *starts*, inclusive (and the backfill ignores the DAG's end_date).
+        created = cli("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01T01:00:00+00:00",
+                      "--to-date", "2024-01-01T01:00:00+00:00", "--reprocess-behavior", "completed", "--max-active-runs", "1")
         assert created.returncode == 0, created.stderr[-2000:]
-
         backfill_started = dt.datetime.now(UTC)
 
         def backfilled():
-            # Reprocessing reuses the runs (their type becomes "backfill"): wait for them to end again.
+            # Reprocessing reuses the run (its type becomes "backfill"): wait for it to end again.
             rs = runs()
             assert not [r for r in rs if r["state"] == "failed"], rs
             again = [r for r in rs if r["state"] == "success" and r.get("end_date")
                      and dt.datetime.fromisoformat(r["end_date"]) > backfill_started]
-            return again if len(again) >= 3 else None
+            return again or None
 
-        wait_for("the backfill runs", backfilled)
-        assert len(runs()) == 3, runs()  # the backfill re-ran the three intervals and created none
-        assert published_watermarks(config) == marks
-        after = {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks}
-        assert after == before
-        # The backfill only confirmed published watermarks: downstream saw no W go backwards.
+        wait_for("the backfill run", backfilled)
+        assert len(runs()) == 3, runs()  # the backfill re-ran the middle interval and created none
+        # It confirmed a published W: readers of main saw nothing move back, tags are unchanged,
+        # downstream got no event.
+        assert heads() == main_before
+        assert {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks} == tags_before
         assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == marks
+
+        # The schedule continues: the next interval (03:00) becomes due.
+        path.write_text(path.read_text().replace('end_date = "2024-01-01T03:00:00Z"', 'end_date = "2024-01-01T04:00:00Z"'))
+        wait_for("the next scheduled run", lambda: all_done(4))
+        final = published_watermarks(config)
+        assert final[:3] == marks and len(final) == 4 and final[3] > marks[-1]
+        assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == final
+        main_after = heads()
+        assert all(main_after[k][0] >= w for k, (w, _) in main_before.items())  # main only moved forward
+
+        oracle = oracle_from_records("open-protocol", topic, records, 2)
+        assert oracle.cut([(topic, 0), (topic, 1)]) == final[-1]
+        expected = {k: oracle_rows(oracle, k) for k in oracle.tables}
+        assert {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, final[-1])[1].items()} == expected
 
         # A manual trigger without a logical date fails in its first task, saying what to do.
         triggered = cli("dags", "trigger", dag_id, "-o", "json")
