@@ -17,7 +17,8 @@ Differences handled here:
 - Deletes before TiCDC v5.4 repeat ``data`` in ``old``; the row is ``data``.
 - Values are strings. Binary and blob values are one ISO-8859-1 character per byte.
   ENUM is sent as its 1-based index and SET as a bit mask; both become labels when
-  ``mysqlType`` lists the members (Canal, content-compatible TiCDC).
+  ``mysqlType`` lists the members (Canal, content-compatible TiCDC), and otherwise stay
+  ``EnumIndex`` / ``SetMask`` text for the table's DDL to map (types.EnumIndex).
 - ``_tidb.commitTs`` orders TiCDC events; without it (official Canal, CloudCanal)
   ``commit_ts`` is None and order is the partition offset.
 """
