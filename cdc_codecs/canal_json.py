@@ -247,7 +247,7 @@ class CanalJsonDecoder(Decoder):
             for name, text in mysql_type.items():
                 if type(text) is not str:
                     raise FieldError(f"mysqlType.{name}", f"expected a string, found {text!r}")
-                types[name] = f.convert(name, parse_mysql_type, text, path="mysqlType.")
+                types[name] = f.convert(name, canal_type, text, path="mysqlType.")
             cacheable = len(self._converters) < 1024
             cached = types, row_converter(types, self._tz, compiled=cacheable)
             if cacheable:
@@ -296,6 +296,17 @@ class CanalJsonDecoder(Decoder):
         if isinstance(doc, dict) and isinstance(doc.get("_tidb"), dict) and doc["_tidb"].get("claimCheckLocation"):
             raise ClaimCheckError(self.protocol, pos, "claim-check", "the stored message is itself a claim-check reference")
         return self._decode_document(doc, inner, index)
+
+
+def canal_type(text: str) -> ColumnType:
+    """A ``mysqlType`` entry. TiCDC (without content-compatible) drops every type parameter,
+    so a bare ``decimal`` has an unknown precision and scale, not MySQL's default (10, 0):
+    left unknown, the table's DDL (or decimal(38, 10), as for the Open protocol) types it.
+    Official Canal always writes the column's full type."""
+    ct = parse_mysql_type(text)
+    if ct.kind is TypeKind.DECIMAL and "(" not in text:
+        return ColumnType(TypeKind.DECIMAL, "decimal", ct.unsigned)
+    return ct
 
 
 def unwrap_claim_check(stored: bytes, error: Any) -> tuple[bytes | None, bytes]:
