@@ -48,6 +48,7 @@ from cdc_codecs.types import (
     b64decode_strict,
     check_int,
     column_type,
+    final_type,
     parse_mysql_type,
     passthrough,
     to_decimal,
@@ -149,9 +150,10 @@ class DebeziumDecoder(Decoder):
                 before = None
         image = after or before or {}
         keys = self._keys(msg.key, known, image)
-        # Inferred types look at the JSON values (a struct is a geometry, an object JSON).
-        raw_image = (after and payload["after"]) or (before and payload["before"]) or {}  # the JSON of ``image``
-        types = codec.types if list(image) == codec.order else codec.types_of(raw_image)
+        if list(image) == codec.order:
+            types = codec.types
+        else:  # inferred types look at the JSON values (a struct is a geometry, an object JSON)
+            types = codec.types_of((after and payload["after"]) or (before and payload["before"]) or {})
         return [
             RowChange(op, database, table, before, after, keys, types, commit_ts, pos, event_time, binlog)
         ]
@@ -469,13 +471,37 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
     decode = _CONNECT.get(logical) if isinstance(logical, str) else None
     if decode is None and connect == "bytes":
         decode = _connect_bytes
-    fit = passthrough(target, lambda value: _fit(value, target)) if target is not None else None
+
+    def check(value: Any) -> None:
+        if type(value) not in allowed:  # type: ignore[operator]
+            raise ColumnValueError(f"the schema says {connect}, found {value!r:.60}")
+
+    fit = None
+    early = allowed is not None
+    if target is not None:
+        fast = final_type(target)
+        if early and decode is None and (fast is None or fast in allowed or fast not in _JSON_KINDS):  # type: ignore[operator]
+            # Every value the fast path accepts is of a kind the Connect type allows, so the
+            # check runs on the slow path alone: the usual value costs no extra test.
+            early = False
+
+            def general(value: Any) -> Any:
+                check(value)
+                return _fit(value, target)
+        else:
+
+            def general(value: Any) -> Any:
+                return _fit(value, target)
+
+        fit = passthrough(target, general)
+    if not early and decode is None and fit is not None:
+        return lambda value: None if value is None else fit(value)
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
-        if allowed is not None and type(value) not in allowed:
-            raise ColumnValueError(f"the schema says {connect}, found {value!r:.60}")
+        if early:
+            check(value)
         if decode is not None:
             try:
                 value = decode(value, params)
@@ -533,6 +559,7 @@ def schemaless_value(value: Any) -> Any:
     return value
 
 
+_JSON_KINDS = (dict, list, str, int, float, bool)
 # Connect schema type -> the JSON value types its JsonConverter writes.
 _CONNECT_JSON: dict[str, tuple[type, ...]] = {
     "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,),

@@ -584,6 +584,16 @@ _FINAL_TYPES: dict[TypeKind, type] = {
 }
 
 
+def final_type(ct: ColumnType) -> type | None:
+    """The one Python type a value of ``ct`` has once converted (what ``passthrough`` lets by), or None."""
+    k = ct.kind
+    if k in INTEGER_KINDS:
+        return int
+    if k is TypeKind.TIMESTAMP or k is TypeKind.TIMESTAMPTZ:
+        return dt.datetime
+    return _FINAL_TYPES.get(k)
+
+
 def passthrough(ct: ColumnType, general: Converter) -> Converter:
     """``general`` for one column, skipped for a value that already is the column's final value.
 
