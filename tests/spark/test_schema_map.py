@@ -8,18 +8,29 @@ import math
 from decimal import Decimal
 
 import orjson
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg.types import DecimalType, FloatType, StringType, TimestampType
 
-from cdc_codecs import RawMessage, SourcePosition, TidelakeError, get_decoder, parse_mysql_type
+from cdc_codecs import (
+    PROTOCOLS,
+    Column,
+    DdlChange,
+    Op,
+    RawMessage,
+    RowChange,
+    SourcePosition,
+    TableSchema,
+    TidelakeError,
+    get_decoder,
+    get_encoder,
+    parse_mysql_type,
+)
 from cdc_codecs.types import EnumIndex, SetMask, TypeKind, from_text, int_range, to_text
 from spark.schema_map import (
     UnsupportedValue,
     arrow_table,
-    arrow_type,
     fit_upstream_value,
     iceberg_schema,
     iceberg_type,
@@ -212,39 +223,28 @@ _CASES: list[tuple[str, st.SearchStrategy]] = [
 
 
 def _expected(mysql_type: str, value):
+    """What Arrow holds for a decoded ``value`` of ``mysql_type``."""
     ct = parse_mysql_type(mysql_type)
     if ct.kind is TypeKind.TIME:
         return value // dt.timedelta(microseconds=1)
     if ct.kind is TypeKind.DECIMAL and (ct.precision or 0) > 38:
         return format(value, "f")
+    if iceberg_type(ct) == DecimalType(20, 0):  # bigint unsigned, bit(64)
+        return Decimal(value)
     return value
 
 
 @pytest.mark.parametrize("mysql_type, values", _CASES, ids=[c[0] for c in _CASES])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_typed_values_reach_arrow_without_loss(mysql_type: str, values, data) -> None:
+def test_values_reach_arrow_without_loss(mysql_type: str, values, data) -> None:
+    """A typed value, and the same value as Canal writes and decodes it, reach Arrow unchanged."""
     value = data.draw(values)
     ct = parse_mysql_type(mysql_type)
-    out = _round_trip(mysql_type, value)
-    expected = _expected(mysql_type, value)
-    if ct.kind in (TypeKind.UNSIGNED_LONG, TypeKind.BIT) and iceberg_type(ct) == DecimalType(20, 0):
-        expected = Decimal(value)
-    assert out == expected
-    assert pa.array([to_iceberg_value(iceberg_type(ct), value)], arrow_type(iceberg_type(ct))).type == arrow_type(iceberg_type(ct))
-
-
-@pytest.mark.parametrize("mysql_type, values", _CASES, ids=[c[0] for c in _CASES])
-@settings(max_examples=60, deadline=None)
-@given(data=st.data())
-def test_text_decode_then_arrow_without_loss(mysql_type: str, values, data) -> None:
-    """A value as Canal writes it, decoded, reaches Arrow as the same value."""
-    value = data.draw(values)
-    ct = parse_mysql_type(mysql_type)
+    assert _round_trip(mysql_type, value) == _expected(mysql_type, value)
     decoded = from_text(ct, to_text(ct, value))
-    if ct.kind is TypeKind.FLOAT:
-        assert decoded == value
-    assert _round_trip(mysql_type, decoded) == _round_trip(mysql_type, value)
+    assert decoded == value
+    assert _round_trip(mysql_type, decoded) == _expected(mysql_type, value)
 
 
 # ---------------------------------------------------------------- decoded by a protocol, into Arrow
@@ -279,7 +279,7 @@ def test_canal_extremes_reach_arrow_exactly(mysql_type: str, text: str) -> None:
     value = event.after["c"]
     assert to_text(ct, value) == text  # decoded exactly: it writes back as the same text
     out = arrow_table(schema, [event.after]).column("c").to_pylist()[0]
-    assert out == (Decimal(value) if iceberg_type(ct) == DecimalType(20, 0) else _expected(mysql_type, value))
+    assert out == _expected(mysql_type, value)
 
 
 def test_ticdc_bare_decimal_is_not_mysql_default_decimal_10_0() -> None:
@@ -292,7 +292,6 @@ def test_ticdc_bare_decimal_is_not_mysql_default_decimal_10_0() -> None:
 
 # ---------------------------------------------------------------- property: every protocol -> Iceberg -> Arrow
 
-from cdc_codecs import PROTOCOLS, Column, DdlChange, Op, RowChange, TableSchema, get_encoder  # noqa: E402
 
 EXTREME_COLUMNS = [
     ("id", "bigint"), ("dec", "decimal(38,10)"), ("u", "bigint unsigned"), ("bits", "bit(64)"), ("t", "time(6)"),
