@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import re
 import zoneinfo
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable
@@ -47,16 +48,32 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, found {value!r}")
 
 
+_OFFSET_RE = re.compile(r"([+-])(\d{2}):?(\d{2})")
+
+
 def parse_timezone(value: Any) -> dt.tzinfo:
+    """A time zone: an IANA name (``Asia/Shanghai``), ``UTC`` / ``Z``, or a fixed offset (``+08:00``, ``-0530``).
+
+    TiCDC's changefeed ``time-zone`` and MySQL's ``time_zone`` are written either way.
+    """
     if isinstance(value, dt.tzinfo):
         return value
-    name = str(value)
-    if name.upper() in ("UTC", "Z", "+00:00"):
+    name = str(value).strip()
+    if name.upper() in ("UTC", "Z"):
         return UTC
+    m = _OFFSET_RE.fullmatch(name)
+    if m:
+        sign, hours, minutes = m.groups()
+        if int(minutes) >= 60 or int(hours) >= 24:
+            raise ValueError(f"offset {name!r} is out of range; use -23:59 to +23:59")
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes))
+        return UTC if not offset else dt.timezone(-offset if sign == "-" else offset)
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r}; use an IANA name such as 'Asia/Shanghai'") from None
+        raise ValueError(
+            f"unknown time zone {name!r}; use an IANA name such as 'Asia/Shanghai', 'UTC', or an offset such as '+08:00'"
+        ) from None
 
 
 def parse_reader(value: Any) -> ClaimCheckReader | None:

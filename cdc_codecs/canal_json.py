@@ -17,7 +17,8 @@ Differences handled here:
 - Deletes before TiCDC v5.4 repeat ``data`` in ``old``; the row is ``data``.
 - Values are strings. Binary and blob values are one ISO-8859-1 character per byte.
   ENUM is sent as its 1-based index and SET as a bit mask; both become labels when
-  ``mysqlType`` lists the members (Canal, content-compatible TiCDC).
+  ``mysqlType`` lists the members (Canal, content-compatible TiCDC), and otherwise stay
+  ``EnumIndex`` / ``SetMask`` text for the table's DDL to map (types.EnumIndex).
 - ``_tidb.commitTs`` orders TiCDC events; without it (official Canal, CloudCanal)
   ``commit_ts`` is None and order is the partition offset.
 """
@@ -246,7 +247,7 @@ class CanalJsonDecoder(Decoder):
             for name, text in mysql_type.items():
                 if type(text) is not str:
                     raise FieldError(f"mysqlType.{name}", f"expected a string, found {text!r}")
-                types[name] = f.convert(name, parse_mysql_type, text, path="mysqlType.")
+                types[name] = f.convert(name, canal_type, text, path="mysqlType.")
             cacheable = len(self._converters) < 1024
             cached = types, row_converter(types, self._tz, compiled=cacheable)
             if cacheable:
@@ -295,6 +296,17 @@ class CanalJsonDecoder(Decoder):
         if isinstance(doc, dict) and isinstance(doc.get("_tidb"), dict) and doc["_tidb"].get("claimCheckLocation"):
             raise ClaimCheckError(self.protocol, pos, "claim-check", "the stored message is itself a claim-check reference")
         return self._decode_document(doc, inner, index)
+
+
+def canal_type(text: str) -> ColumnType:
+    """A ``mysqlType`` entry. TiCDC (without content-compatible) drops every type parameter,
+    so a bare ``decimal`` has an unknown precision and scale, not MySQL's default (10, 0):
+    left unknown, the table's DDL (or decimal(38, 10), as for the Open protocol) types it.
+    Official Canal always writes the column's full type."""
+    ct = parse_mysql_type(text)
+    if ct.kind is TypeKind.DECIMAL and "(" not in text:
+        return ColumnType(TypeKind.DECIMAL, "decimal", ct.unsigned)
+    return ct
 
 
 def unwrap_claim_check(stored: bytes, error: Any) -> tuple[bytes | None, bytes]:

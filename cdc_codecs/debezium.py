@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import struct
 from decimal import Decimal
 from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
 
@@ -47,6 +48,7 @@ from cdc_codecs.types import (
     b64decode_strict,
     check_int,
     column_type,
+    final_type,
     parse_mysql_type,
     passthrough,
     to_decimal,
@@ -131,6 +133,10 @@ class DebeziumDecoder(Decoder):
         table = f.require(source, "table", str, "payload.source.")
         known = self._tables.get((database, table))
         codec = self._codec(schema, database, table, known)
+        if codec.envelope is not None and not payload.keys() <= codec.envelope:
+            undescribed = next(n for n in payload if n not in codec.envelope)
+            raise FieldError(f"payload.{undescribed}", "not described by the message's schema (its fields are "
+                             f"{', '.join(sorted(codec.envelope))})")
         before = self._row(payload, "before", codec)
         after = self._row(payload, "after", codec)
         if op is Op.DELETE:
@@ -144,7 +150,10 @@ class DebeziumDecoder(Decoder):
                 before = None
         image = after or before or {}
         keys = self._keys(msg.key, known, image)
-        types = codec.types if list(image) == codec.order else codec.types_of(image)
+        if list(image) == codec.order:
+            types = codec.types
+        else:  # inferred types look at the JSON values (a struct is a geometry, an object JSON)
+            types = codec.types_of((after and payload["after"]) or (before and payload["before"]) or {})
         return [
             RowChange(op, database, table, before, after, keys, types, commit_ts, pos, event_time, binlog)
         ]
@@ -154,7 +163,7 @@ class DebeziumDecoder(Decoder):
         codec = self._codecs.get(key)
         if codec is None:
             parsed = orjson.loads(schema) if schema is not None else None
-            codec = _RowCodec.compile(_row_field_schemas(parsed), known)
+            codec = _RowCodec.compile(*_row_schema(parsed), known)
             if len(self._codecs) >= 1024:
                 self._codecs.clear()
             self._codecs[key] = codec
@@ -169,16 +178,30 @@ class DebeziumDecoder(Decoder):
             f.optional(payload, part, dict, "payload.")  # raises the typed error
         converters = codec.converters
         try:
-            return {name: converters[name](value) for name, value in row.items()}
+            out = {name: converters[name](value) for name, value in row.items()}
         except (KeyError, ColumnValueError):
             pass
-        # A column the schema does not describe keeps its JSON value; a bad value is named.
-        out: dict[str, Any] = {}
+        else:
+            if codec.envelope is None or len(out) == len(converters):
+                return out
+        # Without a schema a column no DDL typed is typed from its JSON value. With one,
+        # every column must be one the schema describes; a bad value is named.
+        described = codec.envelope is not None
+        out = {}
         for name, value in row.items():
+            conv = converters.get(name)
             try:
-                out[name] = converters[name](value) if name in converters else value
+                if conv is not None:
+                    out[name] = conv(value)
+                elif described:
+                    raise ColumnValueError(f"column not described by the schema's '{part}' fields")
+                else:
+                    out[name] = schemaless_value(value)
             except ColumnValueError as exc:
                 raise FieldError(f"payload.{part}.{name}", str(exc)) from None
+        for name in codec.required:
+            if name not in row:
+                raise FieldError(f"payload.{part}.{name}", "missing, and the schema says it is not optional")
         return out
 
     def _keys(self, key: bytes | None, known: TableSchema | None, image: Mapping[str, Any]) -> tuple[str, ...]:
@@ -278,11 +301,16 @@ class _RowCodec(NamedTuple):
     converters: dict[str, Callable[[Any], Any]]
     types: dict[str, ColumnType]  # in schema order; reused when a row has exactly these columns
     order: list[str]
+    envelope: frozenset[str] | None  # payload members the schema describes; None: no schema
+    required: tuple[str, ...]  # row columns the schema says are not optional
 
     @staticmethod
-    def compile(field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None) -> _RowCodec:
+    def compile(
+        envelope: frozenset[str] | None, field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None,
+    ) -> _RowCodec:
         names = list(field_schemas)
-        if known is not None:
+        if known is not None and envelope is None:
+            # With a schema, its fields are the row's columns (typed by the DDL where known).
             names += [c.name for c in known.columns if c.name not in field_schemas]
         converters = {}
         types = {}
@@ -293,26 +321,61 @@ class _RowCodec(NamedTuple):
             declared = ct or schema_type(fs)
             if declared is not None:
                 types[name] = declared
-        return _RowCodec(converters, types, list(types) if len(types) == len(names) else [])
+        required = tuple(n for n, fs in field_schemas.items() if fs.get("optional") is False)
+        return _RowCodec(converters, types, list(types) if len(types) == len(names) else [], envelope, required)
 
-    def types_of(self, image: Mapping[str, Any]) -> dict[str, ColumnType]:
+    def types_of(self, raw_image: Mapping[str, Any]) -> dict[str, ColumnType]:
         """Declared types, inferred from the JSON value where neither schema nor DDL gives one."""
         types = self.types
-        return {name: types.get(name) or _infer(value) for name, value in image.items()}
+        return {name: types.get(name) or _infer(value) for name, value in raw_image.items()}
 
 
-def _row_field_schemas(schema: Any) -> dict[str, Mapping[str, Any]]:
-    """The Connect field schemas of the row struct (``after``, else ``before``), by column."""
-    if not isinstance(schema, dict):
-        return {}
+# Connect types whose JSON envelope members tidelake reads, and what each must be.
+_ENVELOPE_TYPES = {"before": "struct", "after": "struct", "source": "struct", "op": "string"}
+
+
+def _row_schema(schema: Any) -> tuple[frozenset[str] | None, dict[str, Mapping[str, Any]]]:
+    """(payload members described, the row struct's field schemas by column) of a row envelope's schema.
+
+    No schema (schemas disabled): (None, {}). A schema that is present must describe the
+    envelope: a struct whose fields name the payload members, ``before``/``after`` structs
+    of named, typed columns. Anything else is a FieldError naming where it differs, since a
+    row read without the schema it claims would be typed by guesswork.
+    """
+    if schema is None:
+        return None, {}
+    if type(schema) is not dict:
+        raise FieldError("schema", f"expected a Connect struct schema (an object), found {schema!r:.60}")
+    if schema.get("type") != "struct":
+        raise FieldError("schema.type", f"expected 'struct' for a row envelope, found {schema.get('type')!r}")
     fields = schema.get("fields")
-    if not isinstance(fields, list):
-        return {}
-    for part in ("after", "before"):
-        for fs in fields:
-            if isinstance(fs, dict) and fs.get("field") == part and isinstance(fs.get("fields"), list):
-                return {c["field"]: c for c in fs["fields"] if isinstance(c, dict) and isinstance(c.get("field"), str)}
-    return {}
+    if type(fields) is not list:
+        raise FieldError("schema.fields", f"expected the envelope's field schemas (an array), found {fields!r:.60}")
+    envelope: dict[str, Mapping[str, Any]] = {}
+    for i, fs in enumerate(fields):
+        if type(fs) is not dict or type(fs.get("field")) is not str:
+            raise FieldError(f"schema.fields[{i}]", f"expected a field schema with a 'field' name, found {fs!r:.60}")
+        name = fs["field"]
+        expected = _ENVELOPE_TYPES.get(name)
+        if expected is not None and fs.get("type") != expected:
+            raise FieldError(f"schema.fields[{i}].type", f"expected {expected!r} for {name!r}, found {fs.get('type')!r}")
+        envelope[name] = fs
+    columns: dict[str, Mapping[str, Any]] = {}
+    for i, fs in enumerate(fields):
+        if fs["field"] not in ("after", "before"):
+            continue
+        row_fields = fs.get("fields")
+        if type(row_fields) is not list:
+            raise FieldError(f"schema.fields[{i}].fields", f"expected the columns of {fs['field']!r} (an array), found {row_fields!r:.60}")
+        part: dict[str, Mapping[str, Any]] = {}
+        for j, c in enumerate(row_fields):
+            if type(c) is not dict or type(c.get("field")) is not str or type(c.get("type")) is not str:
+                raise FieldError(f"schema.fields[{i}].fields[{j}]", f"expected a column schema with 'field' and 'type', found {c!r:.60}")
+            part[c["field"]] = c
+        if columns and part != columns:
+            raise FieldError(f"schema.fields[{i}]", "'before' and 'after' describe different columns")
+        columns = part
+    return frozenset(envelope), columns
 
 
 def _table_schema(tbl: Mapping[str, Any], database: str, table: str, path: str) -> TableSchema:
@@ -376,6 +439,11 @@ def schema_type(field_schema: Mapping[str, Any] | None) -> ColumnType | None:
 
 
 def _infer(value: Any) -> ColumnType:
+    """The type of a column nothing describes, from its JSON value (schemas disabled)."""
+    if type(value) is dict:
+        return _LOGICAL["io.debezium.data.geometry.Geometry"] if _is_geometry(value) else _LOGICAL["io.debezium.data.Json"]
+    if type(value) is list:
+        return _LOGICAL["io.debezium.data.Json"]
     if isinstance(value, bool):
         return _PRIMITIVE["boolean"]
     if isinstance(value, int):
@@ -398,14 +466,42 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
     connect = field_schema.get("type") if field_schema else None
     params = (field_schema or {}).get("parameters") or {}
     target = known or schema_type(field_schema)
+    # The JSON kinds the Connect type allows (exact types: a JSON true is no int8).
+    allowed = _CONNECT_JSON.get(connect) if isinstance(connect, str) else None
     decode = _CONNECT.get(logical) if isinstance(logical, str) else None
     if decode is None and connect == "bytes":
         decode = _connect_bytes
-    fit = passthrough(target, lambda value: _fit(value, target)) if target is not None else None
+
+    def check(value: Any) -> None:
+        if type(value) not in allowed:  # type: ignore[operator]
+            raise ColumnValueError(f"the schema says {connect}, found {value!r:.60}")
+
+    fit = None
+    early = allowed is not None
+    if target is not None:
+        fast = final_type(target)
+        if early and decode is None and (fast is None or fast in allowed or fast not in _JSON_KINDS):  # type: ignore[operator]
+            # Every value the fast path accepts is of a kind the Connect type allows, so the
+            # check runs on the slow path alone: the usual value costs no extra test.
+            early = False
+
+            def general(value: Any) -> Any:
+                check(value)
+                return _fit(value, target)
+        else:
+
+            def general(value: Any) -> Any:
+                return _fit(value, target)
+
+        fit = passthrough(target, general)
+    if not early and decode is None and fit is not None:
+        return lambda value: None if value is None else fit(value)
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
+        if early:
+            check(value)
         if decode is not None:
             try:
                 value = decode(value, params)
@@ -427,7 +523,50 @@ def _connect_variable_decimal(value: Any, params: Any) -> Any:
 
 
 def _connect_wkb(value: Any, params: Any) -> Any:
-    return _b64(value.get("wkb")) if isinstance(value, dict) else value
+    return geometry_wkb(value) if isinstance(value, dict) else value
+
+
+_GEOMETRY_MEMBERS = frozenset({"x", "y", "wkb", "srid"})
+_POINT_WKB = struct.Struct("<BIdd")  # little-endian byte order mark, type 1 (Point), x, y
+
+
+def _is_geometry(value: dict[str, Any]) -> bool:
+    """Debezium's Geometry ``{wkb, srid}`` and Point ``{x, y, wkb, srid}`` structs, as JSON."""
+    return value.keys() <= _GEOMETRY_MEMBERS and ("wkb" in value or ("x" in value and "y" in value))
+
+
+def geometry_wkb(value: Mapping[str, Any]) -> bytes:
+    """The WKB of a Debezium Geometry / Point struct: its ``wkb``, or a Point built from ``x``/``y``.
+
+    ``srid`` is not part of WKB and is dropped, as Debezium's own ``wkb`` drops it.
+    """
+    wkb = value.get("wkb")
+    if wkb is not None:
+        return _b64(wkb)
+    x, y = value.get("x"), value.get("y")
+    if type(x) in (int, float) and type(y) in (int, float):
+        return _POINT_WKB.pack(1, 1, float(x), float(y))
+    raise ColumnValueError(f"expected a geometry with 'wkb' or numeric 'x' and 'y', found {value!r:.80}")
+
+
+def schemaless_value(value: Any) -> Any:
+    """A column's JSON value when nothing describes it: a geometry struct is its WKB, any
+    other object or array is JSON text (never a Python dict, which no column type holds)."""
+    if type(value) is dict:
+        return geometry_wkb(value) if _is_geometry(value) else orjson.dumps(value).decode()
+    if type(value) is list:
+        return orjson.dumps(value).decode()
+    return value
+
+
+_JSON_KINDS = (dict, list, str, int, float, bool)
+# Connect schema type -> the JSON value types its JsonConverter writes.
+_CONNECT_JSON: dict[str, tuple[type, ...]] = {
+    "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,),
+    "float": (int, float), "float32": (int, float), "double": (int, float), "float64": (int, float),
+    "boolean": (bool,), "string": (str,), "bytes": (str,),
+    "struct": (dict,), "array": (list,), "map": (dict, list),
+}
 
 
 def _connect_bytes(value: Any, params: Any) -> bytes:
@@ -475,6 +614,8 @@ def _fit(value: Any, ct: ColumnType) -> Any:
     if k in (TypeKind.BINARY, TypeKind.GEOMETRY):
         if isinstance(value, bytes):
             return value
+        if k is TypeKind.GEOMETRY and type(value) is dict:
+            return geometry_wkb(value)  # the struct, schemas disabled
         return _b64(value)  # TiCDC / binary.handling.mode=base64 send bytes as base64 strings
     if k is TypeKind.DATE:
         if isinstance(value, dt.date):
@@ -494,6 +635,8 @@ def _fit(value: Any, ct: ColumnType) -> Any:
             return dt.timedelta(microseconds=value)
     elif isinstance(value, str):
         return value
+    elif k is TypeKind.JSON and type(value) in (dict, list):
+        return orjson.dumps(value).decode()  # the document itself, schemas disabled
     raise ColumnValueError(f"expected a {ct} value, found {value!r}")
 
 
@@ -526,7 +669,9 @@ def _connect_decimal(value: Any, scale: int) -> Decimal:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
     unscaled = int.from_bytes(_b64(value), "big", signed=True)
-    return Decimal(unscaled).scaleb(-scale)
+    # Built from its digits, not by scaleb: arithmetic rounds to the context's 28 digits.
+    digits = Decimal(unscaled).as_tuple()
+    return Decimal((digits.sign, digits.digits, -scale))
 
 
 # ---------------------------------------------------------------- encoding
@@ -543,6 +688,16 @@ _SOURCE_SCHEMA = [
     {"type": "int64", "optional": False, "field": "pos"},
     {"type": "int32", "optional": False, "field": "row"},
 ]
+
+
+_TRANSACTION_SCHEMA = {
+    "type": "struct", "optional": True, "name": "event.block", "version": 1, "field": "transaction",
+    "fields": [
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": False, "field": "total_order"},
+        {"type": "int64", "optional": False, "field": "data_collection_order"},
+    ],
+}
 
 
 def field_schema_of(name: str, ct: ColumnType, optional: bool = True) -> dict[str, Any]:
@@ -677,6 +832,7 @@ class DebeziumEncoder(Encoder):
                 {"type": "struct", "optional": False, "name": "io.debezium.connector.mysql.Source", "field": "source", "fields": _SOURCE_SCHEMA},
                 {"type": "string", "optional": False, "field": "op"},
                 {"type": "int64", "optional": True, "field": "ts_ms"},
+                _TRANSACTION_SCHEMA,
             ],
         }
         key = self._wrap(key_payload, key_schema) if event.key_columns else None

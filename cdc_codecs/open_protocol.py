@@ -13,7 +13,8 @@ a row value is ``{"u": cols, "p": cols, "d": cols}`` with columns
 Values: integers and floats are JSON numbers; BLOB/TEXT codes (249-252) are base64;
 VARCHAR/CHAR with the binary flag are Go-quoted byte strings (``\\x89PNG\\r\\n``);
 temporal and DECIMAL values are strings; ENUM is the 1-based index and SET the bit mask
-(the protocol does not carry the members, so both stay numeric strings).
+(the protocol does not carry the members: both stay numeric text, typed ``EnumIndex`` /
+``SetMask`` so that the table's DDL maps them to labels).
 
 Columns written by the 2020 encoder carry no ``"f"`` flags, so unsigned and binary are
 unknown: such values are typed where their JSON kind fits the type code and otherwise
@@ -39,6 +40,8 @@ from cdc_codecs.events import DdlChange, Event, Op, ProducerRecord, RawMessage, 
 from cdc_codecs.types import (
     ColumnType,
     ColumnValueError,
+    EnumIndex,
+    SetMask,
     TypeKind,
     b64decode_strict,
     check_int,
@@ -264,8 +267,9 @@ def decode_value(code: int, flags: int, value: Any, tz: Any) -> Any:
     if k is TypeKind.DECIMAL:
         return to_decimal(ct, value)
     if k is TypeKind.ENUM or k is TypeKind.SET:
+        # The protocol sends the index / mask and never the members: marked for the DDL to map.
         if type(value) is int and value >= 0:
-            return str(value)
+            return EnumIndex(value) if k is TypeKind.ENUM else SetMask(value)
         raise ColumnValueError(f"expected a non-negative integer for {ct}, found {value!r}")
     if k is TypeKind.TIMESTAMPTZ:
         return parse_timestamp(ct, value, tz)

@@ -421,7 +421,16 @@ class SimpleEncoder(Encoder):
         return _schema_version(types)
 
     def _tz_name(self) -> str:
-        return str(getattr(self.options["timezone"], "key", "UTC"))
+        tz = self.options["timezone"]
+        key = getattr(tz, "key", None)
+        if key:
+            return str(key)
+        offset = tz.utcoffset(None)
+        if not offset:
+            return "UTC"
+        # A fixed offset (timezone option '+08:00'): written as one, which the decoder reads back.
+        minutes = offset // dt.timedelta(minutes=1)
+        return f"{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
     def _schema_doc(self, s: TableSchema) -> dict[str, Any]:
         avro = self.options["encoding"] == "avro"

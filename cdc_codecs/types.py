@@ -419,28 +419,71 @@ def format_datetime(value: dt.datetime) -> str:
     return text + (f".{value.microsecond:06d}" if value.microsecond else "")
 
 
+class EnumIndex(str):
+    """An ENUM value as the 1-based index its protocol sent, members unknown to the decoder.
+
+    TiCDC's Canal-JSON (without ``content-compatible``: ``mysqlType`` is a bare ``enum``)
+    and its Open protocol send an ENUM as its index and a SET as its bit mask, and never
+    the member list. Only the table's DDL can name the label, at apply time. A label is
+    also text, and can be digits (``enum('0','1')``, ``enum('small','10')``): so the
+    decoder, the one place that knows whether its protocol sent an index, marks it by
+    this type, and only values of this type are mapped (``member_label``). It is a
+    ``str`` so that events compare, pickle and serialise as the index text they carry.
+    """
+
+    __slots__ = ()
+
+
+class SetMask(str):
+    """A SET value as the bit mask its protocol sent, members unknown: see ``EnumIndex``."""
+
+    __slots__ = ()
+
+
 def enum_label(ct: ColumnType, value: Any) -> str:
-    """Canal sends an ENUM as its 1-based index; map it to the label when the type lists them."""
+    """An ENUM from a protocol that sends its 1-based index (Canal family, Simple, Open).
+
+    With the members known (``ct.elements``) the index becomes the label; without them
+    it stays an ``EnumIndex`` for the DDL to map.
+    """
     s = value if isinstance(value, str) else str(to_int(ct, value)) if isinstance(value, int) else _text(ct, value)
-    if ct.elements and s.isdigit():
-        i = int(s)
-        if i == 0:
-            return ""
-        if i <= len(ct.elements):
-            return ct.elements[i - 1]
-        raise ColumnValueError(f"enum index {i} is outside {ct}")
-    return s
+    if not s.isdigit():
+        return s
+    if not ct.elements:
+        return EnumIndex(s)
+    i = int(s)
+    if i == 0:
+        return ""  # MySQL's error value for an invalid member
+    if i <= len(ct.elements):
+        return ct.elements[i - 1]
+    raise ColumnValueError(f"enum index {i} is outside {ct}")
 
 
 def set_members(ct: ColumnType, value: Any) -> str:
-    """Canal sends a SET as its bit mask; map it to comma-separated members when known."""
+    """A SET from a protocol that sends its bit mask; comma-separated members when known, else a ``SetMask``."""
     s = value if isinstance(value, str) else str(value) if isinstance(value, int) and not isinstance(value, bool) else _text(ct, value)
-    if ct.elements and s.isdigit():
-        mask = int(s)
-        if mask >> len(ct.elements):
-            raise ColumnValueError(f"set mask {mask} has bits outside {ct}")
-        return ",".join(e for i, e in enumerate(ct.elements) if mask >> i & 1)
-    return s
+    if not s.isdigit():
+        return s
+    if not ct.elements:
+        return SetMask(s)
+    mask = int(s)
+    if mask >> len(ct.elements):
+        raise ColumnValueError(f"set mask {mask} has bits outside {ct}")
+    return ",".join(e for i, e in enumerate(ct.elements) if mask >> i & 1)
+
+
+def member_label(ct: ColumnType, value: Any) -> Any:
+    """``value`` with an ``EnumIndex`` / ``SetMask`` turned into its label by ``ct`` (the DDL's type).
+
+    Any other value is returned unchanged: it already is a label, whatever its characters.
+    Without members in ``ct`` (or when ``ct`` is not the matching kind) the index text stays.
+    """
+    kind = type(value)
+    if kind is EnumIndex and ct.kind is TypeKind.ENUM and ct.elements:
+        return enum_label(ct, str(value))
+    if kind is SetMask and ct.kind is TypeKind.SET and ct.elements:
+        return set_members(ct, str(value))
+    return value
 
 
 def latin1_bytes(ct: ColumnType, value: Any) -> bytes:
@@ -539,6 +582,16 @@ _FINAL_TYPES: dict[TypeKind, type] = {
     TypeKind.STRING: str, TypeKind.JSON: str, TypeKind.FLOAT: float, TypeKind.DOUBLE: float,
     TypeKind.DECIMAL: Decimal, TypeKind.BINARY: bytes, TypeKind.DATE: dt.date, TypeKind.TIME: dt.timedelta,
 }
+
+
+def final_type(ct: ColumnType) -> type | None:
+    """The one Python type a value of ``ct`` has once converted (what ``passthrough`` lets by), or None."""
+    k = ct.kind
+    if k in INTEGER_KINDS:
+        return int
+    if k is TypeKind.TIMESTAMP or k is TypeKind.TIMESTAMPTZ:
+        return dt.datetime
+    return _FINAL_TYPES.get(k)
 
 
 def passthrough(ct: ColumnType, general: Converter) -> Converter:

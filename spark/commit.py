@@ -24,8 +24,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, ColumnType, TableSchema, TidelakeError, TypeKind, parse_mysql_type
-from cdc_codecs.types import enum_label, set_members
+from cdc_codecs import Column, ColumnType, TableSchema, TidelakeError, parse_mysql_type
 from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
 from spark.config import PipelineConfig
@@ -33,7 +32,9 @@ from spark.ddl import (
     AddColumn, ChangeColumnType, CreateTable, CreateTableLike, DropColumn, DropTable, MoveColumn, RenameColumn, RenameTable,
     SetKeyColumns, TruncateTable,
 )
-from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns, to_iceberg_value
+from spark.schema_map import (
+    COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, fit_upstream_value, iceberg_schema, iceberg_type, table_columns, to_iceberg_value,
+)
 from spark.watermark import tag_name
 
 WATERMARK = "tidelake.watermark"
@@ -428,15 +429,8 @@ class TableCommitter:
 
 
 def _fit_value(value: Any, upstream_type: str | None) -> Any:
-    """Map ENUM indexes and SET masks (TiCDC without member lists) to labels using the DDL's type."""
-    if upstream_type is None or not isinstance(value, str) or not value.isdigit():
-        return value
-    ct = parse_mysql_type(upstream_type)
-    if ct.kind is TypeKind.ENUM and ct.elements:
-        return enum_label(ct, value)
-    if ct.kind is TypeKind.SET and ct.elements:
-        return set_members(ct, value)
-    return value
+    """ENUM indexes and SET masks the decoder marked (protocols that send no members) -> labels by the DDL's type."""
+    return fit_upstream_value(value, upstream_type)
 
 
 def tag_table(table: Table, watermark: int) -> None:

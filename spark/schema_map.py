@@ -9,7 +9,8 @@ also carries two metadata columns: the commitTs and the op of the last change of
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
+import struct
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from pyiceberg.types import (
 )
 
 from cdc_codecs import ColumnType, TableSchema, TidelakeError, TypeKind
+from cdc_codecs.types import ColumnValueError, EnumIndex, SetMask, member_label, parse_mysql_type
 
 COMMIT_TS = "_tidelake_commit_ts"
 OP = "_tidelake_op"
@@ -107,38 +109,107 @@ def table_columns(schema: TableSchema) -> list[tuple[str, ColumnType]]:
     return [(c.name, c.type) for c in schema.columns]
 
 
+# Python's default decimal context holds 28 digits: quantizing a decimal(38, s) value in it
+# raises (or, for other operations, rounds). Iceberg decimals hold at most 38 digits, so a
+# context of 38 digits (one per precision, below) is exact for every value that fits, and
+# traps every value that does not instead of rounding it.
+_DECIMAL_CONTEXTS = {p: Context(prec=p, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation]) for p in range(1, 39)}
+_FLOAT32 = struct.Struct("<f")
+
+
 def to_iceberg_value(t: IcebergType, value: Any) -> Any:
-    """A decoded value in the form Arrow builds the column from."""
+    """A decoded value in the form Arrow builds the column from.
+
+    Raises:
+        UnsupportedValue: the value does not fit ``t`` exactly (a decimal with more digits
+        than its precision or scale, a finite float beyond float32).
+    """
     if value is None:
         return None
     if isinstance(t, DecimalType):
-        d = value if isinstance(value, Decimal) else Decimal(int(value)) if isinstance(value, (int, bool)) else Decimal(str(value))
-        q = d.quantize(Decimal(1).scaleb(-t.scale))
-        if q != d or len(q.as_tuple().digits) > t.precision:
-            raise UnsupportedValue(f"{value} does not fit decimal({t.precision}, {t.scale})")
-        return q
+        return _fit_decimal(t, value)
     if isinstance(t, StringType):
-        return value if isinstance(value, str) else str(value)
+        if isinstance(value, str):
+            return str(value) if type(value) is not str else value  # EnumIndex/SetMask -> plain text
+        if isinstance(value, Decimal):
+            return format(value, "f")  # decimal(p > 38): digits, never '1E+40'
+        if isinstance(value, (bytes, bytearray, dict, list)):
+            raise UnsupportedValue(f"{type(value).__name__} value {value!r:.60} for a string column")
+        return str(value)
     if isinstance(t, LongType) and isinstance(value, dt.timedelta):
         return value // dt.timedelta(microseconds=1)
     if isinstance(t, (LongType, IntegerType)) and isinstance(value, bool):
         return int(value)
     if isinstance(t, BooleanType) and isinstance(value, int):
         return bool(value)
+    if isinstance(t, FloatType) and isinstance(value, float):
+        try:
+            _FLOAT32.pack(value)  # Arrow would turn a finite value beyond float32 into inf
+        except OverflowError:
+            raise UnsupportedValue(f"{value!r} is beyond the range of float (float32)") from None
+    if isinstance(t, TimestampType) and isinstance(value, dt.datetime) and value.tzinfo is not None:
+        # Arrow would shift an aware value to UTC: a MySQL DATETIME is a wall-clock time.
+        raise UnsupportedValue(f"{value.isoformat()} has a time zone; timestamp (MySQL DATETIME) holds wall-clock times")
     return value
 
 
+def _fit_decimal(t: DecimalType, value: Any) -> Decimal:
+    if isinstance(value, Decimal):
+        d = value
+    elif isinstance(value, int):
+        d = Decimal(int(value))  # bool too
+    elif isinstance(value, float):
+        d = Decimal(repr(value))
+    else:
+        try:
+            d = Decimal(str(value))
+        except InvalidOperation:
+            raise UnsupportedValue(f"{value!r} is not a number for decimal({t.precision}, {t.scale})") from None
+    try:
+        q = d.quantize(Decimal((0, (1,), -t.scale)), context=_DECIMAL_CONTEXTS[t.precision])
+    except InvalidOperation:
+        q = None  # more digits than the precision, or not finite
+    if q is None or q != d:
+        raise UnsupportedValue(f"{value} does not fit decimal({t.precision}, {t.scale})")
+    return q
+
+
+def fit_upstream_value(value: Any, upstream_type: str | None) -> Any:
+    """A decoded value fitted to its column's upstream (DDL) type before it becomes an Iceberg value.
+
+    Today that is ENUM indexes and SET masks from protocols that send them without the
+    members (``EnumIndex`` / ``SetMask``, marked by the decoder): the DDL's member list
+    names them. Any other value, digit text included, already is what the column holds.
+
+    Raises:
+        UnsupportedValue: an index or mask outside the DDL's members.
+    """
+    if upstream_type is None or not isinstance(value, (EnumIndex, SetMask)):
+        return value
+    try:
+        return member_label(parse_mysql_type(upstream_type), value)
+    except ColumnValueError as exc:
+        raise UnsupportedValue(f"{exc} (the table's upstream type)") from None
+
+
 def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
-    """Rows (column -> decoded value) as an Arrow table of exactly ``schema``'s columns."""
+    """Rows (column -> decoded value) as an Arrow table of exactly ``schema``'s columns.
+
+    Raises:
+        UnsupportedValue: naming the column and the value that does not fit its type.
+    """
     rows = list(rows)
     arrays = []
     fields = []
     for f in schema.fields:
         at = arrow_type(f.field_type)
-        values = [to_iceberg_value(f.field_type, r.get(f.name)) for r in rows]
+        try:
+            values = [to_iceberg_value(f.field_type, r.get(f.name)) for r in rows]
+        except UnsupportedValue as exc:
+            raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
         try:
             arrays.append(pa.array(values, at))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise UnsupportedValue(f"column {f.name!r}: {exc}") from None
+            raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
         fields.append(pa.field(f.name, at, nullable=True))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

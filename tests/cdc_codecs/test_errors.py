@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
+import re
 import struct
 
 import orjson
 import pytest
 
 from cdc_codecs import (
+    PROTOCOLS,
     ClaimCheckError,
+    Column,
     ConfigError,
     DecodeError,
     HandleKeyOnlyError,
     Op,
     RawMessage,
+    RowChange,
+    SchemaSnapshot,
     SourcePosition,
+    TableSchema,
     get_decoder,
     get_encoder,
+    parse_mysql_type,
 )
 from cdc_codecs.open_protocol import join_frames
 
@@ -248,6 +256,36 @@ class TestConfiguration:
     def test_bad_option_value(self) -> None:
         with pytest.raises(ConfigError, match="option timezone: unknown time zone 'Mars/Olympus'"):
             get_decoder("canal-json", timezone="Mars/Olympus")
+
+    @pytest.mark.parametrize("protocol", sorted(p for p, spec in PROTOCOLS.items() if "timezone" in spec.decoder.options_spec))
+    @pytest.mark.parametrize("bad", ["+25:00", "+08:60", "08:00", "Mars/Olympus", ""])
+    def test_bad_timezone_names_option_and_value(self, protocol: str, bad: str) -> None:
+        with pytest.raises(ConfigError, match=f"option timezone: .*{re.escape(repr(bad))}"):
+            get_decoder(protocol, timezone=bad)
+
+    @pytest.mark.parametrize("protocol", sorted(p for p, spec in PROTOCOLS.items() if "timezone" in spec.decoder.options_spec))
+    def test_timezone_accepts_offsets_and_names(self, protocol: str) -> None:
+        for text, offset in [("+08:00", 480), ("-05:30", -330), ("+0800", 480), ("UTC", 0), ("Z", 0), ("+00:00", 0),
+                             ("Asia/Shanghai", 480)]:
+            tz = get_decoder(protocol, timezone=text).options["timezone"]
+            assert tz.utcoffset(dt.datetime(2024, 1, 1)) == dt.timedelta(minutes=offset), text
+
+    @pytest.mark.parametrize("protocol", sorted(p for p, spec in PROTOCOLS.items()
+                                                if "timezone" in spec.decoder.options_spec and "timezone" in spec.encoder.options_spec))
+    @pytest.mark.parametrize("zone", ["+08:00", "-05:30"])
+    def test_timestamps_written_at_an_offset_decode_to_the_same_instant(self, protocol: str, zone: str) -> None:
+        ts = dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc)
+        types = {"id": parse_mysql_type("int"), "v": parse_mysql_type("timestamp")}
+        row = RowChange(Op.INSERT, "d", "t", None, {"id": 1, "v": ts}, ("id",), types, 1, SourcePosition("t", 0, 0), 0)
+        # Simple's rows name a schema announced before them.
+        schema = SchemaSnapshot(TableSchema("d", "t", tuple(Column(n, t) for n, t in types.items()), ("id",)), SourcePosition("t", 0, 0))
+        encoder = get_encoder(protocol, timezone=zone, **dict(PROTOCOLS[protocol].encoder_defaults))
+        decoder = get_decoder(protocol, timezone=zone)
+        events = []
+        for offset, r in enumerate(encoder.encode_all([schema, row], 1)):
+            events += decoder.decode(RawMessage(r.key, r.value, SourcePosition("t", 0, offset)))
+        (decoded,) = [e for e in events if isinstance(e, RowChange)]
+        assert decoded.after["v"] == ts
 
     def test_timezone_applies_to_timestamps(self) -> None:
         (row,) = decode("canal-json", canal(mysqlType={"id": "int", "v": "timestamp"}, data=[{"id": "1", "v": "2024-01-01 08:00:00"}], type="INSERT", old=...),

@@ -161,3 +161,43 @@ def _outcome(decode, text):  # type: ignore[no-untyped-def]
 @example("QUJD\n")
 def test_strict_base64_is_b64decode_with_validate(text: str) -> None:
     assert _outcome(b64decode_strict, text) == _outcome(lambda t: base64.b64decode(t, validate=True), text)
+
+
+# ---------------------------------------------------------------- ENUM / SET: index or label
+
+
+def _decode_one(protocol: str, value: bytes, key: bytes | None = None, **options):
+    from cdc_codecs import RawMessage, SourcePosition, get_decoder
+
+    (event,) = get_decoder(protocol, **options).decode(RawMessage(key, value, SourcePosition("t", 0, 0)))
+    return event
+
+
+def test_index_senders_mark_indexes_they_cannot_map() -> None:
+    """TiCDC Canal-JSON with a bare mysqlType and the Open protocol send indexes without members."""
+    from cdc_codecs.open_protocol import join_frames
+    from cdc_codecs.types import EnumIndex, SetMask
+
+    canal = _decode_one("canal-json", b'{"database":"d","table":"t","isDdl":false,"type":"INSERT",'
+                        b'"mysqlType":{"e":"enum","s":"set"},"data":[{"e":"2","s":"5"}],"_tidb":{"commitTs":1}}')
+    key = join_frames([b'{"ts":1,"scm":"d","tbl":"t","t":1}'], versioned=True)
+    value = join_frames([b'{"u":{"e":{"t":247,"f":0,"v":2},"s":{"t":248,"f":0,"v":5}}}'], versioned=False)
+    open_protocol = _decode_one("open-protocol", value, key)
+    for event in (canal, open_protocol):
+        assert event.after == {"e": "2", "s": "5"}
+        assert type(event.after["e"]) is EnumIndex and type(event.after["s"]) is SetMask
+
+
+def test_index_senders_with_members_give_labels_even_when_labels_are_digits() -> None:
+    """Official Canal / content-compatible TiCDC list the members: the decoder maps, nothing is left marked."""
+    event = _decode_one("canal", b'{"database":"d","table":"t","isDdl":false,"type":"INSERT",'
+                        b'"mysqlType":{"e":"enum(\'small\',\'10\')","z":"enum(\'0\',\'1\')","s":"set(\'1\',\'2\',\'4\')"},'
+                        b'"data":[{"e":"2","z":"1","s":"5"}]}')
+    assert event.after == {"e": "10", "z": "0", "s": "1,4"}
+    assert all(type(v) is str for v in event.after.values())
+
+
+def test_label_senders_keep_digit_labels() -> None:
+    event = _decode_one("debezium", b'{"payload":{"op":"c","after":{"e":"10","s":"1,4"},"source":{"db":"d","table":"t"}}}')
+    assert event.after == {"e": "10", "s": "1,4"}
+    assert all(type(v) is str for v in event.after.values())

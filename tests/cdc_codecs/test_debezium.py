@@ -1,0 +1,131 @@
+"""Debezium values nothing else covers: schemaless structs and JSON, envelopes their schema must describe."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from decimal import Decimal
+
+import orjson
+import pytest
+
+from cdc_codecs import DecodeError, RawMessage, SourcePosition, TypeKind, get_decoder
+
+SOURCE = {"db": "d", "table": "t", "commit_ts": 1}
+WKB_POINT = struct.pack("<BIdd", 1, 1, 1.5, -2.0)
+
+
+def _decode(value: dict, decoder=None):
+    decoder = decoder or get_decoder("debezium")
+    (event,) = decoder.decode(RawMessage(None, orjson.dumps(value), SourcePosition("t", 0, 0)))
+    return event
+
+
+def _insert(after: dict, schema: dict | None = None) -> dict:
+    payload = {"op": "c", "before": None, "after": after, "source": SOURCE, "ts_ms": 0}
+    return {"payload": payload} if schema is None else {"payload": payload, "schema": schema}
+
+
+def _schema(columns: list[dict], **envelope_types: str) -> dict:
+    row = {"type": "struct", "optional": True, "fields": columns}
+    return {
+        "type": "struct",
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            {"type": envelope_types.get("source", "struct"), "optional": False, "field": "source", "fields": []},
+            {"type": envelope_types.get("op", "string"), "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+
+
+# ---------------------------------------------------------------- schemas disabled
+
+
+def test_schemaless_json_object_and_array_are_json_text() -> None:
+    event = _decode(_insert({"id": 1, "doc": {"a": [1, {"b": None}]}, "tags": ["x", 2]}))
+    assert event.after == {"id": 1, "doc": '{"a":[1,{"b":null}]}', "tags": '["x",2]'}
+    assert orjson.loads(event.after["doc"]) == {"a": [1, {"b": None}]}
+    assert event.column_types["doc"].kind is TypeKind.JSON and event.column_types["tags"].kind is TypeKind.JSON
+
+
+def test_schemaless_geometry_struct_is_its_wkb() -> None:
+    b64 = base64.b64encode(WKB_POINT).decode()
+    event = _decode(_insert({"g": {"wkb": b64, "srid": 4326}, "p": {"x": 1.5, "y": -2.0, "wkb": b64, "srid": None},
+                             "q": {"x": 1.5, "y": -2}}))
+    assert event.after == {"g": WKB_POINT, "p": WKB_POINT, "q": WKB_POINT}
+    assert all(event.column_types[c].kind is TypeKind.GEOMETRY for c in "gpq")
+
+
+def test_schemaless_structs_typed_by_the_ddl() -> None:
+    """tableChanges said json and geometry: the struct and the object are fitted to them."""
+    decoder = get_decoder("debezium")
+    ddl = {"payload": {"ddl": "CREATE TABLE t (id INT, doc JSON, g POINT)", "databaseName": "d", "source": SOURCE,
+                       "tableChanges": [{"type": "CREATE", "table": {"primaryKeyColumnNames": ["id"], "columns": [
+                           {"name": "id", "typeName": "INT"}, {"name": "doc", "typeName": "JSON"}, {"name": "g", "typeName": "POINT"}]}}]}}
+    decoder.decode(RawMessage(None, orjson.dumps(ddl), SourcePosition("t", 0, 0)))
+    event = _decode(_insert({"id": 1, "doc": {"k": "v"}, "g": {"x": 1.5, "y": -2.0}}), decoder)
+    assert event.after == {"id": 1, "doc": '{"k":"v"}', "g": WKB_POINT}
+
+
+def test_geometry_with_schema() -> None:
+    point = {"type": "struct", "name": "io.debezium.data.geometry.Point", "optional": True, "field": "p", "fields": [
+        {"field": "x", "type": "double"}, {"field": "y", "type": "double"},
+        {"field": "wkb", "type": "bytes", "optional": True}, {"field": "srid", "type": "int32", "optional": True}]}
+    event = _decode(_insert({"p": {"x": 1.5, "y": -2.0, "wkb": None, "srid": None}}, _schema([point])))
+    assert event.after == {"p": WKB_POINT}
+
+
+# ---------------------------------------------------------------- decimal(38, s)
+
+
+@pytest.mark.parametrize("scale", [0, 10, 38])
+def test_connect_decimal_of_38_digits_is_exact(scale: int) -> None:
+    unscaled = -(10**38 - 1)
+    raw = base64.b64encode(unscaled.to_bytes(17, "big", signed=True)).decode()
+    column = {"field": "d", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+              "parameters": {"scale": str(scale), "connect.decimal.precision": "38"}}
+    event = _decode(_insert({"d": raw}, _schema([column])))
+    assert event.after["d"] == Decimal((1, (9,) * 38, -scale))
+    assert event.after["d"].as_tuple().digits == (9,) * 38
+
+
+# ---------------------------------------------------------------- a schema that does not describe its envelope
+
+
+INT_ID = {"field": "id", "type": "int32", "optional": False}
+
+
+@pytest.mark.parametrize(
+    "message, field, reason",
+    [
+        (_insert({"id": 1, "extra": "x"}, _schema([INT_ID])), "payload.after.extra", "not described by the schema's 'after'"),
+        (_insert({"id": "1"}, _schema([INT_ID])), "payload.after.id", "the schema says int32, found '1'"),
+        (_insert({"id": True}, _schema([INT_ID])), "payload.after.id", "the schema says int32, found True"),
+        (_insert({"name": "x"}, _schema([INT_ID, {"field": "name", "type": "string"}])), "payload.after.id",
+         "not optional"),
+        ({**_insert({"id": 1}, _schema([INT_ID])), "schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [INT_ID]}]}},
+         "payload.op", "not described by the message's schema"),
+        (_insert({"id": 1}, _schema([INT_ID], op="int32")), "schema.fields[3].type", "expected 'string' for 'op'"),
+        ({**_insert({"id": 1}), "schema": {"type": "string"}}, "schema.type", "expected 'struct'"),
+        ({**_insert({"id": 1}), "schema": [1]}, "schema", "expected a Connect struct schema"),
+        ({**_insert({"id": 1}), "schema": {"type": "struct"}}, "schema.fields", "expected the envelope's field schemas"),
+        ({**_insert({"id": 1}), "schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [{"field": "id"}]}]}},
+         "schema.fields[0].fields[0]", "expected a column schema with 'field' and 'type'"),
+        ({**_insert({"id": 1}), "schema": {"type": "struct", "fields": [
+            {"field": "before", "type": "struct", "fields": [INT_ID]},
+            {"field": "after", "type": "struct", "fields": [{**INT_ID, "type": "int64"}]}]}},
+         "schema.fields[1]", "'before' and 'after' describe different columns"),
+    ],
+)
+def test_a_schema_that_does_not_describe_its_envelope_is_a_decode_error(message: dict, field: str, reason: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        _decode(message)
+    assert info.value.field == field
+    assert reason in str(info.value)
+
+
+def test_a_schema_that_describes_its_envelope_decodes() -> None:
+    event = _decode(_insert({"id": 7, "name": None}, _schema([INT_ID, {"field": "name", "type": "string", "optional": True}])))
+    assert event.after == {"id": 7, "name": None}
