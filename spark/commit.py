@@ -114,21 +114,24 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
 
 
 def _key_filter(keys: tuple[str, ...], values: list[tuple[Any, ...]], schema: Schema) -> BooleanExpression:
+    """Rows whose key is one of ``values``; a composite key is an OR of ANDs, built as a
+    balanced tree so its depth is log2 of the keys (pyiceberg binds expressions recursively)."""
     if len(keys) == 1:
         name = keys[0]
         field_type = schema.find_field(name).field_type
         return In(name, [to_iceberg_value(field_type, v[0]) for v in values])
+    types = [schema.find_field(k).field_type for k in keys]
     terms: list[BooleanExpression] = []
     for v in values:
-        parts = [IsNull(k) if x is None else EqualTo(k, to_iceberg_value(schema.find_field(k).field_type, x)) for k, x in zip(keys, v)]
-        term = parts[0]
-        for p in parts[1:]:
-            term = And(term, p)
-        terms.append(term)
-    expr = terms[0]
-    for t in terms[1:]:
-        expr = Or(expr, t)
-    return expr
+        parts = [IsNull(k) if x is None else EqualTo(k, to_iceberg_value(t, x)) for k, t, x in zip(keys, types, v)]
+        terms.append(_balanced(parts, And))
+    return _balanced(terms, Or)
+
+
+def _balanced(terms: list[BooleanExpression], join: Callable[[BooleanExpression, BooleanExpression], BooleanExpression]) -> BooleanExpression:
+    while len(terms) > 1:
+        terms = [join(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 class TableCommitter:
@@ -399,15 +402,14 @@ class TableCommitter:
         # Deleting keys a table does not hold yet is normal here (inserts); pyiceberg warns on it.
         warnings.filterwarnings("ignore", message="Delete operation did not match any records")
         if keys:
-            for i in range(0, len(touched), DELETE_BATCH):
-                batch = touched[i : i + DELETE_BATCH]
-                tx.delete(_key_filter(keys, batch, schema), snapshot_properties=summary)
+            # Keys are decoded values: ENUM indexes become the labels the table stores.
+            touched = [tuple(_fit_value(x, upstream.get(k)) for k, x in zip(keys, key)) for key in touched]
         else:
             # Without a key the whole row is the key: delete rows equal in every column.
-            names = [f.name for f in schema.fields if f.name not in (COMMIT_TS, OP)]
-            for key in touched:
-                row = dict(key)
-                tx.delete(_key_filter(tuple(names), [tuple(row.get(n) for n in names)], schema), snapshot_properties=summary)
+            keys = tuple(f.name for f in schema.fields if f.name not in (COMMIT_TS, OP))
+            touched = [tuple(_fit_value(dict(key).get(n), upstream.get(n)) for n in keys) for key in touched]
+        for i in range(0, len(touched), DELETE_BATCH):
+            tx.delete(_key_filter(keys, touched[i : i + DELETE_BATCH], schema), snapshot_properties=summary)
         rows = []
         for image, change in step.net.upserts:
             row = {n: _fit_value(v, upstream.get(n)) for n, v in image.items()}

@@ -304,3 +304,25 @@ def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
     h.mark()
     with pytest.raises(DdlParseError, match="TRUNCATE PARTITION p0.*without row events"):
         run(tmp_path, "canal-json", [h.events])
+
+
+@pytest.mark.slow  # ~25 s: pyiceberg evaluates the 3000-key filter row by row
+@pytest.mark.parametrize("keys", [("id", "region"), ()], ids=["composite-key", "no-key"])
+def test_thousands_of_touched_keys_in_one_run(tmp_path: Path, keys: tuple[str, ...]) -> None:
+    """A composite key (or the whole row, without a key) over 3000 keys: one delete, no deep recursion."""
+    h = History()
+    cols = [("id", "int"), ("region", "varchar(8)"), ("v", "int")]
+    s = schema("shop", "wide", cols, keys=keys)
+    key_sql = f", PRIMARY KEY ({', '.join(keys)})" if keys else ""
+    h.ddl("shop", "wide", f"CREATE TABLE shop.wide (id int, region varchar(8), v int{key_sql})", s, kind="CREATE")
+    rows = [{"id": i, "region": ("eu", "us", None)[i % 3] if not keys else ("eu", "us")[i % 2], "v": i} for i in range(3000)]
+    for r in rows:
+        h.row(Op.INSERT, s, None, r)
+    h.mark()
+    for r in rows[:2500]:  # a second run touches 2500 existing rows
+        h.row(Op.UPDATE, s, r, {**r, "v": -r["v"]})
+    w2 = h.mark()
+    config, results = run(tmp_path, "simple", [h.events[:3002], h.events[3002:]])
+    assert results[-1].watermark == w2
+    got = sorted(read_table(config, "shop", "wide", w2).to_pylist(), key=lambda r: r["id"])
+    assert got == [{**r, "v": -r["v"] if r["id"] < 2500 else r["v"]} for r in rows]
