@@ -1,6 +1,6 @@
 """The reference model: events applied one by one in commitTs order. Tests and the demo only.
 
-It is deliberately plain, so that a reader can check it against SPEC.md §3 line by line:
+It is deliberately plain, so that a reader can check it against docs/contract.md §3 line by line:
 
 - the pipeline watermark is the minimum, over every partition of every topic (including
   partitions that saw nothing), of the greatest watermark seen on that partition;

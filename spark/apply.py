@@ -1,24 +1,28 @@
 """Steps 3 and 4 of a run: decode, cut at the pipeline watermark, commit, tag, publish.
 
-``apply_interval(config, start, end)`` leaves every table of the pipeline exactly at the
-watermark W of the interval's end, whatever happened before (SPEC §5):
+``apply_interval(config, start, end)`` leaves the pipeline published at the watermark W of
+the interval's end, whatever happened before and in whatever order runs come (contract §5),
+holding the pipeline's lease throughout:
 
-1. Intervals are applied in order; an earlier interval without a checkpoint is applied
-   first (a table that is behind is replayed forward).
-2. Each partition is read from its *pending offset* (the first offset holding a change
-   not applied yet, kept in the previous interval's checkpoint) to the manifest's end,
-   on the executors, one task per partition, in two phases: the first returns only the
-   partition's watermark, its DDL and undecodable messages; the driver computes W; the
-   second returns the partition's net change for (W_prev, W] (one row per touched key), so
-   the driver never holds every decoded change.
+1. The walk (``_bring_forward``): intervals before this one that are not published yet are
+   applied first, in order; an interval whose tables are all at or past its W and whose W is
+   published is skipped -- or, for the target, *confirmed* without writing, so ``main``
+   never moves back; a table behind (its own ``tidelake.watermark``) makes the walk replay
+   every interval since, each committing only to the tables still below its W.
+2. One interval (``_apply_one``): each partition is read from its *pending offset* (the
+   first offset holding a change not applied yet, kept in the previous interval's
+   checkpoint) to the manifest's end, on the executors, one task per partition, in two
+   phases: the first returns only the partition's watermarks, its DDL and undecodable
+   messages; the driver computes W; the second returns the partition's net change for
+   (W_prev, W] (one result per touched key, by the one fold rule in ``net_change``).
 3. W = min over every partition of the greatest watermark seen; the changes with
    W_prev < commitTs <= W are applied, later ones wait in the archive, earlier ones are
-   redeliveries and are skipped.
-4. A table ahead of W (a backfill of an earlier range) is restored to its ``wm_<W_prev>``
-   tag first; then one transaction per table commits its plan and its progress.
-5. Every table is tagged ``wm_<W>``; the checkpoint is written; W is published last.
+   redeliveries and are skipped. Protocols without commitTs get a derived order
+   (``DerivedClock``) that makes "applied" a prefix of each partition by offset.
+4. One transaction per table commits its plan and its progress; every table is tagged
+   ``wm_<W>`` with its watermark; the checkpoint is written; W is published last.
 
-Undecodable messages are quarantined with their location and reason; the pipeline's
+Undecodable messages are quarantined once (``spark.quarantine``); the pipeline's
 ``on_bad_message`` policy then fails the run or lets it continue.
 """
 

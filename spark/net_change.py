@@ -3,7 +3,7 @@
 Per key the net effect is the change that is *greatest* in commit order -- (commitTs, topic,
 partition, offset, index in the message) -- never simply the last one read: upstreams
 re-send old ranges after newer changes (a TiCDC or Debezium restart from an older
-checkpoint), and an interval boundary can fall anywhere inside such a replay (SPEC §3).
+checkpoint), and an interval boundary can fall anywhere inside such a replay (contract §3).
 An update that changes the key deletes the old key and writes the new one. A table without
 a primary key uses the whole row as its key, so rows equal in every column are one row.
 

@@ -1,4 +1,4 @@
-"""Undecodable messages: kept once, with where they came from and why, never dropped (SPEC §6).
+"""Undecodable messages: kept once, with where they came from and why, never dropped (contract §6).
 
     <pipeline>/quarantine/<topic>/<partition>/<offset>-<index>.json
 

@@ -1,4 +1,4 @@
-"""Protocols without commitTs: ordered by offset, cut at the derived watermark (SPEC §3).
+"""Protocols without commitTs: ordered by offset, cut at the derived watermark (contract §3).
 
 What the derived watermark guarantees: W = min over partitions of (time of the last event
 seen) - 1 tick, so every change whose binlog time is strictly before W's millisecond has

@@ -1,4 +1,4 @@
-"""SPEC §5: crashes, retries, duplicates and backfills give tables identical to one straight run.
+"""contract §5: crashes, retries, duplicates and backfills give tables identical to one straight run.
 
 Property: for generated histories (DDL, duplicates, a partition whose watermarks lag,
 several intervals) and a crash injected at any step of any run, followed by a retry,

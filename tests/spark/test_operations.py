@@ -1,4 +1,4 @@
-"""The whole pipeline under the operations users perform, against the reference model (SPEC §3, §5, §6).
+"""The whole pipeline under the operations users perform, against the reference model (contract §3, §5, §6).
 
 A hypothesis state machine drives one pipeline: a changefeed delivers an upstream history
 (row changes, key changes, ADD COLUMN, RENAME / DROP / CREATE / TRUNCATE TABLE, resolved
