@@ -188,6 +188,8 @@ class TableCommitter:
                     self._schema_change(current, tx, change, step)
             else:
                 if current is None:
+                    if not step.net.upserts:
+                        continue  # only deletes, of a table the lake never had: nothing to delete
                     current, tx = self._create_from_rows(step, plan, run)
                 tx = tx or current.transaction()
                 self._write_rows(tx, step, run)
@@ -260,12 +262,11 @@ class TableCommitter:
 
     def _create_from_rows(self, step: DataStep, plan: TablePlan, run: RunContext):
         """Rows for a table no DDL created (the pipeline started after it): the rows' types make it."""
-        first = next(iter(step.net.rows.values()), None)
         columns: dict[str, ColumnType] = {}
-        for v in step.net.rows.values():
-            if v is not None:
-                columns.update(v[1].column_types or {})
-        if not columns and first is None:
+        for _, change in step.net.rows.values():
+            if change is not None:
+                columns.update(change.column_types or {})
+        if not columns:
             raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
         table = cat.create_table(self.catalog, self.config, plan.database, plan.table,
                                  iceberg_schema(list(columns.items())), step.net.key_columns)
