@@ -153,7 +153,7 @@ def duckdb_with_iceberg():
     duckdb = pytest.importorskip("duckdb")
     ext = pytest.importorskip("duckdb_ext")
     # The wheel ships <dir>/v<duckdb version>/<platform>/iceberg.duckdb_extension: DuckDB's own layout.
-    con = duckdb.connect(config={"extension_directory": str(Path(list(ext.__path__)[0]) / "extensions"),
+    con = duckdb.connect(config={"extension_directory": str(Path(next(iter(ext.__path__))) / "extensions"),
                                  "autoinstall_known_extensions": False})
     con.execute("LOAD avro")
     con.execute("LOAD iceberg")
@@ -177,7 +177,7 @@ def _rows(table: pa.Table) -> list[dict]:
 
 @pytest.mark.parametrize("name", [("shop", "items"), (ODD_DB, ODD_TABLE), ("archive", "old_items")])
 def test_duckdb_reads_tables_by_identifier_and_every_tag(pipeline, name: tuple[str, str]) -> None:
-    config, w1, w2 = pipeline
+    config, _, w2 = pipeline
     con = duckdb_with_iceberg()
     catalog = cat.open_catalog(config)
     engine_name = ".".join(cat.identifier(config, *name))
