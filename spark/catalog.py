@@ -1,9 +1,29 @@
 """The one place tidelake talks to an Iceberg catalog (and calls ``load_catalog``).
 
-Upstream names are data: an upstream table ``db.table`` becomes the Iceberg table
-``<namespace>.<encoded db>.<encoded table>`` (percent-encoded, so any upstream name maps to
-exactly one identifier), stored at ``<warehouse>/<namespace>/<encoded db>/<encoded table>``,
-with the upstream names kept in its properties.
+Upstream names are data. An upstream table ``db.table`` of a pipeline is the Iceberg table
+
+    namespace (<pipeline namespace...>, <db as identifier>)   table <table as identifier>
+
+so every engine reads ``<pipeline namespace>.<db>.<table>`` the way it is meant: Spark
+``cat.shop.shop.orders``, Trino ``shop."shop".orders``, DuckDB ``"shop"."shop"."orders"``, and
+an Iceberg SQL (JDBC) catalog row ``table_namespace = 'shop.shop'``, ``table_name = 'orders'``.
+The pipeline namespace (``catalog.namespace``, default the pipeline name) is the operator's
+choice and taken as pyiceberg reads it (dots separate levels); database and table names are
+encoded by ``identifier_part``:
+
+- ``[a-z0-9_]`` stay as they are, so conventional snake_case names are plain identifiers;
+- every other character, uppercase letters included, becomes ``%xx`` of its UTF-8 bytes in
+  lowercase hex (``my.db`` -> ``my%2edb``, ``Orders`` -> ``%4frders``, ``é`` -> ``%c3%a9``).
+
+The result is lowercase, has no dot, and is injective, so engines that lowercase identifiers
+(Trino) or match them case-insensitively (Spark, DuckDB) still find exactly one table, and
+``Orders`` and ``orders`` stay two tables. Names outside ``[a-z0-9_]`` must be quoted in SQL
+(``"my%2edb"``). ``identifier_name`` decodes a part; the upstream names are also kept in the
+table's properties. Files live at ``<warehouse>/<namespace>/<encoded db>/<encoded table>``
+(``layout.encode_name``; a table's location never changes, not even on RENAME TABLE).
+
+Catalogs written before this scheme named tables ``(<pipeline namespace>, "<db>.<table>")``;
+``open_catalog`` renames those once (``migrate_identifiers``).
 """
 
 from __future__ import annotations
@@ -12,10 +32,10 @@ import json
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -60,15 +80,75 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
 
 def open_catalog(config: PipelineConfig) -> Catalog:
     catalog = load_catalog(f"tidelake-{config.name}", **catalog_properties(config))
-    try:
-        catalog.create_namespace(config.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    ensure_namespace(catalog, pipeline_namespace(config))
+    migrate_identifiers(catalog, config)
     return catalog
 
 
-def identifier(config: PipelineConfig, database: str, table: str) -> tuple[str, str]:
-    return (config.namespace, f"{layout.encode_name(database)}.{layout.encode_name(table)}")
+def ensure_namespace(catalog: Catalog, namespace: tuple[str, ...]) -> None:
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+
+
+_IDENTIFIER_SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_EMPTY = "%00empty"  # no upstream database allows an empty name or NUL; kept as layout spells it
+
+
+def identifier_part(name: str) -> str:
+    """An upstream database or table name as one lowercase, dot-free Iceberg identifier part."""
+    if not name:
+        return _EMPTY
+    return "".join(c if c in _IDENTIFIER_SAFE else "".join(f"%{b:02x}" for b in c.encode()) for c in name)
+
+
+def identifier_name(part: str) -> str:
+    """The upstream name an ``identifier_part`` encodes."""
+    return "" if part == _EMPTY else unquote(part, errors="strict")
+
+
+def pipeline_namespace(config: PipelineConfig) -> tuple[str, ...]:
+    return Catalog.identifier_to_tuple(config.namespace)
+
+
+def database_namespace(config: PipelineConfig, database: str) -> tuple[str, ...]:
+    return (*pipeline_namespace(config), identifier_part(database))
+
+
+def identifier(config: PipelineConfig, database: str, table: str) -> tuple[str, ...]:
+    return (*database_namespace(config, database), identifier_part(table))
+
+
+def migrate_identifiers(catalog: Catalog, config: PipelineConfig) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Move tables named the old way, ``(<pipeline namespace>, "<enc db>.<enc table>")``, to ``identifier``.
+
+    Idempotent and safe to race: a table another process already moved is skipped. The
+    table's files, UUID, snapshots and tags stay as they are; only its catalog entry moves.
+    Returns the (old, new) identifiers this call moved.
+    """
+    moved = []
+    for old in sorted(catalog.list_tables(pipeline_namespace(config))):
+        try:
+            props: dict[str, Any] = catalog.load_table(old).properties
+        except NoSuchTableError:
+            continue  # moved by a concurrent open
+        if props.get(PIPELINE) != config.name or UPSTREAM_DATABASE not in props:
+            continue  # not a tidelake table of this pipeline: leave it where its owner put it
+        new = identifier(config, props[UPSTREAM_DATABASE], props[UPSTREAM_TABLE])
+        ensure_namespace(catalog, new[:-1])
+        try:
+            catalog.rename_table(old, new)
+        except (NoSuchTableError, TableAlreadyExistsError):
+            continue  # a concurrent open moved it first
+        moved.append((tuple(old), new))
+    return moved
+
+
+def rename_table(catalog: Catalog, table: Table, new: tuple[str, ...]) -> Table:
+    """``catalog.rename_table`` into a database namespace that may not exist yet (RENAME TABLE a.t TO b.t)."""
+    ensure_namespace(catalog, new[:-1])
+    return catalog.rename_table(table.name(), new)
 
 
 def table_location(catalog: Catalog, config: PipelineConfig, database: str, table: str) -> str:
@@ -84,6 +164,7 @@ def load_table(catalog: Catalog, config: PipelineConfig, database: str, table: s
 
 
 def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...]) -> Table:
+    ensure_namespace(catalog, database_namespace(config, database))
     return catalog.create_table(
         identifier(config, database, table),
         schema=schema,
@@ -99,7 +180,9 @@ def create_table(catalog: Catalog, config: PipelineConfig, database: str, table:
 
 
 def pipeline_tables(catalog: Catalog, config: PipelineConfig) -> list[Table]:
-    return [catalog.load_table(i) for i in sorted(catalog.list_tables(config.namespace))]
+    """Every table of the pipeline: the tables of each database namespace under the pipeline namespace."""
+    ids = [i for ns in sorted(catalog.list_namespaces(pipeline_namespace(config))) for i in catalog.list_tables(ns)]
+    return [catalog.load_table(i) for i in sorted(ids)]
 
 
 def upstream_name(table: Table) -> tuple[str, str]:

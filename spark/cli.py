@@ -8,15 +8,17 @@
     tidelake decode --protocol canal-json segment.parquet|message-files...
     tidelake demo
 
-Every table of the pipeline is a DuckDB view named ``<database>.<table>`` (quote names
-with unusual characters: ``"my db"."my table"``). Errors print one line and exit 2
-(usage) or 1 (the run failed).
+``query`` runs DuckDB SQL in which every table of the pipeline is ``<database>.<table>``
+(quote names with unusual characters: ``"my db"."my table"``); it reads only the tables the
+SQL names. Errors print one line and exit 2 (usage: config, bad SQL, unknown table or column)
+or 1 (the run failed); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from typing import Any, Sequence
 
@@ -154,47 +156,47 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) -> tuple[int, Any]:
+    """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.run_query``."""
+    from spark.query import run_query
 
-
-def query(config: Any, sql: str, at: Any = "latest") -> tuple[int, Any]:
-    """Run SQL over every table of the pipeline at one consistent W (DuckDB over Arrow)."""
-    import duckdb
-
-    from spark.query import read_pipeline
-
-    w, tables = read_pipeline(config, at)
-    con = duckdb.connect()
-    for i, ((db, table), data) in enumerate(sorted(tables.items())):
-        con.register(f"__t{i}", data)
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(db)}")
-        con.execute(f"CREATE VIEW {quote(db)}.{quote(table)} AS SELECT * FROM __t{i}")
-    return w, con.sql(sql).to_arrow_table()
+    return run_query(config, sql, at, metadata=metadata)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     config = _config(args)
-    w, result = query(config, args.sql, _at(args.at))
+    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
     print(f"-- {config.name} at W={w} ({_w_time(w)})", file=sys.stderr)
-    if args.json:
-        for row in result.to_pylist():
-            sys.stdout.write(orjson.dumps(row, default=str).decode() + "\n")
-    else:
-        _print_table(result)
+    write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
 
 
-def _print_table(table: Any) -> None:
+def write_result(table: Any, fmt: str, out: Any) -> None:
+    """A query result as an aligned table, JSON lines or CSV (with a header)."""
+    if fmt == "json":
+        for row in table.to_pylist():
+            out.write(orjson.dumps(row, default=str).decode() + "\n")
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        out.flush()
+        pcsv.write_csv(table, out.buffer)
+        out.buffer.flush()
+    else:
+        _print_table(table, out)
+
+
+def _print_table(table: Any, out: Any = None) -> None:
+    out = out or sys.stdout
     rows = table.to_pylist()
     cols = table.column_names
     cells = [[str(r[c]) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
-    print("  ".join("-" * w for w in widths))
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
-    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=out)
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
@@ -231,6 +233,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tidelake", description="CDC in Kafka -> Iceberg tables at consistent watermarks")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -251,10 +254,15 @@ def parser() -> argparse.ArgumentParser:
     tables = with_config(sub.add_parser("tables", help="tables and row counts at a watermark"))
     tables.add_argument("--at", default="latest", help="latest, a TSO, or an ISO time")
     tables.set_defaults(fn=cmd_tables)
-    q = with_config(sub.add_parser("query", help="SQL over every table at one consistent watermark"))
+    q = with_config(sub.add_parser("query", help="DuckDB SQL over the pipeline's tables at one consistent watermark"))
     q.add_argument("--at", default="latest", help="latest, a TSO, or an ISO time (greatest published W <= it)")
-    q.add_argument("--json", action="store_true", help="JSON lines instead of a table")
-    q.add_argument("sql")
+    q.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="an aligned table (default), JSON lines, or CSV with a header")
+    q.add_argument("--json", action="store_true", help="the same as --format json")
+    q.add_argument("--with-metadata", action="store_true",
+                   help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
+    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error")
+    q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
     d = sub.add_parser("decode", help="a raw segment (.parquet) or message files to JSON lines")
     d.add_argument("--protocol", required=True)
@@ -272,11 +280,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except TidelakeError as exc:
+        if args.debug:
+            raise
+        from spark.query import QueryError
+
         print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, (ConfigError, QueryError)) else 1
+    except BrokenPipeError:
+        if args.debug:
+            raise
+        # The reader left (`| head`): point stdout at /dev/null so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("error: the output was closed before everything was written", file=sys.stderr)
         return 1
 
 

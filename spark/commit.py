@@ -374,7 +374,7 @@ class TableCommitter:
         if existing is not None:
             raise UnsupportedSchemaChange(f"RENAME to {change.database}.{change.table}: the Iceberg table {new_id} already exists")
         self.check()
-        renamed = self.catalog.rename_table(table.name(), new_id)
+        renamed = cat.rename_table(self.catalog, table, new_id)  # creates the target database's namespace
         with renamed.transaction() as tx:
             tx.set_properties({cat.UPSTREAM_DATABASE: change.database, cat.UPSTREAM_TABLE: change.table,
                                RENAMED_FROM: f"{run.interval}:{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"})
