@@ -39,8 +39,17 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DecimalType, IcebergType, IntegerType, LongType, StringType, TimestampType,
-    TimestamptzType, TimeType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
 )
 
 from spark.iceberg import internals
@@ -134,21 +143,21 @@ def _bound_tests(metadata: TableMetadata, key_columns: Sequence[str], touched: p
         if not isinstance(field.field_type, _RANGE_TYPES):
             continue
         fid, ftype = field.field_id, field.field_type
-
-        def bound(bounds: dict[int, bytes] | None) -> Any:
-            raw = (bounds or {}).get(fid)
-            return None if raw is None else from_bytes(ftype, raw)
-
         nulls = [(f.null_value_counts or {}).get(fid) for f in files]
         values = [(f.value_counts or {}).get(fid) for f in files]
         tests.append(_Test(
             keys=_key_column(touched, name, ftype),
-            lower=[bound(f.lower_bounds) for f in files],
-            upper=[bound(f.upper_bounds) for f in files],
+            lower=[_bound(f.lower_bounds, fid, ftype) for f in files],
+            upper=[_bound(f.upper_bounds, fid, ftype) for f in files],
             may_hold_null=np.array([n is None or n > 0 for n in nulls]),
             may_hold_value=np.array([not (v is not None and n is not None and v == n) for v, n in zip(values, nulls)]),
         ))
     return tests
+
+
+def _bound(bounds: dict[int, bytes] | None, field_id: int, field_type: IcebergType) -> Any:
+    raw = (bounds or {}).get(field_id)
+    return None if raw is None else from_bytes(field_type, raw)
 
 
 def _partition_tests(metadata: TableMetadata, key_columns: Sequence[str], touched: pa.Table, files: list[DataFile]) -> list[_Test]:

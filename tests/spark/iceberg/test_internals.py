@@ -166,7 +166,7 @@ def test_a_writer_that_commits_between_plan_and_commit_is_a_conflict_not_a_rebas
 
 def test_removing_a_file_the_head_does_not_hold_is_rejected(catalog):
     table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3), rows(3, 3)])
-    first = [t.file for t in table.scan().plan_files()][0]
+    first = next(t.file for t in table.scan().plan_files())
     internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[first], added=[])
     table = catalog.load_table("ns.t")
     with pytest.raises(OverwriteRejected, match="Missing required files to delete"):
