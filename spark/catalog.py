@@ -42,6 +42,7 @@ from pyiceberg.table import Table
 from cdc_codecs import ConfigError
 from spark import layout
 from spark.config import PipelineConfig
+from spark.iceberg.layout import table_layout
 
 UPSTREAM_DATABASE = "tidelake.upstream.database"
 UPSTREAM_TABLE = "tidelake.upstream.table"
@@ -163,12 +164,21 @@ def load_table(catalog: Catalog, config: PipelineConfig, database: str, table: s
         return None
 
 
-def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...]) -> Table:
+def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...],
+                 buckets: int | None = None) -> Table:
+    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``).
+
+    Raises:
+        LayoutUnavailable: a bucketed layout without pyiceberg-core; nothing is created.
+    """
+    partition_spec, sort_order = table_layout(schema, keys, config.layout.buckets if buckets is None else buckets)
     ensure_namespace(catalog, database_namespace(config, database))
     return catalog.create_table(
         identifier(config, database, table),
         schema=schema,
         location=table_location(catalog, config, database, table),
+        partition_spec=partition_spec,
+        sort_order=sort_order,
         properties={
             UPSTREAM_DATABASE: database,
             UPSTREAM_TABLE: table,

@@ -19,6 +19,7 @@ from cdc_codecs import PROTOCOLS, ConfigError
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 START_MODES = ("earliest", "latest")
+MAX_BUCKETS = 65_536  # beyond this every bucket is a tiny file; a typo more likely than a plan
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,20 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class LayoutConfig:
+    """How tidelake lays out the Iceberg tables it creates (``[layout]``).
+
+    ``buckets = N`` (N > 0) partitions every keyed table by ``bucket(first key column, N)`` and
+    sorts it by the key, so a change batch rewrites only the touched keys' buckets; pick N so a
+    bucket holds a few target-size files (e.g. table bytes / 256 MiB). It needs pyiceberg-core
+    installed where tables are created and written. ``0`` (the default): unpartitioned and
+    unsorted, as before. Only new tables get the layout; existing ones keep theirs.
+    """
+
+    buckets: int = 0
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     bootstrap_servers: str
@@ -94,6 +109,7 @@ class PipelineConfig:
     # a run waits for another run's lease before failing.
     lease_ttl_seconds: float = 600.0
     lease_wait_seconds: float = 0.0
+    layout: LayoutConfig = field(default_factory=LayoutConfig)
 
     @property
     def namespace(self) -> str:
@@ -243,6 +259,13 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         if not croniter.is_valid(schedule_config.cron):
             raise ConfigError(f"{source}: schedule.cron: expected a valid cron expression such as '0 * * * *', found {schedule_config.cron!r}")
         schedule.done()
+    layout = r.child("layout", None)
+    layout_config = LayoutConfig()
+    if layout is not None:
+        layout_config = LayoutConfig(buckets=layout.get("buckets", int, LayoutConfig.buckets))
+        if not 0 <= layout_config.buckets <= MAX_BUCKETS:
+            raise ConfigError(f"{source}: layout.buckets: expected 0 (unpartitioned) to {MAX_BUCKETS}, found {layout_config.buckets}")
+        layout.done()
     config = PipelineConfig(
         name=name,
         bootstrap_servers=bootstrap,
@@ -257,6 +280,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         schedule=schedule_config,
         lease_ttl_seconds=float(r.get("lease_ttl_seconds", (int, float), 600)),
         lease_wait_seconds=float(r.get("lease_wait_seconds", (int, float), 0)),
+        layout=layout_config,
     )
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:

@@ -1,0 +1,175 @@
+"""The one module that touches pyiceberg's private API.
+
+Written for pyiceberg 0.12.0. pyiceberg has no public "write these rows to data files and give me
+their ``DataFile``s" nor "commit this set of removed and added files as one snapshot"; both exist
+inside it (``Transaction.append``/``overwrite`` use them). Every private name tidelake relies on is
+used here, once, in a small function; ``tests/spark/iceberg/test_internals.py`` asserts the names,
+signatures and round-trip behaviour, so an upgrade that changes them fails there, loudly, and not
+in a pipeline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask, Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.transforms import IdentityTransform
+
+from spark.iceberg.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
+
+WRITTEN_FOR_PYICEBERG = "0.12.0"
+MAIN_BRANCH = "main"
+
+
+def pyiceberg_core_available() -> bool:
+    """Whether ``pyiceberg-core`` is installed: pyiceberg 0.12 computes every partition transform
+    but identity (bucket, truncate, year...) through it when it writes."""
+    return importlib.util.find_spec("pyiceberg_core") is not None
+
+
+def require_writable_spec(metadata: TableMetadata) -> None:
+    """Raise ``LayoutUnavailable`` if writing ``metadata``'s default partition spec needs pyiceberg-core
+    and it is missing (pyiceberg 0.12 only fails once a write computes the partition values)."""
+    spec = metadata.spec()
+    needs_core = [f for f in spec.fields if not isinstance(f.transform, IdentityTransform)]
+    if needs_core and not pyiceberg_core_available():
+        fields = ", ".join(f"{f.transform}({metadata.schema().find_column_name(f.source_id)})" for f in needs_core)
+        raise LayoutUnavailable(
+            f"table at {metadata.location}: partition spec [{fields}] needs pyiceberg-core to write; "
+            "install pyiceberg[pyiceberg-core] (pinned with pyiceberg) or set [layout] buckets = 0"
+        )
+
+
+def write_data_files(io: FileIO, metadata: TableMetadata, rows: pa.Table) -> list[DataFile]:
+    """Write ``rows`` as Parquet data files under the table's location and return their ``DataFile``s.
+
+    Written for pyiceberg 0.12.0: wraps ``pyiceberg.io.pyarrow._dataframe_to_data_files`` (what
+    ``Transaction.append`` uses), which splits by the default partition spec, bin-packs to
+    ``write.target-file-size-bytes`` and computes column statistics (the key bounds the planner
+    reads). A fresh write uuid per call keeps file names unique across concurrent executors.
+    Nothing is committed: the files are invisible until a snapshot adds them.
+
+    Raises:
+        LayoutUnavailable: the partition spec needs pyiceberg-core, which is missing.
+    """
+    if rows.num_rows == 0:
+        return []
+    require_writable_spec(metadata)
+    files = list(_dataframe_to_data_files(table_metadata=metadata, df=rows, io=io, write_uuid=uuid.uuid4()))
+    for data_file in files:
+        # pyiceberg 0.12 passes spec_id to DataFile.from_args, which drops it (not a struct field);
+        # files read from manifests have it, and reading a file (ArrowScan) needs it.
+        data_file.spec_id = metadata.default_spec_id
+    return files
+
+
+def read_data_file(io: FileIO, metadata: TableMetadata, data_file: DataFile) -> pa.Table:
+    """Read one data file projected onto the table's current schema (columns matched by field id,
+    so files written before a rename, an added column or a widening read as the table does).
+
+    Written for pyiceberg 0.12.0: ``ArrowScan`` and ``FileScanTask`` are what ``DataScan.to_arrow``
+    runs. Delete files are not applied: the planner refuses snapshots that have any.
+    """
+    scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
+    return scan.to_table([FileScanTask(data_file)])
+
+
+def _branch_head(metadata: TableMetadata, branch: str) -> int | None:
+    snapshot = metadata.snapshot_by_name(branch)
+    return snapshot.snapshot_id if snapshot is not None else None
+
+
+def _stage(
+    tx: Transaction, table_name: str, *, expected_snapshot_id: int | None, removed: Iterable[DataFile],
+    added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None, branch: str,
+) -> _OverwriteFiles | None:
+    if tx._snapshot_producers:
+        # A transaction with registered producers retries a failed commit by re-running only them
+        # and dropping every other staged snapshot: this overwrite would silently vanish.
+        raise OverwriteRejected(f"{table_name}: the transaction already stages a snapshot (append/delete); "
+                                "the overwrite must be its only snapshot")
+    found = _branch_head(tx.table_metadata, branch)
+    if found != expected_snapshot_id:
+        raise CommitConflictError(table_name, branch, expected_snapshot_id, found)
+    removed, added = list(removed), list(added)
+    if not removed and not added:
+        return None
+    producer = tx.update_snapshot(snapshot_properties=dict(snapshot_properties or {}), branch=branch).overwrite()
+    for data_file in removed:
+        producer.delete_data_file(data_file)
+    for data_file in added:
+        producer.append_data_file(data_file)
+    try:
+        updates, requirements = producer._commit()
+    except ValidationException as exc:
+        producer._clean_all_uncommitted()
+        raise OverwriteRejected(f"{table_name}: branch {branch!r} at snapshot {found}: {exc}") from exc
+    # Staged without registering the producer: a commit that fails because the branch moved then
+    # raises instead of being rebased onto the new head (the plan was made against this one). The
+    # update carries an AssertRefSnapshotId(branch, expected) requirement the catalog checks.
+    tx._apply(updates, requirements)
+    return producer
+
+
+def stage_overwrite(
+    tx: Transaction, table_name: str, *, expected_snapshot_id: int | None, removed: Iterable[DataFile],
+    added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH,
+) -> int | None:
+    """Stage one snapshot on ``branch`` that removes ``removed`` and adds ``added``, in ``tx``.
+
+    Written for pyiceberg 0.12.0: ``Transaction.update_snapshot().overwrite()`` gives the private
+    ``_OverwriteFiles`` producer (``delete_data_file``/``append_data_file``); its ``_commit()``
+    returns the snapshot updates and requirements, staged with ``Transaction._apply``. The snapshot
+    is an "overwrite" (an "append" on a branch without snapshots) carrying ``snapshot_properties``
+    in its summary. Schema and property changes staged earlier in ``tx`` commit with it, and the
+    snapshot records the transaction's current schema. The overwrite must be ``tx``'s only snapshot.
+
+    Returns:
+        The new snapshot's id, or None when there is nothing to remove or add (nothing staged).
+
+    Raises:
+        CommitConflictError: the branch head in ``tx`` is not ``expected_snapshot_id``.
+        OverwriteRejected: a removed file is not live at the head, or ``tx`` already stages a snapshot.
+    """
+    producer = _stage(tx, table_name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
+                      snapshot_properties=snapshot_properties, branch=branch)
+    return None if producer is None else producer.snapshot_id
+
+
+def commit_overwrite(
+    table: Table, *, expected_snapshot_id: int | None, removed: Iterable[DataFile], added: Iterable[DataFile],
+    snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH,
+) -> int | None:
+    """Commit one overwrite snapshot (see ``stage_overwrite``) in its own transaction.
+
+    Returns:
+        The committed snapshot's id, or None when there was nothing to commit.
+
+    Raises:
+        CommitConflictError: the branch head is not ``expected_snapshot_id``, before or at the
+            catalog commit (another writer got in between); nothing is committed.
+        OverwriteRejected: see ``stage_overwrite``.
+    """
+    name = ".".join(table.name())
+    tx = table.transaction()
+    producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
+                      snapshot_properties=snapshot_properties, branch=branch)
+    if producer is None:
+        return None
+    try:
+        tx.commit_transaction()
+    except CommitFailedException as exc:
+        producer._clean_all_uncommitted()  # the catalog refused it: its manifests are unreferenced
+        table.refresh()
+        raise CommitConflictError(name, branch, expected_snapshot_id, _branch_head(table.metadata, branch)) from exc
+    return producer.snapshot_id

@@ -1,0 +1,65 @@
+"""Which rows carry one of a set of keys: vectorised, NULL-safe, for one or many key columns.
+
+A key is one column or several (a composite primary key; every column of a key-less table).
+Key parts may be NULL (key-less tables), and a NULL part matches a NULL part, as upstream
+equality of whole rows does. Touched keys are cast to the rows' column types first, so keys
+decoded as int64 match an int32 column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_codecs import TidelakeError
+
+
+class KeyColumnsMissing(TidelakeError):
+    """Rows or touched keys lack a key column."""
+
+
+def _column(table: pa.Table, name: str, where: str) -> pa.Array:
+    if name not in table.column_names:
+        raise KeyColumnsMissing(f"{where}: no key column {name!r} (columns: {', '.join(table.column_names)})")
+    return table.column(name).combine_chunks()
+
+
+def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> pa.BooleanArray:
+    """True for each row of ``rows`` whose key (``key_columns``) is one of ``touched``'s rows."""
+    if not key_columns:
+        raise KeyColumnsMissing("key_mask: no key columns")
+    left = [_column(rows, k, "rows") for k in key_columns]
+    right = [_column(touched, k, "touched keys").cast(col.type) for k, col in zip(key_columns, left)]
+    if rows.num_rows == 0 or touched.num_rows == 0:
+        return pa.array(np.zeros(rows.num_rows, dtype=bool))
+    if len(key_columns) == 1:
+        return pc.is_in(left[0], value_set=right[0], skip_nulls=False)
+    # Arrow's hash join never matches NULL keys: join on (value or a filler, is-NULL) pairs instead.
+    left_cols: dict[str, pa.Array] = {}
+    right_cols: dict[str, pa.Array] = {}
+    for i, (lcol, rcol) in enumerate(zip(left, right)):
+        filler = _any_value(lcol, rcol)
+        if filler is not None:
+            left_cols[f"v{i}"] = pc.coalesce(lcol, filler)
+            right_cols[f"v{i}"] = pc.coalesce(rcol, filler)
+        left_cols[f"n{i}"] = pc.is_null(lcol)
+        right_cols[f"n{i}"] = pc.is_null(rcol)
+    join_keys = list(left_cols)
+    left_cols["row"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    right_keys = pa.table(right_cols).group_by(join_keys).aggregate([])  # distinct keys
+    hits = pa.table(left_cols).join(right_keys, keys=join_keys, join_type="left semi").column("row")
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    mask[hits.to_numpy()] = True
+    return pa.array(mask)
+
+
+def _any_value(*columns: pa.Array) -> pa.Scalar | None:
+    """A non-NULL value of the columns' type, to stand in for NULLs; None if all are NULL."""
+    for col in columns:
+        values = pc.drop_null(col)
+        if len(values):
+            return values[0]
+    return None

@@ -1,0 +1,88 @@
+"""What the executors run: rewrite one data file without the touched keys, write new rows.
+
+Pure functions of plain picklable arguments (a ``TableTarget``, ``DataFile``s, Arrow tables), so a
+Spark task can call them with nothing captured but values; they write data files and return their
+``DataFile`` metadata, and never commit (the driver does, once, for all of a table's tasks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+
+from cdc_codecs import TidelakeError
+from spark.iceberg import internals
+from spark.iceberg.keys import key_mask
+from spark.iceberg.target import TableTarget
+
+
+class RowsDoNotFitTable(TidelakeError):
+    """Rows to write lack a column of the table (or carry values its types cannot hold)."""
+
+
+@dataclass(frozen=True)
+class FileRewrite:
+    """The outcome of one file's rewrite: ``removed`` is None when the file is unchanged."""
+
+    removed: DataFile | None
+    added: tuple[DataFile, ...]
+    rows_kept: int
+    rows_dropped: int
+
+
+def rewrite_file(
+    target: TableTarget, data_file: DataFile, key_columns: Sequence[str], touched: pa.Table,
+    upserts: pa.Table | None = None,
+) -> FileRewrite:
+    """Rewrite ``data_file`` without the rows whose key is in ``touched``, plus ``upserts``.
+
+    ``upserts`` (optional) are new rows to write into the replacement, for a caller that routes
+    each touched key's new row to the file (or bucket) its key belongs to; the replacement is then
+    sorted by key. A file holding no touched key, with no upserts, is left alone (``removed`` None,
+    nothing written); a file left with no rows is removed and replaced by nothing.
+    """
+    metadata, io = target.metadata(), target.io()
+    rows = internals.read_data_file(io, metadata, data_file)
+    hit = key_mask(rows, touched, key_columns)
+    dropped = int(pc.sum(hit).as_py() or 0)
+    has_upserts = upserts is not None and upserts.num_rows > 0
+    if not dropped and not has_upserts:
+        return FileRewrite(None, (), rows.num_rows, 0)
+    kept = rows.filter(pc.invert(hit))
+    if has_upserts:
+        assert upserts is not None
+        kept = _sorted(pa.concat_tables([kept, fit_rows(upserts, metadata.schema(), target.name)]), key_columns)
+    added = internals.write_data_files(io, metadata, kept)
+    return FileRewrite(data_file, tuple(added), rows.num_rows - dropped, dropped)
+
+
+def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:
+    """Write new and updated rows as new data files, sorted by key (so each file's key bounds
+    are tight and later plans touch few files)."""
+    metadata = target.metadata()
+    fitted = _sorted(fit_rows(rows, metadata.schema(), target.name), key_columns)
+    return tuple(internals.write_data_files(target.io(), metadata, fitted))
+
+
+def fit_rows(rows: pa.Table, schema: Schema, where: str) -> pa.Table:
+    """``rows`` with exactly the table's columns, in its order and Arrow types."""
+    wanted = schema.as_arrow()
+    missing = [n for n in wanted.names if n not in rows.column_names]
+    if missing:
+        raise RowsDoNotFitTable(f"{where}: rows lack column(s) {', '.join(map(repr, missing))}")
+    extra = [n for n in rows.column_names if n not in wanted.names]
+    if extra:
+        raise RowsDoNotFitTable(f"{where}: rows have column(s) the table lacks: {', '.join(map(repr, extra))}")
+    try:
+        return rows.select(wanted.names).cast(wanted)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise RowsDoNotFitTable(f"{where}: rows do not fit the table's column types: {exc}") from exc
+
+
+def _sorted(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
+    return rows.sort_by([(k, "ascending") for k in key_columns]) if key_columns else rows

@@ -1,0 +1,227 @@
+"""pyiceberg private API that tidelake relies on: names, signatures and behaviour, pinned.
+
+If a pyiceberg upgrade breaks one of these, fix ``spark/iceberg/internals.py`` (only there) and
+bump ``WRITTEN_FOR_PYICEBERG``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import pyarrow as pa
+import pyiceberg
+import pytest
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import FileScanTask, Transaction
+from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from spark.iceberg import internals
+from spark.iceberg.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
+from spark.iceberg.target import TableTarget
+from tests.spark.iceberg.conftest import table_with_files
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]})
+
+
+def fields(data_file: DataFile) -> list:
+    return [data_file[i] for i in range(len(data_file))] + [data_file.spec_id]  # spec_id is no struct field
+
+
+def test_written_for_this_pyiceberg():
+    assert pyiceberg.__version__ == internals.WRITTEN_FOR_PYICEBERG, (
+        "pyiceberg changed: re-check every function of spark/iceberg/internals.py against it, then bump WRITTEN_FOR_PYICEBERG"
+    )
+
+
+def test_private_names_and_signatures():
+    assert list(inspect.signature(_dataframe_to_data_files).parameters)[:4] == ["table_metadata", "df", "io", "write_uuid"]
+    assert list(inspect.signature(ArrowScan.__init__).parameters)[1:5] == ["table_metadata", "io", "projected_schema", "row_filter"]
+    assert callable(ArrowScan.to_table)
+    assert list(inspect.signature(FileScanTask.__init__).parameters)[1] == "data_file"
+    assert inspect.signature(UpdateSnapshot.overwrite).return_annotation in (_OverwriteFiles, "_OverwriteFiles")
+    for name in ("delete_data_file", "append_data_file", "_commit", "_clean_all_uncommitted"):
+        assert callable(getattr(_OverwriteFiles, name)), name
+    assert isinstance(inspect.getattr_static(_OverwriteFiles, "snapshot_id"), property)
+    assert list(inspect.signature(Transaction._apply).parameters) == ["self", "updates", "requirements"]
+
+
+def test_from_args_still_drops_spec_id():
+    """write_data_files sets spec_id itself because pyiceberg drops it; when this fails, pyiceberg
+    keeps it and the workaround can go."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    data_file = DataFile.from_args(content=DataFileContent.DATA, file_path="x", file_format=FileFormat.PARQUET,
+                                   partition=Record(), record_count=1, file_size_in_bytes=1, spec_id=0)
+    assert not hasattr(data_file, "_spec_id")
+
+
+def test_transaction_keeps_a_list_of_registered_snapshot_producers(catalog):
+    table = catalog.create_table("ns.t", schema=SCHEMA)
+    tx = table.transaction()
+    assert tx._snapshot_producers == []
+    tx.append(rows(0, 3))
+    assert len(tx._snapshot_producers) == 1  # what stage_overwrite checks to refuse a second snapshot
+
+
+def test_data_file_pickles_and_unpickles_equal_in_every_field(catalog):
+    table = catalog.create_table("ns.t", schema=SCHEMA)
+    target = TableTarget.of(table)
+    [data_file] = internals.write_data_files(target.io(), target.metadata(), rows(0, 10))
+    back = pickle.loads(pickle.dumps(data_file))
+    assert fields(back) == fields(data_file)
+    assert back.record_count == 10 and back.lower_bounds and back.upper_bounds and back.spec_id == 0
+    internals.commit_overwrite(table, expected_snapshot_id=None, removed=[], added=[back])
+    [listed] = [t.file for t in catalog.load_table("ns.t").scan().plan_files()]  # as the planner ships them
+    assert listed.spec_id == 0 and fields(pickle.loads(pickle.dumps(listed))) == fields(listed)
+
+
+def test_written_files_read_back_the_rows_with_key_bounds(catalog):
+    table = catalog.create_table("ns.t", schema=SCHEMA, properties={"write.target-file-size-bytes": "2000"})
+    target = TableTarget.of(table)
+    files = internals.write_data_files(target.io(), target.metadata(), rows(0, 500))
+    assert len(files) > 1  # bin-packed by the table's target size
+    read = pa.concat_tables(internals.read_data_file(target.io(), target.metadata(), f) for f in files)
+    assert read.sort_by("id").to_pylist() == rows(0, 500).to_pylist()
+    assert {f.file_path.startswith(table.location()) for f in files} == {True}
+    first = files[0]
+    low = int.from_bytes(first.lower_bounds[1], "little")
+    assert low == internals.read_data_file(target.io(), target.metadata(), first).column("id").to_pylist()[0]
+    assert internals.write_data_files(target.io(), target.metadata(), rows(0, 0)) == []
+
+
+def test_read_projects_the_current_schema(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    with table.update_schema() as update:
+        update.rename_column("name", "label")
+        update.add_column("extra", StringType())
+    read = internals.read_data_file(table.io, table.metadata, data_file)
+    assert read.column_names == ["id", "label", "extra"]
+    assert read.column("label").to_pylist() == ["n0", "n1", "n2"] and read.column("extra").null_count == 3
+
+
+def test_commit_overwrite_removes_and_adds_files_in_one_snapshot(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3), rows(3, 3)])
+    head = table.current_snapshot().snapshot_id
+    old = [t.file for t in table.scan().plan_files()]
+    target = TableTarget.of(table)
+    new = internals.write_data_files(target.io(), target.metadata(), rows(100, 2))
+    snapshot_id = internals.commit_overwrite(table, expected_snapshot_id=head, removed=[old[0]], added=new,
+                                             snapshot_properties={"tidelake.watermark": "42"})
+    table = catalog.load_table("ns.t")
+    snapshot = table.current_snapshot()
+    assert snapshot.snapshot_id == snapshot_id and snapshot.parent_snapshot_id == head
+    assert snapshot.summary.operation.value == "overwrite"
+    assert snapshot.summary["tidelake.watermark"] == "42"
+    assert snapshot.summary["deleted-data-files"] == "1" and snapshot.summary["added-data-files"] == "1"
+    assert {f.file.file_path for f in table.scan().plan_files()} == {old[1].file_path, new[0].file_path}
+    assert table.scan().to_arrow().num_rows == 5
+
+
+def test_commit_overwrite_on_a_branch_leaves_main(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    head = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_branch(head, "staging").commit()
+    target = TableTarget.of(table)
+    new = internals.write_data_files(target.io(), target.metadata(), rows(10, 2))
+    internals.commit_overwrite(table, expected_snapshot_id=head, removed=[], added=new, branch="staging")
+    table = catalog.load_table("ns.t")
+    assert table.current_snapshot().snapshot_id == head
+    assert table.scan(snapshot_id=table.snapshot_by_name("staging").snapshot_id).to_arrow().num_rows == 5
+
+
+def test_a_plan_against_another_snapshot_is_refused_naming_both(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    head = table.current_snapshot().snapshot_id
+    with pytest.raises(CommitConflictError, match=f"expected snapshot 123, found {head}") as info:
+        internals.commit_overwrite(table, expected_snapshot_id=123, removed=[], added=[])
+    assert (info.value.expected, info.value.found, info.value.branch) == (123, head, "main")
+
+
+def test_a_writer_that_commits_between_plan_and_commit_is_a_conflict_not_a_rebase(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    head = table.current_snapshot().snapshot_id
+    stale = catalog.load_table("ns.t")
+    catalog.load_table("ns.t").append(rows(50, 1))  # another writer
+    moved = catalog.load_table("ns.t").current_snapshot().snapshot_id
+    target = TableTarget.of(stale)
+    new = internals.write_data_files(target.io(), target.metadata(), rows(10, 2))
+    with pytest.raises(CommitConflictError) as info:
+        internals.commit_overwrite(stale, expected_snapshot_id=head, removed=[], added=new)
+    assert (info.value.expected, info.value.found) == (head, moved)
+    after = catalog.load_table("ns.t")
+    assert after.current_snapshot().snapshot_id == moved and after.scan().to_arrow().num_rows == 4
+
+
+def test_removing_a_file_the_head_does_not_hold_is_rejected(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3), rows(3, 3)])
+    first = next(t.file for t in table.scan().plan_files())
+    internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[first], added=[])
+    table = catalog.load_table("ns.t")
+    with pytest.raises(OverwriteRejected, match="Missing required files to delete"):
+        internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[first], added=[])
+
+
+def test_the_overwrite_must_be_the_transactions_only_snapshot(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    tx = table.transaction()
+    tx.append(rows(10, 1))
+    with pytest.raises(OverwriteRejected, match="only snapshot"):
+        internals.stage_overwrite(tx, "ns.t", expected_snapshot_id=table.current_snapshot().snapshot_id,
+                                  removed=[], added=internals.write_data_files(table.io, table.metadata, rows(20, 1)))
+
+
+def test_staged_with_schema_and_property_changes_commits_once_with_the_new_schema(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    head = table.current_snapshot().snapshot_id
+    tx = table.transaction()
+    with tx.update_schema() as update:
+        update.add_column("extra", StringType())
+    tx.set_properties({"tidelake.watermark": "7"})
+    added = internals.write_data_files(table.io, tx.table_metadata, rows(10, 1).append_column("extra", pa.array(["x"])))
+    snapshot_id = internals.stage_overwrite(tx, "ns.t", expected_snapshot_id=head, removed=[], added=added)
+    tx.commit_transaction()
+    table = catalog.load_table("ns.t")
+    assert table.current_snapshot().snapshot_id == snapshot_id
+    assert table.current_snapshot().schema_id == table.metadata.current_schema_id
+    assert table.properties["tidelake.watermark"] == "7"
+    assert table.scan().to_arrow().column("extra").to_pylist().count("x") == 1
+
+
+def test_nothing_to_remove_or_add_commits_nothing(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    head = table.current_snapshot().snapshot_id
+    assert internals.commit_overwrite(table, expected_snapshot_id=head, removed=[], added=[]) is None
+    assert len(catalog.load_table("ns.t").snapshots()) == 1
+
+
+BUCKETED = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(4), name="b"))
+
+
+def test_a_bucketed_write_without_pyiceberg_core_fails_clearly(catalog, monkeypatch):
+    table = catalog.create_table("ns.t", schema=SCHEMA, partition_spec=BUCKETED)
+    monkeypatch.setattr(internals, "pyiceberg_core_available", lambda: False)
+    with pytest.raises(LayoutUnavailable, match=r"bucket\[4\]\(id\).*pyiceberg-core"):
+        internals.write_data_files(table.io, table.metadata, rows(0, 3))
+
+
+@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
+def test_a_bucketed_write_splits_rows_by_bucket(catalog):
+    table = catalog.create_table("ns.t", schema=SCHEMA, partition_spec=BUCKETED)
+    files = internals.write_data_files(table.io, table.metadata, rows(0, 100))
+    bucket = BucketTransform(4).transform(LongType())
+    for f in files:
+        ids = internals.read_data_file(table.io, table.metadata, f).column("id").to_pylist()
+        assert {bucket(i) for i in ids} == {f.partition[0]}
+    assert sum(f.record_count for f in files) == 100

@@ -1,0 +1,144 @@
+"""Executor rewrite + one driver commit == pyiceberg's own delete + append, scan for scan."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pyarrow as pa
+import pytest
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+from spark.commit import _key_filter
+from spark.iceberg import files, internals
+from spark.iceberg.rewrite import RowsDoNotFitTable, rewrite_file, write_rows
+from spark.iceberg.target import TableTarget
+from tests.spark.iceberg.conftest import table_with_files
+
+KEYED = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+COMPOSITE = Schema(NestedField(1, "a", StringType(), required=False), NestedField(2, "b", IntegerType(), required=False),
+                   NestedField(3, "v", StringType(), required=False))
+
+
+def over_the_wire(*args):
+    """What a Spark task receives: pickled and unpickled arguments."""
+    return pickle.loads(pickle.dumps(args))
+
+
+def apply_on_executors(table, keys, touched: pa.Table, upserts: pa.Table, route_upserts: bool = False) -> None:
+    target = TableTarget.of(table)
+    plan = files.plan_rewrite(table.metadata, table.io, keys, touched)
+    rewrites = []
+    for i, data_file in enumerate(plan.candidates):
+        # route_upserts: the new rows go into the first rewritten file instead of files of their own
+        extra = upserts if route_upserts and i == 0 else None
+        result = rewrite_file(*over_the_wire(target, data_file, keys, touched, extra))
+        rewrites.append(pickle.loads(pickle.dumps(result)))
+    added = [f for r in rewrites for f in r.added]
+    if not (route_upserts and plan.candidates):
+        added += write_rows(*over_the_wire(target, upserts, keys))
+    internals.commit_overwrite(table, expected_snapshot_id=plan.snapshot_id, removed=[r.removed for r in rewrites if r.removed],
+                               added=added, snapshot_properties={"tidelake.watermark": "9"})
+
+
+def apply_with_pyiceberg(table, keys, touched: pa.Table, upserts: pa.Table) -> None:
+    with table.transaction() as tx, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = [tuple(row[k] for k in keys) for row in touched.to_pylist()]
+        if values:
+            tx.delete(_key_filter(tuple(keys), values, tx.table_metadata.schema()))
+        if upserts.num_rows:
+            tx.append(upserts.cast(tx.table_metadata.schema().as_arrow()))
+
+
+def rows_of(table) -> list:
+    return sorted(table.scan().to_arrow().to_pylist(), key=repr)
+
+
+def check_same(catalog, schema, batches, keys, touched, upserts, route_upserts=False, spec=UNPARTITIONED_PARTITION_SPEC):
+    ours = table_with_files(catalog, "ours", schema, batches, spec)
+    theirs = table_with_files(catalog, "theirs", schema, batches, spec)
+    apply_on_executors(ours, keys, touched, upserts, route_upserts)
+    apply_with_pyiceberg(theirs, keys, touched, upserts)
+    ours, theirs = catalog.load_table("ns.ours"), catalog.load_table("ns.theirs")
+    assert rows_of(ours) == rows_of(theirs)
+    return ours
+
+
+def keyed(ids, tag="old"):
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{tag}{i}" for i in ids]})
+
+
+BATCHES = [keyed(range(i * 50, i * 50 + 50)) for i in range(6)]
+
+
+@pytest.mark.parametrize("route_upserts", [False, True])
+def test_inserts_updates_and_deletes(catalog, route_upserts):
+    updates, inserts, deletes = [3, 70, 299], [1000, 1001], [5, 120, 121, 250]
+    touched = pa.table({"id": pa.array(updates + inserts + deletes, pa.int64())})
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed(updates + inserts, "new"), route_upserts)
+    assert ours.current_snapshot().summary["tidelake.watermark"] == "9"
+    assert ours.current_snapshot().summary["deleted-data-files"] == "4"  # files 0, 1, 2 and 5 held touched keys
+
+
+@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
+def test_a_bucketed_table_rewrites_only_the_touched_buckets(catalog):
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(8), name="b"))
+    touched = pa.table({"id": pa.array([3, 70, 299, 1000], pa.int64())})
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed([3, 1000], "new"), spec=spec)
+    assert int(ours.current_snapshot().summary["deleted-data-files"]) <= 3 * len(BATCHES)  # of 8 x 6 files
+
+
+def test_only_inserts_rewrite_no_file(catalog):
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], pa.table({"id": pa.array([5000], pa.int64())}), keyed([5000], "new"))
+    assert "deleted-data-files" not in ours.current_snapshot().summary.additional_properties
+
+
+def test_composite_keys(catalog):
+    batches = [pa.table({"a": ["x", "x", "y", None], "b": pa.array([1, 2, 1, 1], pa.int32()), "v": list("pqrs")}),
+               pa.table({"a": ["y", "z"], "b": pa.array([2, None], pa.int32()), "v": list("tu")})]
+    touched = pa.table({"a": ["x", "y", None, "z", "w"], "b": pa.array([2, 2, 1, None, 9], pa.int32())})
+    upserts = pa.table({"a": ["x", "w"], "b": pa.array([2, 9], pa.int32()), "v": ["X2", "W9"]})
+    check_same(catalog, COMPOSITE, batches, ["a", "b"], touched, upserts)
+
+
+def test_whole_row_keys_with_nulls_in_a_keyless_table(catalog):
+    schema = Schema(NestedField(1, "x", LongType(), required=False), NestedField(2, "y", StringType(), required=False))
+    batches = [pa.table({"x": pa.array([1, 1, None, 2], pa.int64()), "y": ["a", "a", "b", None]}),
+               pa.table({"x": pa.array([None, 3], pa.int64()), "y": pa.array([None, "c"], pa.string())})]
+    touched = pa.table({"x": pa.array([1, None, None], pa.int64()), "y": ["a", "b", None]})
+    upserts = pa.table({"x": pa.array([None], pa.int64()), "y": ["b"]})  # the row updated to itself stays once
+    ours = check_same(catalog, schema, batches, ["x", "y"], touched, upserts)
+    assert rows_of(ours) == sorted([{"x": 2, "y": None}, {"x": 3, "y": "c"}, {"x": None, "y": "b"}], key=repr)
+
+
+def test_deleting_every_row_empties_the_table(catalog):
+    touched = pa.table({"id": pa.array(range(300), pa.int64())})
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed([]))
+    assert rows_of(ours) == [] and list(ours.scan().plan_files()) == []
+
+
+def test_a_file_without_touched_keys_is_left_alone(catalog):
+    table = table_with_files(catalog, "t", KEYED, BATCHES[:1])
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    result = rewrite_file(TableTarget.of(table), data_file, ["id"], pa.table({"id": pa.array([999], pa.int64())}))
+    assert (result.removed, result.added, result.rows_kept, result.rows_dropped) == (None, (), 50, 0)
+    dropped = rewrite_file(TableTarget.of(table), data_file, ["id"], pa.table({"id": pa.array([1, 2], pa.int64())}))
+    assert dropped.removed == data_file and dropped.rows_dropped == 2 and sum(f.record_count for f in dropped.added) == 48
+
+
+def test_new_rows_are_written_sorted_by_key(catalog):
+    table = catalog.create_table("ns.t", schema=KEYED)
+    [data_file] = write_rows(TableTarget.of(table), keyed([5, 1, 3]), ["id"])
+    assert internals.read_data_file(table.io, table.metadata, data_file).column("id").to_pylist() == [1, 3, 5]
+
+
+def test_rows_that_do_not_fit_the_table_are_refused_by_name(catalog):
+    table = catalog.create_table("ns.t", schema=KEYED)
+    with pytest.raises(RowsDoNotFitTable, match="ns.t: rows lack column\\(s\\) 'v'"):
+        write_rows(TableTarget.of(table), keyed([1]).select(["id"]), ["id"])
+    with pytest.raises(RowsDoNotFitTable, match="the table lacks: 'w'"):
+        write_rows(TableTarget.of(table), keyed([1]).append_column("w", pa.array([1])), ["id"])
