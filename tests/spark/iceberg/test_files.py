@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.catalog.sql import SqlCatalog
@@ -106,7 +105,6 @@ def test_bucket_values_of_keys_follow_the_iceberg_spec(monkeypatch):
         assert got.to_pylist() == [1210000089 % 1000]
 
 
-@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
 def test_buckets_prune_where_key_ranges_overlap(catalog):
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(16), name="b"))
     table = table_with_files(catalog, "t", ID, [id_rows(list(range(i, 16_000, 10))) for i in range(10)], spec=spec)

@@ -216,7 +216,6 @@ def test_a_bucketed_write_without_pyiceberg_core_fails_clearly(catalog, monkeypa
         internals.write_data_files(table.io, table.metadata, rows(0, 3))
 
 
-@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
 def test_a_bucketed_write_splits_rows_by_bucket(catalog):
     table = catalog.create_table("ns.t", schema=SCHEMA, partition_spec=BUCKETED)
     files = internals.write_data_files(table.io, table.metadata, rows(0, 100))

@@ -61,7 +61,6 @@ def test_bucketing_without_pyiceberg_core_fails_before_creating_anything(tmp_pat
     assert table.spec().is_unpartitioned()
 
 
-@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
 def test_a_bucketed_table_is_partitioned_by_the_first_key_column_and_sorted_by_the_key(tmp_path):
     cfg = config(tmp_path, {"buckets": 8})
     catalog = cat.open_catalog(cfg)

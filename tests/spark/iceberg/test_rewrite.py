@@ -84,7 +84,6 @@ def test_inserts_updates_and_deletes(catalog, route_upserts):
     assert ours.current_snapshot().summary["deleted-data-files"] == "4"  # files 0, 1, 2 and 5 held touched keys
 
 
-@pytest.mark.skipif(not internals.pyiceberg_core_available(), reason="pyiceberg-core is not installed")
 def test_a_bucketed_table_rewrites_only_the_touched_buckets(catalog):
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(8), name="b"))
     touched = pa.table({"id": pa.array([3, 70, 299, 1000], pa.int64())})
