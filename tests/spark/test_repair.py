@@ -10,6 +10,7 @@ published W back to the model, moving only the tags whose rows changed.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,17 +64,19 @@ def garble_names(e: Any) -> Any:
     return e
 
 
-def pipeline(protocol: str = "canal-json", seed: int = 21, intervals: int = 4, partitions: int = 2):  # noqa: ANN201
-    """A machine with ``intervals`` landed intervals of a history that changes rows in every one."""
+def pipeline(protocol: str = "canal-json", seed: int = 21, intervals: int = 4, partitions: int = 2,
+             later: int = 0):  # noqa: ANN201
+    """A machine with ``intervals`` landed intervals of a history that changes rows in every one,
+    and ``later`` more intervals' worth of it not landed yet (``m.per`` records each)."""
     up = Upstream(seed=seed)
-    for _ in range(intervals + 1):
+    for _ in range(intervals + later + 1):
         up.changes(8)
         up.resolved()
     m = machine_for(protocol)()
     m.begin(up.history, partitions)
-    per = len(m.feed.records) // intervals + 1
+    m.per = len(m.feed.records) // (intervals + later) + 1
     for _ in range(intervals):
-        m.land_interval(per)
+        m.land_interval(m.per)
     return m
 
 
@@ -208,3 +211,184 @@ def test_a_repaired_tag_keeps_the_columns_it_had_at_its_watermark(monkeypatch: p
     assert "note" in read_pipeline(m.config, w1)[1][("shop", "t")].column_names
     table = cat.pipeline_tables(cat.open_catalog(m.config), m.config)[0]
     assert "note" in table.schema().column_names  # the current schema is the newest again
+
+
+# ---------------------------------------------------------------- (b) dry run
+
+
+def test_a_dry_run_lists_the_differences_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch, garble_names)
+    wrong = wrong_watermarks(m)
+    archive, tables, tags_before = archive_state(m), catalog_state(m), tags(m)
+    dry = repair(m.config, dry_run=True)
+    assert sorted({d.watermark for d in dry.differences}) == wrong
+    assert all(d.snapshot_after is None for d in dry.differences) and dry.record is None
+    assert archive_state(m) == archive and catalog_state(m) == tables and tags(m) == tags_before
+    assert repair_records(m.storage, m.config.name) == []
+    scratch_is_gone(m)
+    real = repair(m.config)  # what the dry run listed is what a repair moves
+    assert [(d.watermark, d.name, d.rows_before, d.rows_after) for d in real.differences] == \
+        [(d.watermark, d.name, d.rows_before, d.rows_after) for d in dry.differences]
+
+
+# ---------------------------------------------------------------- (c) a history tags cannot express
+
+
+def shift_watermarks(e: Any) -> Any:
+    return e._replace(ts=e.ts - 1) if isinstance(e, Watermark) else e
+
+
+def lose_a_table(e: Any) -> Any:
+    return None if getattr(e, "table", None) == "t.1" else e
+
+
+@pytest.mark.parametrize("change, says", [
+    (shift_watermarks, "published W .*, the archive now derives"),
+    (lose_a_table, "tables shop.t.1, shop.t0 are published, the archive now derives shop.t0"),
+])
+def test_a_repair_whose_archive_derives_other_watermarks_or_tables_fails_and_changes_nothing(
+        change: Callable[[Any], Any], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch)
+    archive, tables = archive_state(m), catalog_state(m)
+    with monkeypatch.context() as patch:
+        buggy_decoders(patch, change)
+        with pytest.raises(RepairError, match=says) as failed:
+            repair(m.config)
+    assert "Nothing was changed. Rebuild the pipeline under a new name" in str(failed.value)
+    assert archive_state(m) == archive and catalog_state(m) == tables
+    scratch_is_gone(m)
+    m.check()
+
+
+# ---------------------------------------------------------------- (d) a crash in the middle
+
+
+@pytest.mark.parametrize("at", ["re-derived", "recorded", "staged", "table", "checkpointed", "published"])
+def test_a_repair_that_crashes_leaves_every_watermark_readable_and_a_rerun_finishes(
+        at: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch, garble_names)
+    wrong = wrong_watermarks(m)
+
+    def fault(step: str) -> None:
+        if step == at or step.startswith(f"{at}:"):
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        repair(m.config, fault=fault)
+    for w in published_watermarks(m.storage, m.config.name):
+        read_pipeline(m.config, w)  # readable: old rows or repaired ones, never a broken view
+    assert set(wrong_watermarks(m)) <= set(wrong)
+    assert not current_lease(m.storage, m.config.name).live(__import__("time").time())
+    report = repair(m.config)
+    m.check()
+    for w in wrong:  # Ws the crashed repair moved are marked repaired too
+        assert read_published(m.storage, m.config.name, w)["repaired"]["record"] == report.record
+    records = dict(repair_records(m.storage, m.config.name))
+    assert records[report.record]["status"] == "done" and records[report.record]["repaired_watermarks"] == wrong
+    assert {d["status"] for p, d in records.items() if p != report.record} <= {"superseded"}
+
+
+# ---------------------------------------------------------------- (e) the lease
+
+
+def test_a_repair_holds_the_pipelines_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch, garble_names)
+    archive, tables = archive_state(m), catalog_state(m)
+    other = Lease(m.storage, m.config.name, ttl_seconds=300, owner="scheduled-run", renew=False).acquire()
+    with pytest.raises(LeaseHeldError, match="scheduled-run"):
+        repair(m.config)
+    other.release()
+    assert archive_state(m) == archive and catalog_state(m) == tables
+    # While a repair works, a run of the pipeline finds the lease held.
+    seen = []
+
+    def run_meanwhile(step: str) -> None:
+        if step.startswith("table:") and not seen:
+            with pytest.raises(LeaseHeldError):
+                apply_interval(m.config, T0, T0 + HOUR)
+            seen.append(step)
+
+    repair(m.config, fault=run_meanwhile)
+    assert seen
+    m.check()
+
+
+# ---------------------------------------------------------------- (f) --from
+
+
+def test_from_limits_which_tags_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch, garble_names)
+    wrong = wrong_watermarks(m)
+    assert len(wrong) >= 2
+    before = tags(m)
+    report = repair(m.config, from_watermark=wrong[1])
+    assert sorted({d.watermark for d in report.differences}) == wrong[1:]
+    after = tags(m)
+    assert {k for k in after if after[k] != before[k]} == {(d.uuid, d.watermark) for d in report.differences}
+    assert wrong_watermarks(m) == wrong[:1]  # earlier tags keep what they had
+    repair(m.config)
+    m.check()
+
+
+# ---------------------------------------------------------------- announcing a repair downstream
+
+
+def test_the_next_new_watermark_announces_the_repair_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline(intervals=2, later=2)
+    run_all(m, monkeypatch, garble_names)
+    wrong = wrong_watermarks(m)
+    report = repair(m.config)
+    assert report.repaired_from == wrong[0]
+    span = lambda j: (T0 + j * HOUR, T0 + (j + 1) * HOUR)  # noqa: E731
+    # A publish task retried for an interval published before the repair does not claim it.
+    assert announcement(m.config, *span(1), storage=m.storage).repair is False
+    m.land_interval(m.per)
+    assert m._run(2).outcome == "published"
+    first = announcement(m.config, *span(2), storage=m.storage)
+    assert (first.watermark, first.repair, first.repaired_from) == (m.intervals[2][0], True, wrong[0])
+    assert announcement(m.config, *span(2), storage=m.storage) == first  # the same task retried says the same
+    m.land_interval(len(m.feed.records))
+    assert m._run(3).outcome == "published"
+    assert announcement(m.config, *span(3), storage=m.storage).repair is False  # announced once
+    m.check()
+
+
+# ---------------------------------------------------------------- (g) the command
+
+
+def test_the_repair_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch, garble_names)
+    wrong = wrong_watermarks(m)
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'name = "shop"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
+                    f'protocol = "canal-json"\n[storage]\nurl = "{m.config.storage.url}"\n')
+    assert main(["repair", "--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"repair shop: re-derived from the archive; compared {len(published_watermarks(m.storage, 'shop'))}")
+    assert all(f"W {w} (" in out for w in wrong) and "would move" in out and "dry run: nothing was changed" in out
+    assert wrong_watermarks(m) == wrong
+
+    assert main(["repair", "--config", str(path), "--from", str(wrong[-1])]) == 0
+    out = capsys.readouterr().out
+    assert f"(W >= {wrong[-1]})" in out and f"tag wm_{wrong[-1]} moved to snapshot" in out and "recorded in shop/repairs/" in out
+    assert f"W {wrong[0]} (" not in out
+
+    time_of_first = dt.datetime.fromtimestamp((wrong[0] >> 18) / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    assert main(["repair", "--config", str(path), "--from", time_of_first]) == 0
+    assert f"W {wrong[0]} (" in capsys.readouterr().out
+    m.check()
+
+    assert main(["repair", "--config", str(path)]) == 0
+    assert "nothing differs" in capsys.readouterr().out
+    assert main(["repair", "--config", str(path), "--from", "yesterday"]) == 2
+    assert capsys.readouterr().err.startswith("error: --from: expected")
+    other = Lease(m.storage, "shop", ttl_seconds=300, owner="scheduled-run", renew=False).acquire()
+    assert main(["repair", "--config", str(path)]) == 1
+    assert "scheduled-run" in capsys.readouterr().err
+    other.release()
