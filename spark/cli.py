@@ -218,8 +218,9 @@ def print_repair(report: Any, out: Any = None) -> None:
     width = max([len(d.name) for d in report.differences] + [5])
     for d in report.differences:
         move = "would move" if report.dry_run else f"moved to snapshot {d.snapshot_after}"
-        print(f"  W {d.watermark} ({_w_time(d.watermark)})  {d.name:<{width}}  {d.rows_before:>8,} rows published, "
-              f"{d.rows_after:>8,} derived; tag wm_{d.watermark} {move}", file=out)
+        before = "tag lost" if d.snapshot_before is None else f"{d.rows_before:>8,} rows published"
+        print(f"  W {d.watermark} ({_w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
+              f"tag wm_{d.watermark} {move}", file=out)
     for name in report.main_moved:
         print(f"  main of {name} moved forward to its repaired latest watermark", file=out)
     if report.checkpoints:

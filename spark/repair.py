@@ -75,7 +75,7 @@ class TableDifference:
     uuid: str
     rows_before: int
     rows_after: int
-    snapshot_before: int
+    snapshot_before: int | None  # None: the tag was lost (it is recreated)
     snapshot_after: int | None = None  # the repaired snapshot (None until moved, or in a dry run)
 
     @property
@@ -219,18 +219,23 @@ def _schema_shape(table: Table, snapshot_id: int) -> list[tuple[str, str, bool]]
 
 
 def _tables_at(config: PipelineConfig, storage: Storage, catalog: Any, w: int) -> dict[tuple[str, str], tuple[PublishedTable, Table]]:
-    """The view at W: (database, table) -> (its published entry, its Iceberg table)."""
+    """The view at W: (database, table) -> (its published entry, its Iceberg table, which may have lost its tag)."""
     doc = read_published(storage, config.name, w)
     assert doc is not None
     by_uuid = {str(t.metadata.table_uuid): t for t in cat.pipeline_tables(catalog, config)}
     out = {}
     for entry in published_tables(doc):
         table = by_uuid.get(entry.uuid)
-        if table is None or table.snapshot_by_name(tag_name(w)) is None:
-            raise RepairError(f"pipeline {config.name}: {entry.database}.{entry.table} at {w}: its Iceberg table or tag "
-                              f"{tag_name(w)} is gone")
+        if table is None:
+            raise RepairError(f"pipeline {config.name}: {entry.database}.{entry.table} at {w}: its Iceberg table "
+                              f"{entry.uuid} is gone, so its tags cannot be moved; rebuild the pipeline under a new name")
         out[(entry.database, entry.table)] = (entry, table)
     return out
+
+
+def _tag_snapshot(table: Table, w: int) -> int | None:
+    snapshot = table.snapshot_by_name(tag_name(w))
+    return snapshot.snapshot_id if snapshot is not None else None
 
 
 def _check_same_history(config: PipelineConfig, storage: Storage, catalog: Any, scratch: PipelineConfig, chain: list,
@@ -250,8 +255,11 @@ def _check_same_history(config: PipelineConfig, storage: Storage, catalog: Any, 
                 continue
             for name, (_, table) in sorted(mine.items()):
                 other = theirs[name][1]
-                a = _schema_shape(table, table.snapshot_by_name(tag_name(w)).snapshot_id)  # type: ignore[union-attr]
-                b = _schema_shape(other, other.snapshot_by_name(tag_name(w)).snapshot_id)  # type: ignore[union-attr]
+                tagged = _tag_snapshot(table, w)
+                if tagged is None:
+                    continue  # a lost tag: recreated with the derived rows (and a schema of the table like the derived one)
+                a = _schema_shape(table, tagged)
+                b = _schema_shape(other, _tag_snapshot(other, w))  # type: ignore[arg-type]
                 if a != b:
                     cols = lambda shape: ", ".join(f"{n} {t}" for n, t, _ in shape)  # noqa: E731
                     found.append(f"W {w} {'.'.join(name)}: columns ({cols(a)}) are published, the archive now derives ({cols(b)})")
@@ -284,11 +292,16 @@ def _compare_rows(config: PipelineConfig, storage: Storage, catalog: Any, scratc
         theirs = _tables_at(scratch, storage, catalog, w)
         for name, (entry, table) in sorted(_tables_at(config, storage, catalog, w).items()):
             other = theirs[name][1]
-            before = _rows(table, table.snapshot_by_name(tag_name(w)).snapshot_id)  # type: ignore[union-attr]
-            after = _rows(other, other.snapshot_by_name(tag_name(w)).snapshot_id)  # type: ignore[union-attr]
+            tagged = _tag_snapshot(table, w)
+            after = _rows(other, _tag_snapshot(other, w))  # type: ignore[arg-type]
+            if tagged is None:
+                lost = TableDifference(w, entry.database, entry.table, entry.uuid, 0, after.num_rows, None)
+                _schema_at(table, lost, _schema_shape(other, _tag_snapshot(other, w)))  # type: ignore[arg-type]  # fails before any change
+                out.append(lost)
+                continue
+            before = _rows(table, tagged)
             if not _same_rows(before, after):
-                out.append(TableDifference(w, entry.database, entry.table, entry.uuid, before.num_rows, after.num_rows,
-                                           table.snapshot_by_name(tag_name(w)).snapshot_id))  # type: ignore[union-attr]
+                out.append(TableDifference(w, entry.database, entry.table, entry.uuid, before.num_rows, after.num_rows, tagged))
     return out
 
 
@@ -363,21 +376,25 @@ def _repair_table(config: PipelineConfig, storage: Storage, catalog: Any, scratc
     out: dict[int, int] = {}
     for d in diffs:
         tag = tag_name(d.watermark)
-        at_tag = table.snapshot_by_name(tag)
-        assert at_tag is not None and at_tag.schema_id is not None
-        schema = table.metadata.schema_by_id(at_tag.schema_id)
-        assert schema is not None
         other = _tables_at(scratch, storage, catalog, d.watermark)[(d.database, d.table)][1]
-        rows = _rows(other, other.snapshot_by_name(tag).snapshot_id)  # type: ignore[union-attr]
+        derived = _tag_snapshot(other, d.watermark)
+        assert derived is not None
+        schema_id = _schema_at(table, d, _schema_shape(other, derived))
+        schema = table.metadata.schema_by_id(schema_id)
+        assert schema is not None
+        rows = _rows(other, derived)
         target = schema.as_arrow()
         rows = rows.select(target.names).cast(target)
         doc = read_published(storage, config.name, d.watermark) or {}
         summary = {WATERMARK: str(d.watermark), INTERVAL: str(doc.get("interval", "")), REPAIRED_BY: record_path}
-        with writing_with_schema(tx, at_tag.schema_id):
+        with writing_with_schema(tx, schema_id):
             # Not a full-table rewrite behind main's back: the branch starts at main's head and only tags point here.
             tx.overwrite(rows, AlwaysTrue(), snapshot_properties=summary, branch=REPAIR_BRANCH)
         snapshot_id = tx.table_metadata.refs[REPAIR_BRANCH].snapshot_id
-        ManageSnapshots(tx).remove_tag(tag).create_tag(snapshot_id, tag).commit()
+        moving = ManageSnapshots(tx)
+        if tag in tx.table_metadata.refs:
+            moving = moving.remove_tag(tag)
+        moving.create_tag(snapshot_id, tag).commit()
         out[d.watermark] = snapshot_id
     main_moved = diffs[-1].watermark == published[-1]
     if main_moved:
@@ -390,6 +407,19 @@ def _repair_table(config: PipelineConfig, storage: Storage, catalog: Any, scratc
     lease.check()
     tx.commit_transaction()
     return out, main_moved
+
+
+def _schema_at(table: Table, d: TableDifference, derived: list[tuple[str, str, bool]]) -> int:
+    """The schema to write W's snapshot with: the tag's, or for a lost tag the table's schema like the derived one."""
+    if d.snapshot_before is not None:
+        schema_id = table.metadata.snapshot_by_id(d.snapshot_before).schema_id  # type: ignore[union-attr]
+        assert schema_id is not None
+        return schema_id
+    for schema in reversed(table.metadata.schemas):
+        if [(f.name, str(f.field_type), f.required) for f in schema.fields] == derived:
+            return schema.schema_id
+    raise RepairError(f"{d.name}: tag {tag_name(d.watermark)} is lost and the table never had the columns the archive "
+                      f"derives at W {d.watermark} ({', '.join(n for n, _, _ in derived)}); rebuild the pipeline under a new name")
 
 
 def _update_published(config: PipelineConfig, storage: Storage, catalog: Any, w: int, repaired: dict[str, Any]) -> None:

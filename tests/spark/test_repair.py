@@ -20,7 +20,7 @@ import pytest
 from cdc_codecs import RowChange, Watermark
 from spark import apply as apply_module
 from spark import catalog as cat
-from spark.apply import apply_interval
+from spark.apply import ApplyError, apply_interval
 from spark.cli import main
 from spark.commit import table_watermark
 from spark.lease import Lease, LeaseHeldError, current_lease
@@ -64,7 +64,7 @@ def garble_names(e: Any) -> Any:
     return e
 
 
-def pipeline(protocol: str = "canal-json", seed: int = 21, intervals: int = 4, partitions: int = 2,
+def pipeline(protocol: str = "canal-json", seed: int = 21, intervals: int = 3, partitions: int = 2,
              later: int = 0):  # noqa: ANN201
     """A machine with ``intervals`` landed intervals of a history that changes rows in every one,
     and ``later`` more intervals' worth of it not landed yet (``m.per`` records each)."""
@@ -133,7 +133,7 @@ def scratch_is_gone(m) -> None:  # noqa: ANN001
 # ---------------------------------------------------------------- (a) a decoder fix
 
 
-@pytest.mark.parametrize("protocol", ["canal-json", "debezium-mysql"])
+@pytest.mark.parametrize("protocol", ["canal-json", pytest.param("debezium-mysql", marks=pytest.mark.slow)])
 def test_a_decoder_fix_is_repaired_to_the_reference_model(protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m = pipeline(protocol)
     run_all(m, monkeypatch, garble_names)
@@ -265,7 +265,10 @@ def test_a_repair_whose_archive_derives_other_watermarks_or_tables_fails_and_cha
 # ---------------------------------------------------------------- (d) a crash in the middle
 
 
-@pytest.mark.parametrize("at", ["re-derived", "recorded", "staged", "table", "checkpointed", "published"])
+@pytest.mark.parametrize("at", [
+    "staged", "table", "published",  # inside a table's commit, between tables, before the record says done
+    *(pytest.param(at, marks=pytest.mark.slow) for at in ("re-derived", "recorded", "checkpointed")),
+])
 def test_a_repair_that_crashes_leaves_every_watermark_readable_and_a_rerun_finishes(
         at: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m = pipeline()
@@ -392,3 +395,18 @@ def test_the_repair_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     assert main(["repair", "--config", str(path)]) == 1
     assert "scheduled-run" in capsys.readouterr().err
     other.release()
+
+
+def test_a_lost_tag_that_a_rerun_reports_is_recreated_by_repair(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = pipeline()
+    run_all(m, monkeypatch)
+    w = m.intervals[1][0]
+    table = cat.pipeline_tables(cat.open_catalog(m.config), m.config)[0]
+    kept = {k: v for k, v in tags(m).items() if k != (str(table.metadata.table_uuid), w)}
+    table.manage_snapshots().remove_tag(tag_name(w)).commit()
+    with pytest.raises(ApplyError, match=f"run `tidelake repair --from {w}`"):
+        m._run(1)
+    report = repair(m.config, from_watermark=w)
+    assert [(d.watermark, d.uuid, d.snapshot_before) for d in report.differences] == [(w, str(table.metadata.table_uuid), None)]
+    m.check()
+    assert {k: v for k, v in tags(m).items() if k in kept} == kept
