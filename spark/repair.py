@@ -142,7 +142,10 @@ def repair(
             raise RepairError(f"pipeline {config.name}: no watermark is published yet, so there is nothing to repair")
         chain = list_manifests(storage, config.name)
         checkpoints = [_checkpoint(storage, config.name, s, e) for s, e, _ in chain]
-        last = max(i for i, cp in enumerate(checkpoints) if cp is not None and cp.watermark in published)
+        last = max((i for i, cp in enumerate(checkpoints) if cp is not None and cp.watermark in published), default=None)
+        if last is None:
+            raise RepairError(f"pipeline {config.name}: no checkpoint of a landed interval reaches a published watermark; "
+                              "the archive's manifests or checkpoints are missing, so it cannot be re-derived")
         _refuse_unfinished_runs(config, catalog, chain, checkpoints, last, published)
 
         _clear_scratch(storage, catalog, scratch)
@@ -194,6 +197,8 @@ def _clear_scratch(storage: Storage, catalog: Any, scratch: PipelineConfig) -> N
         identifiers = []
     for identifier in identifiers:
         catalog.purge_table(identifier)
+    if identifiers:
+        catalog.drop_namespace(scratch.namespace)
     for path in storage.list(layout.pipeline_root(scratch.name)):
         storage.delete(path)
 

@@ -19,6 +19,7 @@ import pytest
 from cdc_codecs import RowChange, Watermark
 from spark import apply as apply_module
 from spark import catalog as cat
+from spark import layout
 from spark.apply import ApplyError, apply_interval
 from spark.cli import main
 from spark.commit import table_watermark
@@ -124,9 +125,8 @@ def catalog_state(m) -> dict[str, str]:  # noqa: ANN001
 
 def scratch_is_gone(m) -> None:  # noqa: ANN001
     scratch = scratch_config(m.config)
-    catalog = cat.open_catalog(m.config)
-    assert not m.storage.list(scratch.name.replace(".", "%2E"))
-    assert not [i for i in catalog.list_tables(scratch.namespace)] if (scratch.namespace,) in catalog.list_namespaces() else True
+    assert m.storage.list(layout.pipeline_root(scratch.name)) == []
+    assert (scratch.namespace,) not in cat.open_catalog(m.config).list_namespaces()
 
 
 # ---------------------------------------------------------------- (a) a decoder fix
