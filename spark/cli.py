@@ -5,6 +5,7 @@
     tidelake watermarks --config pipeline.toml
     tidelake tables --config pipeline.toml [--at latest|TSO|ISO-time]
     tidelake query --config pipeline.toml [--at ...] "SELECT count(*) FROM shop.orders"
+    tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
     tidelake decode --protocol canal-json segment.parquet|message-files...
     tidelake demo
 
@@ -199,6 +200,50 @@ def _print_table(table: Any, out: Any = None) -> None:
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)
 
 
+def from_watermark(text: str | None) -> int | None:
+    """``--from``: a W (TSO), or an ISO time meaning every W from that instant's first TSO on."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    return int(_instant(text, "--from").timestamp() * 1000) << 18
+
+
+def print_repair(report: Any, out: Any = None) -> None:
+    out = out or sys.stdout
+    scope = f"W >= {report.from_watermark}" if report.from_watermark is not None else "all"
+    print(f"repair {report.pipeline}: re-derived from the archive; compared {len(report.compared)} published "
+          f"watermark(s) ({scope})", file=out)
+    if not (report.differences or report.checkpoints or report.resumed):
+        print("  nothing differs: every published W reads what the archive derives", file=out)
+        return
+    width = max([len(d.name) for d in report.differences] + [5])
+    for d in report.differences:
+        move = "would move" if report.dry_run else f"moved to snapshot {d.snapshot_after}"
+        before = "tag lost" if d.snapshot_before is None else f"{d.rows_before:>8,} rows published"
+        print(f"  W {d.watermark} ({_w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
+              f"tag wm_{d.watermark} {move}", file=out)
+    for name in report.main_moved:
+        print(f"  main of {name} moved forward to its repaired latest watermark", file=out)
+    if report.checkpoints:
+        print(f"  {len(report.checkpoints)} checkpoint(s) {'differ' if report.dry_run else 'replaced'} "
+              "(pending offsets or schemas derived differently)", file=out)
+    for path in report.resumed:
+        print(f"  finished the unfinished repair {path}", file=out)
+    if report.dry_run:
+        print("  dry run: nothing was changed; run without --dry-run to move the tags", file=out)
+    else:
+        print(f"  recorded in {report.record}", file=out)
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from spark.repair import repair
+
+    config = _config(args)
+    print_repair(repair(config, from_watermark(args.start), dry_run=args.dry_run))
+    return 0
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
     from cdc_codecs import DecodeError, RawMessage, SourcePosition, get_decoder
     from cdc_codecs.render import event_to_json
@@ -264,6 +309,10 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error")
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
+    rep = with_config(sub.add_parser("repair", help="re-derive published watermarks from the archive, move tags that changed"))
+    rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
+    rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")
+    rep.set_defaults(fn=cmd_repair)
     d = sub.add_parser("decode", help="a raw segment (.parquet) or message files to JSON lines")
     d.add_argument("--protocol", required=True)
     d.add_argument("--option", action="append", metavar="K=V")

@@ -8,6 +8,13 @@ clearing it) *confirm* it and change nothing.
 Downstream (an Airflow Asset, a notification) is told about a watermark once: when the
 run that published it finishes. ``announcement`` reads the interval's apply report and says
 whether there is anything new to announce.
+
+``tidelake repair`` (spark/repair.py) may later move tags of published Ws; it records what it
+did in ``<pipeline>/repairs/<time>.json``. Downstream hears of a repair once, with the next
+new W: that W is announced with ``repair=True`` and ``repaired_from`` = the first W the
+repair changed. The claim is a create-only marker ``repairs/announced/<time>.json`` naming
+the W that announced it, so a retried publish task of that W says the same again and any
+other W says nothing of it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ PUBLISHED = "published"  # this run published W for the first time
 CONFIRMED = "confirmed"  # W was already published; the run found every table consistent with it
 NOT_CONSISTENT = "not-consistent"  # W = 0: some partition has not reported a watermark yet
 REPAIRED = "repaired"  # ``tidelake repair`` re-derived W (and every later W) from the archive
+
+
+# The status of a repair record.
+REPAIR_STARTED = "started"  # tags may be partly moved; the next repair finishes the job
+REPAIR_DONE = "done"
+REPAIR_SUPERSEDED = "superseded"  # a repair that died, finished by a later one (which reports its Ws)
 
 
 class NotPublishedError(TidelakeError):
@@ -86,6 +99,37 @@ def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval:
         return False
 
 
+def repairs_dir(pipeline: str) -> str:
+    return f"{layout.pipeline_root(pipeline)}/repairs"
+
+
+def repair_record_path(pipeline: str, at: dt.datetime) -> str:
+    return f"{repairs_dir(pipeline)}/{layout.instant(at)}.json"
+
+
+def repair_records(storage: Storage, pipeline: str) -> list[tuple[str, dict[str, Any]]]:
+    """(path, record) of every repair, oldest first."""
+    root = repairs_dir(pipeline)
+    return [(p, orjson.loads(storage.read(p))) for p in storage.list(root)
+            if p.endswith(".json") and p.rsplit("/", 1)[0] == root]
+
+
+def _claim_repairs(storage: Storage, pipeline: str, watermark: int) -> list[dict[str, Any]]:
+    """The finished repairs ``watermark`` announces: those not announced by another W yet."""
+    claimed = []
+    for path, doc in repair_records(storage, pipeline):
+        if doc.get("status") != REPAIR_DONE or not doc.get("repaired_watermarks") or watermark <= doc["latest_published"]:
+            continue  # unfinished, moved no tag, or W is one the repair covered (a publish retried from before it)
+        marker = f"{repairs_dir(pipeline)}/announced/{path.rsplit('/', 1)[-1]}"
+        try:
+            storage.create(marker, orjson.dumps({"watermark": watermark}))
+        except AlreadyExists:
+            if orjson.loads(storage.read(marker))["watermark"] != watermark:
+                continue
+        claimed.append(doc)
+    return claimed
+
+
 @dataclass(frozen=True)
 class Announcement:
     """A watermark downstream has not been told about: a new W, or a repair of published ones."""
@@ -100,6 +144,8 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
                  storage: Storage | None = None) -> Announcement | None:
     """What the interval's last apply run has to announce, or None (it only confirmed).
 
+    A new W published after a ``tidelake repair`` is announced as a repair (once per repair).
+
     Raises:
         NotPublishedError: the interval was not applied, or its W is checkpointed but not published.
     """
@@ -113,6 +159,9 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
         raise NotPublishedError(f"watermark {w} is checkpointed but not published; rerun the apply task")
     outcome = report.get("outcome")
     if outcome == PUBLISHED:
+        repairs = _claim_repairs(storage, config.name, w)
+        if repairs:
+            return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end)
         return Announcement(w, False, None, interval_end)
     if outcome == REPAIRED:
         return Announcement(w, True, report.get("repaired_from"), interval_end)
