@@ -493,7 +493,9 @@ def _apply_one(
     if ahead and not storage.exists(published_path(config.name, w)):
         raise CommitConflictError(
             f"tables {', '.join(f'{n} (at {tw})' for n, tw in sorted(ahead.items()))} are past watermark {w} of "
-            f"{interval}, which is not published: another run wrote them. Run `tidelake repair --from {w_prev}`"
+            f"{interval}, which is not published: a run outside the pipeline's lease (or an older tidelake) wrote them, "
+            "and W cannot be published consistently any more. Rebuild the pipeline under a new name over the same "
+            "archive (README, Repairing history)"
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
@@ -594,15 +596,3 @@ class DerivedClock:
             out.append(e._replace(commit_ts=self.running))
             out.append(Watermark(derived_mark(e.event_time_ms), e.position))
         return out
-
-
-def published_watermark_of(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime) -> int:
-    """The W an applied interval published (0 if it has none yet)."""
-    storage = open_storage(config.storage)
-    path = checkpoint_path(config.name, interval_start, interval_end)
-    if not storage.exists(path):
-        raise ApplyError(f"interval {layout.instant(interval_start)}..{layout.instant(interval_end)} is not applied yet")
-    w = Checkpoint.from_json(storage.read(path)).watermark
-    if w and not storage.exists(published_path(config.name, w)):
-        raise ApplyError(f"watermark {w} is checkpointed but not published; rerun the apply task")
-    return w

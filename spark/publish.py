@@ -34,7 +34,6 @@ from spark.storage import AlreadyExists, Storage, open_storage
 PUBLISHED = "published"  # this run published W for the first time
 CONFIRMED = "confirmed"  # W was already published; the run found every table consistent with it
 NOT_CONSISTENT = "not-consistent"  # W = 0: some partition has not reported a watermark yet
-REPAIRED = "repaired"  # ``tidelake repair`` re-derived W (and every later W) from the archive
 
 
 # The status of a repair record.
@@ -163,6 +162,4 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
         if repairs:
             return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end)
         return Announcement(w, False, None, interval_end)
-    if outcome == REPAIRED:
-        return Announcement(w, True, report.get("repaired_from"), interval_end)
     return None

@@ -45,7 +45,7 @@ from spark import layout
 from spark.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.commit import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
-from spark.iceberg_compat import writing_with_schema
+from spark.iceberg.internals import writing_with_schema
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.manifest import list_manifests

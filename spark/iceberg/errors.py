@@ -30,3 +30,7 @@ class DeleteFilesPresent(TidelakeError):
 
 class LayoutUnavailable(TidelakeError):
     """A table layout this installation cannot write (bucket transforms need pyiceberg-core)."""
+
+
+class InternalsChanged(TidelakeError):
+    """The installed pyiceberg no longer offers what spark/iceberg/internals.py needs."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -22,10 +23,11 @@ from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import SetCurrentSchemaUpdate
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 
-from spark.iceberg.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
+from spark.iceberg.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
 
 WRITTEN_FOR_PYICEBERG = "0.12.0"
 MAIN_BRANCH = "main"
@@ -173,3 +175,32 @@ def commit_overwrite(
         table.refresh()
         raise CommitConflictError(name, branch, expected_snapshot_id, _branch_head(table.metadata, branch)) from exc
     return producer.snapshot_id
+
+
+# pyiceberg 0.12 has no public way to write a snapshot with a schema other than the table's
+# current one, but a repaired tag must keep the schema it had at its W (a later ADD COLUMN
+# must not appear in an older tag).
+@contextmanager
+def writing_with_schema(tx: Transaction, schema_id: int) -> Iterator[None]:
+    """Snapshots staged inside the block carry schema ``schema_id``; the current schema is restored after.
+
+    pyiceberg stamps a snapshot with the transaction's current schema and writes data files
+    with it, so the block makes ``schema_id`` current for its duration: two
+    ``set-current-schema`` updates around the writes, committed with them in one transaction
+    (readers never see the older schema as current).
+
+    Raises:
+        InternalsChanged: the schema does not exist, or pyiceberg's internals changed.
+    """
+    stage = getattr(tx, "_stage", None)
+    if stage is None:
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
+                                 "for this pyiceberg version")
+    current = tx.table_metadata.current_schema_id
+    if tx.table_metadata.schema_by_id(schema_id) is None:
+        raise InternalsChanged(f"table {tx._table.name()} has no schema {schema_id} to write with")
+    stage((SetCurrentSchemaUpdate(schema_id=schema_id),))
+    try:
+        yield
+    finally:
+        stage((SetCurrentSchemaUpdate(schema_id=current),))

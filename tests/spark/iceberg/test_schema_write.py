@@ -1,4 +1,4 @@
-"""The pyiceberg internals spark/iceberg_compat.py wraps: these fail first when an upgrade changes them."""
+"""``writing_with_schema`` (spark/iceberg/internals.py): fails first when a pyiceberg upgrade changes what it relies on."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark import catalog as cat
-from spark.iceberg_compat import IcebergCompatError, writing_with_schema
+from spark.iceberg.errors import InternalsChanged
+from spark.iceberg.internals import writing_with_schema
 
-from .archive import make_config
+from ..archive import make_config
 
 
 def test_the_wrapped_pyiceberg_is_the_one_it_was_checked_against() -> None:
@@ -45,6 +46,6 @@ def test_a_snapshot_written_with_an_older_schema_reads_with_it_and_the_current_s
     assert table.metadata.current_schema_id == current and "note" in table.schema().column_names
     rows = table.scan(snapshot_id=written.snapshot_id).to_arrow()
     assert rows.column_names == ["id"] and sorted(rows.column("id").to_pylist()) == [1, 2]
-    with pytest.raises(IcebergCompatError, match="no schema 99"):
+    with pytest.raises(InternalsChanged, match="no schema 99"):
         with writing_with_schema(table.transaction(), 99):
             pass
