@@ -191,14 +191,17 @@ def _with_namespace(catalog: Any, namespace: str) -> Any:
 
 def _clear_scratch(storage: Storage, catalog: Any, scratch: PipelineConfig) -> None:
     """Drop what a repair (this one, or an earlier one that died) left in its scratch pipeline."""
+    root = cat.pipeline_namespace(scratch)
     try:
-        identifiers = catalog.list_tables(scratch.namespace)
+        databases = catalog.list_namespaces(root)
     except NoSuchNamespaceError:
-        identifiers = []
-    for identifier in identifiers:
-        catalog.purge_table(identifier)
-    if identifiers:
-        catalog.drop_namespace(scratch.namespace)
+        databases = []
+    for namespace in databases:  # (namespace, db): one per upstream database
+        for identifier in catalog.list_tables(namespace):
+            catalog.purge_table(identifier)
+        catalog.drop_namespace(namespace)
+    if root in catalog.list_namespaces():
+        catalog.drop_namespace(root)
     for path in storage.list(layout.pipeline_root(scratch.name)):
         storage.delete(path)
 
