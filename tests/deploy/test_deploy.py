@@ -134,6 +134,25 @@ def test_spark_submit_argv_of_the_production_deploy() -> None:
                                          "--on-bad-message", "fail"]
     # No credentials in the command, and none set by the hook: spark-submit inherits the worker's environment.
     assert commands["land"]["env"] is None and commands["apply"]["env"] is None
+    # deploy/README.md shows this command, with the repo where git-sync puts it.
+    readme = (DEPLOY / "README.md").read_text()
+    documented = readme[readme.index("```\nspark-submit") + 4:].split("```", 1)[0].split()
+    built = [a.replace(str(REPO), GIT_SYNC_ROOT) for a in commands["land"]["argv"]]
+    built[built.index(str(JOBS / "land.py").replace(str(REPO), GIT_SYNC_ROOT))] = "<site-packages>/spark/jobs/land.py"
+    assert documented == built
+
+
+def test_the_documented_backfill_command_parses_with_airflows_cli() -> None:
+    readme = (DEPLOY / "README.md").read_text()
+    command = readme[readme.index("airflow backfill create"):].split("```", 1)[0].replace("\\\n", " ").split()
+    assert "--reprocess-behavior" in command
+    code = ("import sys; from airflow.cli import cli_parser; a = cli_parser.get_parser().parse_args(sys.argv[1:]);"
+            "print(a.dag_id, a.reprocess_behavior, a.max_active_runs)")
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW_HOME": str(Path(os.environ.get("AIRFLOW_HOME", "/tmp/tidelake-airflow-deploy")))}
+    proc = subprocess.run([sys.executable, "-c", code, *command[1:]], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-3:] == ["tidelake_shop", "failed", "1"]
 
 
 def test_spark_submit_argv_of_a_development_setup(tmp_path: Path) -> None:
