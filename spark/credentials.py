@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from cdc_codecs import ConfigError
 from spark.config import CatalogConfig, PipelineConfig

@@ -20,21 +20,21 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from spark.embedded import free_port, start_process_group, stop_process_group, wait_for_port
 from tests.deploy.submit import build_code_archive, submit_commands
 
-from .archive import normalise, oracle_from_records, oracle_rows
+from .archive import normalise, oracle_from_records, oracle_rows, produce_history
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)
 CATALOG_URI = "postgresql+psycopg2://root@127.0.0.1:5432/test"
@@ -96,23 +96,14 @@ def standalone_cluster(workdir: Path) -> Iterator[StandaloneCluster]:
 
 
 def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, make_topic, s3, bucket, tmp_path: Path) -> None:
-    from confluent_kafka import Producer
-
-    from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
+    from cdc_codecs.workload import WorkloadSpec
     from spark.config import load_pipeline_config
     from spark.query import read_pipeline
 
     archive = build_code_archive(tmp_path / "build")
 
     topic = make_topic(2)
-    history = list(Workload(WorkloadSpec(tables=2, events=160, seed=11, key_space=30, watermark_every=16)).events())
-    records = get_encoder("canal-json").encode_all(history, 2)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap})
-    at = int(T0.timestamp() * 1000)
-    for i, r in enumerate(records):
-        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=at + i)
-    assert producer.flush(30) == 0
+    records = produce_history(kafka.bootstrap, topic, 2, WorkloadSpec(tables=2, events=160, seed=11, key_space=30, watermark_every=16))
 
     name = f"cluster{uuid.uuid4().hex[:6]}"
     pipelines = tmp_path / "pipelines"
@@ -147,7 +138,7 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
                                        SPARK_LOCAL_IP="127.0.0.1")
         ran = {}
         for task, argv in (("land", land), ("apply", apply)):
-            proc = subprocess.run(argv, cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(argv, cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600, check=False)
             assert proc.returncode == 0, f"{task}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
             ran[task] = proc.stdout
         assert f"landed: {name}/manifests/" in ran["land"]
@@ -163,7 +154,7 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
             "s.stop()\n"
         )
         head = land[:land.index("--deploy-mode") + 2]  # spark-submit's options; the application follows
-        seen = subprocess.run([*head, str(probe)], cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600)
+        seen = subprocess.run([*head, str(probe)], cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600, check=False)
         assert seen.returncode == 0, seen.stderr[-3000:]
         executor_file = next(line.split(" ", 1)[1] for line in seen.stdout.splitlines() if line.startswith("EXECUTOR "))
         assert executor_file.endswith(f"/{archive.name}/spark/land.py"), executor_file

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pytest
 from pyspark import cloudpickle  # what PySpark pickles task closures with
