@@ -42,11 +42,14 @@ from airflow.sdk import DAG, Asset, Param, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
+import spark.jobs
 from spark.config import PipelineConfig, load_pipeline_config
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
+# The spark-submit entry points of the tidelake installed beside this DAG: the same code as the
+# archive shipped to the executors (deploy/README.md, "How the code reaches Spark").
+JOBS = Path(spark.jobs.__file__).resolve().parent
 PIPELINES = Path(os.environ.get("TIDELAKE_PIPELINES", Path(__file__).parent / "pipelines"))
 PIPELINE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 INTERVAL_ARGS = ["--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"]
@@ -78,6 +81,32 @@ def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
         "repaired_from": repaired_from,
         "repaired_from_str": None if repaired_from is None else str(repaired_from),
     }
+
+
+# The deploy shape (deploy/README.md): spark-submit runs on the Airflow worker in client mode, so the
+# driver reads the pipeline file and the worker's environment (credentials) where the DAG sees them;
+# executors get the code from the archive in TIDELAKE_PY_FILES and the cluster's settings from the
+# properties file in TIDELAKE_SPARK_PROPERTIES. Both unset: a local master running this installation.
+PY_FILES_ENV = "TIDELAKE_PY_FILES"
+SPARK_PROPERTIES_ENV = "TIDELAKE_SPARK_PROPERTIES"
+
+
+def spark_submit_args(config: PipelineConfig, environ: dict[str, str] | os._Environ = os.environ) -> dict[str, Any]:
+    """What the land and apply tasks pass to ``SparkSubmitOperator`` besides their application and arguments."""
+    schedule = config.schedule
+    args: dict[str, Any] = {"conn_id": schedule.spark_conn_id, "conf": dict(schedule.spark_conf), "name": f"tidelake-{config.name}"}
+    if environ.get(PY_FILES_ENV):
+        args["py_files"] = environ[PY_FILES_ENV]
+    if environ.get(SPARK_PROPERTIES_ENV):
+        args["properties_file"] = environ[SPARK_PROPERTIES_ENV]
+    return args
+
+
+def load_task_config(path: Path) -> PipelineConfig:
+    """The pipeline file as a task uses it: secrets it leaves out come from the worker's environment."""
+    from spark.credentials import from_environment
+
+    return from_environment(load_pipeline_config(str(path)))
 
 
 def require_interval(dag_id: str, start: Any, end: Any) -> None:
@@ -131,16 +160,16 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             require_interval(dag_id, data_interval_start, data_interval_end)
             from spark.offsets import snapshot_offsets as snapshot
 
-            ranges = snapshot(load_pipeline_config(str(path)), data_interval_start, data_interval_end)
+            ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
             return sum(r.end - r.start for r in ranges)
 
-        spark_args = {"conn_id": schedule.spark_conn_id, "conf": dict(schedule.spark_conf), "name": f"tidelake-{config.name}"}
+        spark_args = spark_submit_args(config)
         land = SparkSubmitOperator(
-            task_id="land", application=str(REPO / "spark/jobs/land.py"),
+            task_id="land", application=str(JOBS / "land.py"),
             application_args=["--config", str(path), *INTERVAL_ARGS], **spark_args,
         )
         apply = SparkSubmitOperator(
-            task_id="apply", application=str(REPO / "spark/jobs/apply.py"),
+            task_id="apply", application=str(JOBS / "apply.py"),
             application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}"],
             **spark_args,
         )
@@ -150,7 +179,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             # Imported when the task runs: no I/O at parse time, and tests substitute the module.
             from spark.publish import announcement
 
-            found = announcement(load_pipeline_config(str(path)), data_interval_start, data_interval_end)
+            found = announcement(load_task_config(path), data_interval_start, data_interval_end)
             if found is None:
                 # A skipped task emits no Asset event (the task runner sends outlet events only on success).
                 raise AirflowSkipException(

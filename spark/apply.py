@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange, SourcePosition, TableSchema, TidelakeError, Watermark, get_decoder, protocol_spec
 from spark import catalog as cat
-from spark import layout
+from spark import credentials, layout
 from spark.apply_plan import build_apply_plans
 from spark.net_change import NetChange, change_order
 from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, TableCommitter, table_watermark, tag_table
@@ -119,7 +119,7 @@ def checkpoint_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
 
 @dataclass(frozen=True)
 class DecodeTask:
-    config: PipelineConfig
+    config: PipelineConfig  # credentials.task_config's: no secrets travel inside a task
     topic: str
     partition: int
     start: int  # first offset to decode
@@ -161,7 +161,7 @@ class Folded:
 
 def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
     """One partition's events in offset order, streamed segment by segment (runs on an executor)."""
-    storage = open_storage(task.config.storage)
+    storage = open_storage(credentials.resolve(task.config).storage)
     topic_config = next(t for t in task.config.topics if t.name == task.topic)
     options: dict[str, Any] = dict(topic_config.options)
     if task.schemas and "schemas" in protocol_spec(topic_config.protocol).decoder.options_spec:
@@ -412,6 +412,7 @@ def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, pre
     """One decode task per partition: from its pending offset to this manifest's end."""
     all_manifests = [read_manifest(storage, p) for s, e, p in list_manifests(storage, config.name) if e <= manifest.interval_end]
     w_prev = previous.watermark if previous else 0
+    carried = credentials.task_config(config)
     tasks = []
     for part in manifest.partitions:
         key = (part.topic, part.partition)
@@ -422,7 +423,7 @@ def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, pre
             for s in p.segments if s.end > start and s.start < part.end
         )
         schemas = tuple(previous.schemas.get(part.topic, ())) if previous else ()
-        tasks.append(DecodeTask(config, part.topic, part.partition, start, part.end, segments, schemas, w_prev))
+        tasks.append(DecodeTask(carried, part.topic, part.partition, start, part.end, segments, schemas, w_prev))
     return tasks
 
 

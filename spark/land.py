@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import Message
 
-from spark import layout
+from spark import credentials, layout
 from spark.config import PipelineConfig
 from spark.kafka import KafkaHook
 from spark.manifest import Manifest, PartitionRange, Segment, neighbours, read_manifest
@@ -134,7 +134,10 @@ def no_cyclic_gc() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class LandTask:
-    """One chunk of one partition range; everything a task needs, picklable for Spark."""
+    """One chunk of one partition range; everything a task needs, picklable for Spark.
+
+    ``config`` is ``credentials.task_config``'s: no secrets travel inside a task.
+    """
 
     config: PipelineConfig
     topic: str
@@ -155,18 +158,20 @@ class LandedChunk:
 
 def chunks(ranges: Iterable[PartitionRange], config: PipelineConfig) -> list[LandTask]:
     size = config.segment_max_messages
+    carried = credentials.task_config(config)
     tasks = []
     for r in ranges:
         for a in range(r.start, r.end, size):
-            tasks.append(LandTask(config, r.topic, r.partition, a, min(a + size, r.end)))
+            tasks.append(LandTask(carried, r.topic, r.partition, a, min(a + size, r.end)))
     return tasks
 
 
 def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
     """Copy offsets [start, end) of one partition into one segment file (none if empty)."""
     started = time.perf_counter()
-    storage = storage or open_storage(task.config.storage)
-    path = layout.segment_path(task.config.name, task.topic, task.partition, task.start, task.end)
+    config = credentials.resolve(task.config)
+    storage = storage or open_storage(config.storage)
+    path = layout.segment_path(config.name, task.topic, task.partition, task.start, task.end)
     count = 0
     checksum = SegmentChecksum()
     writer = None
@@ -174,8 +179,8 @@ def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
     try:
         # Prefetch no further than the chunk: librdkafka otherwise queues up to 100k messages
         # past its end, which the next chunk's task fetches again.
-        options = {"queued.min.messages": str(min(max(task.end - task.start, 1), 100_000)), **task.config.kafka_options}
-        with no_cyclic_gc(), KafkaHook(task.config.bootstrap_servers, options) as kafka:
+        options = {"queued.min.messages": str(min(max(task.end - task.start, 1), 100_000)), **config.kafka_options}
+        with no_cyclic_gc(), KafkaHook(config.bootstrap_servers, options) as kafka:
             for batch in kafka.read_range(task.topic, task.partition, task.start, task.end):
                 # One C-level map per column: the per-message cost is what landing costs.
                 n = len(batch)
@@ -214,7 +219,12 @@ class LocalRunner:
 
 
 class SparkRunner:
-    """One Spark task per chunk, so landing scales with partitions and executors."""
+    """One Spark task per chunk, so landing scales with partitions and executors.
+
+    The secrets of the tasks' pipelines reach the executors as environment variables
+    (``credentials``), set on the context before each job: PySpark hands the context's
+    environment to every Python worker it starts, as it does with ``spark.executorEnv.*``.
+    """
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
@@ -222,6 +232,7 @@ class SparkRunner:
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         if not tasks:
             return []
+        self.spark.sparkContext.environment.update(credentials.executor_environment_of_registered())
         return self.spark.sparkContext.parallelize(list(tasks), len(tasks)).map(fn).collect()
 
 

@@ -77,6 +77,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
     from spark.config import load_pipeline_config, parse_instant
+    from spark.credentials import from_environment
     from spark.session import build_session
 
     parser = argparse.ArgumentParser(prog=prog)
@@ -91,7 +92,8 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
-        config = load_pipeline_config(args.config)
+        # Secrets the file leaves out come from the environment (deploy/README.md, "Credentials").
+        config = from_environment(load_pipeline_config(args.config))
         start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
     except ConfigError as exc:
         log.error("%s", exc)

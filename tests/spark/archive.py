@@ -155,3 +155,17 @@ def run_history(tmp: Path, protocol: str, seed: int, intervals: int, partitions:
     """An archive of a generated history cut into ``intervals``, and the reference model after each."""
     config, expected = build(tmp, protocol, seed, partitions, intervals, dup_rate, lagging=False, events=120, key_space=25, watermark_every=15)
     return config, [(i, w, tables) for i, (w, tables) in enumerate(expected)]
+
+
+def produce_history(bootstrap: str, topic: str, partitions: int, spec: WorkloadSpec, protocol: str = "canal-json",
+                    at: dt.datetime = T0) -> list[ProducerRecord]:
+    """Encode a generated history and produce it to ``topic`` (one millisecond apart from ``at``); returns the records."""
+    from confluent_kafka import Producer
+
+    records = get_encoder(protocol).encode_all(list(Workload(spec).events()), partitions)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    first = int(at.timestamp() * 1000)
+    for i, r in enumerate(records):
+        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=first + i)
+    assert producer.flush(30) == 0
+    return records

@@ -70,23 +70,14 @@ def test_land_job_entry_point(kafka, make_topic, tmp_path: Path) -> None:
 
 def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, make_topic, tmp_path: Path) -> None:
     """Real broker -> land on Spark -> apply on Spark (decode on executors) -> tables at W."""
-    from confluent_kafka import Producer
-
-    from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
+    from cdc_codecs.workload import WorkloadSpec
     from spark.apply import apply_interval
     from spark.query import read_pipeline
 
-    from .archive import normalise, oracle_rows
+    from .archive import normalise, oracle_rows, produce_history
 
     topic = make_topic(3)
-    history = list(Workload(WorkloadSpec(tables=2, events=200, seed=1, key_space=40, watermark_every=20)).events())
-    records = get_encoder("canal-json").encode_all(history, 3)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap})
-    at = int(T0.timestamp() * 1000)
-    for i, r in enumerate(records):
-        producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=at + i)
-    assert producer.flush(30) == 0
+    records = produce_history(kafka.bootstrap, topic, 3, WorkloadSpec(tables=2, events=200, seed=1, key_space=40, watermark_every=20))
     doc = {"name": "spark-e2e", "kafka": {"bootstrap_servers": kafka.bootstrap},
            "topics": [{"name": topic, "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")}}
     from spark.config import PipelineConfig
