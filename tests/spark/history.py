@@ -33,6 +33,7 @@ class Upstream(Workload):
         self.history: list[Event] = []
         # MySQL stamps a row event with its statement's start time: later events may carry earlier times.
         self.skew_ms = skew_ms
+        self._last_ddl_ms = 0
         self.dropped: list[str] = []
         self._created = 0
         for name, schema in self.schemas.items():
@@ -40,13 +41,17 @@ class Upstream(Workload):
 
     def _ddl(self, table: str, sql: str, kind: str, before, after) -> None:  # noqa: ANN001
         self.history.append(DdlChange(self.spec.database, table, sql, self._next_ts(), self._pos(), kind, before, after, self._clock))
+        self._last_ddl_ms = self._clock
 
     def changes(self, n: int) -> None:
         for _ in range(n):
             if self.schemas:
                 change = self._change(self.rng.choice(sorted(self.schemas)))
                 if self.skew_ms:
-                    change = change._replace(event_time_ms=change.event_time_ms - self.rng.randint(0, self.skew_ms))
+                    # A statement starts after the DDL before it completed (MySQL's metadata lock):
+                    # its time may go back, but never before the last DDL's.
+                    skewed = change.event_time_ms - self.rng.randint(0, self.skew_ms)
+                    change = change._replace(event_time_ms=max(skewed, self._last_ddl_ms + 1))
                 self.history.append(change)
 
     def resolved(self) -> None:

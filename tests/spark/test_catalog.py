@@ -140,6 +140,7 @@ def test_open_catalog_runs_the_migration(tmp_path: Path) -> None:
     config, _, w2 = _pipeline(tmp_path)
     before = read_pipeline(config, w2)[1]
     legacy = _to_legacy(config)
+    cat.close_catalogs()  # a new tidelake process opening a catalog an earlier version wrote
     catalog = cat.open_catalog(config)
     assert sorted(tuple(t.name()) for t in cat.pipeline_tables(catalog, config)) == sorted(legacy.values())
     assert read_pipeline(config, w2)[1] == before
