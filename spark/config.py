@@ -119,18 +119,23 @@ class PipelineConfig:
     def start_time(self) -> dt.datetime | None:
         if self.start in START_MODES:
             return None
-        return parse_instant(self.start, "start")
+        return parse_instant(self.start, "start", also=START_MODES)
 
     @staticmethod
     def from_mapping(doc: Mapping[str, Any], source: str = "<config>") -> PipelineConfig:
         return _parse_pipeline(doc, source)
 
 
-def parse_instant(text: str, where: str) -> dt.datetime:
+def parse_instant(text: str, where: str, also: tuple[str, ...] = ()) -> dt.datetime:
+    """An ISO-8601 instant with a time zone, in UTC; errors echo ``text`` as the user typed it.
+
+    ``also``: words the caller accepts besides a time (named in the error, handled by the caller).
+    """
     try:
         value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"{where}: expected 'earliest', 'latest' or an ISO-8601 time such as 2024-01-01T00:00:00Z, found {text!r}") from None
+        words = "".join(f"{w!r}, " for w in also[:-1]) + (f"{also[-1]!r} or " if also else "")
+        raise ConfigError(f"{where}: expected {words}an ISO-8601 time such as 2024-01-01T00:00:00Z, found {text!r}") from None
     if value.tzinfo is None:
         raise ConfigError(f"{where}: {text!r} has no time zone; write it in UTC with a trailing Z")
     return value.astimezone(dt.timezone.utc)
