@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import importlib.metadata
+import io
 import json
+import logging
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +19,7 @@ from confluent_kafka import Producer
 
 from cdc_codecs import get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec
-from spark.cli import intervals, main, query
+from spark.cli import intervals, main, parser, query
 from spark.config import load_pipeline_config
 
 from .archive import oracle_from_records
@@ -40,17 +46,36 @@ def pipeline(kafka, make_topic, tmp_path: Path):
     return path, topic, oracle_from_records("simple", topic, first_hour, 2), oracle_from_records("simple", topic, records, 2)
 
 
+HUMAN = r"(\d+s|\d+m \d\ds|\d+h \d\dm|\d+d \d\dh|\d+mo \d\dd|\d+y \d\dmo)"
+
+
 def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:
     path, topic, first_hour, everything = pipeline
     assert main(["run", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
-    out = capsys.readouterr().out
-    assert "interval 2024-01-01T00:00:00+00:00 .. 2024-01-01T01:00:00+00:00" in out and "watermark  " in out
+    run = capsys.readouterr()
+    assert "interval 2024-01-01T00:00:00+00:00 .. 2024-01-01T01:00:00+00:00" in run.out and "watermark  " in run.out
+    assert re.search(rf"\(lag {HUMAN} behind the interval end\)", run.out), run.out
+    assert "outcome    published:" in run.out and "reused" not in run.out
+    # A bar for every long step, each finished: land, decode and net change per partition, commit per table, tag.
+    for step, done in (("land", 1), ("decode", 2), ("net change", 2), ("commit", 2), ("tag", 2)):
+        assert re.search(rf"^{step} .* {done}/{done} ", run.err, re.M), (step, run.err)
+    # The same interval again: the manifest is reused, W confirmed, nothing written.
+    assert main(["run", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
+    again = capsys.readouterr().out
+    assert "messages (reused: an earlier run landed this interval" in again
+    assert "outcome    confirmed: W was already published by an earlier run" in again
+    assert re.search(rf"\(lag {HUMAN} behind the interval end\)", again), again
     assert main(["backfill", "--config", str(path), "2024-01-01T01:00:00Z", "2024-01-01T03:00:00Z"]) == 0
-    assert "2024-01-01T02:00:00+00:00 .. 2024-01-01T03:00:00+00:00" in capsys.readouterr().out
+    back = capsys.readouterr()
+    assert re.search(rf"^2024-01-01T02:00:00\+00:00 \.\. 2024-01-01T03:00:00\+00:00: [\d,]+ messages, W=\d+ "
+                     rf"\(\S+, lag {HUMAN}\) published$", back.out, re.M), back.out
+    assert re.search(r"^backfill cli .* 2/2 ", back.err, re.M) and re.search(r"^commit .* (\d+)/\1 ", back.err, re.M)
     assert main(["watermarks", "--config", str(path)]) == 0
     lines = [l for l in capsys.readouterr().out.splitlines() if l.strip() and l.strip()[0].isdigit()]
     marks = [int(l.split()[0]) for l in lines]
     assert len(marks) == 3 and marks == sorted(marks)
+    assert all(re.search(rf"Z +{HUMAN} +\d{{4}}", l) for l in lines), lines  # age now, in human units
+    assert all(re.search(r"\dy \d\dmo", l) for l in lines)  # data from 2024: more than a year old
     config = load_pipeline_config(str(path))
     # At the first W (after newer runs) and at the latest: every table equals the reference model.
     for oracle, at in ((first_hour, marks[0]), (everything, "latest")):
@@ -60,7 +85,14 @@ def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:
             assert got_w == w
             assert normalise(rows.to_pylist()) == oracle_rows(oracle, name), (at, name)
     assert main(["query", "--config", str(path), "--at", str(marks[0]), "--json", "SELECT count(*) AS n FROM shop.t0"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"n": len(oracle_rows(first_hour, ("shop", "t0")))}
+    result = capsys.readouterr()
+    assert json.loads(result.out) == {"n": len(oracle_rows(first_hour, ("shop", "t0")))}
+    assert result.err.startswith(f"-- cli at W={marks[0]} (")  # a diagnostic: through logging, on stderr
+    assert main(["-q", "query", "--config", str(path), "--json", "SELECT count(*) AS n FROM shop.t0"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["run", "-q", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and "outcome    confirmed" in quiet.out  # -q: no bars; results still on stdout
     assert main(["tables", "--config", str(path), "--at", "2024-01-01T01:30:00Z"]) == 0
     assert "shop.t0:" in capsys.readouterr().out
 
