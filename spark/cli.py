@@ -482,8 +482,7 @@ def configure_logging(verbose: bool, quiet: bool) -> None:
     for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
         root.removeHandler(h)
     root.addHandler(_StderrHandler())
-    if verbose or quiet:
-        root.setLevel(logging.ERROR if quiet else logging.INFO)
+    root.setLevel(logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING)
     own = logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(own)
@@ -509,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit codes: 0 done, 2 usage or configuration error, 1 the run failed (or the output was closed)."""
     try:
         args = parser().parse_args(argv)
-    except BrokenPipeError:  # --help into `| head -1`
+    except BrokenPipeError:  # argparse itself ignores a closed pipe for --help and --version; a belt to its braces
         return _output_closed()
     configure_logging(args.verbose, args.quiet)
     try:
