@@ -411,8 +411,8 @@ def parser() -> argparse.ArgumentParser:
     _output_options(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own keyword
-        return sub.add_parser(name, help=help, description=help, parents=[common])
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary, parents=[common])
 
     def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml/.yml)")

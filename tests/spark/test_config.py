@@ -69,5 +69,5 @@ def test_unreadable_and_malformed_files_are_config_errors_naming_the_file(tmp_pa
 def test_yaml_support_is_declared_where_the_loader_runs() -> None:
     """load_pipeline_config imports yaml: the `pipeline` extra must bring PyYAML, and the lock must pin it."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(re.match(r"pyyaml\b", req, re.I) for req in extras["pipeline"])
-    assert re.search(r"^PyYAML==", (ROOT / "requirements.lock").read_text(), re.M | re.I)
+    assert any(re.match(r"pyyaml\b", req, re.IGNORECASE) for req in extras["pipeline"])
+    assert re.search(r"^PyYAML==", (ROOT / "requirements.lock").read_text(), re.MULTILINE | re.IGNORECASE)
