@@ -118,8 +118,11 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
         session = build_session(f"tidelake-{config.name}", spark_master)
         runner = SparkRunner(session)
     try:
+        log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
         with progress.land() if progress else nullcontext():
             landed = land_interval(config, start, end, runner=runner)
+        log.debug("landed %s messages (%s); applying", landed.manifest.messages,
+                  "manifest reused" if landed.reused else "new manifest")
         applied = apply_interval(config, start, end, runner=runner, progress=progress)
     finally:
         if session is not None:

@@ -93,6 +93,8 @@ def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:
     assert main(["run", "-q", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
     quiet = capsys.readouterr()
     assert quiet.err == "" and "outcome    confirmed" in quiet.out  # -q: no bars; results still on stdout
+    assert main(["-v", "run", "--config", str(path), "--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]) == 0
+    assert re.search(r"^debug: landed \d+ messages \(manifest reused\); applying$", capsys.readouterr().err, re.MULTILINE)
     assert main(["tables", "--config", str(path), "--at", "2024-01-01T01:30:00Z"]) == 0
     assert "shop.t0:" in capsys.readouterr().out
 
