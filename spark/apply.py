@@ -312,6 +312,7 @@ def apply_interval(
     catalog: Any = None,
     fault: Callable[[str], None] | None = None,
     lease: Lease | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ApplyResult:
     """Make the interval's watermark W published, with every table consistent with it.
 
@@ -323,6 +324,9 @@ def apply_interval(
     pipeline's lease throughout (``lease``: one already held by the caller).
 
     ``fault`` is called with a step name at each step boundary; tests inject crashes there.
+    ``progress`` is called as ``progress(step, done, total)`` while an interval is applied, with
+    step ``"decode"`` and ``"net change"`` (partitions), ``"commit"`` (one per table plan) and ``"tag"``
+    (tables); a replayed earlier interval starts each step again from 0.
     """
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
@@ -336,7 +340,8 @@ def apply_interval(
         )
     held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds)
     with held:
-        return _bring_forward(config, storage, catalog, runner, chain, target, held, fault or (lambda step: None))
+        return _bring_forward(config, storage, catalog, runner, chain, target, held, fault or (lambda step: None),
+                              progress or (lambda step, done, total: None))
 
 
 def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
@@ -344,7 +349,8 @@ def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
 
 
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
-                   target: int, lease: Lease, step: Callable[[str], None]) -> ApplyResult:
+                   target: int, lease: Lease, step: Callable[[str], None],
+                   progress: Callable[[str, int, int], None]) -> ApplyResult:
     published = set(published_watermarks(storage, config.name))
     checkpoints = [_read_checkpoint(storage, config.name, iv) for iv in chain]
     # Every run leaves main at the latest published W at least: a table behind it is replayed.
@@ -363,7 +369,8 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
                 continue
         if i != target:
             replayed.append(layout.instant(iv.end))
-        r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step)
+        r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
+                       progress)
         published.add(r.watermark)
         if i == target:
             result = r
@@ -430,12 +437,15 @@ def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, pre
 def _apply_one(
     config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, manifest: Manifest,
     previous: Checkpoint | None, lease: Lease, step: Callable[[str], None],
+    progress: Callable[[str, int, int], None],
 ) -> ApplyResult:
     started = time.perf_counter()
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     tasks = _read_plan(config, storage, manifest, previous)
     # Phase 1 on the executors: only watermarks, DDL and errors come back to the driver.
+    progress("decode", 0, len(tasks))
     scanned: list[Scanned] = runner.map(scan_task, tasks)  # type: ignore[arg-type]
+    progress("decode", len(tasks), len(tasks))
     step("decoded")
 
     # Quarantine first: nothing undecodable is lost, whatever the policy says next.
@@ -477,7 +487,9 @@ def _apply_one(
     # Phase 2 on the executors: each partition's net change for (W_prev, W]. Keys live in one
     # partition, so only one row per touched key comes back, not every change.
     ddl_ts = tuple(sorted({e.commit_ts for e in ddls}))
+    progress("net change", 0, len(tasks))
     folds: list[Folded] = runner.map(fold_task, [FoldTask(t, w_prev, w, ddl_ts) for t in tasks])  # type: ignore[arg-type]
+    progress("net change", len(tasks), len(tasks))
     changes: list[RowChange | DdlChange] = [*_merge_folds(folds), *ddls]
     pending = {(f.topic, f.partition): f.pending for f in folds if f.pending is not None}
     for part in manifest.partitions:
@@ -501,14 +513,17 @@ def _apply_one(
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
     plans = build_apply_plans(changes)
+    progress("commit", 0, len(plans))
     for i, plan in enumerate(plans):
         committer.commit_plan(plan, run)
         step(f"committed:{i}")
+        progress("commit", i + 1, len(plans))
     tables = cat.pipeline_tables(catalog, config)
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
-        for table in tables:
+        for i, table in enumerate(tables):
             lease.check()
             tag_table(table, w)
+            progress("tag", i + 1, len(tables))
     step("tagged")
     schemas: dict[str, dict[tuple[str, str, int | None], TableSchema]] = {}
     for topic, known in (previous.schemas.items() if previous else ()):

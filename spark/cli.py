@@ -11,23 +11,30 @@
 
 ``query`` runs DuckDB SQL in which every table of the pipeline is ``<database>.<table>``
 (quote names with unusual characters: ``"my db"."my table"``); it reads only the tables the
-SQL names. Errors print one line and exit 2 (usage: config, bad SQL, unknown table or column)
-or 1 (the run failed); ``--debug`` shows the traceback.
+SQL names. Errors print one line and exit 2 (usage: config, bad times, bad SQL, unknown table
+or column) or 1 (the run failed, or the output was closed); ``--debug`` shows the traceback.
+Results go to stdout; diagnostics go through ``logging`` to stderr (``-v`` more, ``-q`` errors
+only), as do the progress bars of ``run`` and ``backfill``. Lags and ages read ``2h 03m``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
+import re
 import sys
-from typing import Any, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator, Sequence
 
 import orjson
 
 from cdc_codecs import ConfigError, TidelakeError
+from spark.jobs import human_duration
 
 UTC = dt.timezone.utc
+log = logging.getLogger("tidelake.cli")
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -42,12 +49,64 @@ def _instant(text: str, what: str) -> dt.datetime:
     return parse_instant(text, what)
 
 
+def _interval(start: str, end: str, start_flag: str, end_flag: str) -> tuple[dt.datetime, dt.datetime]:
+    """The interval the user typed, checked before anything runs; errors echo the text as typed."""
+    a, b = _instant(start, start_flag), _instant(end, end_flag)
+    if b <= a:
+        raise ConfigError(f"{end_flag} {end!r} is not after {start_flag} {start!r}")
+    return a, b
+
+
 def _w_time(w: int) -> str:
     return dt.datetime.fromtimestamp((w >> 18) / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None) -> dict[str, Any]:
-    """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``)."""
+class StepProgress:
+    """Progress bars (on stderr) for the long steps of a run: land, then apply's decode, net change,
+    commit (one per table plan) and tag. Pass it as ``apply_interval``'s ``progress`` callback."""
+
+    def __init__(self, bars: Any) -> None:
+        self.bars = bars
+        self.tasks: dict[str, Any] = {}
+
+    @contextmanager
+    def land(self) -> Iterator[None]:
+        task = self._task("land", None)  # one call that reports nothing until done: a pulsing bar
+        yield
+        self.bars.update(task, total=1, completed=1)
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        self.bars.update(self._task(step, total), total=total, completed=done)
+
+    def _task(self, step: str, total: int | None) -> Any:
+        if step not in self.tasks:
+            self.tasks[step] = self.bars.add_task(step, total=total)
+        return self.tasks[step]
+
+    def clear(self) -> None:
+        """Drop the step bars: the next interval of a backfill starts its own."""
+        for task in self.tasks.values():
+            self.bars.remove_task(task)
+        self.tasks.clear()
+
+
+def progress_bars(quiet: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    # Bars on stderr, results on stdout. When stdout is the same terminal, rich routes print()
+    # above the bars; when it is a pipe or file, results go there untouched.
+    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), disable=quiet, redirect_stdout=sys.stdout.isatty())
+
+
+def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None,
+                 progress: StepProgress | None = None) -> dict[str, Any]:
+    """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``).
+
+    Returns ``{"land": report, "apply": report}``; the land report always says whether the
+    interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.
+    """
     from spark.apply import apply_interval
     from spark.land import LocalRunner, SparkRunner, land_interval
 
@@ -59,35 +118,65 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
         session = build_session(f"tidelake-{config.name}", spark_master)
         runner = SparkRunner(session)
     try:
-        landed = land_interval(config, start, end, runner=runner)
-        applied = apply_interval(config, start, end, runner=runner)
+        log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
+        with progress.land() if progress else nullcontext():
+            landed = land_interval(config, start, end, runner=runner)
+        log.debug("landed %s messages (%s); applying", landed.manifest.messages,
+                  "manifest reused" if landed.reused else "new manifest")
+        applied = apply_interval(config, start, end, runner=runner, progress=progress)
     finally:
         if session is not None:
             session.stop()
-    return {"land": landed.report or {"messages": landed.manifest.messages, "reused": True}, "apply": applied.report}
+    land = {**landed.report, "messages": landed.manifest.messages, "reused": landed.reused}
+    return {"land": land, "apply": applied.report}
+
+
+def lag_seconds(apply: dict[str, Any]) -> float | None:
+    """How far W's wall time is behind the interval end (a confirming run's report does not store it)."""
+    w = apply["watermark"]
+    if not w:
+        return None
+    if apply.get("lag_seconds") is not None:
+        return float(apply["lag_seconds"])
+    return dt.datetime.fromisoformat(apply["interval"]["end"]).timestamp() - (w >> 18) / 1000
+
+
+OUTCOMES = {
+    "published": "published: this run made W visible to readers",
+    "confirmed": "confirmed: W was already published by an earlier run; tables and tags left as they are",
+    "not-consistent": "not consistent yet: some partition has reported no watermark, nothing tagged",
+}
 
 
 def print_report(report: dict[str, Any], out: Any = None) -> None:
     out = out or sys.stdout
-    apply = report["apply"]
+    apply, land = report["apply"], report["land"]
     w = apply["watermark"]
     print(f"interval {apply['interval']['start']} .. {apply['interval']['end']}", file=out)
-    print(f"  landed     {report['land'].get('messages', 0):>10,} messages", file=out)
-    print(f"  decoded    {apply['events_decoded']:>10,} events ({apply['already_applied_skipped']:,} already applied, "
-          f"{apply['quarantined']:,} quarantined)", file=out)
+    reused = " (reused: an earlier run landed this interval; nothing re-read from Kafka)" if land.get("reused") else ""
+    print(f"  landed     {land.get('messages', 0):>10,} messages{reused}", file=out)
+    if "events_decoded" in apply:
+        print(f"  decoded    {apply['events_decoded']:>10,} events ({apply['already_applied_skipped']:,} already applied, "
+              f"{apply['quarantined']:,} quarantined)", file=out)
     if w:
-        print(f"  watermark  {w} = {_w_time(w)} (lag {apply['lag_seconds']:.1f}s behind the interval end)", file=out)
+        print(f"  watermark  {w} = {_w_time(w)} (lag {human_duration(lag_seconds(apply) or 0)} behind the interval end)",
+              file=out)
     else:
         print("  watermark  none yet: some partition has reported no watermark", file=out)
-    width = max([len(n) for n in apply["tables"]] + [5])
-    for name, t in apply["tables"].items():
+    outcome = apply.get("outcome", "published" if w else "not-consistent")
+    print(f"  outcome    {OUTCOMES.get(outcome, outcome)}", file=out)
+    tables = apply.get("tables", {})
+    width = max([len(n) for n in tables] + [5])
+    for name, t in tables.items():
         flag = " (dropped)" if t["dropped"] else ""
         print(f"  {name:<{width}}  {t['events_applied']:>8,} events applied{flag}", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
-    report = run_interval(config, _instant(args.start, "--start"), _instant(args.end, "--end"), args.spark)
+    start, end = _interval(args.start, args.end, "--start", "--end")
+    with progress_bars(args.quiet) as bars:
+        report = run_interval(config, start, end, args.spark, progress=StepProgress(bars))
     print_report(report)
     return 0
 
@@ -108,21 +197,32 @@ def intervals(cron: str, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.
     return out
 
 
-def cmd_backfill(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def backfill_line(start: dt.datetime, end: dt.datetime, report: dict[str, Any]) -> str:
+    """One interval of a backfill: messages (reused or landed), W, its wall time and lag, the outcome."""
+    land, apply = report["land"], report["apply"]
+    w = apply["watermark"]
+    line = f"{start.isoformat()} .. {end.isoformat()}: {land.get('messages', 0):,} messages"
+    line += " (reused)" if land.get("reused") else ""
+    if not w:
+        return line + ", no consistent W yet"
+    return (line + f", W={w} ({_w_time(w)}, lag {human_duration(lag_seconds(apply) or 0)}) "
+            f"{apply.get('outcome', 'published')}")
 
+
+def cmd_backfill(args: argparse.Namespace) -> int:
     config = _config(args)
-    spans = intervals(config.schedule.cron, _instant(args.start, "FROM"), _instant(args.end, "TO"))
+    start, end = _interval(args.start, args.end, "FROM", "TO")
+    spans = intervals(config.schedule.cron, start, end)
     if not spans:
-        raise ConfigError(f"no {config.schedule.cron!r} interval fits between {args.start} and {args.end}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False) as progress:
-        task = progress.add_task(f"backfill {config.name}", total=len(spans))
+        raise ConfigError(f"no {config.schedule.cron!r} interval fits between FROM {args.start!r} and TO {args.end!r}")
+    with progress_bars(args.quiet) as bars:
+        steps = StepProgress(bars)
+        task = bars.add_task(f"backfill {config.name}", total=len(spans))
         for a, b in spans:
-            report = run_interval(config, a, b, args.spark)
-            w = report["apply"]["watermark"]
-            progress.console.print(f"{a.isoformat()} .. {b.isoformat()}: {report['land'].get('messages', 0):,} messages, "
-                                   f"W={w}" + (f" ({_w_time(w)})" if w else ""))
-            progress.advance(task)
+            steps.clear()
+            report = run_interval(config, a, b, args.spark, progress=steps)
+            print(backfill_line(a, b, report), flush=True)
+            bars.advance(task)
     return 0
 
 
@@ -135,10 +235,10 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
         print(f"{config.name}: no watermark published yet")
         return 0
     now = dt.datetime.now(UTC).timestamp()
-    print(f"{'watermark (TSO)':>20}  {'wall time':<26} {'lag now':>10}  interval")
+    print(f"{'watermark (TSO)':>20}  {'wall time':<26} {'age now':>10}  interval")
     for w in marks:
         doc = published(config, w)
-        print(f"{w:>20}  {_w_time(w):<26} {now - (w >> 18) / 1000:>9.0f}s  {doc['interval']}")
+        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {doc['interval']}")
     return 0
 
 
@@ -167,7 +267,7 @@ def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) 
 def cmd_query(args: argparse.Namespace) -> int:
     config = _config(args)
     w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
-    print(f"-- {config.name} at W={w} ({_w_time(w)})", file=sys.stderr)
+    log.info("-- %s at W=%s (%s)", config.name, w, _w_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
 
@@ -248,24 +348,33 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from cdc_codecs import DecodeError, RawMessage, SourcePosition, get_decoder
     from cdc_codecs.render import event_to_json
 
-    decoder = get_decoder(args.protocol, **dict(o.split("=", 1) for o in args.option or []))
+    options = {}
+    for text in args.option or []:
+        key, eq, value = text.partition("=")
+        if not (key and eq):
+            raise ConfigError(f"--option {text!r}: expected KEY=VALUE, e.g. --option timezone=Asia/Shanghai")
+        options[key] = value
+    decoder = get_decoder(args.protocol, **options)
     out = sys.stdout.buffer
     for path in args.files:
-        if path.endswith(".parquet"):
-            import pyarrow.parquet as pq
+        try:
+            if path.endswith(".parquet"):
+                import pyarrow.parquet as pq
 
-            rows = pq.read_table(path).to_pylist()
-            messages = [RawMessage(r["key"], r["value"], SourcePosition(str(r["topic"]), r["partition"], r["offset"]),
-                                   tuple((h["key"], h["value"]) for h in r["headers"] or ()), r["timestamp_ms"]) for r in rows]
-        else:
-            with open(path, "rb") as f:
-                messages = [RawMessage(None, f.read(), SourcePosition(path.rsplit("/", 1)[-1], 0, 0))]
+                rows = pq.read_table(path).to_pylist()
+                messages = [RawMessage(r["key"], r["value"], SourcePosition(str(r["topic"]), r["partition"], r["offset"]),
+                                       tuple((h["key"], h["value"]) for h in r["headers"] or ()), r["timestamp_ms"]) for r in rows]
+            else:
+                with open(path, "rb") as f:
+                    messages = [RawMessage(None, f.read(), SourcePosition(path.rsplit("/", 1)[-1], 0, 0))]
+        except OSError as exc:  # pyarrow raises FileNotFoundError (an OSError) too
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
         for msg in messages:
             try:
                 for event in decoder.decode(msg):
                     out.write(event_to_json(event) + b"\n")
             except DecodeError as exc:
-                print(f"error: {path}: {exc}", file=sys.stderr)
+                log.error("%s: %s", path, exc)
                 return 1
     return 0
 
@@ -276,73 +385,155 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.workdir, args.events)
 
 
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidelake")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _output_options(p: argparse.ArgumentParser, default: Any) -> None:
+    """``--debug``, ``-v``, ``-q``: on the top level (defaults) and on every subcommand (SUPPRESS, so
+    ``tidelake -v run`` and ``tidelake run -v`` both work and neither resets the other)."""
+    p.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+    loudness = p.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", default=default,
+                          help="more diagnostics on stderr (tidelake's debug lines, libraries' info)")
+    loudness.add_argument("-q", "--quiet", action="store_true", default=default,
+                          help="errors only on stderr: no progress bars, no warnings")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tidelake", description="CDC in Kafka -> Iceberg tables at consistent watermarks")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                   help="print the installed tidelake version and exit")
+    _output_options(p, False)
+    common = argparse.ArgumentParser(add_help=False)
+    _output_options(common, argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary, parents=[common])
 
     def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
+        sp.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml/.yml)")
         return sp
 
-    run = with_config(sub.add_parser("run", help="land and apply one interval, end to end"))
-    run.add_argument("--start", required=True)
-    run.add_argument("--end", required=True)
-    run.add_argument("--spark", metavar="MASTER", help="run the tasks on Spark (e.g. local[2]) instead of in-process")
+    spark_help = "run the tasks on Spark with this master (e.g. local[2]) instead of in-process"
+    run = with_config(command("run", "land and apply one interval, end to end"))
+    run.add_argument("--start", required=True, help="interval start, ISO-8601 with a time zone (2024-01-01T00:00:00Z)")
+    run.add_argument("--end", required=True, help="interval end (exclusive), after --start, ISO-8601 with a time zone")
+    run.add_argument("--spark", metavar="MASTER", help=spark_help)
     run.set_defaults(fn=cmd_run)
-    back = with_config(sub.add_parser("backfill", help="run every scheduled interval in [FROM, TO)"))
-    back.add_argument("start", metavar="FROM")
-    back.add_argument("end", metavar="TO")
-    back.add_argument("--spark", metavar="MASTER")
+    back = with_config(command("backfill", "run every scheduled interval in [FROM, TO)"))
+    back.add_argument("start", metavar="FROM", help="first interval's start, ISO-8601 with a time zone")
+    back.add_argument("end", metavar="TO", help="last interval's end (exclusive), ISO-8601 with a time zone")
+    back.add_argument("--spark", metavar="MASTER", help=spark_help)
     back.set_defaults(fn=cmd_backfill)
-    with_config(sub.add_parser("watermarks", help="published watermarks, with wall time and lag")).set_defaults(fn=cmd_watermarks)
-    tables = with_config(sub.add_parser("tables", help="tables and row counts at a watermark"))
-    tables.add_argument("--at", default="latest", help="latest, a TSO, or an ISO time")
+    with_config(command("watermarks", "published watermarks, with wall time and age")).set_defaults(fn=cmd_watermarks)
+    tables = with_config(command("tables", "tables and row counts at a watermark"))
+    tables.add_argument("--at", default="latest", help="latest (default), a TSO, or an ISO time (greatest published W <= it)")
     tables.set_defaults(fn=cmd_tables)
-    q = with_config(sub.add_parser("query", help="DuckDB SQL over the pipeline's tables at one consistent watermark"))
-    q.add_argument("--at", default="latest", help="latest, a TSO, or an ISO time (greatest published W <= it)")
+    q = with_config(command("query", "DuckDB SQL over the pipeline's tables at one consistent watermark"))
+    q.add_argument("--at", default="latest", help="latest (default), a TSO, or an ISO time (greatest published W <= it)")
     q.add_argument("--format", choices=("table", "json", "csv"), default="table",
                    help="an aligned table (default), JSON lines, or CSV with a header")
     q.add_argument("--json", action="store_true", help="the same as --format json")
     q.add_argument("--with-metadata", action="store_true",
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
-    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error")
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
-    rep = with_config(sub.add_parser("repair", help="re-derive published watermarks from the archive, move tags that changed"))
+    rep = with_config(command("repair", "re-derive published watermarks from the archive, move tags that changed"))
     rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
     rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")
     rep.set_defaults(fn=cmd_repair)
-    d = sub.add_parser("decode", help="a raw segment (.parquet) or message files to JSON lines")
-    d.add_argument("--protocol", required=True)
-    d.add_argument("--option", action="append", metavar="K=V")
-    d.add_argument("files", nargs="+")
+    d = command("decode", "a raw segment (.parquet) or message files to JSON lines")
+    d.add_argument("--protocol", required=True, help="the topic's protocol, e.g. canal-json (tidelake-codecs lists them)")
+    d.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a decoder option, as in a topic's options (repeatable), e.g. timezone=Asia/Shanghai")
+    d.add_argument("files", nargs="+", metavar="FILE", help="a landed segment (.parquet) or files holding one message each")
     d.set_defaults(fn=cmd_decode)
-    demo = sub.add_parser("demo", help="embedded broker + generated TiCDC workload -> tables, then a query")
-    demo.add_argument("--workdir", default=".tidelake/demo")
-    demo.add_argument("--events", type=int, default=3000)
+    demo = command("demo", "embedded broker + generated TiCDC workload -> tables, then a query")
+    demo.add_argument("--workdir", default=".tidelake/demo", help="where the demo writes (emptied first; default %(default)s)")
+    demo.add_argument("--events", type=int, default=3000, help="upstream events per feed (default %(default)s)")
     demo.set_defaults(fn=cmd_demo)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+class _StderrHandler(logging.Handler):
+    """``error: ...`` / ``warning: ...`` lines (info as it is) on whatever ``sys.stderr`` is *now*,
+    so lines go above rich's progress bars while they are shown."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+            sys.stderr.write(f"{prefix}{text}\n")
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
+OWN_LOGGERS = ("tidelake", "spark", "cdc_codecs")
+
+
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    """Diagnostics to stderr: ours at INFO (DEBUG with -v, ERROR with -q); libraries at WARNING
+    (INFO with -v, ERROR with -q); Python warnings become one ``warning:`` line each."""
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(h)
+    root.addHandler(_StderrHandler())
+    root.setLevel(logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING)
+    own = logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(own)
+    logging.captureWarnings(True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
+
+
+def _output_closed() -> int:
+    # The reader left (`| head`): point stdout at /dev/null so the flush at exit cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        return args.fn(args)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout has no descriptor (captured, replaced)
+        sys.stdout = os.fdopen(devnull, "w")
+    log.error("the output was closed before everything was written")
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 done, 2 usage or configuration error, 1 the run failed (or the output was closed)."""
+    try:
+        args = parser().parse_args(argv)
+    except BrokenPipeError:  # argparse itself ignores a closed pipe for --help and --version; a belt to its braces
+        return _output_closed()
+    configure_logging(args.verbose, args.quiet)
+    try:
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at exit
+        return code
     except TidelakeError as exc:
         if args.debug:
             raise
         from spark.query import QueryError
 
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("%s", _one_line(exc))
         return 2 if isinstance(exc, (ConfigError, QueryError)) else 1
     except BrokenPipeError:
         if args.debug:
             raise
-        # The reader left (`| head`): point stdout at /dev/null so the flush at exit cannot fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print("error: the output was closed before everything was written", file=sys.stderr)
-        return 1
+        return _output_closed()
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        log.error("interrupted")
+        return 130
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from cdc_codecs import PROTOCOLS, ConfigError
+from cdc_codecs import PROTOCOLS, ConfigError, get_decoder, protocol_spec
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 START_MODES = ("earliest", "latest")
@@ -119,18 +119,23 @@ class PipelineConfig:
     def start_time(self) -> dt.datetime | None:
         if self.start in START_MODES:
             return None
-        return parse_instant(self.start, "start")
+        return parse_instant(self.start, "start", also=START_MODES)
 
     @staticmethod
     def from_mapping(doc: Mapping[str, Any], source: str = "<config>") -> PipelineConfig:
         return _parse_pipeline(doc, source)
 
 
-def parse_instant(text: str, where: str) -> dt.datetime:
+def parse_instant(text: str, where: str, also: tuple[str, ...] = ()) -> dt.datetime:
+    """An ISO-8601 instant with a time zone, in UTC; errors echo ``text`` as the user typed it.
+
+    ``also``: words the caller accepts besides a time (named in the error, handled by the caller).
+    """
     try:
         value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"{where}: expected 'earliest', 'latest' or an ISO-8601 time such as 2024-01-01T00:00:00Z, found {text!r}") from None
+        words = "".join(f"{w!r}, " for w in also[:-1]) + (f"{also[-1]!r} or " if also else "")
+        raise ConfigError(f"{where}: expected {words}an ISO-8601 time such as 2024-01-01T00:00:00Z, found {text!r}") from None
     if value.tzinfo is None:
         raise ConfigError(f"{where}: {text!r} has no time zone; write it in UTC with a trailing Z")
     return value.astimezone(dt.timezone.utc)
@@ -189,6 +194,24 @@ class _Reader:
             raise ConfigError(f"{self._where(unknown[0])}: unknown key; known keys here: {', '.join(sorted(self.used))}")
 
 
+def _check_decoder_options(protocol: str, options: Mapping[str, str], source: str, path: str) -> None:
+    """A topic's decoder options as its protocol's decoder will take them: fail at parse time, not in a run."""
+    known = protocol_spec(protocol).decoder.options_spec
+    for key, value in options.items():
+        if key not in known:
+            raise ConfigError(f"{source}: {path}.{key}: unknown option of protocol {protocol!r}; "
+                              f"known options: {', '.join(sorted(known)) or 'none'}")
+        try:
+            known[key].parse(value)
+        except ValueError as exc:
+            found = "" if repr(value) in str(exc) else f", found {value!r}"  # echo what the file says, once
+            raise ConfigError(f"{source}: {path}.{key}: {exc}{found}") from None
+    try:  # what only the decoder sees: options that are valid alone but not together
+        get_decoder(protocol, **options)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {path}: {exc}") from None
+
+
 def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
     r = _Reader(doc, source, "")
     name = r.get("name", str)
@@ -206,7 +229,9 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
     for i, t in enumerate(raw_topics):
         tr = _Reader(t, source, f"topics[{i}]")
         protocol = tr.get("protocol", str, choices=tuple(sorted(PROTOCOLS)))
-        topics.append(TopicConfig(tr.get("name", str), protocol, {str(k): str(v) for k, v in tr.get("options", Mapping, {}).items()}))
+        options = {str(k): str(v) for k, v in tr.get("options", Mapping, {}).items()}
+        _check_decoder_options(protocol, options, source, f"topics[{i}].options")
+        topics.append(TopicConfig(tr.get("name", str), protocol, options))
         tr.done()
     storage = r.child("storage")
     assert storage is not None
@@ -302,11 +327,14 @@ def load_pipeline_config(path: str) -> PipelineConfig:
         elif p.suffix == ".json":
             doc = json.loads(text)
         elif p.suffix in (".yaml", ".yml"):
-            import yaml  # Airflow installs PyYAML
+            import yaml  # PyYAML: a dependency of the `pipeline` extra
 
-            doc = yaml.safe_load(text)
+            try:
+                doc = yaml.safe_load(text)
+            except yaml.YAMLError as exc:  # not a ValueError
+                raise ValueError(" ".join(str(exc).split())) from None
         else:
-            raise ConfigError(f"{path}: expected a .toml, .json or .yaml file")
+            raise ConfigError(f"{path}: expected a .toml, .json, .yaml or .yml file, found {p.suffix or 'no suffix'!r}")
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: not valid {p.suffix[1:].upper()}: {exc}") from None
     return PipelineConfig.from_mapping(doc, str(path))

@@ -25,8 +25,15 @@ SPARK_LOG_LEVEL_ENV = "TIDELAKE_SPARK_LOG_LEVEL"
 QUIET_SPARK_LOG_LEVEL = "WARN"
 
 
+# Calendar-free units for long ages: a month is 30 days, a year 365 (an age, not a date).
+_DAY, _MONTH, _YEAR = 86_400, 30 * 86_400, 365 * 86_400
+
+
 def human_duration(seconds: float) -> str:
-    """``42s``, ``7m 05s``, ``2h 03m``, ``3d 04h``: lag and ages as people read them."""
+    """``42s``, ``7m 05s``, ``2h 03m``, ``3d 04h``, ``4mo 12d``, ``1y 10mo``: lag and ages as people read them.
+
+    Two units at most, the larger first; every tidelake output that shows a lag or an age uses this.
+    """
     sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
     total = int(round(seconds))
     if total < 60:
@@ -37,8 +44,14 @@ def human_duration(seconds: float) -> str:
     hours, minutes = divmod(minutes, 60)
     if hours < 24:
         return f"{sign}{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{sign}{days}d {hours:02d}h"
+    if total < _MONTH:
+        days, hours = divmod(hours, 24)
+        return f"{sign}{days}d {hours:02d}h"
+    if total < _YEAR:
+        months, rest = divmod(total, _MONTH)
+        return f"{sign}{months}mo {rest // _DAY:02d}d"
+    years, rest = divmod(total, _YEAR)
+    return f"{sign}{years}y {rest // _MONTH:02d}mo"
 
 
 def human_bytes(n: int) -> str:

@@ -60,6 +60,9 @@ def interval_args(pipeline: Path) -> list[str]:
 def test_human_units() -> None:
     assert [human_duration(s) for s in (0, 42.4, 59.6, 425, 3600, 7380, 86399, 93600, -90)] == [
         "0s", "42s", "1m 00s", "7m 05s", "1h 00m", "2h 03m", "23h 59m", "1d 02h", "-1m 30s"]
+    day = 86_400
+    assert [human_duration(d * day) for d in (29, 30, 100, 364, 365, 365 + 300, 3 * 365 + 31)] == [
+        "29d 00h", "1mo 00d", "3mo 10d", "12mo 04d", "1y 00mo", "1y 10mo", "3y 01mo"]
     assert [human_bytes(n) for n in (0, 812, 1536, 3 * 2**20 + 2**19, 2**30)] == ["0 B", "812 B", "1.5 KiB", "3.5 MiB", "1.0 GiB"]
 
 

@@ -1,0 +1,73 @@
+"""Pipeline files: topic decoder options checked at parse time, and every supported file format."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from cdc_codecs import ConfigError, protocol_spec
+from spark.config import PipelineConfig, load_pipeline_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pipeline_doc(options: dict[str, str], protocol: str = "canal-json") -> dict:
+    return {"name": "p", "kafka": {"bootstrap_servers": "k:9092"},
+            "topics": [{"name": "t", "protocol": protocol, "options": options}], "storage": {"url": "/tmp/x"}}
+
+
+def test_a_misspelt_topic_option_names_the_file_the_key_and_the_known_options() -> None:
+    known = sorted(protocol_spec("canal-json").decoder.options_spec)
+    with pytest.raises(ConfigError) as err:
+        PipelineConfig.from_mapping(pipeline_doc({"timezon": "Asia/Shanghai"}), "prod.toml")
+    assert str(err.value) == (f"prod.toml: topics[0].options.timezon: unknown option of protocol 'canal-json'; "
+                              f"known options: {', '.join(known)}")
+    assert "timezone" in known
+
+
+def test_a_topic_option_value_is_parsed_with_the_decoder_s_own_parser() -> None:
+    with pytest.raises(ConfigError, match=re.escape("prod.toml: topics[0].options.timezone: unknown time zone 'Mars/Olympus'")):
+        PipelineConfig.from_mapping(pipeline_doc({"timezone": "Mars/Olympus"}), "prod.toml")
+    with pytest.raises(ConfigError, match=re.escape("prod.toml: topics[0].options.encoding: expected json or avro, found 'xml'")):
+        PipelineConfig.from_mapping(pipeline_doc({"encoding": "xml"}, "simple"), "prod.toml")
+    config = PipelineConfig.from_mapping(pipeline_doc({"timezone": "+08:00"}), "prod.toml")
+    assert config.topics[0].options == {"timezone": "+08:00"}
+
+
+def test_toml_json_and_yaml_files_give_the_same_pipeline(tmp_path: Path) -> None:
+    doc = pipeline_doc({"timezone": "UTC"})
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    (tmp_path / "p.yaml").write_text(
+        "name: p\nkafka:\n  bootstrap_servers: k:9092\ntopics:\n  - name: t\n    protocol: canal-json\n"
+        "    options:\n      timezone: UTC\nstorage:\n  url: /tmp/x\n")
+    (tmp_path / "p.toml").write_text('name = "p"\n[kafka]\nbootstrap_servers = "k:9092"\n[[topics]]\nname = "t"\n'
+                                     'protocol = "canal-json"\noptions = { timezone = "UTC" }\n[storage]\nurl = "/tmp/x"\n')
+    expected = PipelineConfig.from_mapping(doc, "x")
+    for suffix in ("json", "yaml", "toml"):
+        assert load_pipeline_config(str(tmp_path / f"p.{suffix}")) == expected, suffix
+
+
+def test_unreadable_and_malformed_files_are_config_errors_naming_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=re.escape(f"{missing}: cannot read: No such file or directory")):
+        load_pipeline_config(str(missing))
+    bad_yaml = tmp_path / "bad.yml"
+    bad_yaml.write_text("name: p\n  kafka: [\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{bad_yaml}: not valid YML: ")) as err:
+        load_pipeline_config(str(bad_yaml))
+    assert "\n" not in str(err.value)
+    ini = tmp_path / "p.ini"
+    ini.write_text("x")
+    with pytest.raises(ConfigError, match=re.escape(f"{ini}: expected a .toml, .json, .yaml or .yml file, found '.ini'")):
+        load_pipeline_config(str(ini))
+
+
+def test_yaml_support_is_declared_where_the_loader_runs() -> None:
+    """load_pipeline_config imports yaml: the `pipeline` extra must bring PyYAML, and the lock must pin it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(re.match(r"pyyaml\b", req, re.IGNORECASE) for req in extras["pipeline"])
+    assert re.search(r"^PyYAML==", (ROOT / "requirements.lock").read_text(), re.MULTILINE | re.IGNORECASE)
