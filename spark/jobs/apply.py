@@ -43,8 +43,6 @@ def apply_summary(result: ApplyResult) -> list[str]:
                      f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
     if result.replayed:
         lines.append(f"  replayed first: intervals ending {', '.join(result.replayed)}")
-    if r.get("restored_tables"):
-        lines.append(f"  restored to the interval start: {', '.join(r['restored_tables'])}")
     tables = r.get("tables", {})
     width = max((len(name) for name in tables), default=0)
     for name, t in tables.items():

@@ -21,7 +21,7 @@ from spark.query import published_watermarks, read_pipeline
 from .archive import HOUR, T0, build, normalise
 
 TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
-CRASH_POINTS = ["decoded", "restored", "staged", "committed:0", "tagged", "checkpointed", "published"]
+CRASH_POINTS = ["decoded", "staged", "committed:0", "tagged", "checkpointed", "published"]
 
 
 class Crash(Exception):

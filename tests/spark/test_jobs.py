@@ -115,7 +115,6 @@ def apply_report() -> dict:
         "watermark": W, "previous_watermark": W - (3600_000 << 18),
         "watermark_time": "2023-12-31T22:56:29.877000+00:00", "lag_seconds": 7410.123,
         "messages_decoded": 1200, "events_decoded": 1350, "already_applied_skipped": 5, "quarantined": 1,
-        "restored_tables": [],
         "tables": {"shop.orders": {"events_applied": 900, "snapshot": 11, "dropped": False},
                    "shop.x": {"events_applied": 0, "snapshot": 12, "dropped": True}},
         "seconds": 12.3456,
@@ -144,12 +143,10 @@ def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monke
 
 
 def test_apply_summary_without_a_consistent_watermark() -> None:
-    report = {**apply_report(), "watermark": 0, "watermark_time": None, "lag_seconds": None,
-              "restored_tables": ["shop.orders"], "tables": {}}
+    report = {**apply_report(), "watermark": 0, "watermark_time": None, "lag_seconds": None, "tables": {}}
     assert apply_job.apply_summary(ApplyResult(0, 0, [], report)) == [
         "shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: no consistent W yet (a partition has reported no watermark); nothing tagged",
         "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
-        "  restored to the interval start: shop.orders",
     ]
 
 

@@ -32,6 +32,19 @@ def machine(protocol: str, history: list, partitions: int = 1):  # noqa: ANN201
     return m
 
 
+def landed(protocol: str, seed: int, chunks: int, intervals: int, partitions: int = 2):  # noqa: ANN201
+    """A pipeline whose upstream wrote ``chunks`` of changes, each closed by a resolved ts, landed in ``intervals``."""
+    up = Upstream(seed=seed)
+    for _ in range(chunks):
+        up.changes(6)
+        up.resolved()
+    m = machine(protocol, up.history, partitions)
+    per = len(m.feed.records) // intervals
+    for _ in range(intervals):
+        m.land_interval(per)
+    return m
+
+
 def heads(m) -> dict[str, int]:  # noqa: ANN001
     return {str(t.metadata.table_uuid): table_watermark(t) for t in cat.pipeline_tables(cat.open_catalog(m.config), m.config)}
 
@@ -55,14 +68,7 @@ def test_a_replay_cut_by_an_interval_boundary_keeps_the_newest_change(protocol: 
 
 
 def test_an_old_interval_rerun_after_later_ones_is_confirmed_and_the_schedule_continues() -> None:
-    up = Upstream(seed=3)
-    for _ in range(5):
-        up.changes(6)
-        up.resolved()
-    m = machine("canal-json", up.history, partitions=2)
-    per = len(m.feed.records) // 4
-    for _ in range(4):
-        m.land_interval(per)
+    m = landed("canal-json", seed=3, chunks=5, intervals=4)
     for j in (0, 1, 2):
         m._run(j)
     before = heads(m)
@@ -73,14 +79,7 @@ def test_an_old_interval_rerun_after_later_ones_is_confirmed_and_the_schedule_co
 
 
 def test_a_table_behind_its_pipeline_is_replayed_forward_from_the_archive() -> None:
-    up = Upstream(seed=4)
-    for _ in range(4):
-        up.changes(8)
-        up.resolved()
-    m = machine("simple", up.history, partitions=2)
-    per = len(m.feed.records) // 3
-    for _ in range(3):
-        m.land_interval(per)
+    m = landed("simple", seed=4, chunks=4, intervals=3)
     m._run(0)
     m._run(1)
     # What an earlier tidelake's backfill left behind: one table rewound to an older tag.
