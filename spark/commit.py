@@ -192,6 +192,11 @@ class TableCommitter:
                         continue  # only deletes, of a table the lake never had: nothing to delete
                     current, tx = self._create_from_rows(step, plan, run)
                 tx = tx or current.transaction()
+                if step.net.upserts and DROPPED in tx.table_metadata.properties:
+                    # Rows for a dropped table (a changefeed re-sending old messages after the
+                    # DROP, ordered by offset): the table lives again, as a table the lake never
+                    # saw created is made by its rows.
+                    tx.remove_properties(DROPPED)
                 self._write_rows(tx, step, run)
         if current is None:
             return None
