@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-## Everything CI runs (about 5 minutes on 2 cores, plus the first install).
+## Everything CI runs (about 15 minutes on 2 cores, plus the first install).
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 tests
 
