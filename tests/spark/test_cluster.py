@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -62,8 +63,11 @@ class StandaloneCluster:
     ui: str
 
     def alive_workers(self) -> int:
-        with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as answer:
-            return sum(1 for w in json.load(answer)["workers"] if w["state"] == "ALIVE")
+        try:
+            with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as answer:
+                return sum(1 for w in json.load(answer)["workers"] if w["state"] == "ALIVE")
+        except urllib.error.URLError:  # the UI's port opens before its /json/ handler (404 meanwhile)
+            return 0
 
 
 @contextmanager
