@@ -41,7 +41,7 @@ from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange,
 from spark import catalog as cat
 from spark import credentials, layout
 from spark.apply_plan import build_apply_plans
-from spark.net_change import NetChange, change_order
+from spark.net_change import NetChange, Order, change_order
 from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
@@ -222,7 +222,10 @@ class FoldTask:
     decode: DecodeTask
     w_prev: int
     w: int
-    ddl_ts: tuple[int, ...]  # commitTs of every DDL applied in this run, sorted
+    # Commit order of every DDL applied in this run, sorted: a row belongs after the DDLs that
+    # precede it in the full order (commitTs, position), not only by commitTs -- under derived
+    # watermarks a row and a DDL can share a commitTs.
+    ddl_orders: tuple[Order, ...]
 
 
 def fold_task(task: FoldTask) -> Folded:
@@ -247,7 +250,7 @@ def fold_task(task: FoldTask) -> Folded:
                 continue
             name = f"{e.database}.{e.table}"
             out.applied[name] = out.applied.get(name, 0) + 1
-            segment = (e.database, e.table, bisect.bisect_left(task.ddl_ts, ts))
+            segment = (e.database, e.table, bisect.bisect_left(task.ddl_orders, change_order(e)))
             net = out.rows.get(segment)
             if net is None:
                 net = out.rows[segment] = NetChange(e.key_columns)
@@ -486,9 +489,9 @@ def _apply_one(
         )
     # Phase 2 on the executors: each partition's net change for (W_prev, W]. Keys live in one
     # partition, so only one row per touched key comes back, not every change.
-    ddl_ts = tuple(sorted({e.commit_ts for e in ddls}))
+    ddl_orders = tuple(sorted(change_order(e) for e in ddls))  # type: ignore[arg-type]
     progress("net change", 0, len(tasks))
-    folds: list[Folded] = runner.map(fold_task, [FoldTask(t, w_prev, w, ddl_ts) for t in tasks])  # type: ignore[arg-type]
+    folds: list[Folded] = runner.map(fold_task, [FoldTask(t, w_prev, w, ddl_orders) for t in tasks])  # type: ignore[arg-type]
     progress("net change", len(tasks), len(tasks))
     changes: list[RowChange | DdlChange] = [*_merge_folds(folds), *ddls]
     pending = {(f.topic, f.partition): f.pending for f in folds if f.pending is not None}
