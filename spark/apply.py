@@ -361,11 +361,13 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     previous: Checkpoint | None = None
     result: ApplyResult | None = None
     replayed: list[str] = []
+    # The lowest table watermark: an interval at or below it is done for every table. Only an
+    # applied interval moves tables, so it is read again only then.
+    lowest = min(_table_watermarks(catalog, config).values(), default=None)
     for i in range(max(target, last_published) + 1):
         iv, cp = chain[i], checkpoints[i]
         if cp is not None and (cp.watermark == 0 or cp.watermark in published):
-            behind = [n for n, w in _table_watermarks(catalog, config).items() if w < cp.watermark]
-            if not behind:
+            if lowest is None or lowest >= cp.watermark:
                 if i == target:
                     result = _confirm(config, storage, catalog, iv, cp, previous)
                 previous = cp
@@ -375,6 +377,7 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
         r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
                        progress)
         published.add(r.watermark)
+        lowest = min(_table_watermarks(catalog, config).values(), default=None)
         if i == target:
             result = r
         previous = _read_checkpoint(storage, config.name, iv)
