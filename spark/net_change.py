@@ -14,8 +14,11 @@ changes were folded.
 
 from __future__ import annotations
 
+import datetime as dt
+import pickle
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from decimal import Decimal
+from typing import Any, Iterable, Iterator, Mapping
 
 from cdc_codecs import Op, RowChange
 
@@ -29,6 +32,38 @@ def row_key(key_columns: tuple[str, ...], row: Mapping[str, Any]) -> Key:
     if key_columns:
         return tuple(row.get(k) for k in key_columns)
     return tuple(sorted(row.items()))
+
+
+def _canonical(value: Any) -> Any:
+    """A value's canonical form: equal Python values (1, 1.0, Decimal("1.00")) get equal forms."""
+    if value is None or isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, (bool, int, float, Decimal)):
+        number = Decimal(value)  # exact, also for floats
+        return ("n", str(number.normalize()) if number.is_finite() else str(number))
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return ("t", value.isoformat())
+    if isinstance(value, (list, tuple)):
+        return ("l", tuple(_canonical(v) for v in value))
+    return (type(value).__name__, repr(value))
+
+
+def key_bytes(key: Key) -> bytes:
+    """Canonical bytes of a key: equal keys (as ``NetChange`` compares them) give equal bytes,
+    so a shuffle or a group-by on these bytes folds exactly the keys ``NetChange`` folds."""
+    return pickle.dumps(tuple(_canonical(v) for v in key), protocol=5)
+
+
+def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> Iterator[tuple[Key, bool]]:
+    """What one change does per key: ``(key, deletes)``. An update that changes the key deletes
+    the old key and writes the new one; every other change touches one key."""
+    keys = change.key_columns if key_columns is None else key_columns
+    if change.op is not Op.INSERT and change.before is not None:
+        old = row_key(keys, change.before)
+        if change.op is Op.DELETE or change.after is None or row_key(keys, change.after) != old:
+            yield old, True
+    if change.op is not Op.DELETE and change.after is not None:
+        yield row_key(keys, change.after), False
 
 
 def change_order(change: RowChange) -> Order:
@@ -51,13 +86,8 @@ class NetChange:
     def add(self, change: RowChange, order: Order | None = None) -> None:
         """Fold one change in, whatever order changes arrive in."""
         order = order if order is not None else change_order(change)
-        keys = self.key_columns
-        if change.op is not Op.INSERT and change.before is not None:
-            old = row_key(keys, change.before)
-            if change.op is Op.DELETE or change.after is None or row_key(keys, change.after) != old:
-                self._put(old, order, None)
-        if change.op is not Op.DELETE and change.after is not None:
-            self._put(row_key(keys, change.after), order, change)
+        for key, deletes in change_effects(change, self.key_columns):
+            self._put(key, order, None if deletes else change)
 
     def merge(self, other: NetChange) -> None:
         """Fold another part of the same table's changes in (e.g. another partition's)."""
