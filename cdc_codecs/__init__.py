@@ -33,10 +33,11 @@ from cdc_codecs.events import (
     TableSchema,
     Watermark,
 )
-from cdc_codecs.registry import PROTOCOLS, get_decoder, get_encoder, protocol_spec
+from cdc_codecs.registry import DECODER_VERSION, PROTOCOLS, get_decoder, get_encoder, protocol_spec
 from cdc_codecs.types import ColumnType, TypeKind, parse_mysql_type
 
 __all__ = [
+    "DECODER_VERSION",
     "PROTOCOLS",
     "BinlogPosition",
     "ClaimCheckError",

@@ -42,6 +42,11 @@ class DecodeError(TidelakeError):
         what = f"{field}: {reason}" if field else reason
         super().__init__(f"{protocol} {where}: {what}")
 
+    def __reduce__(self) -> tuple:
+        # Picklable (Exception's default would call __init__ with the message alone): errors
+        # travel from executors to the driver and are kept in change-log side outputs.
+        return type(self), (self.protocol, self.position, self.field, self.reason), dict(self.__dict__)
+
     def at(self, position: SourcePosition, raw: RawMessage | None = None) -> DecodeError:
         """The same error, placed at a position (used when a helper raised without one)."""
         return DecodeError(self.protocol, position, self.field, self.reason, raw=raw or self.raw)

@@ -2,6 +2,7 @@
 
     <root>/<pipeline>/manifests/<interval-start>_<interval-end>.json    (20240101T000000.000000Z_...)
     <root>/<pipeline>/segments/<topic>/<partition>/<first-offset>-<end-offset>.parquet
+    <root>/<pipeline>/changelog/<decoder-version>/<topic>/<partition>/<first-offset>-<end-offset>.{parquet,json}
     <root>/<pipeline>/reports/<interval-start>_<interval-end>/land.json
 
 Names from upstream (topics, and later databases and tables) are data: ``encode_name``
@@ -63,9 +64,23 @@ def parse_manifest_name(path: str) -> tuple[dt.datetime, dt.datetime] | None:
 
 def segment_path(pipeline: str, topic: str, partition: int, start: int, end: int) -> str:
     return (
-        f"{pipeline_root(pipeline)}/segments/{encode_name(topic)}/{partition}/"
-        f"{start:0{OFFSET_DIGITS}d}-{end:0{OFFSET_DIGITS}d}.parquet"
+        f"{pipeline_root(pipeline)}/segments/{encode_name(topic)}/{partition}/{_offsets(start, end)}.parquet"
     )
+
+
+def _offsets(start: int, end: int) -> str:
+    return f"{start:0{OFFSET_DIGITS}d}-{end:0{OFFSET_DIGITS}d}"
+
+
+def changelog_dir(pipeline: str, version: str, topic: str, partition: int) -> str:
+    """Where one partition's change log lives for one decoder version (``<protocol>-<n>``)."""
+    return f"{pipeline_root(pipeline)}/changelog/{encode_name(version)}/{encode_name(topic)}/{partition}"
+
+
+def changelog_paths(pipeline: str, version: str, topic: str, partition: int, start: int, end: int) -> tuple[str, str]:
+    """The change-log Parquet and the side output JSON of the raw segment ``[start, end)``."""
+    base = f"{changelog_dir(pipeline, version, topic, partition)}/{_offsets(start, end)}"
+    return f"{base}.parquet", f"{base}.json"
 
 
 def report_path(pipeline: str, start: dt.datetime, end: dt.datetime, step: str) -> str:

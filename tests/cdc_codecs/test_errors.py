@@ -291,3 +291,16 @@ class TestConfiguration:
         (row,) = decode("canal-json", canal(mysqlType={"id": "int", "v": "timestamp"}, data=[{"id": "1", "v": "2024-01-01 08:00:00"}], type="INSERT", old=...),
                         timezone="Asia/Shanghai")
         assert row.after["v"].isoformat() == "2024-01-01T00:00:00+00:00"
+
+
+@pytest.mark.parametrize("cls", [DecodeError, HandleKeyOnlyError, ClaimCheckError])
+def test_decode_errors_survive_pickling_with_their_raw_message(cls: type[DecodeError]) -> None:
+    import pickle
+
+    raw = RawMessage(b"k", b"\x00bad", POS)
+    error = cls("canal-json", POS.with_index(2), "old", "missing when 'type' is 'UPDATE'", raw=raw)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is cls
+    assert (copy.protocol, copy.position, copy.field, copy.reason, copy.raw) == ("canal-json", POS.with_index(2), "old",
+                                                                                 "missing when 'type' is 'UPDATE'", raw)
+    assert str(copy) == str(error) == "canal-json orders/2@77[2]: old: missing when 'type' is 'UPDATE'"

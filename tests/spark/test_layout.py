@@ -32,3 +32,12 @@ def test_manifest_names_round_trip_and_sort_by_time(start: dt.datetime, length: 
     assert layout.parse_manifest_name(path) == (start, end)
     later = layout.manifest_path("p", end, end + length)
     assert path < later
+
+
+def test_change_log_paths_mirror_the_raw_segment_under_the_decoder_version() -> None:
+    parquet, side = layout.changelog_paths("p", "canal-json-1", "a.b", 3, 5, 10)
+    assert parquet == "p/changelog/canal-json-1/a%2Eb/3/00000000000000000005-00000000000000000010.parquet"
+    assert side == parquet[: -len(".parquet")] + ".json"
+    assert parquet.startswith(layout.changelog_dir("p", "canal-json-1", "a.b", 3) + "/")
+    segment = layout.segment_path("p", "a.b", 3, 5, 10)
+    assert parquet.rsplit("/", 1)[1] == segment.rsplit("/", 1)[1]

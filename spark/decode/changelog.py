@@ -1,0 +1,293 @@
+"""Decode once: raw segments -> change log (Parquet) + side outputs (JSON), per decoder version.
+
+Each raw segment is decoded exactly once per decoder version, in offset order within its
+partition; the decoder starts every segment from the ``DecoderState`` the segment before it
+left (announced schemas, the derived clock), so a segment decodes the same whether it follows
+its predecessor in one task or is derived again alone. Executors write the rows; the driver
+(``ensure_change_log``) sees only side outputs. See docs/data-plane.md, section 1.
+
+Change-log rows: one per *key effect* of a row change (an update that changes the key has
+two: the old key deleted, the new one written), in offset order.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cdc_codecs import (
+    DECODER_VERSION,
+    DdlChange,
+    DecodeError,
+    Op,
+    RawMessage,
+    RowChange,
+    SourcePosition,
+    TidelakeError,
+    get_decoder,
+    protocol_spec,
+)
+from spark import credentials, layout
+from spark.config import PipelineConfig
+from spark.decode.clock import CommitTsClock, DerivedClock
+from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
+from spark.net_change import change_effects, key_bytes
+from spark.storage import AlreadyExists, Storage, open_storage
+
+PartitionKey = tuple[str, int]
+
+# Raw messages read per batch, and change-log rows per row group: a segment may hold hundreds
+# of thousands of messages, and each row carries a pickled change of a few hundred bytes.
+READ_BATCH = 10_000
+ROW_GROUP = 20_000
+
+CHANGE_LOG_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("index", pa.int32()),
+    ("commit_ts", pa.int64()),
+    ("database", pa.string()),
+    ("table", pa.string()),
+    ("key", pa.binary()),
+    ("deletes", pa.bool_()),
+    ("first", pa.bool_()),
+    ("change", pa.binary()),
+])
+# Runs select by offset and commitTs: statistics on those; dictionaries on the repeated names.
+_STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table"]
+_DICTIONARY = ["topic", "database", "table"]
+
+
+class ChangeLogError(TidelakeError):
+    """The change log cannot be built as asked (a segment outside the known history, an unknown topic)."""
+
+
+def decoder_version(protocol: str) -> str:
+    """The name of one protocol's decoder output: a change log is kept per decoder version."""
+    return f"{protocol}-{DECODER_VERSION}"
+
+
+@dataclass(frozen=True)
+class ChangeLogTask:
+    """Decode consecutive raw segments of one partition, starting from ``state``.
+
+    ``config`` is ``credentials.task_config``'s: no secrets travel inside a task.
+    """
+
+    config: PipelineConfig
+    topic: str
+    partition: int
+    segments: tuple[SegmentRef, ...]
+    state: DecoderState
+
+
+# ---------------------------------------------------------------- executors
+
+
+class _ChangeLogWriter:
+    """Streams change-log rows of one segment into Parquet, a row group at a time."""
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        self._out = storage.open_output(path)
+        self._writer = pq.ParquetWriter(self._out, CHANGE_LOG_SCHEMA, compression="zstd",
+                                        use_dictionary=_DICTIONARY, write_statistics=_STATISTICS)
+        self._columns: list[list[Any]] = [[] for _ in CHANGE_LOG_SCHEMA]
+        self.rows = 0
+
+    def add(self, change: RowChange) -> None:
+        """One row per key effect of the change."""
+        p = change.position
+        first = True
+        for key, deletes in change_effects(change):
+            if deletes:
+                keys = change.key_columns
+                image = dict(zip(keys, key)) if keys else dict(key)
+                stored = change._replace(op=Op.DELETE, before=image, after=None)
+            else:
+                stored = change._replace(before=None)
+            row = (p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
+                   key_bytes(key), deletes, first, pickle.dumps(stored, protocol=5))
+            for column, value in zip(self._columns, row):
+                column.append(value)
+            first = False
+            self.rows += 1
+            if len(self._columns[0]) >= ROW_GROUP:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._columns[0]:
+            self._writer.write_table(pa.Table.from_arrays(
+                [pa.array(c, f.type) for c, f in zip(self._columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA))
+            self._columns = [[] for _ in CHANGE_LOG_SCHEMA]
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+        self._out.close()
+
+
+def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
+    """A raw segment's messages in offset order, read in row-group sized batches."""
+    source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
+    for batch in source.iter_batches(batch_size=READ_BATCH, columns=["offset", "timestamp_ms", "key", "value", "headers"]):
+        rows = batch.to_pydict()
+        for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
+            yield RawMessage(key, value, SourcePosition(topic, partition, offset),
+                             tuple((h["key"], h["value"]) for h in headers or ()), ts)
+
+
+def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState) -> SideOutput:
+    """Decode one raw segment from ``state``: write its change log, return its side output."""
+    topic = next((t for t in task.config.topics if t.name == task.topic), None)
+    if topic is None:
+        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+    spec = protocol_spec(topic.protocol)
+    options: dict[str, Any] = dict(topic.options)
+    carries_schemas = "schemas" in spec.decoder.options_spec
+    if carries_schemas and state.schemas:
+        options["schemas"] = state.schemas
+    decoder = get_decoder(topic.protocol, **options)
+    clock = CommitTsClock() if spec.has_commit_ts else DerivedClock(topic.protocol, state.clock)
+    version = decoder_version(topic.protocol)
+    parquet, _ = layout.changelog_paths(task.config.name, version, task.topic, task.partition, segment.start, segment.end)
+    messages = events = 0
+    mark: int | None = None
+    ddl: list[DdlChange] = []
+    errors: list[DecodeError] = []
+    writer = _ChangeLogWriter(storage, parquet)
+    try:
+        for msg in _raw_messages(storage, task.topic, task.partition, segment):
+            messages += 1
+            try:
+                decoded, proved = clock.stamp(decoder.decode(msg))
+            except DecodeError as exc:
+                if exc.raw is None:
+                    exc.raw = msg
+                errors.append(exc)
+                continue
+            events += len(decoded)
+            if proved is not None and (mark is None or proved > mark):
+                mark = proved
+            for e in decoded:
+                if isinstance(e, RowChange):
+                    writer.add(e)
+                elif isinstance(e, DdlChange):
+                    ddl.append(e)
+        # Messages still waiting for a schema at the segment's end (Simple) are undecodable here.
+        errors.extend(decoder.finish())
+    finally:
+        writer.close()
+    after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value)
+    return SideOutput(task.topic, task.partition, segment.start, segment.end, version, messages, events,
+                      writer.rows, mark, tuple(ddl), tuple(errors), after)
+
+
+def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
+    """Decode a partition's segments in order, carrying decoder state (runs on an executor).
+
+    A segment whose side output exists is not decoded again: its side output is read and its
+    state carried on. Otherwise the change-log Parquet is written (replacing what a crashed
+    attempt left), then the side output, create-only; if another attempt created it meanwhile,
+    that one is returned.
+    """
+    storage = open_storage(credentials.resolve(task.config).storage)
+    protocol = next((t.protocol for t in task.config.topics if t.name == task.topic), None)
+    if protocol is None:
+        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+    version = decoder_version(protocol)
+    state = task.state
+    out: list[SideOutput] = []
+    for segment in task.segments:
+        side_path = _side_path(task.config.name, version, task.topic, task.partition, segment)
+        if storage.exists(side_path):
+            side = read_side_output(storage, side_path)
+        else:
+            data = _decode_segment(storage, task, segment, state).to_json()
+            try:
+                storage.create(side_path, data)
+            except AlreadyExists:
+                data = storage.read(side_path)
+            # The next segment starts from the state as stored, exactly as a later re-derivation would.
+            side = SideOutput.from_json(data, f"{storage.url}/{side_path}")
+        out.append(side)
+        state = side.state
+    return out
+
+
+# ---------------------------------------------------------------- driver
+
+
+def ensure_change_log(
+    config: PipelineConfig,
+    storage: Storage,
+    runner: Any,
+    needed: Mapping[PartitionKey, Sequence[SegmentRef]],
+    history: Mapping[PartitionKey, Sequence[SegmentRef]],
+) -> dict[PartitionKey, list[SideOutput]]:
+    """The side outputs of the ``needed`` raw segments, decoding those not decoded yet.
+
+    ``needed``: per partition, the raw segments a run reads, in offset order; ``history``:
+    every raw segment of each partition the manifests know, in offset order. A partition whose
+    needed segments are all decoded costs one ``exists`` and one read per segment. Otherwise one
+    task decodes it from its first undecoded segment, starting from the state the side output
+    of the segment before it in ``history`` stored (walking back over missing ones, down to
+    the partition's first segment with an empty state). ``runner.map`` runs the tasks
+    (``LocalRunner``, ``SparkRunner``).
+
+    Raises:
+        ChangeLogError: a needed segment is not in the partition's history, or its topic is not configured.
+    """
+    protocols = {t.name: t.protocol for t in config.topics}
+    carried = credentials.task_config(config)
+    result: dict[PartitionKey, list[SideOutput]] = {}
+    tasks: list[ChangeLogTask] = []
+    for (topic, partition), segments in needed.items():
+        if topic not in protocols:
+            raise ChangeLogError(f"pipeline {config.name}: topic {topic!r} is not configured")
+        version = decoder_version(protocols[topic])
+        decoded = result[(topic, partition)] = []
+        for segment in segments:
+            path = _side_path(config.name, version, topic, partition, segment)
+            if not storage.exists(path):
+                break
+            decoded.append(read_side_output(storage, path))
+        else:
+            continue
+        # Some needed segment is not decoded: one task from it to the last needed one.
+        known = list(history.get((topic, partition), ()))
+        index = {(s.start, s.end): i for i, s in enumerate(known)}
+        undecoded = segments[len(decoded):]
+        for s in undecoded:
+            if (s.start, s.end) not in index:
+                raise ChangeLogError(f"{topic}/{partition}: segment {s.path} [{s.start}, {s.end}) is not in the "
+                                     "partition's history")
+        first, last = index[(undecoded[0].start, undecoded[0].end)], index[(undecoded[-1].start, undecoded[-1].end)]
+        state = DecoderState()
+        while first > 0:  # walk back to the last decoded segment: the state to start from
+            path = _side_path(config.name, version, topic, partition, known[first - 1])
+            if storage.exists(path):
+                state = read_side_output(storage, path).state
+                break
+            first -= 1
+        tasks.append(ChangeLogTask(carried, topic, partition, tuple(known[first:last + 1]), state))
+    for task, outputs in zip(tasks, runner.map(decode_segments, tasks)):
+        key = (task.topic, task.partition)
+        by_range = {(o.start, o.end): o for o in outputs}
+        result[key].extend(by_range[(s.start, s.end)] for s in needed[key][len(result[key]):])
+    return result
+
+
+def _side_path(pipeline: str, version: str, topic: str, partition: int, segment: SegmentRef) -> str:
+    return layout.changelog_paths(pipeline, version, topic, partition, segment.start, segment.end)[1]
+
+
+def read_change_log(storage: Storage, paths: Sequence[str]) -> pa.Table:
+    """The change-log rows of these Parquet files, in the order given (tests, in-process runs)."""
+    tables = [pq.read_table(storage.arrow_path(p), filesystem=storage.arrow_fs, schema=CHANGE_LOG_SCHEMA) for p in paths]
+    return pa.concat_tables(tables) if tables else CHANGE_LOG_SCHEMA.empty_table()

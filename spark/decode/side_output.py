@@ -1,0 +1,116 @@
+"""What decoding a raw segment tells the driver, without its rows: the side output.
+
+One JSON document per decoded segment, next to its change-log Parquet and written after it,
+create-only: its presence means the segment is decoded. It holds what a run needs to compute
+W (the segment's greatest mark, its DDL), the undecodable messages to quarantine, counts, and
+the decoder state after the segment, from which the next segment is decoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdc_codecs import DdlChange, DecodeError, TableSchema, TidelakeError
+from spark.storage import Storage
+
+FORMAT = 1
+
+
+class SideOutputError(TidelakeError):
+    """A side output cannot be read (unknown format, damaged)."""
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """A raw segment of the archive: its path and the offsets ``[start, end)`` it holds."""
+
+    path: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class DecoderState:
+    """What decoding a partition carries from one segment to the next.
+
+    ``schemas``: the tables the stream announced so far (Simple BOOTSTRAP/DDL, Debezium
+    ``tableChanges``); ``clock``: the derived clock of protocols without commitTs (0 with one).
+    """
+
+    schemas: tuple[TableSchema, ...] = ()
+    clock: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schemas": [s.to_dict() for s in self.schemas], "clock": self.clock}
+
+    @staticmethod
+    def from_dict(doc: dict[str, Any]) -> DecoderState:
+        return DecoderState(tuple(TableSchema.from_dict(s) for s in doc["schemas"]), doc["clock"])
+
+
+def _pickled(items: tuple[Any, ...]) -> list[str]:
+    return [base64.b64encode(pickle.dumps(i, protocol=5)).decode("ascii") for i in items]
+
+
+def _unpickled(items: list[str]) -> tuple[Any, ...]:
+    return tuple(pickle.loads(base64.b64decode(i)) for i in items)
+
+
+@dataclass(frozen=True)
+class SideOutput:
+    """One decoded segment, by counts and driver-sized facts.
+
+    ``messages`` raw messages (undecodable ones included), ``events`` decoded events, ``rows``
+    change-log rows written; ``mark`` the greatest partition watermark the segment proves (None
+    if none); ``ddl`` its schema changes (commitTs as in the change log); ``errors`` its
+    undecodable messages; ``state`` the decoder state after it.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    decoder: str
+    messages: int
+    events: int
+    rows: int
+    mark: int | None
+    ddl: tuple[DdlChange, ...]
+    errors: tuple[DecodeError, ...]
+    state: DecoderState
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({
+            "format": FORMAT, "decoder": self.decoder, "topic": self.topic, "partition": self.partition,
+            "start": self.start, "end": self.end, "messages": self.messages, "events": self.events,
+            "rows": self.rows, "mark": self.mark, "ddl": _pickled(self.ddl), "errors": _pickled(self.errors),
+            "state": self.state.to_dict(),
+        }, option=orjson.OPT_INDENT_2)
+
+    @staticmethod
+    def from_json(data: bytes, where: str = "side output") -> SideOutput:
+        """Raises:
+            SideOutputError: not a side output of a format this version reads.
+        """
+        try:
+            doc = orjson.loads(data)
+            if doc.get("format") != FORMAT:
+                raise SideOutputError(f"{where}: expected format {FORMAT}, found {doc.get('format')!r}")
+            return SideOutput(
+                doc["topic"], doc["partition"], doc["start"], doc["end"], doc["decoder"], doc["messages"],
+                doc["events"], doc["rows"], doc["mark"], _unpickled(doc["ddl"]), _unpickled(doc["errors"]),
+                DecoderState.from_dict(doc["state"]),
+            )
+        except SideOutputError:
+            raise
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, pickle.UnpicklingError) as exc:
+            raise SideOutputError(f"{where}: damaged side output: {type(exc).__name__}: {exc}") from exc
+
+
+def read_side_output(storage: Storage, path: str) -> SideOutput:
+    return SideOutput.from_json(storage.read(path), f"{storage.url}/{path}")

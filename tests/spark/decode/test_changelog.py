@@ -1,0 +1,442 @@
+"""Decode once: raw segments -> change log + side outputs, carrying decoder state between segments."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from cdc_codecs import (
+    PROTOCOLS,
+    Column,
+    DdlChange,
+    Event,
+    Op,
+    PendingSchemaError,
+    ProducerRecord,
+    RowChange,
+    SchemaSnapshot,
+    SourcePosition,
+    TableSchema,
+    Watermark,
+    get_encoder,
+    parse_mysql_type,
+)
+from cdc_codecs.workload import tso
+from spark import layout
+from spark.config import PipelineConfig
+from spark.decode.changelog import (
+    CHANGE_LOG_SCHEMA,
+    ChangeLogError,
+    ChangeLogTask,
+    decode_segments,
+    decoder_version,
+    ensure_change_log,
+    read_change_log,
+)
+from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
+from spark.land import open_segment_writer, segment_table
+from spark.net_change import key_bytes
+from spark.storage import LocalStorage, Storage, open_storage
+from spark.watermark import derived_commit_ts, derived_mark
+from tests.spark.archive import make_config
+from tests.spark.history import GARBAGE
+
+TOPIC = "cdc"
+PART = (TOPIC, 0)
+TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
+SCHEMA = TableSchema("shop", "t", (Column("id", TYPES["id"], False), Column("name", TYPES["name"])), ("id",))
+ORIGIN = SourcePosition("generated", 0, 0)
+COMMIT_TS = ["canal-json", "simple"]
+DERIVED = ["canal", "debezium-mysql"]
+
+
+class PicklingRunner:
+    """Runs tasks in process, but pickles tasks and results as Spark does; records every task."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+        self.calls = 0
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        self.calls += 1
+        self.tasks.extend(tasks)
+        return [pickle.loads(pickle.dumps(fn(pickle.loads(pickle.dumps(t))))) for t in tasks]
+
+
+# ---------------------------------------------------------------- histories and archives
+
+
+def ddl(ms: int) -> DdlChange:
+    return DdlChange("shop", "t", "CREATE TABLE `shop`.`t` (`id` bigint NOT NULL, `name` varchar(64), PRIMARY KEY (`id`))",
+                     tso(ms), ORIGIN, "CREATE", None, SCHEMA, ms)
+
+
+def change(op: Op, ms: int, before: dict | None, after: dict | None) -> RowChange:
+    return RowChange(op, "shop", "t", before, after, ("id",), TYPES, tso(ms, 1), ORIGIN, ms)
+
+
+def row(key: int, name: str) -> dict[str, Any]:
+    return {"id": key, "name": name}
+
+
+def encode(protocol: str, events: list[Event], rows_per_message: int = 1) -> list[ProducerRecord]:
+    """One partition's records; Canal batches rows only when asked, so offsets stay simple."""
+    options = dict(PROTOCOLS[protocol].encoder_defaults)
+    if "rows_per_message" in PROTOCOLS[protocol].encoder.options_spec:
+        options["rows_per_message"] = rows_per_message
+    return get_encoder(protocol, **options).encode_all(events, 1)
+
+
+def write_segments(storage: Storage, config: PipelineConfig, chunks: list[list[ProducerRecord]],
+                   partition: int = 0, first: int = 0) -> list[SegmentRef]:
+    """One raw segment per chunk, laid out as landing does; offsets continue from ``first``."""
+    refs = []
+    for chunk in chunks:
+        end = first + len(chunk)
+        path = layout.segment_path(config.name, TOPIC, partition, first, end)
+        out, writer = open_segment_writer(storage, path)
+        writer.write_table(segment_table(TOPIC, partition, list(range(first, end)), [0] * len(chunk), [0] * len(chunk),
+                                         [r.key for r in chunk], [r.value for r in chunk], [None] * len(chunk)))
+        writer.close()
+        out.close()
+        refs.append(SegmentRef(path, first, end))
+        first = end
+    return refs
+
+
+def setup(tmp_path: Path, protocol: str) -> tuple[PipelineConfig, Storage]:
+    config = make_config(tmp_path, protocol)
+    return config, open_storage(config.storage)
+
+
+def ensure(config: PipelineConfig, storage: Storage, segments: list[SegmentRef], runner: PicklingRunner | None = None,
+           history: list[SegmentRef] | None = None) -> list[SideOutput]:
+    out = ensure_change_log(config, storage, runner or PicklingRunner(), {PART: segments}, {PART: history or segments})
+    return out[PART]
+
+
+def paths(config: PipelineConfig, segment: SegmentRef, version: str | None = None) -> tuple[str, str]:
+    version = version or decoder_version(config.topics[0].protocol)
+    return layout.changelog_paths(config.name, version, TOPIC, 0, segment.start, segment.end)
+
+
+def rows_of(storage: Storage, config: PipelineConfig, segments: list[SegmentRef]) -> list[dict[str, Any]]:
+    return read_change_log(storage, [paths(config, s)[0] for s in segments]).to_pylist()
+
+
+# ---------------------------------------------------------------- rows and effects
+
+
+CHANGES = [
+    change(Op.INSERT, 1001, None, row(1, "a")),
+    change(Op.UPDATE, 1003, row(1, "a"), row(1, "b")),
+    change(Op.UPDATE, 1002, row(1, "b"), row(2, "b")),  # moves the row to key 2; its time goes back
+    change(Op.DELETE, 1004, row(2, "b"), None),
+]
+
+
+def effects_history(protocol: str) -> list[Event]:
+    head: list[Event] = [SchemaSnapshot(SCHEMA, ORIGIN)] if protocol == "simple" else []
+    return [*head, ddl(1000), *CHANGES, Watermark(tso(1005), ORIGIN)]
+
+
+@pytest.mark.parametrize("protocol", COMMIT_TS + DERIVED)
+def test_one_row_per_key_effect_for_insert_update_key_change_and_delete(tmp_path: Path, protocol: str) -> None:
+    config, storage = setup(tmp_path, protocol)
+    records = encode(protocol, effects_history(protocol))
+    (segment,) = write_segments(storage, config, [records])
+    (side,) = ensure(config, storage, [segment])
+
+    rows = rows_of(storage, config, [segment])
+    assert rows[0].keys() == set(CHANGE_LOG_SCHEMA.names)
+    assert [(r["deletes"], r["first"], r["key"]) for r in rows] == [
+        (False, True, key_bytes((1,))),  # insert
+        (False, True, key_bytes((1,))),  # update in place
+        (True, True, key_bytes((1,))),  # key change: the old key deleted...
+        (False, False, key_bytes((2,))),  # ...and the new one written, by the same change
+        (True, True, key_bytes((2,))),  # delete
+    ]
+    first_change = len(records) - len(CHANGES) - (protocol in COMMIT_TS)  # the insert: after the DDL, before a watermark
+    assert [r["offset"] for r in rows] == [first_change, first_change + 1, first_change + 2, first_change + 2, first_change + 3]
+    assert {(r["topic"], r["partition"], r["index"], r["database"], r["table"]) for r in rows} == {(TOPIC, 0, 0, "shop", "t")}
+    stored = [pickle.loads(r["change"]) for r in rows]
+    assert [(c.op, c.before, c.after) for c in stored] == [
+        (Op.INSERT, None, row(1, "a")),
+        (Op.UPDATE, None, row(1, "b")),
+        (Op.DELETE, {"id": 1}, None),
+        (Op.UPDATE, None, row(2, "b")),
+        (Op.DELETE, {"id": 2}, None),
+    ]
+    assert all(c.key_columns == ("id",) and c.position.offset == r["offset"] and c.commit_ts == r["commit_ts"]
+               for c, r in zip(stored, rows))
+
+    if protocol in COMMIT_TS:  # the protocol's own commitTs; the mark is the watermark's
+        assert [r["commit_ts"] for r in rows] == [tso(1001, 1), tso(1003, 1), tso(1002, 1), tso(1002, 1), tso(1004, 1)]
+        assert side.mark == tso(1005)
+        assert [d.commit_ts for d in side.ddl] == [tso(1000)]
+        assert side.state.clock == 0
+    else:  # the running maximum of the event times, the DDL included; marks from event times
+        clock = [derived_commit_ts(ms) for ms in (1001, 1003, 1003, 1003, 1004)]
+        assert [r["commit_ts"] for r in rows] == clock
+        assert side.mark == derived_mark(1004)
+        assert [d.commit_ts for d in side.ddl] == [derived_commit_ts(1000)]
+        assert side.state.clock == derived_commit_ts(1004)
+    assert (side.messages, side.rows, side.errors) == (len(records), 5, ())
+    assert side.decoder == f"{protocol}-1"
+    assert (side.topic, side.partition, side.start, side.end) == (TOPIC, 0, 0, len(records))
+
+
+def test_rows_batched_in_one_message_keep_their_index(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    inserts = [change(Op.INSERT, 1001, None, row(k, "a")) for k in range(3)]
+    (segment,) = write_segments(storage, config, [encode("canal", inserts, rows_per_message=3)])
+    (side,) = ensure(config, storage, [segment])
+    rows = rows_of(storage, config, [segment])
+    assert [(r["offset"], r["index"], r["key"]) for r in rows] == [(0, i, key_bytes((i,))) for i in range(3)]
+    assert [pickle.loads(r["change"]).position for r in rows] == [SourcePosition(TOPIC, 0, 0, i) for i in range(3)]
+    assert (side.messages, side.events, side.rows) == (1, 3, 3)
+
+
+def test_a_table_without_key_deletes_the_whole_row_as_its_key(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal-json")
+    keyless = [c._replace(key_columns=()) for c in (change(Op.INSERT, 1001, None, row(1, "a")),
+                                                     change(Op.DELETE, 1002, row(1, "a"), None))]
+    (segment,) = write_segments(storage, config, [encode("canal-json", keyless)])
+    ensure(config, storage, [segment])
+    inserted, deleted = rows_of(storage, config, [segment])
+    assert inserted["key"] == deleted["key"] == key_bytes((("id", 1), ("name", "a")))
+    assert pickle.loads(deleted["change"]).before == row(1, "a")
+
+
+def test_equal_keys_have_equal_key_bytes_across_segments_and_values(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal-json")
+    segments = write_segments(storage, config, [encode("canal-json", [change(Op.INSERT, 1001, None, row(7, "a"))]),
+                                                encode("canal-json", [change(Op.DELETE, 1002, row(7, "a"), None),
+                                                                      change(Op.INSERT, 1003, None, row(8, "a"))])])
+    ensure(config, storage, segments)
+    keys = [r["key"] for r in rows_of(storage, config, segments)]
+    assert keys[0] == keys[1] != keys[2]
+    assert key_bytes((7,)) == key_bytes((7.0,)) == keys[0]  # equal values, equal bytes, whatever their Python type
+
+
+# ---------------------------------------------------------------- state carried between segments
+
+
+def test_simple_schemas_announced_in_one_segment_decode_rows_in_the_next(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "simple")
+    announce, rows = encode("simple", [SchemaSnapshot(SCHEMA, ORIGIN)]), encode("simple", CHANGES[:2])
+    segments = write_segments(storage, config, [announce, rows])
+    first, second = ensure(config, storage, segments)
+    assert [(s.table, s.key_columns) for s in first.state.schemas] == [("t", ("id",))]
+    assert first.state.schemas == second.state.schemas
+    assert (second.rows, second.errors) == (2, ())
+    assert [pickle.loads(r["change"]).after for r in rows_of(storage, config, segments[1:])] == [row(1, "a"), row(1, "b")]
+
+    # Without the carried state the same segment cannot be decoded: the state is what made it work.
+    alone = decode_segments(ChangeLogTask(config, TOPIC, 1, (segments[1],), DecoderState()))
+    assert [type(e) for e in alone[0].errors] == [PendingSchemaError, PendingSchemaError]
+
+
+def derived_segments(storage: Storage, config: PipelineConfig, times: list[list[int]]) -> list[SegmentRef]:
+    key = iter(range(100))
+    chunks = [encode("canal", [change(Op.INSERT, ms, None, row(next(key), "x")) for ms in chunk]) for chunk in times]
+    return write_segments(storage, config, chunks)
+
+
+def test_derived_clock_never_decreases_and_is_carried_across_segments(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000, 1010], [1005, 1020, 1015], [1001]])
+    sides = ensure(config, storage, segments)
+    ts = [r["commit_ts"] for r in rows_of(storage, config, segments)]
+    assert ts == [derived_commit_ts(ms) for ms in (1000, 1010, 1010, 1020, 1020, 1020)]
+    assert [s.state.clock for s in sides] == [derived_commit_ts(ms) for ms in (1010, 1020, 1020)]
+    # A segment's mark is what its own events prove, not the carried clock.
+    assert [s.mark for s in sides] == [derived_mark(1010), derived_mark(1020), derived_mark(1001)]
+
+
+# ---------------------------------------------------------------- decoded once
+
+
+def test_a_second_ensure_decodes_nothing_and_returns_the_same_side_outputs(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000], [1001, 1002], [1003]])
+    runner = PicklingRunner()
+    first = ensure(config, storage, segments, runner)
+    assert [len(t.segments) for t in runner.tasks] == [3]
+    parquet = storage.read(paths(config, segments[1])[0])
+
+    again = PicklingRunner()
+    second = ensure(config, storage, segments, again)
+    assert again.tasks == []
+    assert [s.to_json() for s in second] == [s.to_json() for s in first]
+    assert storage.read(paths(config, segments[1])[0]) == parquet
+
+
+def test_new_segments_decode_from_the_state_of_the_last_decoded_one(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000], [1010], [1005]])
+    ensure(config, storage, segments[:2])
+    runner = PicklingRunner()
+    (side,) = ensure(config, storage, segments[2:], runner, history=segments)
+    (task,) = runner.tasks
+    assert task.segments == (segments[2],)
+    assert task.state == DecoderState((), derived_commit_ts(1010))
+    assert side.state.clock == derived_commit_ts(1010)
+
+
+def test_a_missing_side_output_in_the_middle_of_history_is_derived_again_from_the_right_state(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000, 1030], [1010], [1020], [1040]])
+    ensure(config, storage, segments[:3])
+    before = {p: storage.read(p) for p in paths(config, segments[1])}
+    for p in paths(config, segments[1]) + paths(config, segments[2]):
+        storage.delete(p)
+
+    runner = PicklingRunner()
+    (side,) = ensure(config, storage, segments[3:], runner, history=segments)
+    (task,) = runner.tasks
+    assert task.segments == tuple(segments[1:])  # walked back over the two missing ones
+    assert task.state == read_side_output(storage, paths(config, segments[0])[1]).state
+    assert {p: storage.read(p) for p in paths(config, segments[1])} == before
+    assert side.state.clock == derived_commit_ts(1040)
+    assert [r["commit_ts"] for r in rows_of(storage, config, segments[1:])] == [derived_commit_ts(1030)] * 2 + [derived_commit_ts(1040)]
+
+
+def test_a_needed_segment_already_decoded_after_a_missing_one_is_read_not_decoded(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000], [1010], [1020]])
+    ensure(config, storage, segments)
+    kept = storage.read(paths(config, segments[2])[1])
+    storage.delete(paths(config, segments[1])[1])
+    runner = PicklingRunner()
+    sides = ensure(config, storage, segments, runner)
+    assert [s.start for s in sides] == [s.start for s in segments]
+    assert storage.read(paths(config, segments[2])[1]) == kept
+    assert sides[2].to_json() == kept
+
+
+def test_the_first_segment_of_a_partition_starts_from_an_empty_state(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000], [1010]])
+    runner = PicklingRunner()
+    ensure(config, storage, segments[1:], runner, history=segments)
+    (task,) = runner.tasks
+    assert (task.segments, task.state) == (tuple(segments), DecoderState())
+
+
+def test_a_decoder_version_change_derives_the_change_log_again_under_a_new_directory(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    config, storage = setup(tmp_path, "canal-json")
+    segments = write_segments(storage, config, [encode("canal-json", CHANGES)])
+    ensure(config, storage, segments)
+    monkeypatch.setattr("spark.decode.changelog.DECODER_VERSION", "2")
+    runner = PicklingRunner()
+    (side,) = ensure(config, storage, segments, runner)
+    assert len(runner.tasks) == 1 and side.decoder == "canal-json-2"
+    assert storage.exists(paths(config, segments[0], "canal-json-2")[1])
+    assert storage.exists(paths(config, segments[0], "canal-json-1")[1])  # the old version's is left alone
+    assert paths(config, segments[0], "canal-json-2")[0].startswith(layout.changelog_dir(config.name, "canal-json-2", TOPIC, 0))
+
+
+def test_a_crash_between_the_parquet_and_the_side_output_is_rerun_to_identical_content(tmp_path: Path,
+                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000, 1002, 1001]])
+    parquet, side_path = paths(config, segments[0])
+    real_create = LocalStorage.create
+
+    def crash(self: LocalStorage, path: str, data: bytes) -> None:
+        raise RuntimeError("executor lost")
+
+    monkeypatch.setattr(LocalStorage, "create", crash)
+    with pytest.raises(RuntimeError, match="executor lost"):
+        ensure(config, storage, segments)
+    assert storage.exists(parquet) and not storage.exists(side_path)
+    crashed = storage.read(parquet)
+
+    monkeypatch.setattr(LocalStorage, "create", real_create)
+    (side,) = ensure(config, storage, segments)
+    assert storage.read(parquet) == crashed
+    assert side.rows == len(rows_of(storage, config, segments)) == 3
+
+
+def test_an_existing_side_output_wins_over_a_concurrent_attempt(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000]])
+    (first,) = ensure(config, storage, segments)
+    # An attempt that started before the side output existed still returns the stored one.
+    (second,) = decode_segments(ChangeLogTask(config, TOPIC, 0, tuple(segments), DecoderState((), derived_commit_ts(5000))))
+    assert second.to_json() == first.to_json()
+
+
+# ---------------------------------------------------------------- undecodable messages
+
+
+def test_undecodable_messages_appear_in_the_side_output_of_their_segment_once(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal-json")
+    good = encode("canal-json", CHANGES[:2])
+    bad = ProducerRecord(0, b"k", GARBAGE)
+    segments = write_segments(storage, config, [[good[0], bad, good[1]], [bad]])
+    first, second = ensure(config, storage, segments)
+    assert [(e.position.offset, e.raw.value) for e in first.errors] == [(1, GARBAGE)]
+    assert [(e.position.offset, e.raw.value) for e in second.errors] == [(3, GARBAGE)]
+    assert (first.messages, first.rows, second.messages, second.rows) == (3, 2, 1, 0)
+    assert rows_of(storage, config, segments[1:]) == []
+
+    again = ensure(config, storage, segments)
+    assert [[str(e) for e in s.errors] for s in again] == [[str(e) for e in first.errors], [str(e) for e in second.errors]]
+
+
+def test_simple_rows_whose_schema_never_arrives_in_their_segment_are_errors_of_that_segment(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "simple")
+    segments = write_segments(storage, config, [encode("simple", CHANGES[:1]), encode("simple", [SchemaSnapshot(SCHEMA, ORIGIN)])])
+    first, second = ensure(config, storage, segments)
+    assert [(type(e), e.position.offset) for e in first.errors] == [(PendingSchemaError, 0)]
+    assert (second.errors, second.rows) == ((), 0)
+
+
+def test_a_change_without_event_time_cannot_be_ordered_and_is_undecodable(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    records = encode("canal", [change(Op.INSERT, 1000, None, row(1, "a")), change(Op.INSERT, 1001, None, row(2, "a"))])
+    timeless = ProducerRecord(0, records[1].key, records[1].value.replace(b'"es":1001', b'"es":null'))
+    assert timeless.value != records[1].value
+    (segment,) = write_segments(storage, config, [[records[0], timeless]])
+    (side,) = ensure(config, storage, [segment])
+    assert [(e.position.offset, "no event time" in str(e)) for e in side.errors] == [(1, True)]
+    assert (side.rows, side.state.clock) == (1, derived_commit_ts(1000))
+
+
+# ---------------------------------------------------------------- the side output and the driver's contract
+
+
+def test_side_output_round_trips_through_json(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "simple")
+    segments = write_segments(storage, config, [encode("simple", [ddl(1000), *CHANGES]) + [ProducerRecord(0, None, GARBAGE)]])
+    (side,) = ensure(config, storage, segments)
+    copy = SideOutput.from_json(side.to_json())
+    assert copy.to_json() == side.to_json()
+    assert copy.ddl == side.ddl and copy.state == side.state and copy.state.schemas[0].key_columns == ("id",)
+    assert [(type(e), e.position, e.raw) for e in copy.errors] == [(type(e), e.position, e.raw) for e in side.errors]
+    assert len(copy.errors) == 1 and copy.mark is None
+
+
+def test_a_needed_segment_outside_the_history_is_refused(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    segments = derived_segments(storage, config, [[1000], [1001]])
+    with pytest.raises(ChangeLogError, match=r"cdc/0: segment .* \[1, 2\) is not in the partition's history"):
+        ensure(config, storage, segments[1:], history=segments[:1])
+
+
+def test_partitions_are_decoded_one_task_each_and_answered_per_partition(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal")
+    zero = derived_segments(storage, config, [[1000], [1001]])
+    one = write_segments(storage, config, [encode("canal", [change(Op.INSERT, 2000, None, row(1, "a"))])], partition=1)
+    runner = PicklingRunner()
+    out = ensure_change_log(config, storage, runner, {PART: zero, (TOPIC, 1): one}, {PART: zero, (TOPIC, 1): one})
+    assert runner.calls == 1 and sorted((t.partition, len(t.segments)) for t in runner.tasks) == [(0, 2), (1, 1)]
+    assert [[s.start for s in out[k]] for k in (PART, (TOPIC, 1))] == [[0, 1], [0]]
+    assert out[(TOPIC, 1)][0].state.clock == derived_commit_ts(2000)
+    assert all(t.config.storage.secret_access_key is None for t in runner.tasks)

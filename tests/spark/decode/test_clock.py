@@ -1,0 +1,45 @@
+"""The clocks that order a partition's events: the protocol's commitTs, or the derived clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_codecs import Clock, DdlChange, DecodeError, Op, RowChange, SourcePosition, Watermark
+from spark.decode.clock import CommitTsClock, DerivedClock
+from spark.watermark import derived_commit_ts, derived_mark
+
+POS = SourcePosition("cdc", 0, 9)
+
+
+def insert(ms: int | None, commit_ts: int | None = None) -> RowChange:
+    return RowChange(Op.INSERT, "d", "t", None, {"id": 1}, ("id",), None, commit_ts, POS, ms)
+
+
+def test_commit_ts_protocols_keep_their_commit_ts_and_mark_with_the_greatest_watermark() -> None:
+    events = [insert(5, commit_ts=77), Watermark(100, POS), Watermark(90, POS)]
+    assert CommitTsClock().stamp(events) == (events, 100)
+    assert CommitTsClock().stamp([insert(5, commit_ts=77)]) == ([insert(5, commit_ts=77)], None)
+
+
+def test_the_derived_clock_is_a_running_maximum_from_its_carried_value() -> None:
+    clock = DerivedClock("canal", derived_commit_ts(1005))
+    stamped, mark = clock.stamp([insert(1000), insert(1010), insert(1007)])
+    assert [e.commit_ts for e in stamped] == [derived_commit_ts(ms) for ms in (1005, 1010, 1010)]
+    assert mark == derived_mark(1010) and clock.value == derived_commit_ts(1010)
+
+
+def test_ddl_shares_the_derived_clock_and_heartbeats_in_wall_clock_time_become_marks() -> None:
+    clock = DerivedClock("dts-avro")
+    ddl = DdlChange("d", "t", "ALTER TABLE t ADD c int", None, POS, event_time_ms=2000)
+    stamped, mark = clock.stamp([ddl, Watermark(3000, POS, Clock.EPOCH_MS)])
+    assert stamped == [ddl._replace(commit_ts=derived_commit_ts(2000)), Watermark(3000, POS, Clock.EPOCH_MS)]
+    assert mark == derived_mark(3000)
+    # A TSO watermark is a commit timestamp already.
+    assert clock.stamp([Watermark(derived_commit_ts(4000), POS)])[1] == derived_commit_ts(4000)
+
+
+def test_a_message_with_a_change_without_event_time_is_rejected_whole() -> None:
+    clock = DerivedClock("canal", 7)
+    with pytest.raises(DecodeError, match=r"canal cdc/0@9\[0\]: no event time"):
+        clock.stamp([insert(5000), insert(None)])
+    assert clock.value == 7  # the message's other change did not move the clock
