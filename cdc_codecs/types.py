@@ -83,6 +83,12 @@ class ColumnType:
     length: int | None = None
     elements: tuple[str, ...] | None = None
 
+    def __reduce__(self) -> tuple:
+        # Pickled with every change in the change log: the dataclass default (a state dict
+        # built through dataclasses.fields()) costs most of a row's encoding time.
+        return _column_type, (self.kind.value, self.mysql_type, self.unsigned, self.precision, self.scale, self.length,
+                              self.elements)
+
     def iceberg_type(self) -> str:
         """The Iceberg type this column maps to, as Iceberg spells it."""
         k = self.kind
@@ -102,6 +108,11 @@ class ColumnType:
         elif self.length is not None:
             text += f"({self.length})"
         return text + (" unsigned" if self.unsigned else "")
+
+
+def _column_type(kind: str, *fields: Any) -> ColumnType:
+    """Unpickles a ``ColumnType`` (its kind pickled by value: an enum member pickles slowly)."""
+    return ColumnType(TypeKind(kind), *fields)
 
 
 _ICEBERG = {

@@ -201,3 +201,12 @@ def test_label_senders_keep_digit_labels() -> None:
     event = _decode_one("debezium", b'{"payload":{"op":"c","after":{"e":"10","s":"1,4"},"source":{"db":"d","table":"t"}}}')
     assert event.after == {"e": "10", "s": "1,4"}
     assert all(type(v) is str for v in event.after.values())
+
+
+@pytest.mark.parametrize("text", ["bigint unsigned", "decimal(12,2)", "varchar(64)", "enum('a','b''c')", "datetime(6)", "json"])
+def test_column_types_survive_pickling(text: str) -> None:
+    import pickle
+
+    column = parse_mysql_type(text)
+    copy = pickle.loads(pickle.dumps(column))
+    assert copy == column and copy.kind is column.kind and str(copy) == str(column)
