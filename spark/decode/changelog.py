@@ -39,6 +39,11 @@ from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_
 from spark.net_change import change_effects, key_bytes
 from spark.storage import AlreadyExists, Storage, open_storage
 
+__all__ = [
+    "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput", "decode_segments",
+    "decoder_version", "ensure_change_log", "read_change_log", "read_side_output",
+]
+
 PartitionKey = tuple[str, int]
 
 # Raw messages read per batch, and change-log rows per row group: a segment may hold hundreds
