@@ -9,18 +9,21 @@ holding the pipeline's lease throughout:
    published is skipped -- or, for the target, *confirmed* without writing, so ``main``
    never moves back; a table behind (its own ``tidelake.watermark``) makes the walk replay
    every interval since, each committing only to the tables still below its W.
-2. One interval (``_apply_one``): each partition is read from its *pending offset* (the
-   first offset holding a change not applied yet, kept in the previous interval's
-   checkpoint) to the manifest's end, on the executors, one task per partition, in two
-   phases: the first returns only the partition's watermarks, its DDL and undecodable
-   messages; the driver computes W; the second returns the partition's net change for
-   (W_prev, W] (one result per touched key, by the one fold rule in ``net_change``).
+2. One interval (``_apply_one``), through the stages of docs/data-plane.md: each partition's
+   raw segments from its *pending offset* (the first offset holding a change not applied yet,
+   kept in the previous interval's checkpoint) to the manifest's end are decoded once into the
+   change log on the executors (``spark.decode``); the driver reads only their side outputs
+   (partition watermarks, DDL, undecodable messages) and computes W.
 3. W = min over every partition of the greatest watermark seen; the changes with
-   W_prev < commitTs <= W are applied, later ones wait in the archive, earlier ones are
-   redeliveries and are skipped. Protocols without commitTs get a derived order
-   (``DerivedClock``) that makes "applied" a prefix of each partition by offset.
-4. One transaction per table commits its plan and its progress; every table is tagged
-   ``wm_<W>`` with its watermark; the checkpoint is written; W is published last.
+   W_prev < commitTs <= W are folded on the executors into one net change per table, DDL
+   segment and key (``spark.fold``, the one rule in ``net_change``); later ones wait in the
+   archive, earlier ones are redeliveries and are skipped. Protocols without commitTs get a
+   derived order (the change log's derived clock) that makes "applied" a prefix of each
+   partition by offset.
+4. Per table, executors rewrite the data files holding touched keys and write the net rows
+   (``spark.plane``, ``spark.iceberg.upsert``); the driver commits one transaction per table
+   with its schema changes and progress; every table is tagged ``wm_<W>`` with its watermark;
+   the checkpoint is written; W is published last.
 
 Undecodable messages are quarantined once (``spark.quarantine``); the pipeline's
 ``on_bad_message`` policy then fails the run or lets it continue.
@@ -28,29 +31,39 @@ Undecodable messages are quarantined once (``spark.quarantine``); the pipeline's
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import orjson
-import pyarrow.parquet as pq
 
-from cdc_codecs import DdlChange, DecodeError, Event, Op, RawMessage, RowChange, SourcePosition, TableSchema, TidelakeError, Watermark, get_decoder, protocol_spec
+from cdc_codecs import DdlChange, TableSchema, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
-from spark.apply_plan import build_apply_plans
-from spark.net_change import NetChange, Order, change_order
-from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, TableCommitter, table_watermark, tag_table
+from spark.apply_plan import build_apply_plans, ddl_tables
+from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
+from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
+from spark.fold.select import FoldWindow
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.manifest import Manifest, list_manifests, read_manifest
-from spark.publish import CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, published_path, published_watermarks, publish_watermark
+from spark.net_change import Order, change_order
+from spark.plane import Fold, LocalPlane, SparkPlane
+from spark.publish import (
+    CONFIRMED,
+    NOT_CONSISTENT,
+    PUBLISHED,
+    PublishedTable,
+    publish_watermark,
+    published_path,
+    published_watermarks,
+)
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
-from spark.watermark import PartitionWatermarks, compute_watermark, derived_commit_ts, derived_mark, tag_name
+from spark.watermark import PartitionWatermarks, compute_watermark, tag_name
 
 PKey = tuple[str, int]
 
@@ -61,6 +74,10 @@ class ApplyError(TidelakeError):
 
 class BadMessagesError(ApplyError):
     """Messages could not be decoded and the pipeline's policy is to fail."""
+
+
+class TablesAheadError(ApplyError):
+    """Tables are past a watermark that is not published: a writer outside the lease moved them."""
 
 
 def _pkey(text: str) -> PKey:
@@ -114,171 +131,6 @@ def checkpoint_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
     return f"{layout.pipeline_root(pipeline)}/checkpoints/{layout.instant(start)}_{layout.instant(end)}.json"
 
 
-# ---------------------------------------------------------------- decoding (executors)
-
-
-@dataclass(frozen=True)
-class DecodeTask:
-    config: PipelineConfig  # credentials.task_config's: no secrets travel inside a task
-    topic: str
-    partition: int
-    start: int  # first offset to decode
-    end: int  # exclusive
-    segments: tuple[str, ...]
-    schemas: tuple[TableSchema, ...] = ()
-    w_prev: int = 0  # the watermark the run starts from (orders protocols without commitTs)
-
-
-@dataclass
-class Scanned:
-    """Phase 1 of a partition: what is needed to compute W (and nothing proportional to its rows)."""
-
-    topic: str
-    partition: int
-    marks: dict[PKey, int] = field(default_factory=dict)
-    ddl: list[DdlChange] = field(default_factory=list)
-    errors: list[DecodeError] = field(default_factory=list)
-    messages: int = 0
-    events: int = 0
-    schemas: list[TableSchema] = field(default_factory=list)
-
-
-@dataclass
-class Folded:
-    """Phase 2 of a partition: the net change of its rows with W_prev < commitTs <= W.
-
-    ``rows[(database, table, segment)]`` is the net change of those rows; ``segment`` counts the
-    run's DDLs before the row, so rows are never folded across a schema change.
-    """
-
-    topic: str
-    partition: int
-    rows: dict[tuple[str, str, int], NetChange] = field(default_factory=dict)
-    pending: int | None = None
-    skipped: int = 0
-    applied: dict[str, int] = field(default_factory=dict)
-
-
-def _events(task: DecodeTask, errors: list[DecodeError] | None = None) -> Any:
-    """One partition's events in offset order, streamed segment by segment (runs on an executor)."""
-    storage = open_storage(credentials.resolve(task.config).storage)
-    topic_config = next(t for t in task.config.topics if t.name == task.topic)
-    options: dict[str, Any] = dict(topic_config.options)
-    if task.schemas and "schemas" in protocol_spec(topic_config.protocol).decoder.options_spec:
-        options["schemas"] = task.schemas
-    decoder = get_decoder(topic_config.protocol, **options)
-    derive = None if protocol_spec(topic_config.protocol).has_commit_ts else DerivedClock(task.w_prev)
-    for path in task.segments:
-        # Row-group sized batches: a segment may hold hundreds of thousands of messages.
-        segment = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(path)))
-        for batch in segment.iter_batches(batch_size=10_000, columns=["offset", "timestamp_ms", "key", "value", "headers"]):
-            yield from _decode_batch(task, decoder, derive, batch.to_pydict(), errors)
-    if errors is not None:
-        errors.extend(decoder.finish())
-    yield decoder
-
-
-def _decode_batch(task: DecodeTask, decoder: Any, derive: DerivedClock | None, rows: dict[str, list[Any]], errors: list[DecodeError] | None) -> Any:
-    """Events of one batch of segment rows, message by message (None for an undecodable one)."""
-    for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
-        if not task.start <= offset < task.end:
-            continue
-        msg = RawMessage(key, value, SourcePosition(task.topic, task.partition, offset),
-                         tuple((h["key"], h["value"]) for h in headers or ()), ts)
-        try:
-            events = decoder.decode(msg)
-        except DecodeError as exc:
-            if errors is not None:
-                errors.append(exc)
-            yield None
-            continue
-        yield derive(events) if derive is not None else events
-
-
-def scan_task(task: DecodeTask) -> Scanned:
-    """Phase 1: partition watermarks, DDL, errors and announced schemas."""
-    out = Scanned(task.topic, task.partition)
-    key = (task.topic, task.partition)
-    for item in _events(task, out.errors):
-        if item is None:
-            out.messages += 1
-            continue
-        if not isinstance(item, list):
-            out.schemas = item.known_schemas()
-            break
-        out.messages += 1
-        out.events += len(item)
-        for e in item:
-            if isinstance(e, Watermark):
-                if e.ts > out.marks.get(key, 0):
-                    out.marks[key] = e.ts
-            elif isinstance(e, DdlChange):
-                out.ddl.append(e)
-    return out
-
-
-@dataclass(frozen=True)
-class FoldTask:
-    decode: DecodeTask
-    w_prev: int
-    w: int
-    # Commit order of every DDL applied in this run, sorted: a row belongs after the DDLs that
-    # precede it in the full order (commitTs, position), not only by commitTs -- under derived
-    # watermarks a row and a DDL can share a commitTs.
-    ddl_orders: tuple[Order, ...]
-
-
-def fold_task(task: FoldTask) -> Folded:
-    """Phase 2: decode again and fold the rows of (W_prev, W] into a net change per key."""
-    d = task.decode
-    out = Folded(d.topic, d.partition)
-    for item in _events(d):
-        if not isinstance(item, list):
-            continue
-        for e in item:
-            if not isinstance(e, (RowChange, DdlChange)):
-                continue
-            ts = e.commit_ts
-            if ts > task.w:
-                if out.pending is None or e.position.offset < out.pending:
-                    out.pending = e.position.offset
-                continue
-            if ts <= task.w_prev:
-                out.skipped += 1  # applied by an earlier run: a redelivery, or re-read from the pending offset
-                continue
-            if isinstance(e, DdlChange):
-                continue
-            name = f"{e.database}.{e.table}"
-            out.applied[name] = out.applied.get(name, 0) + 1
-            segment = (e.database, e.table, bisect.bisect_left(task.ddl_orders, change_order(e)))
-            net = out.rows.get(segment)
-            if net is None:
-                net = out.rows[segment] = NetChange(e.key_columns)
-            net.add(e)
-    return out
-
-
-def _merge_folds(folds: list[Folded]) -> list[RowChange]:
-    """Per key across partitions the greatest change wins; as one synthetic change per key."""
-    merged: dict[tuple[str, str, int], NetChange] = {}
-    for f in folds:
-        for segment, net in f.rows.items():
-            if segment in merged:
-                merged[segment].merge(net)
-            else:
-                merged[segment] = net
-    changes: list[RowChange] = []
-    for (database, table, _), net in merged.items():
-        for key, (order, change) in net.rows.items():
-            ts, topic, partition, offset, index = order
-            position = SourcePosition(topic, partition, offset, index)
-            if change is None:
-                changes.append(RowChange(Op.DELETE, database, table, net.deleted_image(key), None, net.key_columns, None, ts, position))
-            else:
-                changes.append(change._replace(before=None, commit_ts=ts, position=position))
-    return changes
-
-
 # ---------------------------------------------------------------- the run
 
 
@@ -328,7 +180,7 @@ def apply_interval(
 
     ``fault`` is called with a step name at each step boundary; tests inject crashes there.
     ``progress`` is called as ``progress(step, done, total)`` while an interval is applied, with
-    step ``"decode"`` and ``"net change"`` (partitions), ``"commit"`` (one per table plan) and ``"tag"``
+    step ``"decode"`` (partitions), ``"net change"`` (one fold), ``"commit"`` (one per table plan) and ``"tag"``
     (tables); a replayed earlier interval starts each step again from 0.
     """
     storage = storage or open_storage(config.storage)
@@ -418,26 +270,32 @@ def _existed_at(table: Any, watermark: int) -> bool:
 
 
 def _w_time(w: int) -> str | None:
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat() if w else None
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
 
 
-def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, previous: Checkpoint | None) -> list[DecodeTask]:
-    """One decode task per partition: from its pending offset to this manifest's end."""
+def _read_window(config: PipelineConfig, storage: Storage, manifest: Manifest, previous: Checkpoint | None,
+                 ) -> tuple[dict[PKey, tuple[int, int]], dict[PKey, list[SegmentRef]], dict[PKey, list[SegmentRef]]]:
+    """Per partition: the offsets the run reads (its pending offset to the manifest's end), the raw
+    segments holding them, and every raw segment of the partition up to this interval."""
     all_manifests = [read_manifest(storage, p) for s, e, p in list_manifests(storage, config.name) if e <= manifest.interval_end]
-    w_prev = previous.watermark if previous else 0
-    carried = credentials.task_config(config)
-    tasks = []
+    offsets: dict[PKey, tuple[int, int]] = {}
+    needed: dict[PKey, list[SegmentRef]] = {}
+    history: dict[PKey, list[SegmentRef]] = {}
     for part in manifest.partitions:
         key = (part.topic, part.partition)
-        start = previous.pending.get(key, part.start) if previous else part.start
-        start = min(start, part.start)
-        segments = tuple(
-            s.path for m in all_manifests for p in m.partitions if (p.topic, p.partition) == key
-            for s in p.segments if s.end > start and s.start < part.end
-        )
-        schemas = tuple(previous.schemas.get(part.topic, ())) if previous else ()
-        tasks.append(DecodeTask(carried, part.topic, part.partition, start, part.end, segments, schemas, w_prev))
-    return tasks
+        start = min(previous.pending.get(key, part.start) if previous else part.start, part.start)
+        offsets[key] = (start, part.end)
+        segments = sorted({SegmentRef(s.path, s.start, s.end) for m in all_manifests for p in m.partitions
+                           if (p.topic, p.partition) == key for s in p.segments if s.start < part.end},
+                          key=lambda s: s.start)
+        history[key] = segments
+        needed[key] = [s for s in segments if s.end > start]
+    return offsets, needed, history
+
+
+def _plane(runner: Runner) -> Any:
+    spark = getattr(runner, "spark", None)
+    return SparkPlane(spark) if spark is not None else LocalPlane()
 
 
 def _apply_one(
@@ -447,35 +305,52 @@ def _apply_one(
 ) -> ApplyResult:
     started = time.perf_counter()
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
-    tasks = _read_plan(config, storage, manifest, previous)
-    # Phase 1 on the executors: only watermarks, DDL and errors come back to the driver.
-    progress("decode", 0, len(tasks))
-    scanned: list[Scanned] = runner.map(scan_task, tasks)  # type: ignore[arg-type]
-    progress("decode", len(tasks), len(tasks))
+    offsets, needed, history = _read_window(config, storage, manifest, previous)
+    # Stage 1 on the executors: every raw segment is decoded once into the change log; the
+    # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
+    progress("decode", 0, len(needed))
+    decoded = ensure_change_log(credentials.task_config(config), storage, runner, needed, history)
+    progress("decode", len(needed), len(needed))
     step("decoded")
 
+    def inside(key: PKey, offset: int) -> bool:
+        return offsets[key][0] <= offset < offsets[key][1]
+
+    sides = [(key, side) for key, ss in decoded.items() for side in ss]
     # Quarantine first: nothing undecodable is lost, whatever the policy says next.
-    errors = [err for d in scanned for err in d.errors]
+    errors = [err for key, side in sides for err in side.errors if err.position is None or inside(key, err.position.offset)]
     quarantine = quarantine_messages(storage, config.name, errors, interval, accept=config.on_bad_message == "continue")
     w_prev = previous.watermark if previous else 0
     marks = PartitionWatermarks(dict(previous.marks) if previous else {})
-    for d in scanned:
-        for k, v in d.marks.items():
-            if v > marks.marks.get(k, 0):
-                marks.marks[k] = v
+    for key, side in sides:
+        if side.mark is not None and side.mark > marks.marks.get(key, 0):
+            marks.marks[key] = side.mark
     partitions = [(p.topic, p.partition) for p in manifest.partitions]
     w = compute_watermark(marks, partitions, w_prev)
 
     protocols = {t.name: t.protocol for t in config.topics}
+    derived_topics = frozenset(t for t, p in protocols.items() if not protocol_spec(p).has_commit_ts)
     ddls: list[DdlChange] = []
+    pending: dict[PKey, int] = {}
     seen_ddl: set[tuple[Any, ...]] = set(previous.ddl_applied) if previous else set()
     derived_ddl: list[tuple[Any, ...]] = list(previous.ddl_applied) if previous else []
-    candidates = sorted(((e, d) for d in scanned for e in d.ddl), key=lambda x: change_order(x[0]))  # type: ignore[arg-type]
-    for e, d in candidates:  # the first copy in commit order is the one applied
-        derived = not protocol_spec(protocols[d.topic]).has_commit_ts
-        if not w_prev < e.commit_ts <= w:
+    candidates = []
+    for key, side in sides:
+        for e in side.ddl:
+            if not inside(key, e.position.offset):
+                continue
+            if key[0] in derived_topics:  # the derived clock, lifted above W_prev (docs/data-plane.md)
+                e = e._replace(commit_ts=max(e.commit_ts or 0, w_prev + 1))
+            candidates.append((e, key))
+    candidates.sort(key=lambda x: change_order(x[0]))  # type: ignore[arg-type]
+    for e, key in candidates:  # the first copy in commit order is the one applied
+        derived = key[0] in derived_topics
+        if e.commit_ts > w:
+            pending[key] = min(pending.get(key, e.position.offset), e.position.offset)
             continue
-        if protocols[d.topic] == "canal-json" and d.partition != 0:
+        if e.commit_ts <= w_prev:
+            continue
+        if protocols[key[0]] == "canal-json" and key[1] != 0:
             continue  # TiCDC Canal-JSON sends DDL to partition 0 only
         ident = ((e.event_time_ms if derived else e.commit_ts), e.database, e.table, e.sql)
         if ident not in seen_ddl:  # broadcast to every partition: apply once
@@ -490,27 +365,43 @@ def _apply_one(
             f"{storage.url}/{layout.pipeline_root(config.name)}/quarantine. Fix the producer or set on_bad_message: "
             "continue, then rerun the interval"
         )
-    # Phase 2 on the executors: each partition's net change for (W_prev, W]. Keys live in one
-    # partition, so only one row per touched key comes back, not every change.
-    ddl_orders = tuple(sorted(change_order(e) for e in ddls))  # type: ignore[arg-type]
-    progress("net change", 0, len(tasks))
-    folds: list[Folded] = runner.map(fold_task, [FoldTask(t, w_prev, w, ddl_orders) for t in tasks])  # type: ignore[arg-type]
-    progress("net change", len(tasks), len(tasks))
-    changes: list[RowChange | DdlChange] = [*_merge_folds(folds), *ddls]
-    pending = {(f.topic, f.partition): f.pending for f in folds if f.pending is not None}
+    # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
+    ddl_orders: dict[tuple[str, str], list[Order]] = {}
+    for e in ddls:
+        for ref in ddl_tables(e):
+            ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
+    window = FoldWindow(w_prev, w, offsets, derived_topics, {ref: tuple(sorted(o)) for ref, o in ddl_orders.items()})
+    version = {t.name: decoder_version(t.protocol) for t in config.topics}
+    paths = [layout.changelog_paths(config.name, version[key[0]], key[0], key[1], s.start, s.end)[0]
+             for key, segments in needed.items() for s in segments]
+    progress("net change", 0, 1)
+    fold = _plane(runner).fold(credentials.task_config(config), paths, window)
+    progress("net change", 1, 1)
+    try:
+        return _commit_run(config, storage, catalog, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks,
+                           derived_ddl, sides, quarantine, lease, step, progress, started)
+    finally:
+        fold.close()
+
+
+def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest: Manifest, interval: str, fold: Fold,
+                ddls: list[DdlChange], pending: dict[PKey, int], previous: Checkpoint | None, w: int, w_prev: int,
+                marks: PartitionWatermarks, derived_ddl: list[tuple[Any, ...]], sides: list[tuple[PKey, SideOutput]],
+                quarantine: Any, lease: Lease, step: Callable[[str], None], progress: Callable[[str, int, int], None],
+                started: float) -> ApplyResult:
+    """Stage 4 and on: commit every table's plan, tag, checkpoint, publish."""
+    for key, offset in fold.outcome.pending.items():
+        pending[key] = min(pending.get(key, offset), offset)
     for part in manifest.partitions:
         pending.setdefault((part.topic, part.partition), part.end)
-    skipped = sum(f.skipped for f in folds)
-    events_applied: dict[str, int] = {}
-    for f in folds:
-        for name, n in f.applied.items():
-            events_applied[name] = events_applied.get(name, 0) + n
+    skipped = fold.outcome.skipped
+    events_applied = fold.outcome.applied
 
     # A table past W while W is not published would need rewriting behind main's head: the
     # walk in _bring_forward never gets here for such a run, unless runs broke the one-at-a-time rule.
     ahead = {n: tw for n, tw in _table_watermarks(catalog, config).items() if tw > w}
     if ahead and not storage.exists(published_path(config.name, w)):
-        raise CommitConflictError(
+        raise TablesAheadError(
             f"tables {', '.join(f'{n} (at {tw})' for n, tw in sorted(ahead.items()))} are past watermark {w} of "
             f"{interval}, which is not published: a run outside the pipeline's lease (or an older tidelake) wrote them, "
             "and W cannot be published consistently any more. Rebuild the pipeline under a new name over the same "
@@ -518,10 +409,10 @@ def _apply_one(
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
-    plans = build_apply_plans(changes)
+    plans = build_apply_plans(ddls, fold.outcome.summaries)
     progress("commit", 0, len(plans))
     for i, plan in enumerate(plans):
-        committer.commit_plan(plan, run)
+        committer.commit_plan(plan, run, fold)
         step(f"committed:{i}")
         progress("commit", i + 1, len(plans))
     tables = cat.pipeline_tables(catalog, config)
@@ -531,15 +422,8 @@ def _apply_one(
             tag_table(table, w)
             progress("tag", i + 1, len(tables))
     step("tagged")
-    schemas: dict[str, dict[tuple[str, str, int | None], TableSchema]] = {}
-    for topic, known in (previous.schemas.items() if previous else ()):
-        for sc in known:
-            schemas.setdefault(topic, {})[(sc.database, sc.table, sc.version)] = sc
-    for d in scanned:
-        for sc in d.schemas:
-            schemas.setdefault(d.topic, {})[(sc.database, sc.table, sc.version)] = sc
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
-                            {t: list(v.values()) for t, v in schemas.items()}, tuple(derived_ddl))
+                            ddl_applied=tuple(derived_ddl))
     cp_path = checkpoint_path(config.name, manifest.interval_start, manifest.interval_end)
     try:
         storage.create(cp_path, checkpoint.to_json())
@@ -566,8 +450,8 @@ def _apply_one(
         "previous_watermark": w_prev,
         "watermark_time": _w_time(w),
         "lag_seconds": round(manifest.interval_end.timestamp() - (w >> 18) / 1000, 3) if w else None,
-        "messages_decoded": sum(d.messages for d in scanned),
-        "events_decoded": sum(d.events for d in scanned),
+        "messages_decoded": sum(side.messages for _, side in sides),
+        "events_decoded": sum(side.events for _, side in sides),
         "already_applied_skipped": skipped,
         "quarantined": len(quarantine.new),
         "bad_messages_accepted": len(quarantine.accepted),
@@ -585,36 +469,3 @@ def _apply_one(
                   orjson.dumps(report, option=orjson.OPT_INDENT_2))
     step("published")
     return ApplyResult(w, w_prev, sorted(names), report)
-
-
-class DerivedClock:
-    """Commit order for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
-
-    Binlog event times are statement start times and can go backwards within a partition,
-    so time cannot say what is applied; the partition's offset order can (every key lives in
-    one partition, so per key it is the binlog's order). A change's commitTs becomes the
-    running maximum of event times in its partition, starting just above the run's W_prev:
-    it never decreases along the offsets, so the changes a run applies (commitTs <= W) are a
-    prefix of each partition from its pending offset, and nothing at or after the pending
-    offset counts as already applied, whatever its time says. Each event (and DTS heartbeat)
-    also proves its partition complete up to just before its time: the derived watermark.
-    """
-
-    def __init__(self, w_prev: int) -> None:
-        self.running = w_prev + 1
-
-    def __call__(self, events: list[Event]) -> list[Event]:
-        out: list[Event] = []
-        for e in events:
-            if isinstance(e, Watermark):
-                out.append(Watermark(derived_mark(e.ts), e.position) if e.clock.value == "epoch_ms" else e)
-                continue
-            if not isinstance(e, (RowChange, DdlChange)):
-                out.append(e)
-                continue
-            if e.event_time_ms is None:
-                raise ApplyError(f"{e.position}: the message has no event time, so it cannot be ordered without a commitTs")
-            self.running = max(self.running, derived_commit_ts(e.event_time_ms))
-            out.append(e._replace(commit_ts=self.running))
-            out.append(Watermark(derived_mark(e.event_time_ms), e.position))
-        return out

@@ -1,19 +1,21 @@
-"""Events of one run -> an apply plan per table: a value you can print and assert.
+"""A run's DDL and net changes -> an apply plan per table: a value you can print and assert.
 
-``build_apply_plans`` walks the run's changes in commit order. Rows are buffered per
-table; a DDL on a table closes its buffer into a ``DataStep`` (the net change of those
-rows) and adds a ``SchemaStep``, so rows before a DDL use the old schema and rows after
-it the new one. Nothing here touches a catalog.
+``build_apply_plans`` walks the run's DDL and its net changes (one per table and DDL segment,
+placed at their first row) in commit order. A table's net change waits until a DDL on the
+table closes it into a ``DataStep`` and adds a ``SchemaStep``, so rows before a DDL use the old
+schema and rows after it the new one. The rows themselves stay on the executors (the fold's
+``rewrite`` writes them); nothing here touches a catalog.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Protocol, Union
 
-from cdc_codecs import DdlChange, RowChange, TableSchema
-from spark.ddl import AddColumn, Change, ChangeColumnType, CreateTable, CreateTableLike, RenameTable, SetKeyColumns, parse_ddl
-from spark.net_change import NetChange, net_change
+from cdc_codecs import DdlChange, TableSchema
+from spark.ddl import AddColumn, Change, ChangeColumnType, CreateTable, CreateTableLike, RenameTable, parse_ddl
+from spark.net_change import Order, change_order
 
 TableRef = tuple[str, str]
 
@@ -24,10 +26,26 @@ class SchemaStep:
     ddl: DdlChange
 
 
+class NetSummary(Protocol):
+    """One table's net change in one DDL segment (``spark.plane.NetSummary``)."""
+
+    database: str
+    table: str
+    segment: int
+    keys: int
+    deletes: int
+    first: Order
+
+
 @dataclass(frozen=True)
 class DataStep:
-    net: NetChange
-    events: int
+    segment: int  # which of the table's net changes in the run (its DDL segment)
+    keys: int
+    deletes: int
+
+    @property
+    def upserts(self) -> int:
+        return self.keys - self.deletes
 
 
 Step = Union[SchemaStep, DataStep]
@@ -50,13 +68,13 @@ class TablePlan:
             if isinstance(s, SchemaStep):
                 parts.append(f"schema({', '.join(type(c).__name__ for c in s.changes)})")
             else:
-                parts.append(f"data({s.events} events -> {len(s.net.upserts)} upserts, {len(s.net.touched) - len(s.net.upserts)} deletes)")
+                parts.append(f"data({s.upserts} upserts, {s.deletes} deletes)")
         return f"{self.database}.{self.table}: " + "; ".join(parts)
 
 
-def ordered(changes: Iterable[RowChange | DdlChange]) -> list[RowChange | DdlChange]:
-    """Commit order: commitTs, then partition offset, then index in the message."""
-    return sorted(changes, key=lambda e: (e.commit_ts or 0, e.position.topic, e.position.partition, e.position.offset, e.position.index))
+def ddl_tables(ddl: DdlChange) -> set[TableRef]:
+    """The tables a DDL changes: a table's rows are folded only between two of these."""
+    return {ref for ref, _ in ddl_changes(ddl)}
 
 
 def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
@@ -97,18 +115,13 @@ def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Cha
     return change
 
 
-def build_apply_plans(
-    changes: Iterable[RowChange | DdlChange],
-    key_columns: dict[TableRef, tuple[str, ...]] | None = None,
-) -> list[TablePlan]:
-    """Plans for every table the changes touch, in the order they must execute.
-
-    ``key_columns`` gives the primary key of tables whose key the rows do not carry.
-    """
-    keys = dict(key_columns or {})
+def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary]) -> list[TablePlan]:
+    """Plans for every table the run changes, in the order they must execute."""
+    events: list[tuple[Order, int, DdlChange | NetSummary]] = [(change_order(d), 1, d) for d in ddls]  # type: ignore[arg-type]
+    events += [(s.first, 0, s) for s in net]
     plans: dict[TableRef, TablePlan] = {}
     finished: list[TablePlan] = []
-    pending: dict[TableRef, list[RowChange]] = {}
+    pending: dict[TableRef, NetSummary] = {}
     seq = 0
 
     def plan(ref: TableRef) -> TablePlan:
@@ -119,32 +132,24 @@ def build_apply_plans(
         return plans[ref]
 
     def flush(ref: TableRef) -> None:
-        rows = pending.pop(ref, [])
-        if rows:
-            k = rows[-1].key_columns or keys.get(ref, ())
-            plan(ref).steps.append(DataStep(net_change(rows, k), len(rows)))
+        summary = pending.pop(ref, None)
+        if summary is not None:
+            plan(ref).steps.append(DataStep(summary.segment, summary.keys, summary.deletes))
 
-    for e in ordered(changes):
-        if isinstance(e, RowChange):
+    for _, _, e in sorted(events, key=lambda x: (x[0], x[1])):
+        if not isinstance(e, DdlChange):
             ref = (e.database, e.table)
             plan(ref)
-            pending.setdefault(ref, []).append(e)
+            assert ref not in pending, f"{ref}: two net changes without a DDL between them"
+            pending[ref] = e
             continue
         for ref, change in ddl_changes(e):
             flush(ref)
             p = plan(ref)
-            if isinstance(change, CreateTable):
-                keys[ref] = change.schema.key_columns
-            elif isinstance(change, SetKeyColumns):
-                keys[ref] = change.columns
             p.steps.append(SchemaStep((change,), e))
             if isinstance(change, RenameTable):
                 # Later changes name the table by its new name: a new plan, run after this one.
                 finished.append(plans.pop(ref))
-                new = (change.database, change.table)
-                if ref in keys:
-                    keys[new] = keys[ref]
     for ref in list(pending):
         flush(ref)
     return sorted(finished + list(plans.values()), key=lambda p: p.sequence)
-

@@ -3,22 +3,23 @@
 Progress is recorded with the data: the transaction sets the table property
 ``tidelake.watermark`` and stamps every snapshot it writes with the watermark and the
 interval, so a table is either fully at the new watermark or untouched. Rows are
-written copy-on-write: rows whose key the plan touches are deleted (pyiceberg rewrites
-only the data files whose key ranges can hold them) and the net rows appended.
+written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
+touched key are rewritten without it, the net rows written as new files); the driver stages
+the removed and added files as one overwrite snapshot per data step (``iceberg.internals``)
+in the table's transaction, next to its schema changes, and commits once.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, IsNull, Or
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
@@ -29,13 +30,27 @@ from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
 from spark.config import PipelineConfig
 from spark.ddl import (
-    AddColumn, ChangeColumnType, CreateTable, CreateTableLike, DropColumn, DropTable, MoveColumn, RenameColumn, RenameTable,
-    SetKeyColumns, TruncateTable,
+    AddColumn,
+    ChangeColumnType,
+    CreateTable,
+    CreateTableLike,
+    DropColumn,
+    DropTable,
+    MoveColumn,
+    RenameColumn,
+    RenameTable,
+    SetKeyColumns,
+    TruncateTable,
 )
-from spark.schema_map import (
-    COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, fit_upstream_value, iceberg_schema, iceberg_type, table_columns, to_iceberg_value,
-)
+from spark.iceberg import internals
+from spark.iceberg.files import live_data_files
+from spark.iceberg.target import TableTarget
+from spark.iceberg.upsert import UpsertTarget
+from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, iceberg_schema, iceberg_type, table_columns
 from spark.watermark import tag_name
+
+if TYPE_CHECKING:
+    from spark.plane import Fold
 
 WATERMARK = "tidelake.watermark"
 PREVIOUS = "tidelake.previous-watermark"
@@ -46,15 +61,10 @@ RENAMED_FROM = "tidelake.renamed-from"
 CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
-DELETE_BATCH = 100_000  # keys per delete: each delete re-plans and rewrites the files it touches
 
 
 class UnsupportedSchemaChange(TidelakeError):
     """A DDL that Iceberg cannot express for this table."""
-
-
-class CommitConflictError(TidelakeError):
-    """The table moved while the plan ran (another writer)."""
 
 
 @dataclass(frozen=True)
@@ -113,27 +123,6 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
                 u.move_after((name,), (before,))
 
 
-def _key_filter(keys: tuple[str, ...], values: list[tuple[Any, ...]], schema: Schema) -> BooleanExpression:
-    """Rows whose key is one of ``values``; a composite key is an OR of ANDs, built as a
-    balanced tree so its depth is log2 of the keys (pyiceberg binds expressions recursively)."""
-    if len(keys) == 1:
-        name = keys[0]
-        field_type = schema.find_field(name).field_type
-        return In(name, [to_iceberg_value(field_type, v[0]) for v in values])
-    types = [schema.find_field(k).field_type for k in keys]
-    terms: list[BooleanExpression] = []
-    for v in values:
-        parts = [IsNull(k) if x is None else EqualTo(k, to_iceberg_value(t, x)) for k, t, x in zip(keys, types, v)]
-        terms.append(_balanced(parts, And))
-    return _balanced(terms, Or)
-
-
-def _balanced(terms: list[BooleanExpression], join: Callable[[BooleanExpression, BooleanExpression], BooleanExpression]) -> BooleanExpression:
-    while len(terms) > 1:
-        terms = [join(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
 class TableCommitter:
     """Runs plans for one pipeline against one catalog."""
 
@@ -148,8 +137,11 @@ class TableCommitter:
 
     # -- entry point
 
-    def commit_plan(self, plan: TablePlan, run: RunContext) -> Table | None:
-        """Apply ``plan`` if the table is not already at ``run.watermark``; returns the table after it."""
+    def commit_plan(self, plan: TablePlan, run: RunContext, fold: Fold) -> Table | None:
+        """Apply ``plan`` if the table is not already at ``run.watermark``; returns the table after it.
+
+        ``fold`` holds the run's net changes on the executors and rewrites files for a data step.
+        """
         table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
@@ -188,16 +180,16 @@ class TableCommitter:
                     self._schema_change(current, tx, change, step)
             else:
                 if current is None:
-                    if not step.net.upserts:
+                    if not step.upserts:
                         continue  # only deletes, of a table the lake never had: nothing to delete
-                    current, tx = self._create_from_rows(step, plan, run)
+                    current, tx = self._create_from_rows(step, plan, fold)
                 tx = tx or current.transaction()
-                if step.net.upserts and DROPPED in tx.table_metadata.properties:
+                if step.upserts and DROPPED in tx.table_metadata.properties:
                     # Rows for a dropped table (a changefeed re-sending old messages after the
                     # DROP, ordered by offset): the table lives again, as a table the lake never
                     # saw created is made by its rows.
                     tx.remove_properties(DROPPED)
-                self._write_rows(tx, step, run)
+                self._write_rows(current, tx, plan, step, run, fold)
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
@@ -227,7 +219,7 @@ class TableCommitter:
             return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or table.transaction()
-        tx.delete(AlwaysTrue())
+        _remove_all_rows(table, tx)
         _reset_columns(tx, iceberg_schema(table_columns(schema)))
         stale = [k for k in tx.table_metadata.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
@@ -265,16 +257,14 @@ class TableCommitter:
         keys = _key_columns(source.properties)
         return TableSchema(change.table[0], change.table[1], tuple(columns), keys)
 
-    def _create_from_rows(self, step: DataStep, plan: TablePlan, run: RunContext):
+    def _create_from_rows(self, step: DataStep, plan: TablePlan, fold: Fold):
         """Rows for a table no DDL created (the pipeline started after it): the rows' types make it."""
-        columns: dict[str, ColumnType] = {}
-        for _, change in step.net.rows.values():
-            if change is not None:
-                columns.update(change.column_types or {})
+        columns: dict[str, ColumnType]
+        columns, keys = fold.row_schema(plan.database, plan.table, step.segment)
         if not columns:
             raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
         table = cat.create_table(self.catalog, self.config, plan.database, plan.table,
-                                 iceberg_schema(list(columns.items())), step.net.key_columns)
+                                 iceberg_schema(list(columns.items())), keys)
         tx = table.transaction()
         tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{n}": str(t) for n, t in columns.items()})
         return table, tx
@@ -358,11 +348,11 @@ class TableCommitter:
         elif isinstance(change, SetKeyColumns):
             tx.set_properties({cat.KEY_COLUMNS: json.dumps([field(k) for k in change.columns])})
         elif isinstance(change, TruncateTable):
-            tx.delete(AlwaysTrue())
+            _remove_all_rows(table, tx)
             return
         elif isinstance(change, DropTable):
             # Kept, empty and marked, so tags before the drop stay readable and backfills can restore.
-            tx.delete(AlwaysTrue())
+            _remove_all_rows(table, tx)
             tx.set_properties({DROPPED: str(step.ddl.commit_ts)})
             return
         else:
@@ -398,32 +388,28 @@ class TableCommitter:
                 return renamed  # already renamed by the earlier attempt
         return None
 
-    def _write_rows(self, tx: Transaction, step: DataStep, run: RunContext) -> None:
-        schema = tx.table_metadata.schema()
-        props = tx.table_metadata.properties
-        keys = _key_columns(props) or step.net.key_columns
+    def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
+                    fold: Fold) -> None:
+        """One data step: the executors rewrite the files holding touched keys and write the net
+        rows; the driver stages their files as one overwrite snapshot in ``tx``."""
+        metadata = tx.table_metadata
+        props = metadata.properties
+        keys = _key_columns(props)
+        if not keys:
+            keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
+        if not keys:  # without a key the whole row is the key: rows equal in every column are one
+            keys = tuple(f.name for f in metadata.schema().fields if f.name not in (COMMIT_TS, OP))
         upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
-        touched = step.net.touched
-        summary = {WATERMARK: str(run.watermark), INTERVAL: run.interval}
-        # Deleting keys a table does not hold yet is normal here (inserts); pyiceberg warns on it.
-        warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-        if keys:
-            # Keys are decoded values: ENUM indexes become the labels the table stores.
-            touched = [tuple(_fit_value(x, upstream.get(k)) for k, x in zip(keys, key)) for key in touched]
-        else:
-            # Without a key the whole row is the key: delete rows equal in every column.
-            keys = tuple(f.name for f in schema.fields if f.name not in (COMMIT_TS, OP))
-            touched = [tuple(_fit_value(dict(key).get(n), upstream.get(n)) for n in keys) for key in touched]
-        for i in range(0, len(touched), DELETE_BATCH):
-            tx.delete(_key_filter(keys, touched[i : i + DELETE_BATCH], schema), snapshot_properties=summary)
-        rows = []
-        for image, change in step.net.upserts:
-            row = {n: _fit_value(v, upstream.get(n)) for n, v in image.items()}
-            row[COMMIT_TS] = change.commit_ts
-            row[OP] = change.op.value
-            rows.append(row)
-        if rows:
-            tx.append(arrow_table(schema, rows), snapshot_properties=summary)
+        head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+        files = live_data_files(table.io, head) if head is not None else []
+        name = ".".join(table.name())
+        target = UpsertTarget(TableTarget.from_metadata(name, metadata, table.io.properties), tuple(files), keys, upstream)
+        rewrites = fold.rewrite(plan.database, plan.table, step.segment, target)
+        internals.stage_overwrite(
+            tx, name, expected_snapshot_id=head.snapshot_id if head is not None else None,
+            removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
+            snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
+        )
 
     def _finish(self, table: Table, tx: Transaction | None, run: RunContext) -> None:
         tx = tx or table.transaction()
@@ -436,9 +422,13 @@ class TableCommitter:
         tx.commit_transaction()
 
 
-def _fit_value(value: Any, upstream_type: str | None) -> Any:
-    """ENUM indexes and SET masks the decoder marked (protocols that send no members) -> labels by the DDL's type."""
-    return fit_upstream_value(value, upstream_type)
+def _remove_all_rows(table: Table, tx: Transaction) -> None:
+    """Stage a snapshot without any data file (TRUNCATE, DROP, CREATE over an old table)."""
+    head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    if head is None:
+        return
+    internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id,
+                              removed=live_data_files(table.io, head), added=[])
 
 
 def tag_table(table: Table, watermark: int) -> None:

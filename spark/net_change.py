@@ -7,8 +7,10 @@ checkpoint), and an interval boundary can fall anywhere inside such a replay (co
 An update that changes the key deletes the old key and writes the new one. A table without
 a primary key uses the whole row as its key, so rows equal in every column are one row.
 
-Executors fold each partition with ``NetChange.add``; the driver merges the partitions'
-results with ``NetChange.merge`` -- the same rule, so it does not matter where a key's
+Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
+(``key_bytes``) in the change log; the fold (``greatest_per_key``) keeps, per table, DDL segment
+and key, the greatest effect. Spark runs it within shuffle partitions on the executors, the
+in-process plane on one sorted table: the same function, so it does not matter where a key's
 changes were folded.
 """
 
@@ -16,9 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_codecs import Op, RowChange
 
@@ -71,45 +77,36 @@ def change_order(change: RowChange) -> Order:
     return (change.commit_ts or 0, p.topic, p.partition, p.offset, p.index)
 
 
-@dataclass
-class NetChange:
-    """``rows[key] = (order, change)``: the greatest change of the key; ``change`` None if it deletes it."""
+# ------------------------------------------------------------------ the fold on Arrow rows
+#
+# The same rule for change-log rows (``docs/data-plane.md``): rows sorted by GROUP_COLUMNS and
+# then by the commit order descending put each key's greatest change first; ``greatest_per_key``
+# keeps it. Spark sorts within shuffle partitions, the in-process plane sorts the whole table;
+# both run this function on the sorted batches.
 
-    key_columns: tuple[str, ...]
-    rows: dict[Key, tuple[Order, RowChange | None]] = field(default_factory=dict)
-
-    def _put(self, key: Key, order: Order, change: RowChange | None) -> None:
-        current = self.rows.get(key)
-        if current is None or order > current[0]:
-            self.rows[key] = (order, change)
-
-    def add(self, change: RowChange, order: Order | None = None) -> None:
-        """Fold one change in, whatever order changes arrive in."""
-        order = order if order is not None else change_order(change)
-        for key, deletes in change_effects(change, self.key_columns):
-            self._put(key, order, None if deletes else change)
-
-    def merge(self, other: NetChange) -> None:
-        """Fold another part of the same table's changes in (e.g. another partition's)."""
-        for key, (order, change) in other.rows.items():
-            self._put(key, order, change)
-
-    @property
-    def touched(self) -> list[Key]:
-        return list(self.rows)
-
-    @property
-    def upserts(self) -> list[tuple[Mapping[str, Any], RowChange]]:
-        return [(change.after, change) for _, change in self.rows.values() if change is not None]  # type: ignore[misc]
-
-    def deleted_image(self, key: Key) -> dict[str, Any]:
-        """The key as a row image (for a key the net change deletes)."""
-        return dict(zip(self.key_columns, key)) if self.key_columns else dict(key)
+GROUP_COLUMNS = ("database", "table", "segment", "key")
+ORDER_COLUMNS = ("ts", "topic", "partition", "offset", "index")
+SORT_KEYS = [(c, "ascending") for c in GROUP_COLUMNS] + [(c, "descending") for c in ORDER_COLUMNS]
 
 
-def net_change(changes: Iterable[RowChange], key_columns: tuple[str, ...]) -> NetChange:
-    """Fold changes, in any order, into one result per key."""
-    net = NetChange(key_columns)
-    for c in changes:
-        net.add(c)
-    return net
+def sort_for_fold(rows: pa.Table) -> pa.Table:
+    return rows.sort_by(SORT_KEYS)
+
+
+def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The first row of every group of sorted ``batches`` (groups may span batches)."""
+    last: tuple[Any, ...] | None = None
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        first = np.zeros(n, dtype=bool)
+        first[0] = True
+        for name in GROUP_COLUMNS:
+            column = batch.column(name)
+            if n > 1:
+                first[1:] |= pc.not_equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        if last is not None and tuple(batch.column(c)[0].as_py() for c in GROUP_COLUMNS) == last:
+            first[0] = False
+        last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
+        yield batch.filter(pa.array(first))

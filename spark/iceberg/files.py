@@ -225,9 +225,34 @@ def _ranked(test: _Test) -> _Ranked:
     return _Ranked(key_rank, lower, upper, test.may_hold_null)
 
 
+def key_file_pairs(
+    metadata: TableMetadata, key_columns: Sequence[str], touched: pa.Table, files: Sequence[DataFile],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``files`` can hold each touched key: parallel arrays (key row, file index).
+
+    The same tests as ``plan_rewrite``; a key may pair with several files (files whose ranges
+    overlap), and a key pairing with none is new to the table.
+    """
+    if not files or touched.num_rows == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    files = list(files)
+    tests = _partition_tests(metadata, key_columns, touched, files) + _bound_tests(metadata, key_columns, touched, files)
+    return _pairs(tests, len(files), touched.num_rows)
+
+
 def _files_hit(tests: list[_Test], n_files: int) -> np.ndarray:
     if not tests:
         return np.ones(n_files, dtype=bool)  # nothing to prune on: every file may hold a key
+    hit = np.zeros(n_files, dtype=bool)
+    _, file_index = _pairs(tests, n_files, len(tests[0].keys))
+    hit[file_index] = True
+    return hit
+
+
+def _pairs(tests: list[_Test], n_files: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    if not tests:  # nothing to prune on: every key may be in every file
+        keys = np.tile(np.arange(n_keys, dtype=np.int64), n_files)
+        return keys, np.repeat(np.arange(n_files, dtype=np.int64), n_keys)
     first, *rest = [_ranked(t) for t in tests]
     order = np.argsort(first.key_rank, kind="stable")
     sorted_rank = first.key_rank[order]
@@ -235,17 +260,20 @@ def _files_hit(tests: list[_Test], n_files: int) -> np.ndarray:
     starts = np.searchsorted(sorted_rank, first.lower, "left")
     ends = np.searchsorted(sorted_rank, first.upper, "right")
     null_hit = first.may_hold_null & (n_null > 0)
-    if not rest:
-        return (ends > starts) | null_hit
-    hit = np.zeros(n_files, dtype=bool)
+    key_parts: list[np.ndarray] = []
+    file_parts: list[np.ndarray] = []
     for f in range(n_files):
         parts = ([order[:n_null]] if null_hit[f] else []) + ([order[starts[f] : ends[f]]] if ends[f] > starts[f] else [])
         if not parts:
             continue
-        ok = np.ones(sum(len(p) for p in parts), dtype=bool)
         candidates = np.concatenate(parts)
+        ok = np.ones(len(candidates), dtype=bool)
         for test in rest:
             kr = test.key_rank[candidates]
             ok &= np.where(kr < 0, test.may_hold_null[f], (kr >= test.lower[f]) & (kr <= test.upper[f]))
-        hit[f] = bool(ok.any())
-    return hit
+        chosen = candidates[ok]
+        key_parts.append(chosen)
+        file_parts.append(np.full(len(chosen), f, dtype=np.int64))
+    if not key_parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(key_parts), np.concatenate(file_parts)

@@ -298,12 +298,19 @@ def test_schema_after_makes_like_a_create_and_leaves_other_tables_alone() -> Non
     assert ddl_changes(renames) == [((DB, "a"), RenameTable(DB, "b")), ((DB, "c"), RenameTable(DB, "d"))]
 
 
-def test_plans_follow_key_changes_for_rows_without_keys() -> None:
-    from cdc_codecs import Op, RowChange
+def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
+    from spark.plane import NetSummary
 
-    s = TableSchema(DB, "t", (col("a", "int"), col("b", "int")), ())
-    rows = [RowChange(Op.INSERT, DB, "t", None, {"a": 1, "b": i}, (), s.column_types, 10 + i, P) for i in range(2)]
-    ddl = DdlChange(DB, "t", "ALTER TABLE t ADD PRIMARY KEY (a, b)", 5, P, "ALTER")
-    plans = build_apply_plans([ddl, *rows])
-    data = plans[0].steps[-1]
-    assert data.net.key_columns == ("a", "b")  # type: ignore[union-attr]
+    alter = DdlChange(DB, "t", "ALTER TABLE t ADD PRIMARY KEY (a, b)", 5, P, "ALTER")
+    rename = DdlChange(DB, "t", "RENAME TABLE t TO u", 20, P, "RENAME")
+    before = NetSummary(DB, "t", 0, keys=3, deletes=1, first=(3, "topic", 0, 1, 0))
+    between = NetSummary(DB, "t", 1, keys=2, deletes=0, first=(10, "topic", 0, 4, 0))
+    renamed = NetSummary(DB, "u", 0, keys=1, deletes=0, first=(30, "topic", 0, 9, 0))
+    other = NetSummary(DB, "v", 0, keys=1, deletes=1, first=(1, "topic", 1, 0, 0))
+    plans = build_apply_plans([rename, alter], [renamed, between, other, before])
+    assert [p.summary() for p in plans] == [
+        f"{DB}.v: data(0 upserts, 1 deletes)",
+        f"{DB}.t: data(2 upserts, 1 deletes); schema(SetKeyColumns); data(2 upserts, 0 deletes); schema(RenameTable)",
+        f"{DB}.u: data(1 upserts, 0 deletes)",
+    ]
+    assert [s.segment for s in plans[1].steps if not hasattr(s, "changes")] == [0, 1]

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from cdc_codecs import RowChange, Watermark
-from spark import apply as apply_module
+from spark.decode import changelog as decode_module
 from spark import catalog as cat
 from spark import layout
 from spark.apply import ApplyError, apply_interval
@@ -42,7 +42,7 @@ class Crash(Exception):
 
 def buggy_decoders(monkeypatch: pytest.MonkeyPatch, change: Callable[[Any], Any]) -> None:
     """The decoders the pipeline runs with apply ``change`` to every event they return."""
-    real = apply_module.get_decoder
+    real = decode_module.get_decoder
 
     class Buggy:
         def __init__(self, decoder: Any) -> None:
@@ -54,7 +54,9 @@ def buggy_decoders(monkeypatch: pytest.MonkeyPatch, change: Callable[[Any], Any]
         def __getattr__(self, name: str) -> Any:
             return getattr(self.decoder, name)
 
-    monkeypatch.setattr(apply_module, "get_decoder", lambda *a, **k: Buggy(real(*a, **k)))
+    monkeypatch.setattr(decode_module, "get_decoder", lambda *a, **k: Buggy(real(*a, **k)))
+    # A decoder fix ships with a new decoder version, so the fixed decoder derives its own change log.
+    monkeypatch.setattr(decode_module, "DECODER_VERSION", f"{decode_module.DECODER_VERSION}-before-the-fix")
 
 
 def garble_names(e: Any) -> Any:

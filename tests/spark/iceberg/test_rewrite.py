@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 import warnings
 
 import pyarrow as pa
 import pytest
+from pyiceberg.expressions import And, EqualTo, IsNull, Or
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from spark.commit import _key_filter
 from spark.iceberg import files, internals
 from spark.iceberg.rewrite import RowsDoNotFitTable, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
@@ -44,12 +45,19 @@ def apply_on_executors(table, keys, touched: pa.Table, upserts: pa.Table, route_
                                added=added, snapshot_properties={"tidelake.watermark": "9"})
 
 
+def key_filter(keys, values):
+    """pyiceberg's own predicate for "the key is one of values" (the reference for the rewrite)."""
+    terms = [functools.reduce(And, [IsNull(k) if x is None else EqualTo(k, x) for k, x in zip(keys, v)]) if len(keys) > 1
+             else (IsNull(keys[0]) if v[0] is None else EqualTo(keys[0], v[0])) for v in values]
+    return functools.reduce(Or, terms)
+
+
 def apply_with_pyiceberg(table, keys, touched: pa.Table, upserts: pa.Table) -> None:
     with table.transaction() as tx, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         values = [tuple(row[k] for k in keys) for row in touched.to_pylist()]
         if values:
-            tx.delete(_key_filter(tuple(keys), values, tx.table_metadata.schema()))
+            tx.delete(key_filter(tuple(keys), values))
         if upserts.num_rows:
             tx.append(upserts.cast(tx.table_metadata.schema().as_arrow()))
 

@@ -1,0 +1,104 @@
+"""Which change-log rows a run applies, and in which DDL segment of their table.
+
+Runs on the executors over change-log batches (``spark.decode.changelog``'s columns), so it is a
+pure function of an Arrow batch and a small ``FoldWindow``. It adds three columns:
+
+- ``ts``: the row's commitTs for this run. Protocols without commitTs store their partition's
+  derived clock; the run lifts it to ``max(clock, W_prev + 1)`` (docs/data-plane.md, derived clock).
+- ``state``: ``APPLY`` for W_prev < ts <= W, ``PENDING`` above W (waits for a later run),
+  ``SKIPPED`` at or below W_prev (a redelivery of something applied).
+- ``segment``: how many DDLs of the row's table in this run precede the row in commit order
+  (commitTs, topic, partition, offset, index), so rows are never folded across a schema change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from spark.net_change import Order
+
+APPLY, PENDING, SKIPPED = 0, 1, 2
+
+PKey = tuple[str, int]
+TableRef = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class FoldWindow:
+    """What one run applies: the commitTs window and, per partition, the offsets [pending, end)."""
+
+    w_prev: int
+    w: int
+    offsets: Mapping[PKey, tuple[int, int]]
+    derived_topics: frozenset[str] = frozenset()
+    # Commit order of the run's DDLs per table they change (a RENAME counts for both names).
+    ddl_orders: Mapping[TableRef, tuple[Order, ...]] = field(default_factory=dict)
+
+
+SELECTED_FIELDS = [pa.field("ts", pa.int64()), pa.field("state", pa.int8()), pa.field("segment", pa.int32())]
+
+
+def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
+    """``rows`` inside the run's offset windows, with ``ts``, ``state`` and ``segment`` added."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    if table.num_rows == 0:
+        return _with_selected(table, pa.array([], pa.int64()), pa.array([], pa.int8()), pa.array([], pa.int32()))
+    topics = table.column("topic").to_numpy(zero_copy_only=False)
+    partitions = table.column("partition").to_numpy()
+    offsets = table.column("offset").to_numpy()
+    keep = np.zeros(table.num_rows, dtype=bool)
+    for (topic, partition), (lo, hi) in window.offsets.items():
+        in_part = (topics == topic) & (partitions == partition)
+        keep |= in_part & (offsets >= lo) & (offsets < hi)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+        topics = topics[keep]
+    ts = table.column("commit_ts").to_numpy().copy()
+    if window.derived_topics:
+        derived = np.isin(topics, list(window.derived_topics))
+        ts[derived] = np.maximum(ts[derived], window.w_prev + 1)
+    state = np.full(len(ts), APPLY, dtype=np.int8)
+    state[ts > window.w] = PENDING
+    state[ts <= window.w_prev] = SKIPPED
+    segment = _segments(table, ts, window)
+    return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment))
+
+
+def _with_selected(table: pa.Table, ts: pa.Array, state: pa.Array, segment: pa.Array) -> pa.Table:
+    for f, column in zip(SELECTED_FIELDS, (ts, state, segment)):
+        table = table.append_column(f, column)
+    return table
+
+
+def _segments(table: pa.Table, ts: np.ndarray, window: FoldWindow) -> np.ndarray:
+    segment = np.zeros(table.num_rows, dtype=np.int32)
+    if not window.ddl_orders or table.num_rows == 0:
+        return segment
+    databases = table.column("database").to_numpy(zero_copy_only=False)
+    tables = table.column("table").to_numpy(zero_copy_only=False)
+    topics = table.column("topic").to_numpy(zero_copy_only=False)
+    partitions = table.column("partition").to_numpy()
+    offsets = table.column("offset").to_numpy()
+    indexes = table.column("index").to_numpy()
+    for (database, name), orders in window.ddl_orders.items():
+        rows = np.flatnonzero((databases == database) & (tables == name))
+        if not len(rows):
+            continue
+        for order in orders:
+            segment[rows] += _after(order, ts[rows], topics[rows], partitions[rows], offsets[rows], indexes[rows])
+    return segment
+
+
+def _after(order: Order, ts: np.ndarray, topics: np.ndarray, partitions: np.ndarray, offsets: np.ndarray,
+           indexes: np.ndarray) -> np.ndarray:
+    """Rows that come after ``order`` in commit order (lexicographic over the five fields)."""
+    after = np.zeros(len(ts), dtype=bool)
+    tied = np.ones(len(ts), dtype=bool)
+    for values, bound in zip((ts, topics, partitions, offsets, indexes), order):
+        after |= tied & (values > bound)
+        tied &= values == bound
+    return after

@@ -1,0 +1,276 @@
+"""Where a run's row work happens: Spark executors (``SparkPlane``) or this process (``LocalPlane``).
+
+Both run the same functions on Arrow data -- ``fold.select.select``, ``net_change.greatest_per_key``,
+``iceberg.upsert.route`` / ``run_groups`` -- and differ only in how rows get to them: Spark
+shuffles by key and by file group across executors and sorts within partitions; the local plane
+sorts one in-memory table (tiny runs, the fast tests, the demo). The driver gets back aggregates
+(pending offsets, counts, one summary per table and DDL segment) and ``FileRewrite``s (file
+metadata), never rows.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cdc_codecs import ColumnType, RowChange
+from spark import credentials
+from spark.config import PipelineConfig
+from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
+from spark.iceberg.rewrite import FileRewrite
+from spark.iceberg.upsert import UpsertTarget, group_sorted, results, route, run_groups
+from spark.net_change import GROUP_COLUMNS, ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
+from spark.storage import open_storage
+
+PKey = tuple[str, int]
+TableRef = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class NetSummary:
+    """One table's net change in one DDL segment of the run, as counts."""
+
+    database: str
+    table: str
+    segment: int
+    keys: int
+    deletes: int
+    first: Order  # the commit order of its earliest applied row
+
+    @property
+    def upserts(self) -> int:
+        return self.keys - self.deletes
+
+
+@dataclass
+class FoldOutcome:
+    summaries: list[NetSummary]
+    pending: dict[PKey, int]  # first offset with commitTs > W, per partition that has one
+    skipped: int  # changes at or below W_prev (redeliveries)
+    applied: dict[str, int] = field(default_factory=dict)  # changes applied per "db.table"
+
+
+class Fold(Protocol):
+    outcome: FoldOutcome
+
+    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]: ...
+
+    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]: ...
+
+    def close(self) -> None: ...
+
+
+def read_change_log(config: PipelineConfig, paths: Iterable[str], window: FoldWindow) -> Iterator[pa.Table]:
+    """The selected rows of change-log files (runs on an executor: ``config`` carries no secrets)."""
+    storage = open_storage(credentials.resolve(config).storage)
+    for path in paths:
+        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
+            rows = pq.read_table(f)
+        yield select(rows, window)
+
+
+# ----------------------------------------------------------------------------- in process
+
+
+class LocalPlane:
+    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow) -> LocalFold:
+        parts = list(read_change_log(config, paths, window))
+        return LocalFold(pa.concat_tables(parts) if parts else None)
+
+
+class LocalFold:
+    def __init__(self, selected: pa.Table | None) -> None:
+        self.net: dict[tuple[str, str, int], pa.Table] = {}
+        if selected is None or selected.num_rows == 0:
+            self.outcome = FoldOutcome([], {}, 0)
+            return
+        state = selected.column("state")
+        first = selected.column("first")
+        pending_rows = selected.filter(pc.equal(state, PENDING))
+        pending: dict[PKey, int] = {}
+        if pending_rows.num_rows:
+            grouped = pending_rows.group_by(["topic", "partition"]).aggregate([("offset", "min")])
+            pending = {(t, p): o for t, p, o in zip(grouped.column("topic").to_pylist(), grouped.column("partition").to_pylist(),
+                                                     grouped.column("offset_min").to_pylist())}
+        skipped = int(pc.sum(pc.and_(pc.equal(state, SKIPPED), first)).as_py() or 0)
+        applied_rows = selected.filter(pc.equal(state, APPLY))
+        applied: dict[str, int] = {}
+        firsts = applied_rows.filter(applied_rows.column("first"))
+        if firsts.num_rows:
+            counts = firsts.group_by(["database", "table"]).aggregate([("first", "count")])
+            applied = {f"{d}.{t}": n for d, t, n in zip(counts.column("database").to_pylist(), counts.column("table").to_pylist(),
+                                                        counts.column("first_count").to_pylist())}
+        folded = pa.Table.from_batches(list(greatest_per_key(sort_for_fold(applied_rows).to_batches())), applied_rows.schema) \
+            if applied_rows.num_rows else applied_rows
+        summaries = []
+        for group in _groups(folded):
+            g = folded.filter(group[1])
+            self.net[group[0]] = g
+            summaries.append(NetSummary(*group[0], g.num_rows, int(pc.sum(g.column("deletes")).as_py() or 0), _first_order(g)))
+        self.outcome = FoldOutcome(summaries, pending, skipped, applied)
+
+    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]:
+        net = self.net.get((database, table, segment))
+        if net is None or net.num_rows == 0:
+            return []
+        packed = group_sorted(route(net, target))
+        return results(run_groups(packed.to_batches(), target))
+
+    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
+        return _row_schema(self.net[(database, table, segment)].to_batches())
+
+    def close(self) -> None:
+        self.net.clear()
+
+
+def _groups(folded: pa.Table) -> Iterator[tuple[tuple[str, str, int], pa.Array]]:
+    if folded.num_rows == 0:
+        return
+    keys = folded.group_by(["database", "table", "segment"]).aggregate([]).to_pylist()
+    for k in keys:
+        mask = pc.and_(pc.and_(pc.equal(folded.column("database"), k["database"]), pc.equal(folded.column("table"), k["table"])),
+                       pc.equal(folded.column("segment"), k["segment"]))
+        yield (k["database"], k["table"], k["segment"]), mask
+
+
+def _first_order(rows: pa.Table) -> Order:
+    ordered = rows.select(list(ORDER_COLUMNS)).sort_by([(c, "ascending") for c in ORDER_COLUMNS]).slice(0, 1).to_pylist()[0]
+    return tuple(ordered[c] for c in ORDER_COLUMNS)  # type: ignore[return-value]
+
+
+def _row_schema(batches: Iterable[pa.RecordBatch]) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
+    """Column types and key of rows for a table no DDL created: the union over its written rows."""
+    columns: dict[str, ColumnType] = {}
+    keys: tuple[str, ...] = ()
+    for batch in batches:
+        for blob, deletes in zip(batch.column("change").to_pylist(), batch.column("deletes").to_pylist()):
+            change: RowChange = pickle.loads(blob)
+            keys = change.key_columns
+            if not deletes:
+                columns.update(change.column_types or {})
+    return columns, keys
+
+
+# ----------------------------------------------------------------------------- on Spark
+
+_CHANGE_LOG_DDL = ("topic string, partition int, offset long, index int, commit_ts long, database string, table string, "
+                   "key binary, deletes boolean, first boolean, change binary")
+_SELECTED_DDL = _CHANGE_LOG_DDL + ", ts long, state tinyint, segment int"
+
+
+class SparkPlane:
+    """Rows move between executors through Spark shuffles; the driver collects aggregates only."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    @property
+    def parallelism(self) -> int:
+        return max(2, self.spark.sparkContext.defaultParallelism * 2)
+
+    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow) -> SparkFold:
+        self.spark.sparkContext.environment.update(credentials.executor_environment_of_registered())
+        return SparkFold(self, config, list(paths), window)
+
+
+class SparkFold:
+    def __init__(self, plane: SparkPlane, config: PipelineConfig, paths: list[str], window: FoldWindow) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        self.plane = plane
+        spark = plane.spark
+        self._cached: list[Any] = []
+        if not paths:
+            self.folded = None
+            self.outcome = FoldOutcome([], {}, 0)
+            return
+
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for table in read_change_log(config, batch.column("path").to_pylist(), window):
+                    schema = _selected_schema(table.schema)
+                    yield from table.select(schema.names).cast(schema).to_batches()
+
+        files = spark.createDataFrame([(p,) for p in paths], "path string").repartition(min(len(paths), plane.parallelism))
+        selected = files.mapInArrow(read, _SELECTED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(selected)
+        state, first = F.col("state"), F.col("first")
+        pending: dict[PKey, int] = {}
+        skipped = 0
+        for r in selected.groupBy("topic", "partition").agg(
+            F.min(F.when(state == PENDING, F.col("offset"))).alias("pending"),
+            F.sum(F.when((state == SKIPPED) & first, 1).otherwise(0)).alias("skipped"),
+        ).collect():
+            if r["pending"] is not None:
+                pending[(r["topic"], r["partition"])] = r["pending"]
+            skipped += r["skipped"] or 0
+        applied = {f"{r['database']}.{r['table']}": r["count"]
+                   for r in selected.filter((state == APPLY) & first).groupBy("database", "table").count().collect()}
+        folded = (
+            selected.filter(state == APPLY)
+            .repartition(plane.parallelism, *GROUP_COLUMNS)
+            .sortWithinPartitions(*[F.col(c).asc() for c in GROUP_COLUMNS], *[F.col(c).desc() for c in ORDER_COLUMNS])
+            .mapInArrow(greatest_per_key, _SELECTED_DDL)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        self._cached.append(folded)
+        self.folded = folded
+        summaries = []
+        for r in folded.groupBy("database", "table", "segment").agg(
+            F.count(F.lit(1)).alias("keys"), F.sum(F.col("deletes").cast("int")).alias("deletes"),
+            F.min(F.struct(*ORDER_COLUMNS)).alias("first"),
+        ).collect():
+            summaries.append(NetSummary(r["database"], r["table"], r["segment"], r["keys"], r["deletes"] or 0, tuple(r["first"])))
+        self.outcome = FoldOutcome(summaries, pending, skipped, applied)
+
+    def _net(self, database: str, table: str, segment: int) -> Any:
+        from pyspark.sql import functions as F
+
+        assert self.folded is not None
+        return self.folded.filter((F.col("database") == database) & (F.col("table") == table) & (F.col("segment") == segment))
+
+    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]:
+        def routed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                yield from route(pa.Table.from_batches([batch]), target).to_batches()
+
+        def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return run_groups(batches, target)
+
+        rows = (self._net(database, table, segment).mapInArrow(routed, "group string, rows binary")
+                .repartition(self.plane.parallelism, "group").sortWithinPartitions("group")
+                .mapInArrow(grouped, "rewrite binary").collect())
+        return [pickle.loads(r["rewrite"]) for r in rows]
+
+    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
+        def schema(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            columns, keys = _row_schema(batches)
+            yield pa.RecordBatch.from_pydict({"schema": [pickle.dumps((columns, keys))]})
+
+        columns: dict[str, ColumnType] = {}
+        keys: tuple[str, ...] = ()
+        for r in self._net(database, table, segment).mapInArrow(schema, "schema binary").collect():
+            part_columns, part_keys = pickle.loads(r["schema"])
+            columns.update(part_columns)
+            keys = part_keys or keys
+        return columns, keys
+
+    def close(self) -> None:
+        for df in self._cached:
+            df.unpersist()
+        self._cached.clear()
+
+
+def _selected_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow types Spark's ``_SELECTED_DDL`` declares (int8 state, int32 partition/index/segment)."""
+    types = {"partition": pa.int32(), "index": pa.int32(), "state": pa.int8(), "segment": pa.int32(), "offset": pa.int64(),
+             "commit_ts": pa.int64(), "ts": pa.int64()}
+    names = [f.strip().split(" ")[0] for f in _SELECTED_DDL.split(",")]
+    return pa.schema([pa.field(n, types.get(n, schema.field(n).type)) for n in names])
