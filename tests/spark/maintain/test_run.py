@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -271,3 +272,37 @@ def test_runs_and_repair_after_retirement_leave_retired_ws_alone(history: Histor
     report = repair(config, dry_run=True)
     assert report.compared == h.marks[2:] and report.differences == []
     assert_finished(h, config)
+
+
+def test_tidelake_maintain_prints_what_it_would_and_did_remove(history: History, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from spark.cli import main
+
+    h = history
+    path = tmp_path / "shop.toml"
+    path.write_text(f'name = "shop"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
+                    f'protocol = "canal-json"\n[storage]\nurl = "{h.config.storage.url}"\n'
+                    '[maintenance]\nkeep_all = "0s"\nkeep_hourly = "0s"\nkeep_daily = "0s"\ngrace_period = "0s"\n')
+    capsys.readouterr()
+    assert main(["maintain", "--config", str(path), "--dry-run"]) == 0
+    dry = capsys.readouterr()
+    assert "(dry run: nothing was changed)" in dry.out.splitlines()[0]
+    assert "  watermarks: 1 retained, 3 to retire (" in dry.out and "would delete file://" in dry.out
+    assert retired_watermarks(open_storage(h.config.storage), "shop") == []
+    assert main(["maintain", "--config", str(path)]) == 0
+    run = capsys.readouterr()
+    lines = run.out.splitlines()
+    assert "  watermarks: 1 retained, 3 retired (" in run.out and "deleted file://" in run.out
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["table", "snapshots"])
+    rows = [line.split() for line in lines[header + 1:header + 3]]
+    assert [r[0] for r in rows] == ["shop.t0", "shop.t1"] and all(r[2] == "3" for r in rows)  # three tags removed
+    assert lines[-1].startswith("  report: shop/reports/maintenance/")
+    for step in ("retire", "untag", "expire"):
+        assert re.search(rf"^{step} .* (\d+)/\1 ", run.err, re.MULTILINE), (step, run.err)
+    assert main(["watermarks", "--config", str(path)]) == 0
+    listed = capsys.readouterr().out
+    statuses = [re.search(r"  (retained|retired)  ", line).group(1) for line in listed.splitlines() if line.strip()[:1].isdigit()]
+    assert statuses == ["retired"] * 3 + ["retained"]
+    assert listed.splitlines()[-1] == "shop: 1 retained, 3 retired by the retention policy ([maintenance] keep_*)"
+    assert main(["query", "--config", str(path), "--at", str(h.marks[0]), "SELECT 1"]) == 1
+    err = capsys.readouterr().err
+    assert f"watermark {h.marks[0]} (" in err and "is retired by the retention policy" in err and f"after it {h.marks[3]} (" in err
