@@ -1,4 +1,9 @@
-"""One Airflow DAG per pipeline file: snapshot offsets -> land -> apply -> publish.
+"""One Airflow DAG per pipeline file: snapshot offsets -> land -> apply -> publish; and its maintenance DAG.
+
+Beside ``tidelake_<name>``, every pipeline gets ``tidelake-maintenance-<name>`` on its own
+``[maintenance] schedule``: one task that runs ``spark/jobs/maintain.py`` (retention, snapshot
+expiry, file deletion). It holds the pipeline's lease like apply does, so the two never write
+at once; whichever comes second waits ``lease_wait_seconds`` and then fails and retries.
 
 Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
 in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
@@ -89,6 +94,16 @@ def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
 # properties file in TIDELAKE_SPARK_PROPERTIES. Both unset: a local master running this installation.
 PY_FILES_ENV = "TIDELAKE_PY_FILES"
 SPARK_PROPERTIES_ENV = "TIDELAKE_SPARK_PROPERTIES"
+
+
+def maintenance_dag_id_of(pipeline: str) -> str:
+    # "tidelake-" never starts a pipeline DAG id ("tidelake_<name>"), so no pipeline name can collide with it.
+    return f"tidelake-maintenance-{pipeline}"
+
+
+def maintain_args(path: Path) -> list[str]:
+    """The maintain job's arguments: the run's logical time is its interval end, so a retry decides the same."""
+    return ["--config", str(path), "--now", "{{ data_interval_end.isoformat() }}"]
 
 
 def spark_submit_args(config: PipelineConfig, environ: dict[str, str] | os._Environ = os.environ) -> dict[str, Any]:
@@ -198,6 +213,31 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
     return dag
 
 
+def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
+    """The pipeline's maintenance: one spark-submit of ``spark/jobs/maintain.py`` per ``[maintenance] schedule`` interval."""
+    schedule = config.schedule
+    with DAG(
+        dag_id=maintenance_dag_id_of(config.name),
+        description=f"maintenance of tidelake pipeline {config.name}: retention, snapshot expiry, file deletion",
+        schedule=CronDataIntervalTimetable(config.maintenance.schedule, timezone="UTC"),
+        start_date=pendulum.parse(schedule.start_date),
+        end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
+        catchup=False,  # missed maintenance runs are not owed: the next one does their work
+        max_active_runs=1,
+        default_args={
+            "retries": schedule.retries,
+            "retry_delay": pendulum.duration(minutes=5),
+            "execution_timeout": schedule.execution_timeout,
+            "pool": schedule.pool,
+        },
+        tags=["tidelake", "tidelake-maintenance"],
+        auto_register=False,
+    ) as dag:
+        SparkSubmitOperator(task_id="maintain", application=str(JOBS / "maintain.py"), application_args=maintain_args(path),
+                            **spark_submit_args(config))
+    return dag
+
+
 def config_error_dag(dag_id: str, path: Path, error: str) -> DAG:
     """The stand-in for a pipeline file that does not validate (see the module docstring)."""
     message = f"tidelake pipeline file {path} is invalid: {error}"
@@ -261,9 +301,12 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
             if dag_id in dags:
                 raise ValueError(f"{path}: name: {config.name!r} is already the name of {sources[dag_id]}")
             dag = build_dag(config, path)
+            maintenance = build_maintenance_dag(config, path)
             # What the DagBag would check (the timetable, params) fails here, for this file alone.
             dag.validate()
+            maintenance.validate()
             dags[dag_id] = dag
+            dags[maintenance.dag_id] = maintenance
             sources[dag_id] = path
         except Exception as exc:  # noqa: BLE001 - whatever one file does wrong stays with that file
             # ConfigError messages start with the file and key; others (a cron croniter rejects) get the file.

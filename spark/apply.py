@@ -53,13 +53,7 @@ from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
 from spark.plane import Fold, LocalPlane, SparkPlane
 from spark.publish import (
-    CONFIRMED,
-    NOT_CONSISTENT,
-    PUBLISHED,
-    PublishedTable,
-    publish_watermark,
-    published_path,
-    published_watermarks,
+    CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path, published_watermarks,
 )
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
@@ -247,8 +241,10 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
              previous: Checkpoint | None) -> ApplyResult:
     """The interval's W is published and every table is at or past it: nothing to write."""
     w = cp.watermark
+    # A W the retention policy retired has no tags by design: confirmed as published, not re-derived.
+    retired = bool(w) and is_retired(storage, config.name, w)
     missing = [".".join(cat.upstream_name(t)) for t in cat.pipeline_tables(catalog, config)
-               if w and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)]
+               if w and not retired and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)]
     if missing:
         raise ApplyError(f"watermark {w} is published but {', '.join(missing)} carry no tag {tag_name(w)}; "
                          f"run `tidelake repair --from {w}` to re-derive it from the archive")
@@ -257,7 +253,8 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
         "interval": {"start": iv.start.isoformat(), "end": iv.end.isoformat()},
         "watermark": w, "previous_watermark": previous.watermark if previous else 0,
         "watermark_time": _w_time(w),
-        "note": "already published by an earlier run; tables and tags left as they are",
+        "note": "already published by an earlier run; tables and tags left as they are"
+                + ("; W is retired by the retention policy (its tags are gone)" if retired else ""),
     }
     storage.write(layout.report_path(config.name, iv.start, iv.end, "apply"), orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(catalog, config)), report)

@@ -6,6 +6,7 @@
     tidelake tables --config pipeline.toml [--at latest|TSO|ISO-time]
     tidelake query --config pipeline.toml [--at ...] "SELECT count(*) FROM shop.orders"
     tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
+    tidelake maintain --config pipeline.toml [--dry-run]
     tidelake decode --protocol canal-json segment.parquet|message-files...
     tidelake demo
 
@@ -227,18 +228,21 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_watermarks(args: argparse.Namespace) -> int:
-    from spark.query import published, published_watermarks
+    from spark.query import published, published_watermarks, retired_watermarks
 
     config = _config(args)
     marks = published_watermarks(config)
     if not marks:
         print(f"{config.name}: no watermark published yet")
         return 0
+    retired = set(retired_watermarks(config))
     now = dt.datetime.now(UTC).timestamp()
-    print(f"{'watermark (TSO)':>20}  {'wall time':<26} {'age now':>10}  interval")
+    print(f"{'watermark (TSO)':>20}  {'wall time':<26} {'age now':>10}  {'status':<8}  interval")
     for w in marks:
         doc = published(config, w)
-        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {doc['interval']}")
+        status = "retired" if w in retired else "retained"
+        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}")
+    print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
     return 0
 
 
@@ -341,6 +345,22 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
     config = _config(args)
     print_repair(repair(config, from_watermark(args.start), dry_run=args.dry_run))
+    return 0
+
+
+def print_maintenance(report: Any, out: Any = None) -> None:
+    from spark.maintain.run import summary_lines
+
+    print("\n".join(summary_lines(report)), file=out or sys.stdout)
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from spark.maintain.run import maintain
+
+    config = _config(args)
+    with progress_bars(args.quiet) as bars:
+        report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    print_maintenance(report)
     return 0
 
 
@@ -449,6 +469,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
     rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")
     rep.set_defaults(fn=cmd_repair)
+    mt = with_config(command("maintain", "retire old watermarks, expire snapshots, delete the files only they read"))
+    mt.add_argument("--dry-run", action="store_true", help="print what would be removed, change nothing")
+    mt.set_defaults(fn=cmd_maintain)
     d = command("decode", "a raw segment (.parquet) or message files to JSON lines")
     d.add_argument("--protocol", required=True, help="the topic's protocol, e.g. canal-json (tidelake-codecs lists them)")
     d.add_argument("--option", action="append", metavar="KEY=VALUE",

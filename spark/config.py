@@ -90,6 +90,29 @@ class LayoutConfig:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """Table maintenance (``[maintenance]``): which watermarks stay readable and what may be deleted.
+
+    Retention works like backup retention, on each published W's wall time ((W >> 18) ms):
+    every W younger than ``keep_all``; the last W of each UTC hour younger than ``keep_hourly``;
+    the last W of each UTC day younger than ``keep_daily``. The latest published W is always
+    kept. A tier of zero keeps nothing of its own.
+    """
+
+    keep_all: dt.timedelta = dt.timedelta(days=2)
+    keep_hourly: dt.timedelta = dt.timedelta(days=30)
+    keep_daily: dt.timedelta = dt.timedelta(days=365)
+    # Files younger than this are never deleted: a concurrent writer (another engine, a run that
+    # lost its lease) may still be about to commit them.
+    grace_period: dt.timedelta = dt.timedelta(hours=1)
+    target_file_size: int = 128 * 1024 * 1024  # bytes; compaction bin-packs small files to this
+    # How old raw segments and change-log segments may get before archive retention may delete
+    # them (None: never; the archive then stays the full source of truth).
+    archive_horizon: dt.timedelta | None = None
+    schedule: str = "0 3 * * *"  # cron (UTC) of the pipeline's maintenance DAG
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     bootstrap_servers: str
@@ -110,6 +133,7 @@ class PipelineConfig:
     lease_ttl_seconds: float = 600.0
     lease_wait_seconds: float = 0.0
     layout: LayoutConfig = field(default_factory=LayoutConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     @property
     def namespace(self) -> str:
@@ -156,6 +180,77 @@ def parse_duration(text: str, where: str) -> dt.timedelta | None:
     if not value:
         raise ConfigError(f"{where}: expected a positive duration (or 'none'), found {text!r}")
     return value
+
+
+_SPAN = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_span(text: str, where: str, *, allow_zero: bool = True, none_words: tuple[str, ...] = ()) -> dt.timedelta | None:
+    """A length of time for retention and grace: ``"2d"``, ``"30d"``, ``"12h"``, ``"1d12h"``, ``"90m"``, ``"45s"``.
+
+    Units from largest to smallest, each once (d = 24 h; no months or years, whose length varies).
+    ``none_words`` (e.g. ``("none", "off")``): words meaning "no limit", returned as None.
+    """
+    if text in none_words:
+        return None
+    match = _SPAN.match(text)
+    if not text or not match or not any(match.groups()):
+        nones = "".join(f" or {w!r}" for w in none_words)
+        raise ConfigError(f"{where}: expected a duration such as '2d', '12h', '1d12h' or '90m'{nones}, found {text!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    value = dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if not value and not allow_zero:
+        raise ConfigError(f"{where}: expected a positive duration, found {text!r}")
+    return value
+
+
+_SIZE = re.compile(r"^(\d+)\s*(B|KiB|MiB|GiB|TiB)?$")
+_SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def parse_size(value: Any, where: str) -> int:
+    """A byte size: an integer, or ``"128MiB"``, ``"512KiB"``, ``"1GiB"`` (binary units)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = _SIZE.match(value) if isinstance(value, str) else None
+        if not match:
+            raise ConfigError(f"{where}: expected a size such as '128MiB', '512KiB' or '1GiB' (or bytes), found {value!r}")
+        size = int(match.group(1)) * _SIZE_UNITS[match.group(2) or "B"]
+    if size <= 0:
+        raise ConfigError(f"{where}: expected a positive size, found {value!r}")
+    return size
+
+
+def _check_cron(cron: str, where: str) -> None:
+    if len(cron.split()) != 5:
+        raise ConfigError(f"{where}: expected a 5-field cron expression such as '0 * * * *', found {cron!r}")
+    from croniter import croniter  # Airflow's own cron parser: what it rejects, reject here
+
+    if not croniter.is_valid(cron):
+        raise ConfigError(f"{where}: expected a valid cron expression such as '0 * * * *', found {cron!r}")
+
+
+def _parse_maintenance(section: _Reader, source: str) -> MaintenanceConfig:
+    defaults = MaintenanceConfig()
+
+    def span(key: str, default: dt.timedelta | None, **kw: Any) -> dt.timedelta | None:
+        text = section.get(key, str, None)
+        return default if text is None else parse_span(text, f"{source}: maintenance.{key}", **kw)
+
+    size = section.get("target_file_size", (int, str), None)
+    config = MaintenanceConfig(
+        keep_all=span("keep_all", defaults.keep_all),  # type: ignore[arg-type]
+        keep_hourly=span("keep_hourly", defaults.keep_hourly),  # type: ignore[arg-type]
+        keep_daily=span("keep_daily", defaults.keep_daily),  # type: ignore[arg-type]
+        grace_period=span("grace_period", defaults.grace_period),  # type: ignore[arg-type]
+        target_file_size=defaults.target_file_size if size is None else parse_size(size, f"{source}: maintenance.target_file_size"),
+        archive_horizon=span("archive_horizon", None, allow_zero=False, none_words=("none", "off")),
+        schedule=section.get("schedule", str, defaults.schedule),
+    )
+    _check_cron(config.schedule, f"{source}: maintenance.schedule")
+    section.done()
+    return config
 
 
 class _Reader:
@@ -277,12 +372,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         parse_instant(schedule_config.start_date, f"{source}: schedule.start_date")
         if schedule_config.end_date is not None:
             parse_instant(schedule_config.end_date, f"{source}: schedule.end_date")
-        if len(schedule_config.cron.split()) != 5:
-            raise ConfigError(f"{source}: schedule.cron: expected a 5-field cron expression such as '0 * * * *', found {schedule_config.cron!r}")
-        from croniter import croniter  # Airflow's own cron parser: what it rejects, reject here
-
-        if not croniter.is_valid(schedule_config.cron):
-            raise ConfigError(f"{source}: schedule.cron: expected a valid cron expression such as '0 * * * *', found {schedule_config.cron!r}")
+        _check_cron(schedule_config.cron, f"{source}: schedule.cron")
         schedule.done()
     layout = r.child("layout", None)
     layout_config = LayoutConfig()
@@ -291,6 +381,8 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         if not 0 <= layout_config.buckets <= MAX_BUCKETS:
             raise ConfigError(f"{source}: layout.buckets: expected 0 (unpartitioned) to {MAX_BUCKETS}, found {layout_config.buckets}")
         layout.done()
+    maintenance = r.child("maintenance", None)
+    maintenance_config = MaintenanceConfig() if maintenance is None else _parse_maintenance(maintenance, source)
     config = PipelineConfig(
         name=name,
         bootstrap_servers=bootstrap,
@@ -306,6 +398,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         lease_ttl_seconds=float(r.get("lease_ttl_seconds", (int, float), 600)),
         lease_wait_seconds=float(r.get("lease_wait_seconds", (int, float), 0)),
         layout=layout_config,
+        maintenance=maintenance_config,
     )
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:

@@ -4,6 +4,9 @@
     <root>/<pipeline>/segments/<topic>/<partition>/<first-offset>-<end-offset>.parquet
     <root>/<pipeline>/changelog/<decoder-version>/<topic>/<partition>/<first-offset>-<end-offset>.{parquet,json}
     <root>/<pipeline>/reports/<interval-start>_<interval-end>/land.json
+    <root>/<pipeline>/reports/maintenance/<time>.json                    (one per maintenance run)
+    <root>/<pipeline>/retired/<W>.json                                   (W retired by retention)
+    <root>/<pipeline>/maintenance/expired-files/<table uuid>/<time>.json (files of expired snapshots, to delete)
 
 Names from upstream (topics, and later databases and tables) are data: ``encode_name``
 percent-encodes anything outside ``[A-Za-z0-9_-]`` (dots included, so ``.`` and ``..``
@@ -85,3 +88,23 @@ def changelog_paths(pipeline: str, version: str, topic: str, partition: int, sta
 
 def report_path(pipeline: str, start: dt.datetime, end: dt.datetime, step: str) -> str:
     return f"{pipeline_root(pipeline)}/reports/{instant(start)}_{instant(end)}/{step}.json"
+
+
+def maintenance_report_path(pipeline: str, at: dt.datetime) -> str:
+    return f"{pipeline_root(pipeline)}/reports/maintenance/{instant(at)}.json"
+
+
+def retired_dir(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/retired"
+
+
+def retired_path(pipeline: str, watermark: int) -> str:
+    return f"{retired_dir(pipeline)}/{watermark:020d}.json"
+
+
+def expired_files_dir(pipeline: str, table_uuid: str) -> str:
+    return f"{pipeline_root(pipeline)}/maintenance/expired-files/{encode_name(table_uuid)}"
+
+
+def expired_files_path(pipeline: str, table_uuid: str, at: dt.datetime) -> str:
+    return f"{expired_files_dir(pipeline, table_uuid)}/{instant(at)}.json"

@@ -9,6 +9,11 @@ Downstream (an Airflow Asset, a notification) is told about a watermark once: wh
 run that published it finishes. ``announcement`` reads the interval's apply report and says
 whether there is anything new to announce.
 
+Retention (spark/maintain/retention.py) may later *retire* a published W: a create-only marker
+``<pipeline>/retired/<W>.json`` first (from then on readers treat W as gone), then a
+``retired`` entry in W's record, then its tags go from every table. The record itself stays:
+runs still see that W was published (an old interval is confirmed, never re-applied).
+
 ``tidelake repair`` (spark/repair.py) may later move tags of published Ws; it records what it
 did in ``<pipeline>/repairs/<time>.json``. Downstream hears of a repair once, with the next
 new W: that W is announced with ``repair=True`` and ``repaired_from`` = the first W the
@@ -58,6 +63,47 @@ def published_watermarks(storage: Storage, pipeline: str) -> list[int]:
         if name.endswith(".json") and name[:-5].isdigit():
             out.append(int(name[:-5]))
     return sorted(out)
+
+
+def retired_watermarks(storage: Storage, pipeline: str) -> list[int]:
+    """Every W retired by the retention policy (``spark.maintain.retention``), ascending.
+
+    A W is retired from the moment its marker ``<pipeline>/retired/<W>.json`` exists: readers
+    treat it as gone, even while maintenance is still removing its tags.
+    """
+    out = []
+    for path in storage.list(layout.retired_dir(pipeline)):
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            out.append(int(name[:-5]))
+    return sorted(out)
+
+
+def retained_watermarks(storage: Storage, pipeline: str) -> list[int]:
+    """The published Ws a reader may read: published and not retired, ascending."""
+    retired = set(retired_watermarks(storage, pipeline))
+    return [w for w in published_watermarks(storage, pipeline) if w not in retired]
+
+
+def is_retired(storage: Storage, pipeline: str, watermark: int) -> bool:
+    return storage.exists(layout.retired_path(pipeline, watermark))
+
+
+def mark_retired(storage: Storage, pipeline: str, watermark: int, retired: dict[str, Any]) -> bool:
+    """Retire W: create its marker (create-only). Returns False when it was retired already."""
+    try:
+        storage.create(layout.retired_path(pipeline, watermark), orjson.dumps({"watermark": watermark, **retired}))
+        return True
+    except AlreadyExists:
+        return False
+
+
+def record_retired(storage: Storage, pipeline: str, watermark: int, retired: dict[str, Any]) -> None:
+    """Say in W's published record that it is retired (after its marker exists; idempotent)."""
+    doc = read_published(storage, pipeline, watermark)
+    if doc is not None and "retired" not in doc:
+        doc["retired"] = retired
+        storage.write(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def read_published(storage: Storage, pipeline: str, watermark: int) -> dict[str, Any] | None:

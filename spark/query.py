@@ -2,7 +2,9 @@
 
 "At W" reads every table at its ``wm_<W>`` tag. "At a TSO or a wall time" resolves to the
 greatest published W <= it (TiDB TSO = physical ms << 18 | logical). Only published
-watermarks are readable: publishing happens after every table carries the tag.
+watermarks are readable: publishing happens after every table carries the tag. A W the
+retention policy retired is gone: reading at it (or at a time whose W it is) fails with
+``RetiredWatermark`` naming the nearest retained Ws.
 """
 
 from __future__ import annotations
@@ -52,8 +54,33 @@ class NoSuchWatermark(TidelakeError):
     """Nothing is published at or before the requested point."""
 
 
+class RetiredWatermark(NoSuchWatermark):
+    """The W was published, then retired by the pipeline's retention policy."""
+
+
 def published_watermarks(config: PipelineConfig, storage: Storage | None = None) -> list[int]:
+    """Every published W, retired ones included, ascending."""
     return publish.published_watermarks(storage or open_storage(config.storage), config.name)
+
+
+def retired_watermarks(config: PipelineConfig, storage: Storage | None = None) -> list[int]:
+    return publish.retired_watermarks(storage or open_storage(config.storage), config.name)
+
+
+def _w_text(w: int) -> str:
+    return f"{w} ({dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat()})"
+
+
+def retired_error(config: PipelineConfig, watermark: int, retained: list[int], asked: Any = None) -> RetiredWatermark:
+    """The error for reading at a retired W: it names the nearest retained W below and above."""
+    below = max((w for w in retained if w < watermark), default=None)
+    above = min((w for w in retained if w > watermark), default=None)
+    near = [f"{label} {_w_text(w)}" for label, w in (("before it", below), ("after it", above)) if w is not None]
+    what = f"watermark {_w_text(watermark)}" if asked is None else f"{asked} resolves to watermark {_w_text(watermark)}, which"
+    return RetiredWatermark(
+        f"pipeline {config.name}: {what} is retired by the retention policy ([maintenance] keep_*), its tags are gone; "
+        f"the nearest retained: {', '.join(near) or 'none'}"
+    )
 
 
 def published(config: PipelineConfig, watermark: int, storage: Storage | None = None) -> dict[str, Any]:
@@ -80,10 +107,17 @@ def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storag
         if at.tzinfo is None:
             raise NoSuchWatermark(f"{at.isoformat()} has no time zone; give it in UTC, e.g. 2024-01-01T00:00:00Z")
         at = to_tso(at)
+    storage = storage or open_storage(config.storage)
+    retired = set(retired_watermarks(config, storage))
+    retained = [w for w in marks if w not in retired]
     candidates = marks if at == "latest" else [w for w in marks if w <= at]  # type: ignore[operator]
     if not candidates:
-        first = f"; the first is {marks[0]} ({dt.datetime.fromtimestamp((marks[0] >> 18) / 1000, dt.timezone.utc).isoformat()})" if marks else ""
+        first = f"; the first retained is {_w_text(retained[0])}" if retained else ""
         raise NoSuchWatermark(f"pipeline {config.name}: no watermark is published at or before {at}{first}")
+    # The state at ``at`` is that of the greatest W <= it: if that W is retired, an older
+    # retained W would be a different state, so it fails rather than answer with that.
+    if candidates[-1] in retired:
+        raise retired_error(config, candidates[-1], retained, None if candidates[-1] == at else at)
     return candidates[-1]
 
 
@@ -133,9 +167,12 @@ def view_at(config: PipelineConfig, watermark: int, catalog: Any = None, storage
     """The tables of the consistent view at W, with their names at W, found by Iceberg UUID."""
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
+    doc = published(config, watermark, storage)
+    if "retired" in doc or publish.is_retired(storage, config.name, watermark):
+        raise retired_error(config, watermark, publish.retained_watermarks(storage, config.name))
     by_uuid = {str(t.metadata.table_uuid): t for t in cat.pipeline_tables(catalog, config)}
     tables = {}
-    for entry in publish.published_tables(published(config, watermark, storage)):
+    for entry in publish.published_tables(doc):
         table = by_uuid.get(entry.uuid)
         if table is None or table.snapshot_by_name(tag_name(watermark)) is None:
             raise NoSuchWatermark(f"{entry.database}.{entry.table} at {watermark}: its Iceberg table or tag "

@@ -51,7 +51,7 @@ from spark.lease import Lease
 from spark.manifest import list_manifests
 from spark.publish import (
     REPAIR_DONE, REPAIR_STARTED, REPAIR_SUPERSEDED, PublishedTable, published_path, published_tables, published_watermarks,
-    read_published, repair_records, repair_record_path,
+    read_published, repair_records, repair_record_path, retained_watermarks,
 )
 from spark.storage import Storage, open_storage
 from spark.watermark import tag_name
@@ -156,8 +156,10 @@ def repair(
                            catalog=_with_namespace(catalog, scratch.namespace))
             step("re-derived")
             derived = [_checkpoint(storage, scratch.name, s, e) for s, e, _ in chain[: last + 1]]
-            _check_same_history(config, storage, catalog, scratch, chain, checkpoints, derived, published)
-            compared = [w for w in published if from_watermark is None or w >= from_watermark]
+            # Retired Ws have no tags to compare or move (the retention policy removed them).
+            retained = retained_watermarks(storage, config.name)
+            _check_same_history(config, storage, catalog, scratch, chain, checkpoints, derived, retained)
+            compared = [w for w in retained if from_watermark is None or w >= from_watermark]
             differences = _compare_rows(config, storage, catalog, scratch, compared)
             stale = [checkpoint_path(config.name, s, e) for (s, e, _), old, new in zip(chain, checkpoints, derived)
                      if old is not None and new is not None and old.to_json() != new.to_json()]

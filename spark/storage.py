@@ -109,6 +109,19 @@ class LocalStorage(Storage):
     def _ensure_parent(self, path: str) -> None:
         (self.root / path).parent.mkdir(parents=True, exist_ok=True)
 
+    def write(self, path: str, data: bytes) -> None:
+        """Replace atomically (a temporary file renamed into place), as an S3 PUT does: a record
+        rewritten in place (a published W marked retired, a lease renewed) is never seen half-written."""
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+
     def create(self, path: str, data: bytes) -> None:
         target = self.root / path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake_crm", "tidelake_shop"]
+    assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_crm", "tidelake_shop"]
     dag = bag.dags["tidelake_shop"]
     from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -73,6 +73,28 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert order is None or order.index("land") < order.index("apply")
 
 
+def test_every_pipeline_has_a_maintenance_dag_on_its_own_schedule(pipelines: Path, tmp_path: Path) -> None:
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from dags.tidelake_pipelines import maintain_args
+
+    path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path,
+                                                          extra='[maintenance]\n    schedule = "15 4 * * 6"\n'))
+    write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
+    # The argv the maintain task passes, exactly: the run's logical time is its interval end.
+    assert maintain_args(path) == ["--config", str(path), "--now", "{{ data_interval_end.isoformat() }}"]
+    bag = dagbag()
+    assert bag.import_errors == {}
+    dag, default = bag.dags["tidelake-maintenance-shop"], bag.dags["tidelake-maintenance-crm"]
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.timetable.summary == "15 4 * * 6" and default.timetable.summary == "0 3 * * *"
+    assert dag.max_active_runs == 1 and not dag.catchup
+    (task,) = dag.tasks
+    assert task.task_id == "maintain" and task.application.endswith("spark/jobs/maintain.py")
+    assert task.application_args == maintain_args(path)
+    assert "tidelake_shop" in bag.dags and "maintain" not in {t.task_id for t in bag.dags["tidelake_shop"].tasks}
+
+
 def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -82,7 +104,8 @@ def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipel
     write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake_broken", "tidelake_crm", "tidelake_shop"]
+    assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_broken", "tidelake_crm",
+                                "tidelake_shop"]
     for good in ("tidelake_crm", "tidelake_shop"):
         assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "land", "apply", "publish"}
         assert "config-error" not in bag.dags[good].tags
@@ -107,7 +130,8 @@ def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipel
                    .replace('cron = "0 * * * *"', 'cron = "99 * * * *"'))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake_cronned", "tidelake_garbled", "tidelake_shop", "tidelake_shop_copy"]
+    assert sorted(bag.dags) == ["tidelake-maintenance-shop", "tidelake_cronned", "tidelake_garbled", "tidelake_shop",
+                                "tidelake_shop_copy"]
     assert "config-error" not in bag.dags["tidelake_shop"].tags
     assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
     assert bag.dags["tidelake_shop_copy"].description == (
@@ -307,7 +331,7 @@ def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_tas
     (pipelines / "garbled.toml").write_text('name = "garbled\n')
     for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake_shop", False)):
         caplog.clear()
-        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake_garbled", "tidelake_shop"]
+        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake-maintenance-shop", "tidelake_garbled", "tidelake_shop"]
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
                            "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for

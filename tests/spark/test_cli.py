@@ -75,7 +75,7 @@ def test_run_backfill_and_query_at_an_older_watermark(pipeline, capsys) -> None:
     lines = [l for l in capsys.readouterr().out.splitlines() if l.strip() and l.strip()[0].isdigit()]
     marks = [int(l.split()[0]) for l in lines]
     assert len(marks) == 3 and marks == sorted(marks)
-    assert all(re.search(rf"Z +{HUMAN} +\d{{4}}", l) for l in lines), lines  # age now, in human units
+    assert all(re.search(rf"Z +{HUMAN} +retained +\d{{4}}", l) for l in lines), lines  # age now, in human units
     assert all(re.search(r"\dy \d\dmo", l) for l in lines)  # data from 2024: more than a year old
     config = load_pipeline_config(str(path))
     # At the first W (after newer runs) and at the latest: every table equals the reference model.
@@ -260,6 +260,7 @@ def test_a_closed_pipe_is_one_line_and_exit_1_for_every_command(pipeline, monkey
         ["query", "--config", c, "SELECT * FROM shop.t0"],
         ["query", "--config", c, "--format", "csv", "SELECT * FROM shop.t0"],
         ["repair", "--config", c, "--dry-run"],
+        ["maintain", "--config", c, "--dry-run"],
         ["decode", "--protocol", "simple", str(segment)],
     ]
     every_command = {name.split()[1] for name, _ in _parsers(parser()) if name != "tidelake"}

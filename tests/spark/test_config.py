@@ -71,3 +71,47 @@ def test_yaml_support_is_declared_where_the_loader_runs() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(re.match(r"pyyaml\b", req, re.IGNORECASE) for req in extras["pipeline"])
     assert re.search(r"^PyYAML==", (ROOT / "requirements.lock").read_text(), re.MULTILINE | re.IGNORECASE)
+
+
+def test_maintenance_defaults_are_the_documented_ones() -> None:
+    import datetime as dt
+
+    from spark.config import MaintenanceConfig
+
+    m = PipelineConfig.from_mapping(pipeline_doc({}), "p.toml").maintenance
+    assert m == MaintenanceConfig()
+    assert (m.keep_all, m.keep_hourly, m.keep_daily) == (dt.timedelta(days=2), dt.timedelta(days=30), dt.timedelta(days=365))
+    assert (m.grace_period, m.target_file_size, m.archive_horizon, m.schedule) == (dt.timedelta(hours=1), 128 << 20, None, "0 3 * * *")
+
+
+def test_maintenance_section_parses_durations_sizes_and_cron() -> None:
+    import datetime as dt
+
+    doc = {**pipeline_doc({}), "maintenance": {"keep_all": "12h", "keep_hourly": "7d", "keep_daily": "1d12h", "grace_period": "90m",
+                                                "target_file_size": "256MiB", "archive_horizon": "400d", "schedule": "30 2 * * 0"}}
+    m = PipelineConfig.from_mapping(doc, "p.toml").maintenance
+    assert (m.keep_all, m.keep_hourly, m.keep_daily) == (dt.timedelta(hours=12), dt.timedelta(days=7), dt.timedelta(days=1, hours=12))
+    assert (m.grace_period, m.target_file_size, m.archive_horizon, m.schedule) == (dt.timedelta(minutes=90), 256 << 20,
+                                                                                   dt.timedelta(days=400), "30 2 * * 0")
+    zero = PipelineConfig.from_mapping({**pipeline_doc({}), "maintenance": {"keep_all": "0s", "target_file_size": 1048576,
+                                                                            "archive_horizon": "off"}}, "p.toml").maintenance
+    assert (zero.keep_all, zero.target_file_size, zero.archive_horizon) == (dt.timedelta(0), 1 << 20, None)
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"keep_all": "2 days"}, "p.toml: maintenance.keep_all: expected a duration such as '2d', '12h', '1d12h' or '90m', found '2 days'"),
+    ({"keep_daily": "1y"}, "p.toml: maintenance.keep_daily: expected a duration such as '2d', '12h', '1d12h' or '90m', found '1y'"),
+    ({"grace_period": 3600}, "p.toml: maintenance.grace_period: expected str, found int 3600"),
+    ({"target_file_size": "128MB"}, "p.toml: maintenance.target_file_size: expected a size such as '128MiB', '512KiB' or '1GiB' (or bytes), found '128MB'"),
+    ({"target_file_size": 0}, "p.toml: maintenance.target_file_size: expected a positive size, found 0"),
+    ({"archive_horizon": "0d"}, "p.toml: maintenance.archive_horizon: expected a positive duration, found '0d'"),
+    ({"archive_horizon": "never"}, "p.toml: maintenance.archive_horizon: expected a duration such as '2d', '12h', '1d12h' or '90m' or 'none' or 'off', found 'never'"),
+    ({"schedule": "daily"}, "p.toml: maintenance.schedule: expected a 5-field cron expression such as '0 * * * *', found 'daily'"),
+    ({"schedule": "0 25 * * *"}, "p.toml: maintenance.schedule: expected a valid cron expression such as '0 * * * *', found '0 25 * * *'"),
+    ({"keep_weekly": "8w"}, "p.toml: maintenance.keep_weekly: unknown key; known keys here: archive_horizon, grace_period, keep_all, "
+                            "keep_daily, keep_hourly, schedule, target_file_size"),
+])
+def test_maintenance_errors_name_the_key_and_what_was_expected(section: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        PipelineConfig.from_mapping({**pipeline_doc({}), "maintenance": section}, "p.toml")
+    assert str(err.value) == message

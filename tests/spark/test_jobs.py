@@ -186,3 +186,19 @@ def test_land_job_prints_its_report(session: dict, pipeline: Path, monkeypatch: 
     assert session["spark"].stdout_at_stop == (
         f"already landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB "
         "(manifest of 2024-01-01T01:00:05.250Z, kept)\n")
+
+
+def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_before_spark_stops(
+        session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spark.land
+    from spark.jobs import maintain as maintain_job
+
+    monkeypatch.setattr(spark.land, "SparkRunner", lambda spark: None)
+    assert maintain_job.main(["--config", str(pipeline), "--now", "2024-01-02T03:00:00Z"]) == 0
+    out = session["spark"].stdout_at_stop
+    assert out.splitlines()[0] == "maintain shop at 2024-01-02T03:00:00+00:00"
+    assert "  watermarks: 0 retained, 0 retired, 0 retired before" in out.splitlines()
+    assert out.splitlines()[-1] == "  report: shop/reports/maintenance/20240102T030000.000000Z.json"
+    assert (pipeline.parent / "archive" / "shop" / "reports" / "maintenance" / "20240102T030000.000000Z.json").exists()
+    assert session["app"] == "tidelake-maintain-shop"
+    assert maintain_job.main(["--config", str(pipeline), "--now", "yesterday"]) == 2

@@ -1,0 +1,62 @@
+"""spark-submit entry point of the maintenance DAG: retire watermarks, expire snapshots, delete files.
+
+    spark-submit spark/jobs/maintain.py --config pipeline.toml --now 2024-01-02T03:00:00Z [--dry-run]
+
+``--now`` is the run's logical time (the DAG passes its interval end), so a retried task
+decides the same retention. Prints the maintenance summary before Spark stops (the full
+report is ``reports/maintenance/<now>.json`` in the archive); exits 0 when done, 2 on a
+configuration error, 1 on any other failure (another run holding the lease, for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from cdc_codecs import ConfigError, TidelakeError
+from spark.jobs import _configure_logging, emit, log
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maintain")
+    p.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
+    p.add_argument("--now", required=True, help="the run's logical time, ISO-8601 UTC (the DAG: its interval end)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
+    p.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
+    p.add_argument("--verbose", action="store_true", help="Spark's INFO log and tidelake's debug lines")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    from spark.config import load_pipeline_config, parse_instant
+    from spark.credentials import from_environment
+    from spark.jobs import SPARK_LOG_LEVEL_ENV
+    from spark.land import SparkRunner
+    from spark.maintain.run import maintain, summary_lines
+    from spark.session import build_session
+
+    args = parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        config = from_environment(load_pipeline_config(args.config))
+        now = parse_instant(args.now, "--now")
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    spark = build_session(f"tidelake-maintain-{config.name}", args.master,
+                          log_level="INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV))
+    try:
+        emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=SparkRunner(spark))))
+        return 0
+    except TidelakeError as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""One maintenance run of a pipeline: retire watermarks, expire snapshots, delete their files.
+
+``maintain(config)`` holds the pipeline's lease (``spark.lease``, the one apply holds), so
+maintenance and a run never write at once, and every commit checks the lease is still held.
+Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
+
+1. **retire** (``retention``): the policy at ``now`` picks the Ws to retire; each is marked
+   retired, its record says so, its tags leave every table.
+2. **expire** (``expiry``): per table, the snapshots no ref points at are expired and the
+   files only they read are deleted (journaled first; younger than the grace period: later).
+3. compaction, orphan cleanup and archive retention (``spark.maintain.compaction``,
+   ``orphans``, ``archive_retention``) -- see the marked place in ``maintain``.
+
+The report (files and bytes before/after per table, snapshots and tags expired, files deleted)
+is written to ``<pipeline>/reports/maintenance/<now>.json`` and returned. A dry run takes the
+lease, decides everything and changes nothing (no report is written either).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from spark import catalog as cat
+from spark import layout
+from spark.config import PipelineConfig
+from spark.land import LocalRunner, Runner
+from spark.lease import Lease
+from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
+from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
+from spark.publish import published_watermarks, retired_watermarks
+from spark.storage import Storage, open_storage
+
+UTC = dt.timezone.utc
+
+# The step boundaries ``fault`` is called at, in order (per table for the expiry ones).
+STEPS = ("leased", "retire:marked", "retire:recorded", "retire:untagged", "expiry:journaled", "expiry:committed",
+         "expiry:deleted", "expired", "reported")
+
+
+@dataclass
+class TableReport:
+    """One table before and after maintenance."""
+
+    name: str
+    uuid: str
+    before: Footprint
+    after: Footprint | None = None
+    tags_removed: int = 0
+    expiry: TableExpiry | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "uuid": self.uuid, "before": dataclasses.asdict(self.before),
+                "after": dataclasses.asdict(self.after) if self.after else None, "tags_removed": self.tags_removed,
+                "expiry": self.expiry.to_dict() if self.expiry else None}
+
+
+@dataclass
+class MaintenanceReport:
+    pipeline: str
+    now: dt.datetime
+    dry_run: bool
+    retained: list[int]  # the Ws readable after this run (in a dry run: that would be)
+    retired: list[int]  # Ws this run retired (would retire)
+    finished: list[int]  # Ws an earlier, crashed run retired, whose tags this run removed
+    retired_before: int  # how many Ws were retired before this run
+    tables: list[TableReport] = field(default_factory=list)
+    seconds: float = 0.0
+    path: str | None = None  # where the report was written (None in a dry run)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": "maintenance", "pipeline": self.pipeline, "now": self.now.isoformat(), "dry_run": self.dry_run,
+                "retained": self.retained, "retired": self.retired, "finished": self.finished,
+                "retired_before": self.retired_before, "tables": [t.to_dict() for t in self.tables],
+                "seconds": self.seconds}
+
+
+def maintain(
+    config: PipelineConfig,
+    *,
+    dry_run: bool = False,
+    runner: Runner | None = None,
+    storage: Storage | None = None,
+    catalog: Any = None,
+    now: dt.datetime | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    fault: Callable[[str], None] | None = None,
+) -> MaintenanceReport:
+    """Run the pipeline's maintenance at ``now`` (default: the clock), holding its lease.
+
+    ``now`` decides which Ws the policy retires and which files are within the grace period;
+    the maintenance DAG passes its interval end, so a retried task decides the same.
+    ``progress(step, done, total)`` reports ``retire`` (Ws), ``untag`` and ``expire`` (tables),
+    ``delete`` (journals of a table). ``fault(step)`` is called at each step boundary (``STEPS``).
+
+    Raises:
+        LeaseHeldError: another run holds the pipeline's lease (after ``lease_wait_seconds``).
+        LeaseLostError: the lease was taken from this run; it stops before its next commit.
+    """
+    started = time.perf_counter()
+    storage = storage or open_storage(config.storage)
+    catalog = catalog or cat.open_catalog(config)
+    runner = runner or LocalRunner()  # the executors of compaction (wired by the lead)
+    now = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    step = fault or (lambda at: None)
+    report_progress = progress or (lambda s, d, t: None)
+    policy = config.maintenance
+    with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
+        step("leased")
+        tables = _tables(catalog, config)
+        reports = {u: TableReport(".".join(cat.upstream_name(t)), u, footprint(t)) for u, t in tables.items()}
+
+        plan = plan_retention(published_watermarks(storage, config.name), retired_watermarks(storage, config.name),
+                              policy, now)
+        retired: RetireResult = retire_watermarks(config, storage, catalog, plan, lease=lease, dry_run=dry_run, step=step,
+                                                  progress=report_progress)
+        by_name = {r.name: r for r in reports.values()}
+        for name, n in retired.tags_removed.items():
+            by_name[name].tags_removed = n
+
+        tables = _tables(catalog, config)
+        report_progress("expire", 0, len(tables))
+        for i, (uuid, table) in enumerate(sorted(tables.items(), key=lambda kv: reports[kv[0]].name)):
+            if dry_run and retired.tags_removed.get(reports[uuid].name):
+                table = _without_tags(table, plan)  # what expiry would see once the tags are gone
+            reports[uuid].expiry = expire_table(config.name, storage, table, now=now, grace=policy.grace_period,
+                                                lease=lease, dry_run=dry_run, step=step, progress=report_progress)
+            report_progress("expire", i + 1, len(tables))
+        step("expired")
+
+        # ---- Lead: wire the other maintenance steps here, in this order, each under ``lease``
+        # (call lease.check() before every commit or delete) and honouring ``dry_run``:
+        #   compaction        spark/maintain/compaction.py  (runner, policy.target_file_size)
+        #   orphan cleanup    spark/maintain/orphans.py     (policy.grace_period)
+        #   archive retention spark/maintain/archive_retention.py (policy.archive_horizon, plan.retained)
+        # then call step("compacted") / step("orphans") / step("archive") and add them to STEPS.
+        # ----
+
+        for uuid, table in _tables(catalog, config).items():
+            if uuid in reports:
+                reports[uuid].after = footprint(table) if not dry_run else None
+        retained = plan.retained_watermarks
+        result = MaintenanceReport(config.name, now, dry_run, retained, list(plan.retire), retired.finished,
+                                   len(plan.retired_before),
+                                   sorted(reports.values(), key=lambda r: r.name))
+        result.seconds = round(time.perf_counter() - started, 3)
+        if not dry_run:
+            lease.check()
+            result.path = layout.maintenance_report_path(config.name, now)
+            storage.write(result.path, orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
+        step("reported")
+    return result
+
+
+def _tables(catalog: Any, config: PipelineConfig) -> dict[str, Any]:
+    return {str(t.metadata.table_uuid): t for t in cat.pipeline_tables(catalog, config)}
+
+
+def _without_tags(table: Any, plan: Any) -> Any:
+    """A dry run's stand-in for ``table`` once retention removed its retired tags (metadata only, nothing committed)."""
+    from pyiceberg.table import Table
+
+    from spark.watermark import tag_name
+
+    gone = {tag_name(w) for w in (*plan.retire, *plan.retired_before)}
+    refs = {n: r for n, r in table.metadata.refs.items() if n not in gone}
+    return Table(table.name(), table.metadata.model_copy(update={"refs": refs}), table.metadata_location, table.io,
+                 table.catalog)
+
+
+def _w_time(w: int) -> str:
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def summary_lines(report: MaintenanceReport) -> list[str]:
+    """What a maintenance run did (a dry run: would do): watermarks retired, then a table of tables.
+
+    Columns: snapshots before, tags and snapshots removed, files deleted and bytes freed, then
+    every file any snapshot reads (data, delete, manifests, manifest lists) and their bytes, before and after.
+    """
+    from spark.jobs import human_bytes
+
+    dry = report.dry_run
+    lines = [f"maintain {report.pipeline} at {report.now.isoformat()}" + (" (dry run: nothing was changed)" if dry else "")]
+    span = f" ({_w_time(report.retired[0])} .. {_w_time(report.retired[-1])})" if report.retired else ""
+    lines.append(f"  watermarks: {len(report.retained):,} retained, {len(report.retired):,} "
+                 f"{'to retire' if dry else 'retired'}{span}, {report.retired_before:,} retired before")
+    if report.finished:
+        lines.append(f"  finished retiring {len(report.finished):,} W(s) an earlier run left half-done")
+    header = ("table", "snapshots", "-tags", "-snapshots", "-files", "freed", "files before", "after",
+              "bytes before", "after")
+    rows = [header]
+    for t in report.tables:
+        e, after = t.expiry, t.after
+        rows.append((t.name, f"{t.before.snapshots:,}", f"{t.tags_removed:,}", f"{e.snapshots_expired if e else 0:,}",
+                     f"{sum(e.files_deleted.values()) if e else 0:,}", human_bytes(e.bytes_deleted if e else 0),
+                     f"{t.before.files:,}", f"{after.files:,}" if after else "-", human_bytes(t.before.bytes),
+                     human_bytes(after.bytes) if after else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    young = sum(t.expiry.files_within_grace for t in report.tables if t.expiry)
+    if young:
+        lines.append(f"  {young:,} file(s) of expired snapshots are younger than the grace period: kept for a later run")
+    for t in report.tables:
+        for path in (t.expiry.sample if t.expiry else [])[:3]:
+            lines.append(f"  {'would delete' if dry else 'deleted'} {path}")
+    if report.path:
+        lines.append(f"  report: {report.path}")
+    return lines
