@@ -3,6 +3,7 @@
     <root>/<pipeline>/manifests/<interval-start>_<interval-end>.json    (20240101T000000.000000Z_...)
     <root>/<pipeline>/segments/<topic>/<partition>/<first-offset>-<end-offset>.parquet
     <root>/<pipeline>/reports/<interval-start>_<interval-end>/land.json
+    <root>/<pipeline>/pruned.json      (archive retention: offsets below which segments are gone)
 
 Names from upstream (topics, and later databases and tables) are data: ``encode_name``
 percent-encodes anything outside ``[A-Za-z0-9_-]`` (dots included, so ``.`` and ``..``
@@ -70,3 +71,15 @@ def segment_path(pipeline: str, topic: str, partition: int, start: int, end: int
 
 def report_path(pipeline: str, start: dt.datetime, end: dt.datetime, step: str) -> str:
     return f"{pipeline_root(pipeline)}/reports/{instant(start)}_{instant(end)}/{step}.json"
+
+
+def segments_dir(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/segments"
+
+
+def changelog_dir(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/changelog"
+
+
+def pruned_path(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/pruned.json"

@@ -1,0 +1,1 @@
+"""Maintenance: tag retention, snapshot expiry, compaction, orphan cleanup, archive retention."""
