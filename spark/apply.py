@@ -46,6 +46,7 @@ from spark.commit import CREATED_AT, DROPPED, CommitConflictError, RunContext, T
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
+from spark.maintain.archive_retention import require_replayable
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.publish import CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, published_path, published_watermarks, publish_watermark
 from spark.quarantine import quarantine_messages
@@ -437,6 +438,7 @@ def _read_plan(config: PipelineConfig, storage: Storage, manifest: Manifest, pre
         )
         schemas = tuple(previous.schemas.get(part.topic, ())) if previous else ()
         tasks.append(DecodeTask(carried, part.topic, part.partition, start, part.end, segments, schemas, w_prev))
+    require_replayable(storage, config.name, {(t.topic, t.partition): t.start for t in tasks})
     return tasks
 
 
