@@ -34,7 +34,7 @@ from spark.maintain.orphans import remove_orphans
 from spark.query import read_pipeline
 from spark.storage import Storage, open_storage
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 RUN = dt.timedelta(minutes=15)
 KEEP_TAGS = 8  # the stand-in's tag retention: the last few runs' W

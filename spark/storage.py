@@ -186,7 +186,7 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return "/".join(p for p in (self.prefix, path) if p)
 
-    def _boto(self):  # noqa: ANN202 - boto3 types are not installed
+    def _boto(self):
         if self._client is None:
             import boto3
 

@@ -78,7 +78,7 @@ def require_replayable(storage: Storage, pipeline: str, starts: Mapping[PKey, in
     floors = pruned_floors(storage, pipeline)
     below = {k: (s, floors[k]) for k, s in starts.items() if s < floors.get(k, 0)}
     if below:
-        k, (s, f) = sorted(below.items())[0]
+        k, (s, f) = min(below.items())
         raise ArchivePruned(
             f"pipeline {pipeline}: replaying partition {_ptext(k)} from offset {s} needs raw segments that archive "
             f"retention deleted (kept from offset {f}); only watermarks whose checkpoints were retained can be "

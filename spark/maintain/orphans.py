@@ -72,7 +72,7 @@ def remove_orphans(
             paths.append(uri)
             table_files, table_bytes = table_files + 1, table_bytes + (info.size or 0)
             if not dry_run:
-                _delete(lambda: table.io.delete(uri))
+                _delete(table, uri)
     for pipeline in pipelines:
         candidates_a, kept = _archive_orphans(storage, pipeline, cutoff)
         young += kept
@@ -85,7 +85,7 @@ def remove_orphans(
                         tuple(paths) if dry_run else ())
 
 
-def _delete(action) -> None:  # noqa: ANN001
+def _delete(action) -> None:
     try:
         action()
     except FileNotFoundError:
@@ -148,9 +148,7 @@ def _archive_orphans(storage: Storage, pipeline: str, cutoff: dt.datetime) -> tu
         what = archive_file(pipeline, f.path)
         if what is None:
             continue  # not a file maintenance knows: left alone
-        if what.kind == "segment" and f.path not in in_manifests:
-            orphans.append(f)
-        elif what.kind == "changelog" and f.path.removesuffix(".parquet") + ".json" not in paths:
+        if what.kind == "segment" and f.path not in in_manifests or what.kind == "changelog" and f.path.removesuffix(".parquet") + ".json" not in paths:
             orphans.append(f)
     old = [f for f in orphans if f.modified is not None and f.modified < cutoff]
     return old, len(orphans) - len(old)

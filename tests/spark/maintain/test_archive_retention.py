@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from spark import catalog as cat
@@ -22,7 +20,7 @@ NOW = T0 + 1000 * HOUR
 
 
 @pytest.fixture
-def pipeline(tmp_path):  # noqa: ANN201
+def pipeline(tmp_path):
     config, expected = run_history(tmp_path, "canal-json", seed=5, intervals=INTERVALS, partitions=2)
     apply_interval(config, T0 + (INTERVALS - 1) * HOUR, T0 + INTERVALS * HOUR)
     storage = open_storage(config.storage)
@@ -31,12 +29,12 @@ def pipeline(tmp_path):  # noqa: ANN201
     return config, storage, checkpoints, expected
 
 
-def segments(storage, pipeline: str) -> list:  # noqa: ANN001
+def segments(storage, pipeline: str) -> list:
     return [(p.topic, p.partition, s) for _, _, path in list_manifests(storage, pipeline)
             for p in read_manifest(storage, path).partitions for s in p.segments]
 
 
-def rewind_to(config, w: int) -> None:  # noqa: ANN001
+def rewind_to(config, w: int) -> None:
     """Every table's main back at its tag wm_<w> (a table behind: the next run replays from w)."""
     catalog = cat.open_catalog(config)
     for table in cat.pipeline_tables(catalog, config):
@@ -46,7 +44,7 @@ def rewind_to(config, w: int) -> None:  # noqa: ANN001
         table.transaction().set_properties({WATERMARK: str(w)}).commit_transaction()
 
 
-def main_rows(config) -> dict:  # noqa: ANN001
+def main_rows(config) -> dict:
     catalog = cat.open_catalog(config)
     out = {}
     for table in cat.pipeline_tables(catalog, config):

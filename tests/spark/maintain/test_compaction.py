@@ -22,7 +22,7 @@ BUCKETED = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=Bu
 TARGET = 1 << 20
 
 
-def tags(table) -> dict[str, int]:  # noqa: ANN001
+def tags(table) -> dict[str, int]:
     return {name: ref.snapshot_id for name, ref in table.refs().items() if name != "main"}
 
 
@@ -100,7 +100,7 @@ def test_a_head_that_moved_while_compacting_is_a_conflict_and_the_written_files_
     written: list[str] = []
 
     class Recording(LocalRunner):
-        def map(self, fn, tasks):  # noqa: ANN001, ANN201
+        def map(self, fn, tasks):
             out = super().map(fn, tasks)
             written.extend(f.file_path for files in out for f in files)
             return out
@@ -140,7 +140,7 @@ def test_a_crash_before_the_commit_leaves_the_table_readable_and_a_rerun_finishe
         pass
 
     class CrashingAfterWriting(LocalRunner):
-        def map(self, fn, tasks):  # noqa: ANN001, ANN201
+        def map(self, fn, tasks):
             super().map(fn, tasks)
             raise Crash("driver died after the executors wrote")
 
@@ -171,11 +171,17 @@ def test_an_empty_table_has_nothing_to_compact(catalog):
     assert (report.files_before, report.snapshot_id) == (0, None)
 
 
-def _commit_a_position_delete_file(catalog, table) -> None:  # noqa: ANN001
+def _commit_a_position_delete_file(catalog, table) -> None:
     """What another engine's merge-on-read delete leaves: a snapshot with a delete manifest (pyiceberg
     writes none itself, so the snapshot is assembled from its public manifest writers)."""
     from pyiceberg.manifest import (
-        DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2,
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriterV2,
         write_manifest_list,
     )
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary

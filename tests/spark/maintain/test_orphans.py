@@ -17,7 +17,7 @@ from spark.storage import open_storage
 from ..archive import HOUR, T0, ArchiveWriter
 from .conftest import all_referenced, keyed_table, read_at, rows
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 LATER = dt.datetime.now(UTC) + dt.timedelta(hours=2)  # every file written by the test is 2h old by then
 
 
@@ -29,13 +29,13 @@ def files_under(path: str) -> set[str]:
     return {os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs}
 
 
-def crashed_write(table) -> list[str]:  # noqa: ANN001
+def crashed_write(table) -> list[str]:
     """Data files a run wrote and never committed."""
     target = TableTarget.of(table)
     return [local(f.file_path) for f in internals.write_data_files(target.io(), target.metadata(), rows(range(500, 520)))]
 
 
-def a_table_with_history(catalog):  # noqa: ANN001, ANN201
+def a_table_with_history(catalog):
     table = keyed_table(catalog, runs=6)
     table.transaction().set_properties({"write.metadata.previous-versions-max": "2"}).commit_transaction()
     compact_table(catalog.load_table("ns.t"), LocalRunner(), target_file_size=1 << 20)
@@ -81,7 +81,7 @@ def test_dry_run_deletes_nothing_and_names_what_it_would(catalog, tmp_path):
     assert not {local(p) for p in report.paths} & {local(p) for p in referenced_files(table)}
 
 
-def _storage_config(tmp_path: Path):  # noqa: ANN202
+def _storage_config(tmp_path: Path):
     return _config(tmp_path).storage
 
 
