@@ -85,9 +85,9 @@ def remove_orphans(
                         tuple(paths) if dry_run else ())
 
 
-def _delete(action) -> None:
+def _delete(table: Table, uri: str) -> None:
     try:
-        action()
+        table.io.delete(uri)
     except FileNotFoundError:
         pass  # gone already: a rerun of a cleanup that died half-way
 
