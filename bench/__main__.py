@@ -1,13 +1,14 @@
-"""python -m bench [codecs|land|apply|consistency] [suite options]"""
+"""python -m bench [codecs|land|apply|consistency|maintenance] [suite options]"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bench import apply, codecs, consistency, land
+from bench import apply, codecs, consistency, land, maintenance
 
-SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main, "consistency": consistency.main}
+SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main, "consistency": consistency.main,
+          "maintenance": maintenance.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensu
 from spark.fold.select import FoldWindow
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
+from spark.maintain.archive_retention import require_replayable
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
 from spark.plane import Fold, LocalPlane, SparkPlane
@@ -287,6 +288,8 @@ def _read_window(config: PipelineConfig, storage: Storage, manifest: Manifest, p
                           key=lambda s: s.start)
         history[key] = segments
         needed[key] = [s for s in segments if s.end > start]
+    # A replay into a range archive retention deleted fails here, naming it.
+    require_replayable(storage, config.name, {key: lo for key, (lo, _) in offsets.items()})
     return offsets, needed, history
 
 

@@ -7,6 +7,7 @@
     <root>/<pipeline>/reports/maintenance/<time>.json                    (one per maintenance run)
     <root>/<pipeline>/retired/<W>.json                                   (W retired by retention)
     <root>/<pipeline>/maintenance/expired-files/<table uuid>/<time>.json (files of expired snapshots, to delete)
+    <root>/<pipeline>/pruned.json      (archive retention: offsets below which segments are gone)
 
 Names from upstream (topics, and later databases and tables) are data: ``encode_name``
 percent-encodes anything outside ``[A-Za-z0-9_-]`` (dots included, so ``.`` and ``..``
@@ -108,3 +109,15 @@ def expired_files_dir(pipeline: str, table_uuid: str) -> str:
 
 def expired_files_path(pipeline: str, table_uuid: str, at: dt.datetime) -> str:
     return f"{expired_files_dir(pipeline, table_uuid)}/{instant(at)}.json"
+
+
+def segments_dir(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/segments"
+
+
+def changelog_root(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/changelog"
+
+
+def pruned_path(pipeline: str) -> str:
+    return f"{pipeline_root(pipeline)}/pruned.json"

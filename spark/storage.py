@@ -11,8 +11,10 @@ so a manifest exists completely or not at all (local: write a temporary file and
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 from urllib.parse import urlparse
@@ -29,6 +31,13 @@ class StorageError(TidelakeError):
 
 class AlreadyExists(StorageError):
     """``create`` found the object already there."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    path: str  # relative to the storage root
+    size: int
+    modified: dt.datetime | None  # UTC; None when the store does not say
 
 
 class Storage:
@@ -62,6 +71,17 @@ class Storage:
             if info.type == pafs.FileType.File:
                 out.append(info.path[len(root):].lstrip("/"))
         return sorted(out)
+
+    def list_files(self, prefix: str) -> list[StoredFile]:
+        """Every object under ``prefix`` (recursive) with its size and modification time, sorted by path.
+
+        Maintenance needs the times: nothing younger than its grace period is ever deleted.
+        """
+        selector = pafs.FileSelector(self.arrow_path(prefix), recursive=True, allow_not_found=True)
+        root = self.arrow_path("")
+        out = [StoredFile(info.path[len(root):].lstrip("/"), info.size or 0, info.mtime)
+               for info in self.arrow_fs.get_file_info(selector) if info.type == pafs.FileType.File]
+        return sorted(out, key=lambda f: f.path)
 
     def delete(self, path: str) -> None:
         try:
@@ -179,7 +199,7 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return "/".join(p for p in (self.prefix, path) if p)
 
-    def _boto(self):  # noqa: ANN202 - boto3 types are not installed
+    def _boto(self):
         if self._client is None:
             import boto3
 

@@ -23,7 +23,8 @@ from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import SetCurrentSchemaUpdate
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.update import AddSnapshotUpdate, SetCurrentSchemaUpdate, TableUpdate
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 
@@ -93,7 +94,7 @@ def _branch_head(metadata: TableMetadata, branch: str) -> int | None:
 
 def _stage(
     tx: Transaction, table_name: str, *, expected_snapshot_id: int | None, removed: Iterable[DataFile],
-    added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None, branch: str,
+    added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None, branch: str, replace: bool = False,
 ) -> _OverwriteFiles | None:
     if tx._snapshot_producers:
         # A transaction with registered producers retries a failed commit by re-running only them
@@ -116,6 +117,12 @@ def _stage(
     except ValidationException as exc:
         producer._clean_all_uncommitted()
         raise OverwriteRejected(f"{table_name}: branch {branch!r} at snapshot {found}: {exc}") from exc
+    if replace:
+        try:
+            updates = _as_replace(updates, table_name)
+        except OverwriteRejected:
+            producer._clean_all_uncommitted()
+            raise
     # Staged without registering the producer: a commit that fails because the branch moved then
     # raises instead of being rebased onto the new head (the plan was made against this one). The
     # update carries an AssertRefSnapshotId(branch, expected) requirement the catalog checks.
@@ -166,6 +173,63 @@ def commit_overwrite(
     tx = table.transaction()
     producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
                       snapshot_properties=snapshot_properties, branch=branch)
+    return _commit(table, tx, producer, expected_snapshot_id, branch)
+
+
+def commit_replace(
+    table: Table, *, expected_snapshot_id: int, removed: Iterable[DataFile], added: Iterable[DataFile],
+    snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH, schema_id: int | None = None,
+) -> int | None:
+    """Commit one ``replace`` snapshot: files removed and added without changing the rows (compaction).
+
+    Iceberg's ``replace`` tells readers and incremental consumers that no row changed. Written
+    for pyiceberg 0.12.0, which has no replace producer and whose ``update_snapshot_summaries``
+    only accepts append/overwrite/delete: the snapshot is produced as an overwrite (the same
+    manifests, branch-head requirement and conflict handling as ``commit_overwrite``), then its
+    staged ``AddSnapshotUpdate`` is rebuilt with the summary's operation set to ``replace``
+    (the operation lives only in the summary, never in the manifest list or manifests).
+    ``schema_id`` (default: the current schema) is the schema the snapshot records, so a
+    compaction of a head written with an older schema keeps it.
+
+    Raises:
+        CommitConflictError: see ``commit_overwrite``.
+        OverwriteRejected: the added files do not hold as many rows as the removed ones, or see
+            ``stage_overwrite``.
+    """
+    name = ".".join(table.name())
+    tx = table.transaction()
+    schema_id = tx.table_metadata.current_schema_id if schema_id is None else schema_id
+    if schema_id == tx.table_metadata.current_schema_id:
+        producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
+                          snapshot_properties=snapshot_properties, branch=branch, replace=True)
+    else:
+        with writing_with_schema(tx, schema_id):
+            producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
+                              snapshot_properties=snapshot_properties, branch=branch, replace=True)
+    return _commit(table, tx, producer, expected_snapshot_id, branch)
+
+
+def _as_replace(updates: tuple[TableUpdate, ...], table_name: str) -> tuple[TableUpdate, ...]:
+    out: list[TableUpdate] = []
+    for update in updates:
+        if isinstance(update, AddSnapshotUpdate):
+            summary = update.snapshot.summary
+            if summary is None or summary.operation != Operation.OVERWRITE:
+                raise InternalsChanged(f"{table_name}: pyiceberg staged a {summary and summary.operation} snapshot "
+                                       "where an overwrite was expected")
+            props = summary.additional_properties
+            added, deleted = props.get("added-records", "0"), props.get("deleted-records", "0")
+            if added != deleted:
+                raise OverwriteRejected(f"{table_name}: a replace must keep the rows: {deleted} removed, {added} added")
+            replaced = Summary(Operation.REPLACE, **props)
+            update = AddSnapshotUpdate(snapshot=update.snapshot.model_copy(update={"summary": replaced}))
+        out.append(update)
+    return tuple(out)
+
+
+def _commit(table: Table, tx: Transaction, producer: _OverwriteFiles | None, expected_snapshot_id: int | None,
+            branch: str) -> int | None:
+    name = ".".join(table.name())
     if producer is None:
         return None
     try:

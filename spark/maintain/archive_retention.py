@@ -1,0 +1,137 @@
+"""Archive retention: delete raw and change-log segments no retained watermark can need.
+
+A replay from a retained W starts at that W's checkpoint's *pending offsets* (the first offset
+per partition holding a change above W): ``spark.apply`` decodes a partition from there, with
+the checkpoint's announced schemas, and the derived clock of protocols without commitTs is
+lifted to W + 1, so nothing before the pending offset is read or needed. Per partition the
+*floor* is the least pending offset over the retained checkpoints; a segment whose offsets end
+at or below the floor, in an interval that ended before ``now - horizon``, can go -- with its
+change-log Parquet files in every decoder version. The side output (``.json``) of the last
+pruned segment of each partition and decoder version is kept (a few KB): it carries that
+version's decoder state into the first kept segment, so the change log stays continuous.
+
+Manifests and checkpoints are kept (they are small, and the run walk reads them). The end of
+the pruned offsets per partition is recorded in ``<pipeline>/pruned.json`` *before* anything is deleted, so a replay that would
+need a pruned range fails with ``ArchivePruned`` naming it (``require_replayable``), and a
+prune that crashed half-way is finished by the next one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from cdc_codecs import TidelakeError
+from spark import layout
+from spark.maintain.archive_files import archive_file
+from spark.manifest import list_manifests, read_manifest
+from spark.storage import Storage
+
+PKey = tuple[str, int]
+
+
+class ArchivePruned(TidelakeError):
+    """A replay needs raw segments that archive retention deleted."""
+
+
+@dataclass(frozen=True)
+class ArchiveReport:
+    pipeline: str
+    dry_run: bool
+    floors: dict[str, int]  # "topic/partition" -> first offset any retained W can replay from
+    segments: int = 0
+    segment_bytes: int = 0
+    changelog_files: int = 0
+    changelog_bytes: int = 0
+    side_outputs_kept: int = 0
+    paths: tuple[str, ...] = field(default=(), repr=False)  # dry run: what would be deleted
+
+
+def _ptext(key: PKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def replay_floors(retained_checkpoints: Sequence, partitions: Sequence[PKey]) -> dict[PKey, int]:
+    """Per partition, the least pending offset over the retained checkpoints (0: some retained
+    checkpoint predates the partition, or none is retained -- keep everything)."""
+    floors = {}
+    for key in partitions:
+        pending = [cp.pending.get(key) for cp in retained_checkpoints]
+        floors[key] = 0 if not pending or None in pending else min(pending)  # type: ignore[type-var]
+    return floors
+
+
+def pruned_floors(storage: Storage, pipeline: str) -> dict[PKey, int]:
+    """The floors recorded by earlier prunes: below them, segments may be gone."""
+    path = layout.pruned_path(pipeline)
+    if not storage.exists(path):
+        return {}
+    doc = orjson.loads(storage.read(path))
+    return {(k.rpartition("/")[0], int(k.rpartition("/")[2])): v for k, v in doc["floors"].items()}
+
+
+def require_replayable(storage: Storage, pipeline: str, starts: Mapping[PKey, int]) -> None:
+    """Raise ``ArchivePruned`` if a replay from ``starts`` (per partition) needs pruned segments."""
+    floors = pruned_floors(storage, pipeline)
+    below = {k: (s, floors[k]) for k, s in starts.items() if s < floors.get(k, 0)}
+    if below:
+        k, (s, f) = min(below.items())
+        raise ArchivePruned(
+            f"pipeline {pipeline}: replaying partition {_ptext(k)} from offset {s} needs raw segments that archive "
+            f"retention deleted (kept from offset {f}); only watermarks whose checkpoints were retained can be "
+            f"replayed from ({len(below)} partition(s) affected)"
+        )
+
+
+def prune_archive(
+    storage: Storage, pipeline: str, *, retained_checkpoints: Sequence, horizon_seconds: float, now: dt.datetime,
+    dry_run: bool = False,
+) -> ArchiveReport:
+    """Delete the raw and change-log segments below every retained checkpoint's pending offsets
+    in intervals that ended more than ``horizon_seconds`` before ``now``.
+
+    Args:
+        retained_checkpoints: the ``spark.apply.Checkpoint`` of every retained W (the latest included).
+    """
+    manifests = [read_manifest(storage, path) for _, _, path in list_manifests(storage, pipeline)]
+    partitions = sorted({(p.topic, p.partition) for m in manifests for p in m.partitions})
+    floors = replay_floors(retained_checkpoints, partitions)
+    cutoff = now - dt.timedelta(seconds=horizon_seconds)
+    pruned = {(p.topic, p.partition, s.start, s.end): s.path for m in manifests if m.interval_end <= cutoff
+              for p in m.partitions for s in p.segments if s.end <= floors[(p.topic, p.partition)]}
+    sizes = {f.path: f.size for f in storage.list_files(layout.segments_dir(pipeline))}
+    segments = [path for path in pruned.values() if path in sizes]
+    changelog = storage.list_files(layout.changelog_root(pipeline))
+    last_end: dict[tuple[str | None, str, int], int] = {}
+    for f in changelog:
+        what = archive_file(pipeline, f.path)
+        if what is not None and what.range_key in pruned:
+            k = (what.decoder, what.topic, what.partition)
+            last_end[k] = max(last_end.get(k, 0), what.end)
+    doomed, kept_side = [], 0
+    for f in changelog:
+        what = archive_file(pipeline, f.path)
+        if what is None or what.range_key not in pruned:
+            continue
+        if what.kind == "side-output" and what.end == last_end[(what.decoder, what.topic, what.partition)]:
+            kept_side += 1
+            continue
+        doomed.append(f)
+    report = ArchiveReport(
+        pipeline, dry_run, {_ptext(k): v for k, v in floors.items()}, len(segments), sum(sizes[p] for p in segments),
+        len(doomed), sum(f.size for f in doomed), kept_side,
+        tuple(f"{storage.url}/{p}" for p in [*segments, *(f.path for f in doomed)]) if dry_run else (),
+    )
+    if dry_run or not (segments or doomed):
+        return report
+    recorded = pruned_floors(storage, pipeline)  # raised to the end of what this prune deletes
+    for topic, partition, _, end in pruned:
+        recorded[(topic, partition)] = max(recorded.get((topic, partition), 0), end)
+    storage.write(layout.pruned_path(pipeline), orjson.dumps({"floors": {_ptext(k): v for k, v in sorted(recorded.items())}},
+                                                             option=orjson.OPT_INDENT_2))
+    for path in [*segments, *(f.path for f in doomed)]:
+        storage.delete(path)
+    return report

@@ -1,0 +1,168 @@
+"""Compaction: bin-pack a table's small data files, per partition (bucket), into target-size files.
+
+Every copy-on-write run leaves a few small files per table; planning and reading cost grows
+with their number. Compaction uses the data plane's mechanism (``spark.iceberg``): the driver
+plans bins from the branch head's manifests (metadata only), the executors read each bin's
+files and write its rows sorted by key as new files (one task per bin, ``DataFile`` metadata
+back), and the driver commits one ``replace`` snapshot removing every input and adding every
+output, checked against the head it planned from. The rows at the head are unchanged; tags
+keep their snapshots (and so their files); the replaced files stay until snapshot expiry
+drops the last snapshot that references them.
+
+A crash before the commit leaves the table as it was plus unreferenced output files, which
+orphan cleanup deletes after its grace period; a rerun plans afresh.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+
+from cdc_codecs import TidelakeError
+from spark.catalog import KEY_COLUMNS
+from spark.iceberg import internals
+from spark.iceberg.errors import CommitConflictError
+from spark.iceberg.files import live_data_files
+from spark.iceberg.target import TableTarget
+from spark.land import Runner
+from spark.lease import LeaseLostError
+
+TARGET_FILE_SIZE = "write.target-file-size-bytes"
+# A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).
+SMALL_FILE_SHARE = 0.75
+MAINTENANCE = "tidelake.maintenance"  # snapshot summary: which maintenance step wrote the snapshot
+
+
+class CompactionError(TidelakeError):
+    """A compaction task wrote a different number of rows than its input files hold."""
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    table: str
+    dry_run: bool
+    files_before: int
+    bytes_before: int
+    bins: int
+    files_rewritten: int
+    bytes_rewritten: int
+    files_written: int
+    bytes_written: int
+    snapshot_id: int | None  # the replace snapshot (None: nothing to do, or a dry run)
+    planned: tuple[tuple[str, ...], ...] = ()  # dry run: each bin's input paths
+
+    @property
+    def files_after(self) -> int:
+        return self.files_before - self.files_rewritten + self.files_written
+
+
+@dataclass(frozen=True)
+class CompactTask:
+    """One bin: files of one partition whose rows become about ``target_file_size`` bytes of files."""
+
+    target: TableTarget
+    files: tuple[DataFile, ...]
+    key_columns: tuple[str, ...]
+
+
+def compact_bin(task: CompactTask) -> tuple[DataFile, ...]:
+    """Executor side: read the bin's files, write their rows sorted by key; return the new files."""
+    metadata, io = task.target.metadata(), task.target.io()
+    rows = pa.concat_tables([internals.read_data_file(io, metadata, f) for f in task.files])
+    if task.key_columns:
+        rows = rows.sort_by([(k, "ascending") for k in task.key_columns])
+    written = tuple(internals.write_data_files(io, metadata, rows))
+    expected = sum(f.record_count for f in task.files)
+    if sum(f.record_count for f in written) != expected:
+        raise CompactionError(f"{task.target.name}: a bin of {len(task.files)} files holds {expected} rows, "
+                              f"but {sum(f.record_count for f in written)} were written")
+    return written
+
+
+def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files: int) -> list[tuple[DataFile, ...]]:
+    """Bins of small files, each within one partition of one spec, of at most ``target_file_size``
+    input bytes (first fit, largest first); a bin of fewer than ``max(2, min_input_files)`` files
+    would gain nothing and is left out."""
+    small = [f for f in files if f.file_size_in_bytes < target_file_size * SMALL_FILE_SHARE]
+    groups: dict[tuple[int, tuple[object, ...]], list[DataFile]] = {}
+    for f in small:
+        groups.setdefault((f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))), []).append(f)
+    bins: list[tuple[DataFile, ...]] = []
+    for _, group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        open_bins: list[tuple[int, list[DataFile]]] = []
+        for f in sorted(group, key=lambda f: (-f.file_size_in_bytes, f.file_path)):
+            for i, (size, members) in enumerate(open_bins):
+                if size + f.file_size_in_bytes <= target_file_size:
+                    members.append(f)
+                    open_bins[i] = (size + f.file_size_in_bytes, members)
+                    break
+            else:
+                open_bins.append((f.file_size_in_bytes, [f]))
+        bins.extend(tuple(members) for _, members in open_bins if len(members) >= max(2, min_input_files))
+    return bins
+
+
+def _write_metadata(metadata: TableMetadata, schema_id: int, target_file_size: int) -> TableMetadata:
+    """What the executors write with: the head's schema, and the compaction's target size."""
+    return metadata.model_copy(update={
+        "current_schema_id": schema_id,
+        "properties": {**metadata.properties, TARGET_FILE_SIZE: str(target_file_size)},
+    })
+
+
+def compact_table(
+    table: Table, runner: Runner, *, target_file_size: int, min_input_files: int = 2, dry_run: bool = False,
+    check: Callable[[], None] = lambda: None, snapshot_properties: Mapping[str, str] | None = None,
+) -> CompactionReport:
+    """Bin-pack the small data files of ``table``'s ``main`` head into files of about ``target_file_size``.
+
+    Args:
+        runner: runs one ``compact_bin`` per bin (``LocalRunner`` or ``SparkRunner``).
+        check: called right before the commit (the pipeline lease's ``check``).
+        snapshot_properties: added to the replace snapshot's summary.
+
+    Raises:
+        DeleteFilesPresent: the head has delete files (another engine wrote them); nothing is done.
+        CommitConflictError: the head moved while the bins were written; the written files are
+            deleted and nothing is committed.
+    """
+    name = ".".join(table.name())
+    head = table.metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    if head is None:
+        return CompactionReport(name, dry_run, 0, 0, 0, 0, 0, 0, 0, None)
+    files = live_data_files(table.io, head)
+    bins = plan_bins(files, target_file_size, min_input_files)
+    inputs = [f for b in bins for f in b]
+
+    def report(outputs: Sequence[DataFile] = (), snapshot_id: int | None = None) -> CompactionReport:
+        return CompactionReport(
+            name, dry_run, len(files), sum(f.file_size_in_bytes for f in files), len(bins), len(inputs),
+            sum(f.file_size_in_bytes for f in inputs), len(outputs), sum(f.file_size_in_bytes for f in outputs),
+            snapshot_id, tuple(tuple(f.file_path for f in b) for b in bins) if dry_run else (),
+        )
+
+    if dry_run or not bins:
+        return report()
+    schema_id = head.schema_id if head.schema_id is not None else table.metadata.current_schema_id
+    metadata = _write_metadata(table.metadata, schema_id, target_file_size)
+    schema_names = set(metadata.schema().column_names)
+    keys = tuple(k for k in json.loads(table.properties.get(KEY_COLUMNS, "[]")) if k in schema_names)
+    target = TableTarget.from_metadata(name, metadata, table.io.properties)
+    outputs = [f for written in runner.map(compact_bin, [CompactTask(target, b, keys) for b in bins]) for f in written]
+    try:
+        check()
+        snapshot_id = internals.commit_replace(
+            table, expected_snapshot_id=head.snapshot_id, removed=inputs, added=outputs, schema_id=schema_id,
+            snapshot_properties={MAINTENANCE: "compaction", **(snapshot_properties or {})},
+        )
+    except (CommitConflictError, LeaseLostError):
+        for f in outputs:  # certainly not committed: nothing references them
+            table.io.delete(f.file_path)
+        raise
+    return report(outputs, snapshot_id)

@@ -1,0 +1,79 @@
+"""A SQLite catalog over a temp warehouse, and keyed tables grown by many small commits."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField, StringType
+
+from spark.catalog import KEY_COLUMNS
+from spark.iceberg import internals
+from spark.iceberg.target import TableTarget
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
+
+
+@pytest.fixture
+def catalog(tmp_path) -> SqlCatalog:
+    cat = SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=(tmp_path / "warehouse").as_uri())
+    cat.create_namespace("ns")
+    return cat
+
+
+def rows(ids, tag: str = "v0") -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [f"{tag}-{i}" for i in ids]})
+
+
+def upsert(table: Table, new: pa.Table) -> int:
+    """A copy-on-write run in miniature: rewrite the files holding the keys, add the new rows (one snapshot)."""
+    from spark.iceberg.files import plan_rewrite
+    from spark.iceberg.rewrite import rewrite_file, write_rows
+
+    target = TableTarget.of(table)
+    plan = plan_rewrite(table.metadata, table.io, ["id"], new.select(["id"]))
+    removed, added = [], []
+    for f in plan.candidates:
+        out = rewrite_file(target, f, ["id"], new.select(["id"]))
+        if out.removed is not None:
+            removed.append(out.removed)
+            added.extend(out.added)
+    added.extend(write_rows(target, new, ["id"]))
+    head = table.current_snapshot()
+    snapshot_id = internals.commit_overwrite(table, expected_snapshot_id=head.snapshot_id if head else None,
+                                             removed=removed, added=added)
+    table.refresh()
+    return snapshot_id
+
+
+def keyed_table(catalog: SqlCatalog, name: str = "t", spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+                runs: int = 12, per_run: int = 20) -> Table:
+    """A keyed table after ``runs`` small upserts (new keys and updates of old ones), tagged ``r<i>`` after each."""
+    table = catalog.create_table(f"ns.{name}", schema=SCHEMA, partition_spec=spec,
+                                 properties={KEY_COLUMNS: json.dumps(["id"])})
+    for i in range(runs):
+        ids = list(range(i * per_run, (i + 1) * per_run)) + list(range(i, i * per_run, 7))[:5]
+        upsert(table, rows(ids, f"v{i}"))
+        table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, f"r{i}").commit()
+    return table
+
+
+def read_at(table: Table, snapshot_id: int) -> list[dict]:
+    return sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+def all_referenced(table: Table) -> set[str]:
+    """Every file any snapshot of ``table`` references (manifest lists, manifests, data files)."""
+    out: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        out.add(snapshot.manifest_list)
+        for m in snapshot.manifests(table.io):
+            out.add(m.manifest_path)
+            out.update(e.data_file.file_path for e in m.fetch_manifest_entry(table.io, discard_deleted=False))
+    return out
