@@ -8,8 +8,12 @@ Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
    retired, its record says so, its tags leave every table.
 2. **expire** (``expiry``): per table, the snapshots no ref points at are expired and the
    files only they read are deleted (journaled first; younger than the grace period: later).
-3. compaction, orphan cleanup and archive retention (``spark.maintain.compaction``,
-   ``orphans``, ``archive_retention``) -- see the marked place in ``maintain``.
+3. **compact** (``compaction``): small data files of each table's head are bin-packed per
+   bucket on the executors into files of ``target_file_size``, committed as one ``replace``.
+4. **orphans** (``orphans``): files no metadata references, in the table locations and the
+   archive, older than the grace period.
+5. **archive** (``archive_retention``, only with ``archive_horizon``): raw and change-log
+   segments no retained W needs for a replay.
 
 The report (files and bytes before/after per table, snapshots and tags expired, files deleted)
 is written to ``<pipeline>/reports/maintenance/<now>.json`` and returned. A dry run takes the
@@ -31,7 +35,11 @@ from spark import layout
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
+from spark.maintain.archive_retention import ArchiveReport, prune_archive
+from spark.maintain.compaction import CompactionReport, compact_table
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
+from spark.maintain.orphans import OrphanReport, remove_orphans
+from spark.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
 from spark.publish import published_watermarks, retired_watermarks
 from spark.storage import Storage, open_storage
@@ -40,7 +48,7 @@ UTC = dt.timezone.utc
 
 # The step boundaries ``fault`` is called at, in order (per table for the expiry ones).
 STEPS = ("leased", "retire:marked", "retire:recorded", "retire:untagged", "expiry:journaled", "expiry:committed",
-         "expiry:deleted", "expired", "reported")
+         "expiry:deleted", "expired", "compacted", "orphans", "archive", "reported")
 
 
 @dataclass
@@ -53,11 +61,13 @@ class TableReport:
     after: Footprint | None = None
     tags_removed: int = 0
     expiry: TableExpiry | None = None
+    compaction: CompactionReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "uuid": self.uuid, "before": dataclasses.asdict(self.before),
                 "after": dataclasses.asdict(self.after) if self.after else None, "tags_removed": self.tags_removed,
-                "expiry": self.expiry.to_dict() if self.expiry else None}
+                "expiry": self.expiry.to_dict() if self.expiry else None,
+                "compaction": _plain(self.compaction)}
 
 
 @dataclass
@@ -72,12 +82,14 @@ class MaintenanceReport:
     tables: list[TableReport] = field(default_factory=list)
     seconds: float = 0.0
     path: str | None = None  # where the report was written (None in a dry run)
+    orphans: OrphanReport | None = None
+    archive: ArchiveReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": "maintenance", "pipeline": self.pipeline, "now": self.now.isoformat(), "dry_run": self.dry_run,
                 "retained": self.retained, "retired": self.retired, "finished": self.finished,
                 "retired_before": self.retired_before, "tables": [t.to_dict() for t in self.tables],
-                "seconds": self.seconds}
+                "orphans": _plain(self.orphans), "archive": _plain(self.archive), "seconds": self.seconds}
 
 
 def maintain(
@@ -105,7 +117,7 @@ def maintain(
     started = time.perf_counter()
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
-    runner = runner or LocalRunner()  # the executors of compaction (wired by the lead)
+    runner = runner or LocalRunner()  # the executors of compaction
     now = (now or dt.datetime.now(UTC)).astimezone(UTC)
     step = fault or (lambda at: None)
     report_progress = progress or (lambda s, d, t: None)
@@ -133,13 +145,24 @@ def maintain(
             report_progress("expire", i + 1, len(tables))
         step("expired")
 
-        # ---- Lead: wire the other maintenance steps here, in this order, each under ``lease``
-        # (call lease.check() before every commit or delete) and honouring ``dry_run``:
-        #   compaction        spark/maintain/compaction.py  (runner, policy.target_file_size)
-        #   orphan cleanup    spark/maintain/orphans.py     (policy.grace_period)
-        #   archive retention spark/maintain/archive_retention.py (policy.archive_horizon, plan.retained)
-        # then call step("compacted") / step("orphans") / step("archive") and add them to STEPS.
-        # ----
+        tables = _tables(catalog, config)
+        report_progress("compact", 0, len(tables))
+        for i, (uuid, table) in enumerate(sorted(tables.items(), key=lambda kv: reports[kv[0]].name)):
+            reports[uuid].compaction = compact_table(table, runner, target_file_size=policy.target_file_size, dry_run=dry_run,
+                                                     check=lease.check)
+            report_progress("compact", i + 1, len(tables))
+        step("compacted")
+        lease.check()
+        orphans = remove_orphans(storage, list(_tables(catalog, config).values()), grace_seconds=policy.grace_period.total_seconds(),
+                                 now=now, dry_run=dry_run, pipelines=(config.name,))
+        step("orphans")
+        archive = None
+        if policy.archive_horizon is not None:
+            lease.check()
+            kept = [cp for cp in _checkpoints(storage, config) if cp.watermark in plan.retained]
+            archive = prune_archive(storage, config.name, retained_checkpoints=kept,
+                                    horizon_seconds=policy.archive_horizon.total_seconds(), now=now, dry_run=dry_run)
+        step("archive")
 
         for uuid, table in _tables(catalog, config).items():
             if uuid in reports:
@@ -147,7 +170,7 @@ def maintain(
         retained = plan.retained_watermarks
         result = MaintenanceReport(config.name, now, dry_run, retained, list(plan.retire), retired.finished,
                                    len(plan.retired_before),
-                                   sorted(reports.values(), key=lambda r: r.name))
+                                   sorted(reports.values(), key=lambda r: r.name), orphans=orphans, archive=archive)
         result.seconds = round(time.perf_counter() - started, 3)
         if not dry_run:
             lease.check()
@@ -155,6 +178,21 @@ def maintain(
             storage.write(result.path, orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
         step("reported")
     return result
+
+
+def _plain(report: Any) -> Any:
+    """A step's report dataclass as JSON-able values (paths listed only by a dry run)."""
+    if report is None:
+        return None
+    return {k: (sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in dataclasses.asdict(report).items()
+            if isinstance(v, (int, float, str, bool, list, tuple, dict, set, frozenset, type(None)))}
+
+
+def _checkpoints(storage: Storage, config: PipelineConfig) -> list[Any]:
+    from spark.apply import Checkpoint, checkpoint_path
+
+    return [Checkpoint.from_json(storage.read(checkpoint_path(config.name, s, e)))
+            for s, e, _ in list_manifests(storage, config.name) if storage.exists(checkpoint_path(config.name, s, e))]
 
 
 def _tables(catalog: Any, config: PipelineConfig) -> dict[str, Any]:

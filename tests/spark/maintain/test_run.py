@@ -47,10 +47,14 @@ class History:
     model: dict[int, dict]  # W -> the reference model's tables at W
     rows: dict[int, dict]  # W -> what read_pipeline read at W before maintenance
 
-    def policy_at(self, now: dt.datetime, grace: dt.timedelta = dt.timedelta(hours=1)):  # noqa: ANN201
-        """The pipeline with a policy that, at ``now``, keeps the last two Ws and retires the others."""
+    def policy_at(self, now: dt.datetime, grace: dt.timedelta = dt.timedelta(hours=1), compact: bool = False):  # noqa: ANN201
+        """The pipeline with a policy that, at ``now``, keeps the last two Ws and retires the others.
+
+        Without ``compact`` the target file size is one byte, so no file is small and compaction
+        leaves the tables alone (the counts of retention and expiry stay exact)."""
         keep = now - w_time(self.marks[-2]) + dt.timedelta(milliseconds=1)
-        policy = MaintenanceConfig(keep_all=keep, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0), grace_period=grace)
+        policy = MaintenanceConfig(keep_all=keep, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0), grace_period=grace,
+                                   target_file_size=MaintenanceConfig.target_file_size if compact else 1)
         return dataclasses.replace(self.config, maintenance=policy)
 
 
@@ -156,6 +160,24 @@ def test_retained_tags_read_what_they_read_retired_ws_fail_clearly_and_only_unre
     assert_finished(h, config)
 
 
+def test_maintenance_compacts_the_heads_and_every_retained_w_reads_as_before(history: History) -> None:
+    h = history
+    now = later()
+    config = h.policy_at(now, compact=True)
+    before = {t.name: t for t in maintain(config, now=now, dry_run=True).tables}
+    report = maintain(config, now=now)
+    compacted = [t for t in report.tables if t.compaction is not None and t.compaction.files_rewritten]
+    assert compacted, "the history leaves small files in every table"
+    for t in compacted:
+        assert t.compaction.files_written < t.compaction.files_rewritten
+        assert before[t.name].compaction.files_rewritten == t.compaction.files_rewritten  # the dry run said so
+    for w in h.marks[2:]:
+        assert read_all(config, w) == h.rows[w]
+    assert_finished(h, config)
+    doc = orjson.loads(open_storage(config.storage).read(report.path))
+    assert all(t["compaction"]["files_rewritten"] >= 0 for t in doc["tables"]) and doc["orphans"] is not None
+
+
 def test_a_retired_w_between_retained_ones_names_both_neighbours(history: History) -> None:
     h = history
     storage = open_storage(h.config.storage)
@@ -214,7 +236,7 @@ def test_a_dry_run_changes_nothing_and_predicts_the_real_run(history: History) -
 def test_a_crash_at_any_step_leaves_tables_readable_and_a_rerun_finishes(history: History, crash_at: str) -> None:
     h = history
     now = later()
-    config = h.policy_at(now)
+    config = h.policy_at(now, compact=True)
 
     def fault(step: str) -> None:
         if step == crash_at:
