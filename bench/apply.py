@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SUITES = ("throughput", "growth", "memory")
@@ -31,7 +32,7 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _choices(allowed: tuple[str, ...]):  # noqa: ANN202 - an argparse type
+def _choices(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         picked = [s for s in text.split(",") if s]
         unknown = sorted(set(picked) - set(allowed))

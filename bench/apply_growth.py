@@ -154,7 +154,7 @@ def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat
             params = {"mode": mode, "sizes": sizes, "batch": batch, "repeat": repeat, "partitions": partitions, "protocol": PROTOCOL}
             t = time.perf_counter()
             archive, facts = cached_archive(workdir, f"growth-{mode}", params,
-                                            lambda root: build_archive(root, mode, sizes, batch, repeat, partitions))
+                                            lambda root, mode=mode: build_archive(root, mode, sizes, batch, repeat, partitions))
             print(f"    {mode} keys: archive ready in {time.perf_counter() - t:.1f}s ({archive.parent.name})", flush=True)
             measured = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner)
             base = statistics.median(t for t, _, _ in measured[sizes[0]])

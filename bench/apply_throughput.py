@@ -19,7 +19,17 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from bench.archive import HOUR, T0, TOPIC, ArchiveBuilder, cached_archive, clone_archive, pipeline_config, pipeline_document, segment_paths
+from bench.archive import (
+    HOUR,
+    T0,
+    TOPIC,
+    ArchiveBuilder,
+    cached_archive,
+    clone_archive,
+    pipeline_config,
+    pipeline_document,
+    segment_paths,
+)
 from bench.jobs import JobFailed, JobRun, mib, submit_apply
 from cdc_codecs import RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec

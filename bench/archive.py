@@ -19,8 +19,9 @@ import hashlib
 import os
 import shutil
 import zlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import orjson
 
@@ -31,7 +32,7 @@ from spark.land import SegmentChecksum, open_segment_writer, segment_table
 from spark.manifest import Manifest, PartitionRange, Segment
 from spark.storage import open_storage
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)
 TOPIC = "cdc"

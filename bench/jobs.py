@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import psutil
 
-from cdc_codecs import TidelakeError
 from bench.archive import PIPELINE
+from cdc_codecs import TidelakeError
 from spark import layout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, mast
 
 
 def _iso(instant: dt.datetime) -> str:
-    return instant.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return instant.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def mib(n: int) -> str:
