@@ -42,6 +42,13 @@ def _choices(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, found {text!r}")
+    return key, value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench apply", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", type=_choices(SUITES), default=",".join(SUITES), help="comma-separated suites to run (default %(default)s)")
@@ -51,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tables", type=int, default=10, help="(a), (c) tables (default %(default)s)")
     parser.add_argument("--partitions", type=int, default=4, help="Kafka partitions of the generated topic (default %(default)s)")
     parser.add_argument("--buckets", type=int, default=0, help="the pipeline's layout.buckets; 0 is unpartitioned (default %(default)s)")
+    parser.add_argument("--spark-conf", type=_conf, action="append", default=[], metavar="spark.KEY=VALUE",
+                        help="extra Spark configuration for every job (repeatable); (c)'s own memory settings win")
     a = parser.add_argument_group("(a) throughput")
     a.add_argument("--events", type=int, default=1_000_000, help="generated row changes (default %(default)s)")
     a.add_argument("--key-space", type=int, default=None, help="keys per table (default max(1000, events / 20))")
@@ -68,17 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         build_parser().error(f"--repeat: expected at least 1, found {args.repeat}")
     args.workdir.mkdir(parents=True, exist_ok=True)
+    conf = dict(args.spark_conf)
     # Imported here: --help stays fast and needs no Spark.
     if "throughput" in args.only:
         from bench import apply_throughput
 
-        apply_throughput.main(args.events, args.tables, args.partitions, args.key_space, args.repeat, args.buckets, args.workdir)
+        apply_throughput.main(args.events, args.tables, args.partitions, args.key_space, args.repeat, args.buckets, args.workdir,
+                              conf)
     if "growth" in args.only:
         from bench import apply_growth
 
-        apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir)
+        apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir, conf)
     if "memory" in args.only:
         from bench import apply_memory
 
-        apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir)
+        apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir, conf)
     return 0

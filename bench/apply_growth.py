@@ -143,11 +143,12 @@ def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buc
     return out
 
 
-def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat: int, buckets: int, workdir: Path) -> None:
+def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat: int, buckets: int, workdir: Path,
+         conf: dict[str, str]) -> None:
     print(f"(b) one {batch:,}-change batch (60% updates, 20% deletes, 20% inserts) as the table grows "
           f"{' -> '.join(f'{s:,}' for s in sizes)} rows; {partitions} partitions, layout.buckets={buckets}; "
           f"median of {repeat} batches per size; apply_interval + SparkRunner on a warm local[2]", flush=True)
-    session = build_session("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    session = build_session("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf})
     try:
         runner = SparkRunner(session)
         for mode in modes:

@@ -55,11 +55,11 @@ def build_archive(root: Path, keys: int, tables: int, partitions: int) -> dict[s
     return {"keys": written}
 
 
-def run_job(archive: Path, run_dir: Path, buckets: int) -> JobRun:
+def run_job(archive: Path, run_dir: Path, buckets: int, conf: dict[str, str]) -> JobRun:
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
     pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
-    run = submit_apply(pipeline_file, T0, T0 + HOUR, "local[2]", conf=CONF, driver_memory=DRIVER_MEMORY)
+    run = submit_apply(pipeline_file, T0, T0 + HOUR, "local[2]", conf={**conf, **CONF}, driver_memory=DRIVER_MEMORY)
     shutil.rmtree(run_dir)
     return run
 
@@ -71,7 +71,7 @@ def _outcome(run: JobRun) -> str:
     return f"FAILED (exit {run.returncode}): {(lines[-1] if lines else run.tail[-300:]).strip()[:300]}"
 
 
-def main(keys: int, tables: int, partitions: int, repeat: int, buckets: int, workdir: Path) -> None:
+def main(keys: int, tables: int, partitions: int, repeat: int, buckets: int, workdir: Path, conf: dict[str, str]) -> None:
     print(f"(c) driver memory: one run touching {keys:,} keys over {tables} tables, spark-submit local[2] "
           f"--driver-memory {DRIVER_MEMORY} --conf spark.driver.maxResultSize=64m, layout.buckets={buckets}; "
           f"median of {repeat}; baseline: the same job over {BASELINE_KEYS:,} keys", flush=True)
@@ -84,7 +84,7 @@ def main(keys: int, tables: int, partitions: int, repeat: int, buckets: int, wor
     runs: dict[int, list[JobRun]] = {BASELINE_KEYS: [], keys: []}
     for r in range(repeat):
         for k in (BASELINE_KEYS, keys):
-            run = run_job(archives[k], workdir / "runs" / "memory", buckets)
+            run = run_job(archives[k], workdir / "runs" / "memory", buckets, conf)
             runs[k].append(run)
             print(f"    round {r + 1}: {k:>12,} keys {run.seconds:7.2f}s {_outcome(run)}; Python driver {mib(run.python_driver_peak)}, "
                   f"JVM {mib(run.jvm_driver_peak)}, largest worker {mib(run.worker_peak)}", flush=True)

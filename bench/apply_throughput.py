@@ -74,11 +74,11 @@ def bare_decode(archive: Path) -> tuple[float, int]:
     return time.perf_counter() - started, rows
 
 
-def run_job(archive: Path, run_dir: Path, master: str, buckets: int) -> JobRun:
+def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str]) -> JobRun:
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
     pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
-    run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false"})
+    run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false", **conf})
     if run.returncode or not run.report.get("watermark"):
         raise JobFailed(f"apply on {master} over {run_dir} exited {run.returncode} "
                         f"(watermark {run.report.get('watermark')}):\n{run.tail}")
@@ -86,7 +86,8 @@ def run_job(archive: Path, run_dir: Path, master: str, buckets: int) -> JobRun:
     return run
 
 
-def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path) -> None:
+def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path,
+         conf: dict[str, str]) -> None:
     key_space = key_space or max(1000, events // 20)
     params = {"events": events, "tables": tables, "partitions": partitions, "key_space": key_space, "protocol": PROTOCOL}
     t = time.perf_counter()
@@ -103,7 +104,7 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
             raise JobFailed(f"bare decode of {archive} saw {decoded} row changes, the archive holds {rows}")
         bare.append(seconds)
         for master in MASTERS:
-            run = run_job(archive, workdir / "runs" / "throughput", master, buckets)
+            run = run_job(archive, workdir / "runs" / "throughput", master, buckets, conf)
             jobs[master].append(run)
             print(f"    round {r + 1}: {master} {run.seconds:.2f}s (apply {run.report.get('seconds', 0):.2f}s in job)", flush=True)
     base = rows / statistics.median(bare)

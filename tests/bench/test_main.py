@@ -12,7 +12,8 @@ from bench.apply import build_parser
 from tests.bench import REPO
 
 SUITE_FLAGS = {
-    "apply": ["--only", "--repeat", "--workdir", "--events", "--key-space", "--sizes", "--batch", "--keys", "--touch-keys", "--buckets"],
+    "apply": ["--only", "--repeat", "--workdir", "--events", "--key-space", "--sizes", "--batch", "--keys", "--touch-keys", "--buckets",
+              "--spark-conf"],
     "codecs": ["--events", "--protocols"],
     "land": ["--messages", "--rounds", "--runners"],
     "consistency": ["--histories", "--steps", "--seed"],
@@ -57,7 +58,9 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
     defaults = build_parser().parse_args([])
     assert (defaults.only, defaults.sizes, defaults.repeat, defaults.events, defaults.touch_keys) == (
         ["throughput", "growth", "memory"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000)
-    for bad in (["--sizes", "100000,20000"], ["--only", "speed"], ["--keys", "warm"]):
+    conf = build_parser().parse_args(["--spark-conf", "spark.executor.memory=2g", "--spark-conf", "spark.sql.x=a=b"]).spark_conf
+    assert conf == [("spark.executor.memory", "2g"), ("spark.sql.x", "a=b")]
+    for bad in (["--sizes", "100000,20000"], ["--only", "speed"], ["--keys", "warm"], ["--spark-conf", "memory=2g"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
     assert "choose from throughput, growth, memory" in capsys.readouterr().err
