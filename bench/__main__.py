@@ -1,22 +1,35 @@
-"""python -m bench [codecs|land|apply|consistency|maintenance] [suite options]"""
+"""python -m bench [codecs|land|apply|consistency|maintenance] [suite options]
+
+The suite name is taken from the first argument and everything after it goes to that suite's
+own parser, so ``python -m bench apply --help`` shows the suite's flags. Without a suite every
+suite runs with its defaults.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Callable
 
-from bench import apply, codecs, consistency, land, maintenance
+SUITES = ("apply", "codecs", "consistency", "land", "maintenance")
 
-SUITES = {"codecs": codecs.main, "land": land.main, "apply": apply.main, "consistency": consistency.main,
-          "maintenance": maintenance.main}
+
+def suite_main(name: str) -> Callable[[list[str]], int]:
+    # Imported on demand: one suite's --help should not import every suite's dependencies (Kafka, Spark).
+    return importlib.import_module(f"bench.{name}").main
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", nargs="?", choices=sorted(SUITES), default=None, help="one suite (default: all)")
-    args, rest = parser.parse_known_args(argv)
-    for name in [args.suite] if args.suite else sorted(SUITES):
-        code = SUITES[name](rest)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUITES:
+        return suite_main(argv[0])(argv[1:]) or 0
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1].replace("\n", " "),
+                                     epilog="`python -m bench <suite> --help` lists a suite's own options.")
+    parser.add_argument("suite", nargs="?", choices=SUITES, help="one suite, followed by its options (default: all)")
+    args = parser.parse_args(argv)  # only --help, an unknown suite or options without a suite get here
+    for name in [args.suite] if args.suite else SUITES:
+        code = suite_main(name)([])
         if code:
             return code
     return 0

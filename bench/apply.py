@@ -1,161 +1,95 @@
-"""Apply benchmarks.
+"""Apply benchmarks (issue 12): throughput end to end, one batch as a table grows, the driver's memory.
 
-(a) throughput: N generated events over 10 tables (TiCDC Canal-JSON, 4 partitions) from
-    raw segments to a published watermark, as events/s and as a ratio to the bare work of
-    reading the same segments and parsing every message with orjson; with the driver's
-    peak memory (max RSS).
-(b) growth: the time to apply one batch of 20k changes as a table grows from S to 10*S
-    rows, for hot keys (changes on the most recent keys) and uniform keys, as a ratio to
-    the first measurement. Target: at most 2x growth for hot keys.
+    python -m bench apply [--only throughput,growth,memory] [--repeat 3] [--workdir DIR] [suite flags]
+
+(a) throughput  N events over 10 tables through ``spark-submit spark/jobs/apply.py`` on local[2]
+                and local[1], Spark start-up included; baseline: a bare decode of the same archive.
+(b) growth      one 20k-change batch as the table grows; baseline: the batch at the smallest size.
+(c) memory      a run touching K keys with a 1g driver and maxResultSize=64m; peak RSS per process;
+                baseline: the same job over 1,000 keys.
+
+Every figure is a median over ``--repeat`` repetitions. Generated archives are cached under
+``--workdir`` by their parameters, so a second run measures without generating again.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import multiprocessing
-import random
-import resource
 import tempfile
-import time
-from decimal import Decimal
+from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-import pyarrow.parquet as pq
-
-from cdc_codecs import Column, DdlChange, Op, RowChange, SourcePosition, TableSchema, Watermark, get_encoder
-from cdc_codecs.types import parse_mysql_type
-from cdc_codecs.workload import Workload, WorkloadSpec, create_sql
-from spark.apply import apply_interval
-from spark.config import PipelineConfig
-from spark.storage import open_storage
-
-UTC = dt.timezone.utc
-T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
-HOUR = dt.timedelta(hours=1)
+SUITES = ("throughput", "growth", "memory")
 
 
-def _config(root: Path, name: str) -> PipelineConfig:
-    return PipelineConfig.from_mapping({
-        "name": name, "kafka": {"bootstrap_servers": "unused:9092"},
-        "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(root)},
-    }, "bench")
-
-
-def _writer(config: PipelineConfig, partitions: int):
-    from tests.spark.archive import ArchiveWriter  # the same layout landing writes
-
-    return ArchiveWriter(config, open_storage(config.storage), {"cdc": partitions})
-
-
-def throughput(events: int, root: Path) -> None:
-    config = _config(root / "throughput", "throughput")
-    writer = _writer(config, 4)
-    history = Workload(WorkloadSpec(tables=10, events=events, seed=1, key_space=max(1000, events // 20), watermark_every=1000)).events()
-    records = get_encoder("canal-json").encode_all(history, 4)
-    manifest = writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records])
-    del records
-    storage = open_storage(config.storage)
-    started = time.perf_counter()
-    parsed = 0
-    for p in manifest.partitions:
-        for s in p.segments:
-            for v in pq.read_table(storage.arrow_fs.open_input_file(storage.arrow_path(s.path)), columns=["value"]).column("value").to_pylist():
-                orjson.loads(v)
-                parsed += 1
-    bare = time.perf_counter() - started
-    # The driver's memory is measured in a fresh process, so generating the corpus above does not count.
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        took, rss, applied, watermark = pool.apply(_apply_in_fresh_process, (str(root / "throughput"),))
-    print(f"(a) {applied:,} events over 10 tables -> published W {watermark}")
-    print(f"    bare segment read + orjson.loads: {bare:7.2f}s  {parsed / bare:>10,.0f} msg/s   1.00")
-    print(f"    apply_interval (in-process):      {took:7.2f}s  {applied / took:>10,.0f} events/s {bare / took:5.2f}")
-    print(f"    driver peak RSS: {rss:,.0f} MiB (target <= 2048; the in-process runner decodes in the driver too)")
-
-
-def _apply_in_fresh_process(root: str) -> tuple[float, float, int, int]:
-    config = _config(Path(root), "throughput")
-    started = time.perf_counter()
-    result = apply_interval(config, T0, T0 + HOUR)
-    took = time.perf_counter() - started
-    return took, _peak_rss_mib(), result.report["events_decoded"], result.watermark
-
-
-def _peak_rss_mib() -> float:
-    """This process's peak RSS. Not ru_maxrss: Linux carries that over fork and exec from the parent."""
+def _sizes(text: str) -> list[int]:
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        sizes = [int(float(s)) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated row counts such as 500000,5000000, found {text!r}") from None
+    if not sizes or sizes != sorted(sizes) or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected increasing positive row counts, found {text!r}")
+    return sizes
 
 
-SCHEMA = TableSchema("bench", "grow", tuple(Column(n, parse_mysql_type(t), n != "id") for n, t in
-                     [("id", "bigint"), ("v", "int"), ("s", "varchar(32)"), ("amount", "decimal(12,2)")]), ("id",))
+def _choices(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        picked = [s for s in text.split(",") if s]
+        unknown = sorted(set(picked) - set(allowed))
+        if unknown or not picked:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(allowed)}")
+        return picked
+    return parse
 
 
-def growth(start_rows: int, steps: int, batch: int, root: Path) -> None:
-    types = SCHEMA.column_types
-    pos = SourcePosition("cdc", 0, 0)
-    for mode in ("hot", "uniform"):
-        config = _config(root / f"growth-{mode}", f"growth-{mode}")
-        writer = _writer(config, 1)
-        encoder = get_encoder("canal-json")
-        rng = random.Random(7)
-        ts = [1 << 40]
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, found {text!r}")
+    return key, value
 
-        def tick() -> int:
-            ts[0] += 1 << 18
-            return ts[0]
 
-        def row(i: int) -> dict:
-            return {"id": i, "v": rng.randint(0, 1000), "s": f"row-{i}", "amount": Decimal(rng.randint(0, 10**6)).scaleb(-2)}
-
-        size = 0
-        interval = 0
-        first = None
-        print(f"(b) {mode} keys: apply {batch:,} changes as the table grows")
-        for step in range(steps):
-            target = start_rows * (step + 1)
-            events = []
-            if step == 0:
-                events.append(DdlChange("bench", "grow", create_sql(SCHEMA), tick(), pos, "CREATE", None, SCHEMA))
-            # Grow the table to the target size (not timed).
-            events += [RowChange(Op.INSERT, "bench", "grow", None, row(i), ("id",), types, tick(), pos) for i in range(size, target)]
-            events.append(Watermark(tick(), pos))
-            writer.interval(T0 + interval * HOUR, T0 + (interval + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(events, 1)])
-            apply_interval(config, T0 + interval * HOUR, T0 + (interval + 1) * HOUR)
-            interval += 1
-            size = target
-            # The measured batch: updates on recent keys (hot) or anywhere (uniform).
-            keys = [size - 1 - rng.randrange(batch * 2) for _ in range(batch)] if mode == "hot" else [rng.randrange(size) for _ in range(batch)]
-            changes = [RowChange(Op.UPDATE, "bench", "grow", {"id": k}, row(k), ("id",), types, tick(), pos) for k in keys]
-            changes.append(Watermark(tick(), pos))
-            writer.interval(T0 + interval * HOUR, T0 + (interval + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(changes, 1)])
-            started = time.perf_counter()
-            apply_interval(config, T0 + interval * HOUR, T0 + (interval + 1) * HOUR)
-            took = time.perf_counter() - started
-            interval += 1
-            first = first or took
-            print(f"    {size:>12,} rows: {took:7.2f}s  growth {took / first:5.2f}x")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench apply", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", type=_choices(SUITES), default=",".join(SUITES), help="comma-separated suites to run (default %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure; medians are reported (default %(default)s)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tidelake-bench",
+                        help="generated archives are cached here by parameters; runs use (and remove) runs/ below it (default %(default)s)")
+    parser.add_argument("--tables", type=int, default=10, help="(a), (c) tables (default %(default)s)")
+    parser.add_argument("--partitions", type=int, default=4, help="Kafka partitions of the generated topic (default %(default)s)")
+    parser.add_argument("--buckets", type=int, default=0, help="the pipeline's layout.buckets; 0 is unpartitioned (default %(default)s)")
+    parser.add_argument("--spark-conf", type=_conf, action="append", default=[], metavar="spark.KEY=VALUE",
+                        help="extra Spark configuration for every job (repeatable); (c)'s own memory settings win")
+    a = parser.add_argument_group("(a) throughput")
+    a.add_argument("--events", type=int, default=1_000_000, help="generated row changes (default %(default)s)")
+    a.add_argument("--key-space", type=int, default=None, help="keys per table (default max(1000, events / 20))")
+    b = parser.add_argument_group("(b) growth")
+    b.add_argument("--sizes", type=_sizes, default="500000,2000000,5000000", help="table sizes in rows, increasing (default %(default)s)")
+    b.add_argument("--batch", type=int, default=20_000, help="changes per batch (default %(default)s)")
+    b.add_argument("--keys", type=_choices(("hot", "uniform")), default="hot,uniform", help="key distributions (default %(default)s)")
+    c = parser.add_argument_group("(c) memory")
+    c.add_argument("--touch-keys", type=int, default=5_000_000, help="keys touched by the one run (default %(default)s)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench apply")
-    parser.add_argument("--events", type=int, default=1_000_000, help="(a) generated events")
-    parser.add_argument("--start-rows", type=int, default=2_000_000, help="(b) first table size; it grows to 10x")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=20_000)
-    parser.add_argument("--only", choices=["throughput", "growth"], default=None)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.only in (None, "throughput"):
-            throughput(args.events, Path(tmp))
-        if args.only in (None, "growth"):
-            growth(args.start_rows, args.steps, args.batch, Path(tmp))
+    args = build_parser().parse_args(argv)
+    if args.repeat < 1:
+        build_parser().error(f"--repeat: expected at least 1, found {args.repeat}")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    conf = dict(args.spark_conf)
+    # Imported here: --help stays fast and needs no Spark.
+    if "throughput" in args.only:
+        from bench import apply_throughput
+
+        apply_throughput.main(args.events, args.tables, args.partitions, args.key_space, args.repeat, args.buckets, args.workdir,
+                              conf)
+    if "growth" in args.only:
+        from bench import apply_growth
+
+        apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir, conf)
+    if "memory" in args.only:
+        from bench import apply_memory
+
+        apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir, conf)
     return 0

@@ -1,0 +1,171 @@
+"""(b) one change batch as a table grows: does the cost of a batch follow the batch or the table?
+
+A batch is ``batch`` changes to distinct keys: 60% updates, 20% deletes, 20% inserts of new
+keys (after the largest, as an auto-increment key grows). ``hot`` draws the updated and deleted
+keys from the newest ``5 * batch`` live keys, ``uniform`` from every live key. At each table
+size, ``repeat`` batches are applied one after another (each its own landed interval) by
+``apply_interval`` with a SparkRunner on a warm local[2] session; the table grows between sizes
+by appending generated rows straight to the Iceberg table the pipeline created (not timed;
+growing millions of rows through the pipeline would dominate the benchmark).
+
+Per size: median seconds per batch, its ratio to the smallest size (the baseline, measured in
+the same run), and bytes rewritten per batch / table bytes: the sum of ``added-files-size`` over
+the snapshots the batch committed, over ``total-files-size`` after it.
+Target (issue 12): growth <= 1.3x over a 10x larger table, hot and uniform.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from bench import rows
+from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config
+from bench.jobs import JobFailed
+from cdc_codecs import Op, Watermark, get_encoder
+from spark import catalog as cat
+from spark.apply import apply_interval
+from spark.commit import table_watermark
+from spark.land import SparkRunner
+from spark.schema_map import COMMIT_TS, OP
+from spark.session import build_session
+
+PROTOCOL = "canal-json"
+TABLE = "grow"
+SEED_CHUNK = 1_000_000  # rows per seeding append
+
+
+def build_archive(root: Path, mode: str, sizes: list[int], batch: int, repeat: int, partitions: int) -> dict[str, Any]:
+    """Intervals: the CREATE, then ``repeat`` batches per size; the seeding appends between them as steps."""
+    builder = ArchiveBuilder(pipeline_config(root, protocol=PROTOCOL), partitions)
+    encoder = get_encoder(PROTOCOL)
+    clock = rows.Clock()
+    rng = random.Random(f"{mode}-{batch}")
+    interval = 0
+
+    def land(events: list[Any]) -> int:
+        nonlocal interval
+        events.append(Watermark(clock.tick(), rows.POSITION))
+        start = T0 + interval * HOUR
+        builder.add(encoder.encode_all(events, partitions), start)
+        builder.close_interval(start, start + HOUR)
+        interval += 1
+        return interval - 1
+
+    steps: list[dict[str, Any]] = [{"apply": land([rows.create(TABLE, clock)])}]
+    next_id, live, deleted = 0, 0, set()
+    version = 1
+    for size in sizes:
+        if size > live:
+            steps.append({"seed": [next_id, next_id + size - live]})
+            next_id, live = next_id + size - live, size
+        for _ in range(repeat):
+            updates, deletes = batch * 6 // 10, batch * 2 // 10
+            window = range(max(0, next_id - 5 * batch), next_id) if mode == "hot" else range(next_id)
+            picked: list[int] = []
+            seen: set[int] = set()
+            while len(picked) < updates + deletes:
+                k = rng.choice(window)
+                if k not in deleted and k not in seen:
+                    seen.add(k)
+                    picked.append(k)
+            inserts = list(range(next_id, next_id + batch - updates - deletes))
+            changes = ([rows.change(Op.UPDATE, TABLE, k, version, clock) for k in picked[:updates]]
+                       + [rows.change(Op.DELETE, TABLE, k, version, clock) for k in picked[updates:]]
+                       + [rows.change(Op.INSERT, TABLE, k, version, clock) for k in inserts])
+            rng.shuffle(changes)  # one batch, commit order interleaves the kinds
+            changes = [c._replace(commit_ts=clock.tick()) for c in changes]
+            deleted.update(picked[updates:])
+            next_id += len(inserts)
+            version += 1
+            steps.append({"batch": land(changes), "size": size})
+    return {"steps": steps}
+
+
+def _bytes_rewritten(table: Any, before_sequence: int) -> tuple[int, int, int]:
+    """(added-files-size summed over the snapshots after ``before_sequence``, total-files-size, data files replaced)."""
+    added = replaced = 0
+    for s in table.metadata.snapshots:
+        if s.sequence_number > before_sequence and s.summary is not None:
+            added += int(s.summary.get("added-files-size") or 0)
+            replaced += int(s.summary.get("deleted-data-files") or 0)
+    current = table.current_snapshot()
+    return added, int(current.summary.get("total-files-size") or 0) if current and current.summary else 0, replaced
+
+
+def _table(config: Any) -> Any:
+    (table,) = cat.pipeline_tables(cat.open_catalog(config), config)
+    return table
+
+
+def _seed(config: Any, first: int, end: int) -> None:
+    """Append rows ``first..end-1`` straight to the table, in its own schema (not timed)."""
+    for lo in range(first, end, SEED_CHUNK):
+        table = _table(config)
+        target = table.schema().as_arrow()
+        data = rows.arrow_rows(lo, min(end, lo + SEED_CHUNK), 0)
+        # As the pipeline writes rows: upstream columns, then the commitTs (the table's W) and the op.
+        data = data.append_column(COMMIT_TS, pa.repeat(pa.scalar(table_watermark(table), pa.int64()), len(data)))
+        data = data.append_column(OP, pa.repeat(pa.scalar(Op.INSERT.value, pa.string()), len(data)))
+        table.append(data.select(target.names).cast(target))
+
+
+def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buckets: int, runner: SparkRunner) -> dict[int, list[tuple[float, float, int]]]:
+    """Per size: (seconds, bytes rewritten / table bytes, data files replaced) of each batch."""
+    clone_archive(archive, run_dir)
+    config = pipeline_config(run_dir, protocol=PROTOCOL, buckets=buckets)
+    out: dict[int, list[tuple[float, float, int]]] = {}
+    for step in facts["steps"]:
+        if "seed" in step:
+            _seed(config, *step["seed"])
+            continue
+        i = step.get("apply", step.get("batch"))
+        start = T0 + i * HOUR
+        before = _table(config).metadata.last_sequence_number if "batch" in step else 0
+        started = time.perf_counter()
+        result = apply_interval(config, start, start + HOUR, runner=runner)
+        took = time.perf_counter() - started
+        if not result.watermark:
+            raise JobFailed(f"{mode}: interval {i} published no watermark: {result.report}")
+        if "batch" in step:
+            added, total, replaced = _bytes_rewritten(_table(config), before)
+            out.setdefault(step["size"], []).append((took, added / total if total else 0.0, replaced))
+            print(f"      {mode} {step['size']:>12,} rows: batch {took:6.2f}s, rewrote {added / 1e6:8.1f} MB "
+                  f"of {total / 1e6:8.1f} MB, {replaced} data files replaced", flush=True)
+    cat.close_catalogs()
+    shutil.rmtree(run_dir)
+    return out
+
+
+def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat: int, buckets: int, workdir: Path,
+         conf: dict[str, str]) -> None:
+    print(f"(b) one {batch:,}-change batch (60% updates, 20% deletes, 20% inserts) as the table grows "
+          f"{' -> '.join(f'{s:,}' for s in sizes)} rows; {partitions} partitions, layout.buckets={buckets}; "
+          f"median of {repeat} batches per size; apply_interval + SparkRunner on a warm local[2]", flush=True)
+    session = build_session("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf})
+    try:
+        runner = SparkRunner(session)
+        for mode in modes:
+            params = {"mode": mode, "sizes": sizes, "batch": batch, "repeat": repeat, "partitions": partitions, "protocol": PROTOCOL}
+            t = time.perf_counter()
+            archive, facts = cached_archive(workdir, f"growth-{mode}", params,
+                                            lambda root, mode=mode: build_archive(root, mode, sizes, batch, repeat, partitions))
+            print(f"    {mode} keys: archive ready in {time.perf_counter() - t:.1f}s ({archive.parent.name})", flush=True)
+            measured = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner)
+            base = statistics.median(t for t, _, _ in measured[sizes[0]])
+            print(f"    {mode} keys: {'rows':>12} {'s/batch':>8} {'vs ' + format(sizes[0], ','):>14} {'rewritten/table':>16} {'files replaced':>15}")
+            for size in sizes:
+                took = statistics.median(t for t, _, _ in measured[size])
+                share = statistics.median(b for _, b, _ in measured[size])
+                files = statistics.median(f for _, _, f in measured[size])
+                print(f"    {'':10} {size:>12,} {took:8.2f} {took / base:13.2f}x {share:16.3f} {files:15.0f}", flush=True)
+            print(f"    {mode} keys: growth {statistics.median(t for t, _, _ in measured[sizes[-1]]) / base:.2f}x over "
+                  f"{sizes[-1] / sizes[0]:.0f}x the rows (target <= 1.3x)", flush=True)
+    finally:
+        session.stop()

@@ -1,0 +1,125 @@
+"""(a) apply end to end: N generated events over 10 tables, landed, then applied by the real job.
+
+Each round, interleaved: the baseline (a bare decode of the same archive in one process: read
+every segment, decode every message with the protocol's decoder, count row changes), then
+``spark-submit spark/jobs/apply.py`` on local[2] and on local[1], each from a fresh clone of the
+landed archive, timed from spark-submit to exit (Spark start-up and shutdown included).
+Figures are medians over rounds; ratios are to the baseline's median events/s.
+Targets (issue 12): local[2] >= 40k events/s; local[1] -> local[2] speed-up >= 1.7.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from bench.archive import (
+    HOUR,
+    T0,
+    TOPIC,
+    ArchiveBuilder,
+    cached_archive,
+    clone_archive,
+    pipeline_config,
+    pipeline_document,
+    segment_paths,
+)
+from bench.jobs import JobFailed, JobRun, mib, submit_apply
+from cdc_codecs import RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
+from cdc_codecs.workload import Workload, WorkloadSpec
+
+PROTOCOL = "canal-json"
+MASTERS = ("local[2]", "local[1]")
+
+
+def build_archive(root: Path, events: int, tables: int, partitions: int, key_space: int) -> dict[str, Any]:
+    """Generate the workload and stream it, encoded, into one landed interval; returns its counts."""
+    builder = ArchiveBuilder(pipeline_config(root, protocol=PROTOCOL), partitions)
+    encoder = get_encoder(PROTOCOL)
+    spec = WorkloadSpec(tables=tables, events=events, seed=1, key_space=key_space, watermark_every=1000)
+    chunk: list[Any] = []
+    rows = messages = 0
+    for e in Workload(spec).events():
+        chunk.append(e)
+        rows += isinstance(e, RowChange)
+        if len(chunk) == 10_000:
+            records = encoder.encode_all(chunk, partitions)
+            messages += len(records)
+            builder.add(records, T0)
+            chunk = []
+    records = encoder.encode_all(chunk, partitions)
+    builder.add(records, T0)
+    messages += len(records)
+    builder.close_interval(T0, T0 + HOUR)
+    return {"row_changes": rows, "messages": messages}
+
+
+def bare_decode(archive: Path) -> tuple[float, int]:
+    """Seconds to read every segment and decode every message in this process; row changes seen."""
+    rows = 0
+    started = time.perf_counter()
+    for partition, paths in segment_paths(archive):
+        decoder = get_decoder(PROTOCOL)
+        for path in paths:
+            t = pq.read_table(path, columns=["offset", "key", "value"]).to_pydict()
+            for offset, key, value in zip(t["offset"], t["key"], t["value"]):
+                for e in decoder.decode(RawMessage(key, value, SourcePosition(TOPIC, partition, offset))):
+                    rows += isinstance(e, RowChange)
+    return time.perf_counter() - started, rows
+
+
+def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str]) -> JobRun:
+    clone_archive(archive, run_dir)
+    pipeline_file = run_dir / "pipeline.json"
+    pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
+    run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false", **conf})
+    if run.returncode or not run.report.get("watermark"):
+        raise JobFailed(f"apply on {master} over {run_dir} exited {run.returncode} "
+                        f"(watermark {run.report.get('watermark')}):\n{run.tail}")
+    shutil.rmtree(run_dir)
+    return run
+
+
+def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path,
+         conf: dict[str, str]) -> None:
+    key_space = key_space or max(1000, events // 20)
+    params = {"events": events, "tables": tables, "partitions": partitions, "key_space": key_space, "protocol": PROTOCOL}
+    t = time.perf_counter()
+    archive, facts = cached_archive(workdir, "throughput", params, lambda root: build_archive(root, events, tables, partitions, key_space))
+    rows = facts["row_changes"]
+    print(f"(a) apply end to end: {rows:,} row changes ({facts['messages']:,} {PROTOCOL} messages) over {tables} tables, "
+          f"{partitions} partitions, key space {key_space:,}/table, layout.buckets={buckets}; archive ready in "
+          f"{time.perf_counter() - t:.1f}s ({archive.parent.name}); median of {repeat} interleaved rounds", flush=True)
+    bare: list[float] = []
+    jobs: dict[str, list[JobRun]] = {m: [] for m in MASTERS}
+    for r in range(repeat):
+        seconds, decoded = bare_decode(archive)
+        if decoded != rows:
+            raise JobFailed(f"bare decode of {archive} saw {decoded} row changes, the archive holds {rows}")
+        bare.append(seconds)
+        for master in MASTERS:
+            run = run_job(archive, workdir / "runs" / "throughput", master, buckets, conf)
+            jobs[master].append(run)
+            print(f"    round {r + 1}: {master} {run.seconds:.2f}s (apply {run.report.get('seconds', 0):.2f}s in job)", flush=True)
+    base = rows / statistics.median(bare)
+    print(f"    {'':44} {'seconds':>8} {'events/s':>10} {'vs bare':>8}")
+    print(f"    {'baseline: bare decode, 1 process':44} {statistics.median(bare):8.2f} {base:10,.0f} {1.0:8.2f}")
+    wall: dict[str, float] = {}
+    for master in MASTERS:
+        wall[master] = statistics.median(j.seconds for j in jobs[master])
+        inner = statistics.median(j.report["seconds"] for j in jobs[master])
+        print(f"    {f'apply job {master}, spark-submit to exit':44} {wall[master]:8.2f} {rows / wall[master]:10,.0f} "
+              f"{rows / wall[master] / base:8.2f}")
+        print(f"    {'  of which apply_interval (job report)':44} {inner:8.2f} {rows / inner:10,.0f} {rows / inner / base:8.2f}")
+    print(f"    speed-up local[1] -> local[2]: {wall['local[1]'] / wall['local[2]']:.2f}x (target >= 1.7); "
+          f"local[2] target >= 40,000 events/s")
+    two = jobs["local[2]"]
+    print(f"    local[2] peak RSS (median): Python driver {mib(int(statistics.median(j.python_driver_peak for j in two)))}, "
+          f"JVM {mib(int(statistics.median(j.jvm_driver_peak for j in two)))}, "
+          f"largest Python worker {mib(int(statistics.median(j.worker_peak for j in two)))}", flush=True)

@@ -1,0 +1,122 @@
+"""Run ``spark/jobs/apply.py`` through ``spark-submit`` (client mode, the deploy path) and watch its memory.
+
+The submitted process tree on local[N] is: spark-submit's JVM (the Spark driver, which in
+local mode also hosts the executors), the Python driver it starts (the job's own code:
+``apply_interval``, the commits), and PySpark's Python workers (the tasks). A sampler thread
+reads every process's RSS every ``interval`` seconds with psutil and keeps each role's peak,
+so "driver peak RSS" is measured, not inferred from the JVM's settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+from bench.archive import PIPELINE
+from cdc_codecs import TidelakeError
+from spark import layout
+
+REPO = Path(__file__).resolve().parents[1]
+APPLY_JOB = REPO / "spark" / "jobs" / "apply.py"
+MIB = 1024 * 1024
+
+
+class JobFailed(TidelakeError):
+    """A submitted benchmark job exited non-zero."""
+
+
+@dataclasses.dataclass
+class JobRun:
+    """One submitted apply: wall time from spark-submit to exit (Spark start-up included) and peaks."""
+
+    seconds: float
+    returncode: int
+    report: dict
+    python_driver_peak: int = 0  # bytes: the Python process running spark/jobs/apply.py
+    jvm_driver_peak: int = 0  # bytes: spark-submit's JVM (driver and, on local[N], executors)
+    worker_peak: int = 0  # bytes: the largest Python worker
+    workers_peak_total: int = 0  # bytes: all Python workers at once
+    tail: str = ""
+
+    @property
+    def driver_peak(self) -> int:
+        return self.python_driver_peak + self.jvm_driver_peak
+
+
+class _Sampler(threading.Thread):
+    def __init__(self, pid: int, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.stop = threading.Event()
+        self.python_driver = self.jvm = self.worker = self.workers_total = 0
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self.stop.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            workers = 0
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                    cmd = " ".join(p.cmdline())
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                if "java" in p.name() or "org.apache.spark.deploy.SparkSubmit" in cmd:
+                    self.jvm = max(self.jvm, rss)
+                elif str(APPLY_JOB) in cmd:
+                    self.python_driver = max(self.python_driver, rss)
+                elif "pyspark" in cmd or "python" in p.name():
+                    self.worker = max(self.worker, rss)
+                    workers += rss
+            self.workers_total = max(self.workers_total, workers)
+            self.stop.wait(self.interval)
+
+
+def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, master: str, conf: dict[str, str] | None = None,
+                 driver_memory: str | None = None, sample_every: float = 0.1) -> JobRun:
+    """``spark-submit --master <master> spark/jobs/apply.py --config ... --start ... --end ...``, timed and watched."""
+    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
+    if driver_memory:
+        argv += ["--driver-memory", driver_memory]
+    for key, value in (conf or {}).items():
+        argv += ["--conf", f"{key}={value}"]
+    argv += [str(APPLY_JOB), "--config", str(pipeline_file), "--start", _iso(start), "--end", _iso(end)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sampler = _Sampler(proc.pid, sample_every)
+    sampler.start()
+    output, _ = proc.communicate()
+    seconds = time.perf_counter() - started
+    sampler.stop.set()
+    sampler.join()
+    root = Path(orjson.loads(pipeline_file.read_bytes())["storage"]["url"])
+    report_file = root / layout.report_path(PIPELINE, start, end, "apply")
+    report = orjson.loads(report_file.read_bytes()) if report_file.exists() else {}
+    return JobRun(seconds, proc.returncode, report, sampler.python_driver, sampler.jvm, sampler.worker,
+                  sampler.workers_total, output.decode(errors="replace")[-3000:])
+
+
+def _iso(instant: dt.datetime) -> str:
+    return instant.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def mib(n: int) -> str:
+    return f"{n / MIB:,.0f} MiB"
