@@ -14,6 +14,7 @@ Issue defaults: --runs 500 --changes 2000 --every 50. The defaults here are a qu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import statistics
 import tempfile
@@ -26,38 +27,27 @@ from cdc_codecs import get_encoder
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark import catalog as cat
 from spark.apply import apply_interval
-from spark.config import PipelineConfig
+from spark.config import MaintenanceConfig, PipelineConfig
 from spark.iceberg.files import live_data_files
-from spark.land import LocalRunner
-from spark.maintain.compaction import compact_table
-from spark.maintain.orphans import remove_orphans
+from spark.maintain.run import maintain as run_maintenance
+from spark.publish import published_watermarks
 from spark.query import read_pipeline
 from spark.storage import Storage, open_storage
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 RUN = dt.timedelta(minutes=15)
-KEEP_TAGS = 8  # the stand-in's tag retention: the last few runs' W
+KEEP = dt.timedelta(hours=2)  # every W of the last two hours of upstream time stays tagged (8 runs)
 
 
 def maintain(config: PipelineConfig, storage: Storage, target_file_size: int) -> None:
-    """Stand-in until ``spark.maintain.run.maintain()`` lands (then: one call to it): compaction,
-    the last KEEP_TAGS tags kept, pyiceberg's metadata-only expiry of every unreferenced
-    snapshot, and orphan cleanup deleting the files only those snapshots held (grace 0: nothing
-    else runs here)."""
-    catalog = cat.open_catalog(config)
-    tables = cat.pipeline_tables(catalog, config)
-    for table in tables:
-        compact_table(table, LocalRunner(), target_file_size=target_file_size)
-        table.refresh()
-        tags = sorted((name for name, ref in table.refs().items() if ref.snapshot_ref_type == "tag"), key=lambda n: int(n[3:]))
-        if len(tags) > KEEP_TAGS:
-            manage = table.manage_snapshots()
-            for name in tags[:-KEEP_TAGS]:
-                manage = manage.remove_tag(name)
-            manage.commit()
-        table.maintenance.expire_snapshots().older_than(dt.datetime.now(UTC) + dt.timedelta(seconds=1)).commit()
-    remove_orphans(storage, cat.pipeline_tables(catalog, config), grace_seconds=0, now=dt.datetime.now(UTC) + dt.timedelta(seconds=1))
+    """``tidelake maintain`` at the latest W's time: retention keeps the last two hours of Ws,
+    then expiry, compaction and orphan cleanup (grace 0: nothing else runs here)."""
+    latest = max(published_watermarks(storage, config.name))
+    now = dt.datetime.fromtimestamp((latest >> 18) / 1000, UTC) + dt.timedelta(minutes=1)
+    policy = MaintenanceConfig(keep_all=KEEP, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0),
+                               grace_period=dt.timedelta(0), target_file_size=target_file_size)
+    run_maintenance(dataclasses.replace(config, maintenance=policy), storage=storage, now=now)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def test_the_dag_file_builds_one_dag_per_deploy_pipeline() -> None:
            "AIRFLOW_HOME": str(Path(os.environ.get("AIRFLOW_HOME", "/tmp/tidelake-airflow-deploy")))}
     proc = subprocess.run([sys.executable, "-c", code], cwd=DEPLOY.parent, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['tidelake_crm', 'tidelake_shop']"
+    assert proc.stdout.strip().splitlines()[-1] == "['tidelake-maintenance-crm', 'tidelake-maintenance-shop', 'tidelake_crm', 'tidelake_shop']"
 
 
 def test_helm_values_and_spark_defaults_describe_client_mode_with_the_code_archive() -> None:
