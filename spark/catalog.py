@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -104,16 +105,23 @@ def close_catalogs() -> None:
     _CATALOGS.clear()
 
 
+# Tables of one run are created from several threads (spark.apply commits tables side by side):
+# namespaces are made under a lock, since a SQL catalog reports a concurrent create as a
+# constraint violation rather than NamespaceAlreadyExistsError.
+_NAMESPACE_LOCK = threading.Lock()
+
+
 def ensure_namespace(catalog: Catalog, namespace: tuple[str, ...]) -> None:
     try:
         catalog.load_namespace_properties(namespace)  # a read; a failed create costs a rolled-back write
         return
     except NoSuchNamespaceError:
         pass
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    with _NAMESPACE_LOCK:
+        try:
+            catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
 
 
 _IDENTIFIER_SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")

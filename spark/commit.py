@@ -182,7 +182,7 @@ class TableCommitter:
                 if current is None:
                     if not step.upserts:
                         continue  # only deletes, of a table the lake never had: nothing to delete
-                    current, tx = self._create_from_rows(step, plan, fold)
+                    current = create_from_rows(self.catalog, self.config, plan, step, fold)
                 tx = tx or current.transaction()
                 if step.upserts and DROPPED in tx.table_metadata.properties:
                     # Rows for a dropped table (a changefeed re-sending old messages after the
@@ -256,18 +256,6 @@ class TableCommitter:
             columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
         keys = _key_columns(source.properties)
         return TableSchema(change.table[0], change.table[1], tuple(columns), keys)
-
-    def _create_from_rows(self, step: DataStep, plan: TablePlan, fold: Fold):
-        """Rows for a table no DDL created (the pipeline started after it): the rows' types make it."""
-        columns: dict[str, ColumnType]
-        columns, keys = fold.row_schema(plan.database, plan.table, step.segment)
-        if not columns:
-            raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
-        table = cat.create_table(self.catalog, self.config, plan.database, plan.table,
-                                 iceberg_schema(list(columns.items())), keys)
-        tx = table.transaction()
-        tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{n}": str(t) for n, t in columns.items()})
-        return table, tx
 
     def _schema_change(self, table: Table, tx: Transaction, change: Any, step: SchemaStep) -> None:
         """Stage one column, key, truncate or drop change. Upstream names are single-element
@@ -392,21 +380,10 @@ class TableCommitter:
                     fold: Fold) -> None:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
-        metadata = tx.table_metadata
-        props = metadata.properties
-        keys = _key_columns(props)
-        if not keys:
-            keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
-        if not keys:  # without a key the whole row is the key: rows equal in every column are one
-            keys = tuple(f.name for f in metadata.schema().fields if f.name not in (COMMIT_TS, OP))
-        upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
-        head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
-        files = live_data_files(table.io, head) if head is not None else []
-        name = ".".join(table.name())
-        target = UpsertTarget(TableTarget.from_metadata(name, metadata, table.io.properties), tuple(files), keys, upstream)
+        target, head = upsert_target(table, tx.table_metadata, plan, step, fold)
         rewrites = fold.rewrite(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
-            tx, name, expected_snapshot_id=head.snapshot_id if head is not None else None,
+            tx, target.table.name, expected_snapshot_id=head,
             removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
@@ -420,6 +397,38 @@ class TableCommitter:
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
         tx.commit_transaction()
+
+
+def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, step: DataStep, fold: Fold) -> Table:
+    """Rows for a table no DDL created (the pipeline started after it): the rows' types make it.
+
+    Committed at once, like every table creation: a run that stops before its data commit leaves
+    an empty table without a watermark, which the retry finds and fills.
+    """
+    columns: dict[str, ColumnType]
+    columns, keys = fold.row_schema(plan.database, plan.table, step.segment)
+    if not columns:
+        raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
+    table = cat.create_table(catalog, config, plan.database, plan.table, iceberg_schema(list(columns.items())), keys)
+    with table.transaction() as tx:
+        tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{n}": str(t) for n, t in columns.items()})
+    return table
+
+
+def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> tuple[UpsertTarget, int | None]:
+    """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
+    snapshot id of the branch head that plan is made against."""
+    props = metadata.properties
+    keys = _key_columns(props)
+    if not keys:
+        keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
+    if not keys:  # without a key the whole row is the key: rows equal in every column are one
+        keys = tuple(f.name for f in metadata.schema().fields if f.name not in (COMMIT_TS, OP))
+    upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
+    head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    files = live_data_files(table.io, head) if head is not None else []
+    target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
+    return UpsertTarget(target, tuple(files), keys, upstream), head.snapshot_id if head is not None else None
 
 
 def _remove_all_rows(table: Table, tx: Transaction) -> None:

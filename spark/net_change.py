@@ -17,7 +17,6 @@ changes were folded.
 from __future__ import annotations
 
 import datetime as dt
-import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -40,24 +39,38 @@ def row_key(key_columns: tuple[str, ...], row: Mapping[str, Any]) -> Key:
     return tuple(sorted(row.items()))
 
 
-def _canonical(value: Any) -> Any:
-    """A value's canonical form: equal Python values (1, 1.0, Decimal("1.00")) get equal forms."""
-    if value is None or isinstance(value, (str, bytes)):
-        return value
-    if isinstance(value, (bool, int, float, Decimal)):
+def _canonical(value: Any) -> str:
+    """A value as tagged text: equal Python values (1, 1.0, Decimal("1.00")) get equal texts."""
+    if isinstance(value, str):
+        return "s" + value
+    if isinstance(value, bool) or isinstance(value, int):
+        return "n" + str(int(value))
+    if value is None:
+        return "0"
+    if isinstance(value, (float, Decimal)):
         number = Decimal(value)  # exact, also for floats
-        return ("n", str(number.normalize()) if number.is_finite() else str(number))
+        if not number.is_finite():
+            return "n" + str(number)
+        integral = number.to_integral_value()
+        return "n" + (str(int(integral)) if number == integral else str(number.normalize()))
+    if isinstance(value, bytes):
+        return "y" + value.hex()
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return ("t", value.isoformat())
+        return "t" + value.isoformat()
     if isinstance(value, (list, tuple)):
-        return ("l", tuple(_canonical(v) for v in value))
-    return (type(value).__name__, repr(value))
+        return "l" + _joined(value)
+    return type(value).__name__ + ":" + repr(value)
+
+
+def _joined(values: Iterable[Any]) -> str:
+    # Length-prefixed, so no value's text can be mistaken for a separator.
+    return "".join(f"{len(t)}:{t}" for t in map(_canonical, values))
 
 
 def key_bytes(key: Key) -> bytes:
-    """Canonical bytes of a key: equal keys (as ``NetChange`` compares them) give equal bytes,
-    so a shuffle or a group-by on these bytes folds exactly the keys ``NetChange`` folds."""
-    return pickle.dumps(tuple(_canonical(v) for v in key), protocol=5)
+    """Canonical bytes of a key: equal keys give equal bytes, so a shuffle or a group-by on these
+    bytes folds exactly the keys Python equality would."""
+    return _joined(key).encode("utf-8", "surrogatepass")
 
 
 def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> Iterator[tuple[Key, bool]]:

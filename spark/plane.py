@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cdc_codecs import ColumnType, RowChange
+from cdc_codecs import ColumnType
 from spark import credentials
 from spark.config import PipelineConfig
+from spark.decode.changelog import decode_schema
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.upsert import UpsertTarget, group_sorted, results, route, run_groups
@@ -149,18 +150,18 @@ def _row_schema(batches: Iterable[pa.RecordBatch]) -> tuple[dict[str, ColumnType
     columns: dict[str, ColumnType] = {}
     keys: tuple[str, ...] = ()
     for batch in batches:
-        for blob, deletes in zip(batch.column("change").to_pylist(), batch.column("deletes").to_pylist()):
-            change: RowChange = pickle.loads(blob)
-            keys = change.key_columns
-            if not deletes:
-                columns.update(change.column_types or {})
+        written = batch.filter(pc.invert(batch.column("deletes")))
+        for blob in set(batch.column("schema").to_pylist()):
+            keys = decode_schema(blob)[0] or keys
+        for blob in set(written.column("schema").to_pylist()):
+            columns.update(decode_schema(blob)[1] or {})
     return columns, keys
 
 
 # ----------------------------------------------------------------------------- on Spark
 
 _CHANGE_LOG_DDL = ("topic string, partition int, offset long, index int, commit_ts long, database string, table string, "
-                   "key binary, deletes boolean, first boolean, change binary")
+                   "key binary, deletes boolean, first boolean, change binary, schema binary")
 _SELECTED_DDL = _CHANGE_LOG_DDL + ", ts long, state tinyint, segment int"
 
 

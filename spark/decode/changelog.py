@@ -41,7 +41,8 @@ from spark.storage import AlreadyExists, Storage, open_storage
 
 __all__ = [
     "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput", "decode_segments",
-    "decoder_version", "ensure_change_log", "read_change_log", "read_side_output",
+    "decode_effect", "decode_schema", "decoder_version", "encode_effect", "ensure_change_log", "read_change_log",
+    "read_side_output",
 ]
 
 PartitionKey = tuple[str, int]
@@ -63,7 +64,23 @@ CHANGE_LOG_SCHEMA = pa.schema([
     ("deletes", pa.bool_()),
     ("first", pa.bool_()),
     ("change", pa.binary()),
+    ("schema", pa.binary()),
 ])
+
+
+def encode_effect(op: Op, image: Mapping[str, Any]) -> bytes:
+    """A key effect's ``change`` column: the operation and the row image (the deleted key's for a delete)."""
+    return pickle.dumps((op.value, image), protocol=5)
+
+
+def decode_effect(blob: bytes) -> tuple[Op, dict[str, Any]]:
+    op, image = pickle.loads(blob)
+    return Op(op), image
+
+
+def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+    """A ``schema`` column value: the change's key columns and column types (shared by many rows)."""
+    return pickle.loads(blob)
 # Runs select by offset and commitTs: statistics on those; dictionaries on the repeated names.
 _STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table"]
 _DICTIONARY = ["topic", "database", "table"]
@@ -104,20 +121,32 @@ class _ChangeLogWriter:
                                         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS)
         self._columns: list[list[Any]] = [[] for _ in CHANGE_LOG_SCHEMA]
         self.rows = 0
+        # Decoders share one column-types mapping per table schema: pickled once per mapping.
+        self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, bytes]] = {}
+
+    def _schema(self, change: RowChange) -> bytes:
+        ident = (id(change.column_types), change.key_columns)
+        cached = self._schemas.get(ident)
+        if cached is None or cached[0] is not change.column_types:
+            if len(self._schemas) >= 1024:
+                self._schemas.clear()
+            types = dict(change.column_types) if change.column_types is not None else None
+            cached = self._schemas[ident] = (change.column_types, pickle.dumps((change.key_columns, types), protocol=5))
+        return cached[1]
 
     def add(self, change: RowChange) -> None:
         """One row per key effect of the change."""
         p = change.position
         first = True
+        schema = self._schema(change)
         for key, deletes in change_effects(change):
             if deletes:
                 keys = change.key_columns
-                image = dict(zip(keys, key)) if keys else dict(key)
-                stored = change._replace(op=Op.DELETE, before=image, after=None)
+                stored = encode_effect(Op.DELETE, dict(zip(keys, key)) if keys else dict(key))
             else:
-                stored = change._replace(before=None)
+                stored = encode_effect(change.op, change.after)
             row = (p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                   key_bytes(key), deletes, first, pickle.dumps(stored, protocol=5))
+                   key_bytes(key), deletes, first, stored, schema)
             for column, value in zip(self._columns, row):
                 column.append(value)
             first = False

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.transforms import IdentityTransform
 
+from spark.decode.changelog import decode_effect
 from spark.iceberg.files import _transformed, key_file_pairs
 from spark.iceberg.rewrite import FileRewrite, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
@@ -61,13 +62,12 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     writes = np.zeros(net.num_rows, dtype=bool)
     for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
                                                 net.column("ts").to_pylist())):
-        change = pickle.loads(blob)
-        image = change.before if deletes else change.after
-        row = {n: fit_upstream_value(v, upstream.get(n)) for n, v in (image or {}).items()}
+        op, image = decode_effect(blob)
+        row = {n: fit_upstream_value(v, upstream.get(n)) for n, v in image.items()} if upstream else dict(image)
         if not deletes:
             writes[i] = True
             row[COMMIT_TS] = ts
-            row[OP] = change.op.value
+            row[OP] = op.value
         images.append(row)
     return arrow_table(target.table.metadata().schema(), images), writes
 
