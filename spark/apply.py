@@ -56,7 +56,7 @@ from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
 from spark.plane import Fold, LocalPlane, SparkPlane
 from spark.publish import (
-    CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path, published_watermarks,
+    CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,
 )
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
@@ -105,6 +105,11 @@ class Checkpoint:
     # DDL sent to every partition gets a different derived commitTs on each, so its later
     # copies are recognised by this, in whatever run they come.
     ddl_applied: tuple[tuple[Any, ...], ...] = ()
+    # Per partition, the raw segments the next run may read: those holding offsets from the
+    # pending one on, after the last segment wholly before it (whose side output holds the
+    # decoder state to resume from). The next run reads these and its own manifest, never the
+    # whole history (None: a checkpoint written before this was kept).
+    segments: dict[PKey, tuple[SegmentRef, ...]] | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps({
@@ -114,6 +119,8 @@ class Checkpoint:
             "pending": {_ptext(k): v for k, v in sorted(self.pending.items())},
             "schemas": {t: [s.to_dict() for s in ss] for t, ss in sorted(self.schemas.items())},
             "ddl_applied": [list(i) for i in self.ddl_applied],
+            **({"segments": {_ptext(k): [[r.path, r.start, r.end] for r in v] for k, v in sorted(self.segments.items())}}
+               if self.segments is not None else {}),
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -124,6 +131,7 @@ class Checkpoint:
             doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
             {t: [TableSchema.from_dict(s) for s in ss] for t, ss in doc.get("schemas", {}).items()},
             tuple(tuple(i) for i in doc.get("ddl_applied", ())),
+            {_pkey(k): tuple(SegmentRef(*r) for r in v) for k, v in doc["segments"].items()} if "segments" in doc else None,
         )
 
 
@@ -206,29 +214,44 @@ def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
                    target: int, lease: Lease, step: Callable[[str], None],
                    progress: Callable[[str, int, int], None]) -> ApplyResult:
-    published = set(published_watermarks(storage, config.name))
-    checkpoints = [_read_checkpoint(storage, config.name, iv) for iv in chain]
-    # Every run leaves main at the latest published W at least: a table behind it is replayed.
-    last_published = max((i for i, cp in enumerate(checkpoints) if cp is not None and cp.watermark in published), default=-1)
-    previous: Checkpoint | None = None
-    result: ApplyResult | None = None
-    replayed: list[str] = []
     # The lowest table watermark: an interval at or below it is done for every table. Only an
     # applied interval moves tables, so it is read again only then.
     lowest = min(_table_watermarks(catalog, config).values(), default=None)
-    for i in range(max(target, last_published) + 1):
+
+    def done(cp: Checkpoint | None) -> bool:
+        return cp is not None and (cp.watermark == 0 or _is_published(storage, config.name, cp.watermark))
+
+    # Reads stay bounded by what is left to do, not by the history: walking back from the newest
+    # interval, the first one that is done for every table (published, tables at or past its W)
+    # is the base -- runs apply intervals in order, so everything before it is done too.
+    checkpoints: dict[int, Checkpoint | None] = {}
+    base = -1
+    for i in range(len(chain) - 1, -1, -1):
+        cp = checkpoints[i] = _read_checkpoint(storage, config.name, chain[i])
+        if done(cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
+            base = i
+            break
+    if target <= base:  # an interval whose W is published and every table past it: confirmed
+        cp = checkpoints.get(target) or _read_checkpoint(storage, config.name, chain[target])
+        previous = _read_checkpoint(storage, config.name, chain[target - 1]) if target else None
+        assert cp is not None
+        return _confirm(config, storage, catalog, chain[target], cp, previous)
+    # Every run leaves main at the latest published W at least: a table behind it is replayed.
+    last_published = max((i for i, cp in checkpoints.items() if i > base and done(cp)), default=-1)
+    previous = checkpoints.get(base) if base >= 0 else None
+    result: ApplyResult | None = None
+    replayed: list[str] = []
+    for i in range(base + 1, max(target, last_published) + 1):
         iv, cp = chain[i], checkpoints[i]
-        if cp is not None and (cp.watermark == 0 or cp.watermark in published):
-            if lowest is None or lowest >= cp.watermark:
-                if i == target:
-                    result = _confirm(config, storage, catalog, iv, cp, previous)
-                previous = cp
-                continue
+        if done(cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
+            if i == target:
+                result = _confirm(config, storage, catalog, iv, cp, previous)  # type: ignore[arg-type]
+            previous = cp
+            continue
         if i != target:
             replayed.append(layout.instant(iv.end))
         r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
                        progress)
-        published.add(r.watermark)
         lowest = min(_table_watermarks(catalog, config).values(), default=None)
         if i == target:
             result = r
@@ -236,6 +259,10 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     assert result is not None
     result.replayed = replayed
     return result
+
+
+def _is_published(storage: Storage, pipeline: str, watermark: int) -> bool:
+    return storage.exists(published_path(pipeline, watermark))
 
 
 def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoint | None:
@@ -279,23 +306,45 @@ def _w_time(w: int) -> str | None:
 def _read_window(config: PipelineConfig, storage: Storage, manifest: Manifest, previous: Checkpoint | None,
                  ) -> tuple[dict[PKey, tuple[int, int]], dict[PKey, list[SegmentRef]], dict[PKey, list[SegmentRef]]]:
     """Per partition: the offsets the run reads (its pending offset to the manifest's end), the raw
-    segments holding them, and every raw segment of the partition up to this interval."""
-    all_manifests = [read_manifest(storage, p) for s, e, p in list_manifests(storage, config.name) if e <= manifest.interval_end]
+    segments holding them, and the recent raw segments of the partition (the previous
+    checkpoint's and this manifest's; every manifest's only after a checkpoint that names none)."""
     offsets: dict[PKey, tuple[int, int]] = {}
     needed: dict[PKey, list[SegmentRef]] = {}
     history: dict[PKey, list[SegmentRef]] = {}
+    full = None if previous is not None and previous.segments is not None else _all_segments(storage, config.name, manifest)
     for part in manifest.partitions:
         key = (part.topic, part.partition)
         start = min(previous.pending.get(key, part.start) if previous else part.start, part.start)
         offsets[key] = (start, part.end)
-        segments = sorted({SegmentRef(s.path, s.start, s.end) for m in all_manifests for p in m.partitions
-                           if (p.topic, p.partition) == key for s in p.segments if s.start < part.end},
-                          key=lambda s: s.start)
-        history[key] = segments
-        needed[key] = [s for s in segments if s.end > start]
+        if full is not None:
+            known = full.get(key, [])
+        else:
+            assert previous is not None and previous.segments is not None
+            known = [*previous.segments.get(key, ()), *(SegmentRef(s.path, s.start, s.end) for s in part.segments)]
+        history[key] = sorted({s for s in known if s.start < part.end}, key=lambda s: s.start)
+        needed[key] = [s for s in history[key] if s.end > start]
     # A replay into a range archive retention deleted fails here, naming it.
     require_replayable(storage, config.name, {key: lo for key, (lo, _) in offsets.items()})
     return offsets, needed, history
+
+
+def _all_segments(storage: Storage, pipeline: str, manifest: Manifest) -> dict[PKey, list[SegmentRef]]:
+    """Every raw segment of every partition up to ``manifest``'s interval, from all manifests."""
+    out: dict[PKey, list[SegmentRef]] = {}
+    for _, end, path in list_manifests(storage, pipeline):
+        if end <= manifest.interval_end:
+            for p in read_manifest(storage, path).partitions:
+                out.setdefault((p.topic, p.partition), []).extend(SegmentRef(s.path, s.start, s.end) for s in p.segments)
+    return {k: sorted(set(v), key=lambda s: s.start) for k, v in out.items()}
+
+
+def _carried_segments(history: dict[PKey, list[SegmentRef]], pending: dict[PKey, int]) -> dict[PKey, tuple[SegmentRef, ...]]:
+    """What the next run reads of each partition's history (``Checkpoint.segments``)."""
+    carried = {}
+    for key, segments in history.items():
+        first = next((i for i, s in enumerate(segments) if s.end > pending.get(key, s.end)), len(segments))
+        carried[key] = tuple(segments[max(0, first - 1):])
+    return carried
 
 
 def _plane(runner: Runner) -> Any:
@@ -314,7 +363,8 @@ def _apply_one(
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     progress("decode", 0, len(needed))
-    decoded = ensure_change_log(credentials.task_config(config), storage, runner, needed, history)
+    decoded = ensure_change_log(credentials.task_config(config), storage, runner, needed, history,
+                                lambda key: _all_segments(storage, config.name, manifest).get(key, []))
     progress("decode", len(needed), len(needed))
     stages = {"decode": time.perf_counter() - started}
     step("decoded")
@@ -386,7 +436,7 @@ def _apply_one(
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:
-        return _commit_run(config, storage, catalog, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks,
+        return _commit_run(config, storage, catalog, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
                            derived_ddl, sides, quarantine, lease, step, progress, started, stages)
     finally:
         fold.close()
@@ -425,8 +475,8 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
 
 def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest: Manifest, interval: str, fold: Fold,
                 ddls: list[DdlChange], pending: dict[PKey, int], previous: Checkpoint | None, w: int, w_prev: int,
-                marks: PartitionWatermarks, derived_ddl: list[tuple[Any, ...]], sides: list[tuple[PKey, SideOutput]],
-                quarantine: Any, lease: Lease, step: Callable[[str], None], progress: Callable[[str, int, int], None],
+                marks: PartitionWatermarks, history: dict[PKey, list[SegmentRef]], derived_ddl: list[tuple[Any, ...]],
+                sides: list[tuple[PKey, SideOutput]], quarantine: Any, lease: Lease, step: Callable[[str], None], progress: Callable[[str, int, int], None],
                 started: float, stages: dict[str, float]) -> ApplyResult:
     """Stage 4 and on: commit every table's plan, tag, checkpoint, publish."""
     for key, offset in fold.outcome.pending.items():
@@ -460,7 +510,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
     stages["commit and tag"] = time.perf_counter() - committing
     step("tagged")
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
-                            ddl_applied=tuple(derived_ddl))
+                            ddl_applied=tuple(derived_ddl), segments=_carried_segments(history, pending))
     cp_path = checkpoint_path(config.name, manifest.interval_start, manifest.interval_end)
     try:
         storage.create(cp_path, checkpoint.to_json())

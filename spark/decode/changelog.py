@@ -13,7 +13,7 @@ two: the old key deleted, the new one written), in offset order.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,7 @@ def ensure_change_log(
     runner: Any,
     needed: Mapping[PartitionKey, Sequence[SegmentRef]],
     history: Mapping[PartitionKey, Sequence[SegmentRef]],
+    full_history: Callable[[PartitionKey], Sequence[SegmentRef]] | None = None,
 ) -> dict[PartitionKey, list[SideOutput]]:
     """The side outputs of the ``needed`` raw segments, decoding those not decoded yet.
 
@@ -271,7 +272,9 @@ def ensure_change_log(
     needed segments are all decoded costs one ``exists`` and one read per segment. Otherwise one
     task decodes it from its first undecoded segment, starting from the state the side output
     of the segment before it in ``history`` stored (walking back over missing ones, down to
-    the partition's first segment with an empty state). ``runner.map`` runs the tasks
+    the partition's first segment with an empty state). ``history`` may hold only the recent
+    segments (a run passes those its checkpoint names); a walk back past its first one then asks
+    ``full_history`` for every segment of the partition. ``runner.map`` runs the tasks
     (``LocalRunner``, ``SparkRunner``).
 
     Raises:
@@ -294,27 +297,39 @@ def ensure_change_log(
         else:
             continue
         # Some needed segment is not decoded: one task from it to the last needed one.
-        known = list(history.get((topic, partition), ()))
-        index = {(s.start, s.end): i for i, s in enumerate(known)}
         undecoded = segments[len(decoded):]
-        for s in undecoded:
-            if (s.start, s.end) not in index:
-                raise ChangeLogError(f"{topic}/{partition}: segment {s.path} [{s.start}, {s.end}) is not in the "
-                                     "partition's history")
-        first, last = index[(undecoded[0].start, undecoded[0].end)], index[(undecoded[-1].start, undecoded[-1].end)]
-        state = DecoderState()
-        while first > 0:  # walk back to the last decoded segment: the state to start from
-            path = _side_path(config.name, version, topic, partition, known[first - 1])
-            if storage.exists(path):
-                state = read_side_output(storage, path).state
-                break
-            first -= 1
+        known = list(history.get((topic, partition), ()))
+        start = _start_of_decoding(config.name, storage, version, topic, partition, known, undecoded)
+        if start is None and full_history is not None:
+            known = list(full_history((topic, partition)))
+            start = _start_of_decoding(config.name, storage, version, topic, partition, known, undecoded)
+        first, state = start if start is not None else (0, DecoderState())
+        last = next(i for i, s in enumerate(known) if (s.start, s.end) == (undecoded[-1].start, undecoded[-1].end))
         tasks.append(ChangeLogTask(carried, topic, partition, tuple(known[first:last + 1]), state))
     for task, outputs in zip(tasks, runner.map(decode_segments, tasks)):
         key = (task.topic, task.partition)
         by_range = {(o.start, o.end): o for o in outputs}
         result[key].extend(by_range[(s.start, s.end)] for s in needed[key][len(result[key]):])
     return result
+
+
+def _start_of_decoding(pipeline: str, storage: Storage, version: str, topic: str, partition: int, known: list[SegmentRef],
+                       undecoded: Sequence[SegmentRef]) -> tuple[int, DecoderState] | None:
+    """Where in ``known`` a decode task starts, and the state it starts from: just after the last
+    decoded segment before the first undecoded one. None when ``known`` runs out first (it may be
+    only the recent history); its start is then the partition's start, with an empty state."""
+    index = {(s.start, s.end): i for i, s in enumerate(known)}
+    for s in undecoded:
+        if (s.start, s.end) not in index:
+            raise ChangeLogError(f"{topic}/{partition}: segment {s.path} [{s.start}, {s.end}) is not in the "
+                                 "partition's history")
+    first = index[(undecoded[0].start, undecoded[0].end)]
+    while first > 0:  # walk back to the last decoded segment: the state to start from
+        path = _side_path(pipeline, version, topic, partition, known[first - 1])
+        if storage.exists(path):
+            return first, read_side_output(storage, path).state
+        first -= 1
+    return None
 
 
 def _side_path(pipeline: str, version: str, topic: str, partition: int, segment: SegmentRef) -> str:

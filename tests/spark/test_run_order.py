@@ -194,3 +194,30 @@ def test_a_run_whose_lease_was_taken_stops_before_committing(tmp_path: Path) -> 
     with pytest.raises(LeaseLostError, match="new-worker"):
         apply_interval(m.config, T0, T0 + HOUR, lease=stale)
     assert cat.pipeline_tables(cat.open_catalog(m.config), m.config) == []  # nothing was written
+
+
+def test_a_scheduled_run_reads_its_own_manifest_and_the_last_checkpoint_not_the_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark.storage import Storage
+
+    m = landed("canal-json", seed=5, chunks=12, intervals=10)
+    reads: list[str] = []
+    real = Storage.read
+
+    def counted(self: Storage, path: str) -> bytes:
+        reads.append(path)
+        return real(self, path)
+
+    for j in range(9):
+        m._run(j)
+    monkeypatch.setattr(Storage, "read", counted)
+    m._run(9)
+    monkeypatch.undo()
+    m.check()
+    manifests = [p for p in reads if "/manifests/" in p]
+    checkpoints = [p for p in reads if "/checkpoints/" in p]
+    # Its own manifest (the walk reads it to apply it) and at most the two newest checkpoints.
+    assert len(set(manifests)) == 1 and len(set(checkpoints)) <= 2, (manifests, checkpoints)
+    # Nothing of the change log older than what the previous checkpoint carried is read.
+    sides = {p for p in reads if "/changelog/" in p}
+    assert len(sides) <= 2 * 2 * 3, sides  # per partition: the state anchor, pending and this interval's segments
