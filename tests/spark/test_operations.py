@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -59,6 +60,7 @@ class Crash(Exception):
 
 class PipelineMachine(RuleBasedStateMachine):
     protocol = "canal-json"
+    runner = None  # None: the in-process plane; a SparkRunner: the same operations on Spark executors
 
     def __init__(self) -> None:
         super().__init__()
@@ -159,7 +161,7 @@ class PipelineMachine(RuleBasedStateMachine):
         config = dataclasses.replace(self.config, on_bad_message=policy)
         unaccepted_before = self._unaccepted_garbage(j)
         try:
-            result = apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault)
+            result = apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault, runner=self.runner)
         except BadMessagesError:
             assert policy == "fail" and unaccepted_before, "a run failed on messages already accepted"
             return None
@@ -287,12 +289,12 @@ class PipelineMachine(RuleBasedStateMachine):
         assert held is None or not held.live(time.time()), held
 
 
-def machine_for(protocol: str) -> type[PipelineMachine]:
-    return type(f"PipelineMachine_{protocol.replace('-', '_')}", (PipelineMachine,), {"protocol": protocol})
+def machine_for(protocol: str, runner: Any = None) -> type[PipelineMachine]:
+    return type(f"PipelineMachine_{protocol.replace('-', '_')}", (PipelineMachine,), {"protocol": protocol, "runner": runner})
 
 
-def run_machine(protocol: str, examples: int, steps: int) -> None:
-    machine = machine_for(protocol)
+def run_machine(protocol: str, examples: int, steps: int, runner: Any = None) -> None:
+    machine = machine_for(protocol, runner)
     machine.TestCase.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None,
                                          suppress_health_check=list(HealthCheck))
     machine.TestCase().runTest()
@@ -308,3 +310,22 @@ def test_operations_match_the_model(protocol: str) -> None:
 def test_operations_match_the_model_many(protocol: str) -> None:
     run_machine(protocol, examples=int(os.environ.get("TIDELAKE_HISTORIES", "15")),
                 steps=int(os.environ.get("TIDELAKE_STEPS", "25")))
+
+
+@pytest.fixture(scope="module")
+def spark_runner():  # noqa: ANN201
+    from spark.land import SparkRunner
+    from spark.session import build_session
+
+    session = build_session("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
+                                                                 "spark.ui.showConsoleProgress": "false"})
+    yield SparkRunner(session)
+    session.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["canal-json", "simple", "canal", "debezium-mysql"])
+def test_operations_match_the_model_on_spark_executors(protocol: str, spark_runner) -> None:  # noqa: ANN001
+    """The same machine with every run's decode, fold and rewrite on Spark (local[2]): shuffles by
+    key and by file group instead of the in-process sort."""
+    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_SPARK_HISTORIES", "3")), steps=12, runner=spark_runner)
