@@ -293,6 +293,7 @@ class TableCommitter:
             column = _field_name(fields, change.name)
             if column is None:
                 return  # DROP COLUMN IF EXISTS, or a column the lake never had
+            _stop_laying_out_by(tx, fields[column].field_id, name, sql)
             with tx.update_schema() as u:
                 u.delete_column((column,))
             if f"{UPSTREAM_TYPE_PREFIX}{column}" in props:
@@ -429,6 +430,21 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     files = live_data_files(table.io, head) if head is not None else []
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
     return UpsertTarget(target, tuple(files), keys, upstream), head.snapshot_id if head is not None else None
+
+
+def _stop_laying_out_by(tx: Transaction, field_id: int, name: str, sql: str) -> None:
+    """Before a column goes: a sort order using it goes first (Iceberg cannot drop a column the
+    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go:
+    pyiceberg 0.12's overwrite cannot read manifests of a spec whose source column is gone."""
+    metadata = tx.table_metadata
+    if any(f.source_id == field_id for f in metadata.spec().fields):
+        raise UnsupportedSchemaChange(
+            f"{name}: {sql!r} drops the column the table is bucketed by ([layout] buckets); pyiceberg 0.12 cannot "
+            "write the table after that. Rebuild the pipeline under a new name with [layout] buckets = 0 over the same "
+            "archive (README, Repairing history)"
+        )
+    if any(f.source_id == field_id for f in metadata.sort_order().fields):
+        internals.unsort(tx)
 
 
 def _remove_all_rows(table: Table, tx: Transaction) -> None:

@@ -83,7 +83,10 @@ class LayoutConfig:
     sorts it by the key, so a change batch rewrites only the touched keys' buckets; pick N so a
     bucket holds a few target-size files (e.g. table bytes / 256 MiB). It needs pyiceberg-core
     installed where tables are created and written. ``0`` (the default): unpartitioned and
-    unsorted, as before. Only new tables get the layout; existing ones keep theirs.
+    unsorted, as before. Only new tables get the layout; existing ones keep theirs. The default
+    stays 0 because pyiceberg 0.12 cannot write a table whose bucket column was dropped (a
+    DDL dropping the first key column then fails that table, naming the fix) and small tables
+    would get N small files per run; tables of millions of rows want N (``bench apply --buckets``).
     """
 
     buckets: int = 0

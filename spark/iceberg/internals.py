@@ -14,6 +14,7 @@ import importlib.util
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -24,7 +25,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update import AddSnapshotUpdate, SetCurrentSchemaUpdate, TableUpdate
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
+from pyiceberg.table.update import AddSnapshotUpdate, AddSortOrderUpdate, SetCurrentSchemaUpdate, SetDefaultSortOrderUpdate, TableUpdate
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 
@@ -268,3 +270,27 @@ def writing_with_schema(tx: Transaction, schema_id: int) -> Iterator[None]:
         yield
     finally:
         stage((SetCurrentSchemaUpdate(schema_id=current),))
+
+
+def unsort(tx: Transaction) -> None:
+    """Stage the table's default sort order back to unsorted (order id 0).
+
+    Written for pyiceberg 0.12.0: ``UpdateSortOrder`` with no fields asks for "the last added" sort
+    order without adding one (ValueError); the ``add-sort-order`` (when the table never had the
+    unsorted order: one created sorted) and ``set-default-sort-order`` updates are staged with
+    ``Transaction._stage`` instead.
+
+    Raises:
+        InternalsChanged: pyiceberg's internals changed.
+    """
+    stage = getattr(tx, "_stage", None)
+    if stage is None:
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
+                               "for this pyiceberg version")
+    metadata = tx.table_metadata
+    if metadata.default_sort_order_id == UNSORTED_SORT_ORDER_ID:
+        return
+    updates: tuple[Any, ...] = (SetDefaultSortOrderUpdate(sort_order_id=UNSORTED_SORT_ORDER_ID),)
+    if not any(order.order_id == UNSORTED_SORT_ORDER_ID for order in metadata.sort_orders):
+        updates = (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER), *updates)
+    stage(updates)

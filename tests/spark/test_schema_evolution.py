@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from cdc_codecs.types import parse_mysql_type
 from cdc_codecs.workload import quote_ident
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
+from spark.config import LayoutConfig
 from spark.query import NoSuchWatermark, read_pipeline, read_table
 from spark.storage import open_storage
 
@@ -47,8 +49,10 @@ def schema(db: str, table: str, cols: list[tuple[str, str]], keys=("id",)) -> Ta
     return TableSchema(db, table, tuple(Column(n, parse_mysql_type(t), n not in keys) for n, t in cols), tuple(keys))
 
 
-def run(tmp: Path, protocol: str, batches: list[list], options: dict | None = None):
+def run(tmp: Path, protocol: str, batches: list[list], options: dict | None = None, buckets: int = 0):
     config = make_config(tmp, protocol, options)
+    if buckets:
+        config = dataclasses.replace(config, layout=LayoutConfig(buckets=buckets))
     writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
     encoder = get_encoder(protocol, **(options or {}))
     results = []
@@ -326,3 +330,32 @@ def test_thousands_of_touched_keys_in_one_run(tmp_path: Path, keys: tuple[str, .
     assert results[-1].watermark == w2
     got = sorted(read_table(config, "shop", "wide", w2).to_pylist(), key=lambda r: r["id"])
     assert got == [{**r, "v": -r["v"] if r["id"] < 2500 else r["v"]} for r in rows]
+
+
+def test_dropping_the_bucketed_key_column_fails_clearly_and_a_sorted_one_is_unsorted(tmp_path: Path) -> None:
+    """A bucketed table's partition field and sort order use its first key column. Dropping a
+    column the table is only sorted by makes it unsorted; dropping the bucket's column fails the
+    table with what to do (pyiceberg 0.12 cannot write it after that)."""
+    h = History()
+    v1 = schema("shop", "b", [("id", "int"), ("code", "varchar(8)"), ("v", "int")], keys=("id", "code"))
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int, code varchar(8), v int, primary key (id, code))", kind="CREATE")
+    for i in range(6):
+        h.row(Op.INSERT, v1, None, {"id": i, "code": f"c{i}", "v": i})
+    w1 = h.mark()
+    first = len(h.events)
+    v2 = schema("shop", "b", [("id", "int"), ("v", "int")], keys=("id",))
+    h.ddl("shop", "b", "ALTER TABLE shop.b DROP COLUMN code", kind="ALTER")
+    h.row(Op.UPDATE, v2, {"id": 1, "v": 1}, {"id": 1, "v": 10})
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:first], h.events[first:]], {}, buckets=4)
+    assert results[-1].watermark == w2
+    assert sorted(r["code"] for r in read_table(config, "shop", "b", w1).to_pylist()) == [f"c{i}" for i in range(6)]
+    assert sorted(read_table(config, "shop", "b", w2).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": i, "v": 10 if i == 1 else i} for i in range(6)]
+    table = iceberg_table(config, "shop", "b")
+    assert [f.name for f in table.spec().fields] == ["_tidelake_key_bucket"] and table.sort_order().fields == []
+
+    h.ddl("shop", "b", "ALTER TABLE shop.b DROP COLUMN id", kind="ALTER")
+    h.mark()
+    with pytest.raises(UnsupportedSchemaChange, match="drops the column the table is bucketed by.*buckets = 0"):
+        run(tmp_path / "again", "canal-json", [h.events[:first], h.events[first:]], {}, buckets=4)
