@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from cdc_codecs import DdlChange, TableSchema, TidelakeError, protocol_spec
+from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
 from spark.apply_plan import SchemaStep, TablePlan, build_apply_plans, ddl_tables
@@ -98,9 +98,6 @@ class Checkpoint:
     watermark: int
     marks: dict[PKey, int]
     pending: dict[PKey, int]
-    # Schemas each topic's stream announced so far (Simple BOOTSTRAP/DDL, Debezium tableChanges):
-    # a partition resumed at its pending offset may hold rows announced before it.
-    schemas: dict[str, list[TableSchema]] = field(default_factory=dict)
     # DDL applied from topics without commitTs, by (event time, database, table, SQL): such a
     # DDL sent to every partition gets a different derived commitTs on each, so its later
     # copies are recognised by this, in whatever run they come.
@@ -117,7 +114,6 @@ class Checkpoint:
             "watermark": self.watermark,
             "marks": {_ptext(k): v for k, v in sorted(self.marks.items())},
             "pending": {_ptext(k): v for k, v in sorted(self.pending.items())},
-            "schemas": {t: [s.to_dict() for s in ss] for t, ss in sorted(self.schemas.items())},
             "ddl_applied": [list(i) for i in self.ddl_applied],
             **({"segments": {_ptext(k): [[r.path, r.start, r.end] for r in v] for k, v in sorted(self.segments.items())}}
                if self.segments is not None else {}),
@@ -129,7 +125,6 @@ class Checkpoint:
         return Checkpoint(
             dt.datetime.fromisoformat(doc["interval"]["start"]), dt.datetime.fromisoformat(doc["interval"]["end"]),
             doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
-            {t: [TableSchema.from_dict(s) for s in ss] for t, ss in doc.get("schemas", {}).items()},
             tuple(tuple(i) for i in doc.get("ddl_applied", ())),
             {_pkey(k): tuple(SegmentRef(*r) for r in v) for k, v in doc["segments"].items()} if "segments" in doc else None,
         )

@@ -192,6 +192,16 @@ def fit_upstream_value(value: Any, upstream_type: str | None) -> Any:
         raise UnsupportedValue(f"{exc} (the table's upstream type)") from None
 
 
+# Python types ``to_iceberg_value`` returns unchanged for a column type: a column holding only
+# these (and None) goes to Arrow as it is, without a call per value.
+_AS_THEY_ARE: dict[type, frozenset[type]] = {
+    LongType: frozenset({int, type(None)}), IntegerType: frozenset({int, type(None)}),
+    StringType: frozenset({str, type(None)}), DoubleType: frozenset({float, int, type(None)}),
+    BinaryType: frozenset({bytes, type(None)}), BooleanType: frozenset({bool, type(None)}),
+    DateType: frozenset({dt.date, type(None)}), TimestamptzType: frozenset({dt.datetime, type(None)}),
+}
+
+
 def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     """Rows (column -> decoded value) as an Arrow table of exactly ``schema``'s columns.
 
@@ -203,10 +213,12 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     fields = []
     for f in schema.fields:
         at = arrow_type(f.field_type)
-        try:
-            values = [to_iceberg_value(f.field_type, r.get(f.name)) for r in rows]
-        except UnsupportedValue as exc:
-            raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
+        values = [r.get(f.name) for r in rows]
+        if not set(map(type, values)) <= _AS_THEY_ARE.get(type(f.field_type), frozenset()):
+            try:
+                values = [to_iceberg_value(f.field_type, v) for v in values]
+            except UnsupportedValue as exc:
+                raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
         try:
             arrays.append(pa.array(values, at))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
