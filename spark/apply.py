@@ -358,7 +358,7 @@ def _apply_one(
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     progress("decode", 0, len(needed))
-    decoded = ensure_change_log(credentials.task_config(config), storage, runner, needed, history,
+    decoded = ensure_change_log(config, storage, runner, needed, history,
                                 lambda key: _all_segments(storage, config.name, manifest).get(key, []))
     progress("decode", len(needed), len(needed))
     stages = {"decode": time.perf_counter() - started}

@@ -101,7 +101,10 @@ def task_config(config: PipelineConfig) -> PipelineConfig:
     ``credential``, a URI with a password -- stay on the driver. Registers the secrets for
     ``resolve`` in this process and for ``executor_environment_of_registered``.
     """
-    _REGISTERED[config.name] = executor_environment(config)
+    secrets = executor_environment(config)
+    if secrets or config.name not in _REGISTERED:
+        # A config already stripped (a task's, passed on) carries none: it must not erase them.
+        _REGISTERED[config.name] = secrets
     return dataclasses.replace(
         config,
         storage=dataclasses.replace(config.storage, access_key_id=None, secret_access_key=None),

@@ -85,6 +85,12 @@ def test_land_tasks_pickle_without_secrets_and_resolve_them_from_the_executor_en
         "AWS_ACCESS_KEY_ID": S3_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET,
         "TIDELAKE_KAFKA_SASL_USERNAME": KAFKA_USER, "TIDELAKE_KAFKA_SASL_PASSWORD": KAFKA_PASSWORD}.items()
 
+    # A stripped config passed on (a task's config handed to the next stage) keeps them registered:
+    # stripping it again must not erase what the executors are given.
+    assert credentials.task_config(carried) == carried
+    assert credentials.executor_environment_of_registered()["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    assert credentials.resolve(carried).storage.secret_access_key == S3_SECRET
+
     # On an executor (another process: no registry) they come from its environment.
     monkeypatch.setattr(credentials, "_REGISTERED", {})
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "executor-key")
