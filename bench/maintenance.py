@@ -37,15 +37,17 @@ from spark.storage import Storage, open_storage
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 RUN = dt.timedelta(minutes=15)
-KEEP = dt.timedelta(hours=2)  # every W of the last two hours of upstream time stays tagged (8 runs)
+KEEP_WS = 8  # the last runs' Ws stay tagged; older ones are retired
 
 
 def maintain(config: PipelineConfig, storage: Storage, target_file_size: int) -> None:
-    """``tidelake maintain`` at the latest W's time: retention keeps the last two hours of Ws,
-    then expiry, compaction and orphan cleanup (grace 0: nothing else runs here)."""
-    latest = max(published_watermarks(storage, config.name))
-    now = dt.datetime.fromtimestamp((latest >> 18) / 1000, UTC) + dt.timedelta(minutes=1)
-    policy = MaintenanceConfig(keep_all=KEEP, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0),
+    """``tidelake maintain`` at the latest W's time, with a retention that keeps the last KEEP_WS
+    Ws (whatever the generated commit times' spacing), then expiry, compaction and orphan
+    cleanup (grace 0: nothing else runs here)."""
+    times = [dt.datetime.fromtimestamp((w >> 18) / 1000, UTC) for w in sorted(published_watermarks(storage, config.name))]
+    now = times[-1] + dt.timedelta(milliseconds=1)
+    keep = now - times[max(0, len(times) - KEEP_WS)] + dt.timedelta(milliseconds=1)
+    policy = MaintenanceConfig(keep_all=keep, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0),
                                grace_period=dt.timedelta(0), target_file_size=target_file_size)
     run_maintenance(dataclasses.replace(config, maintenance=policy), storage=storage, now=now)
 
