@@ -1,0 +1,66 @@
+"""The fold on change-log rows: the window a run selects, DDL segments, the greatest change per key."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
+from spark.net_change import greatest_per_key, key_bytes, sort_for_fold
+
+
+def rows(items: list[tuple]) -> pa.Table:
+    """Change-log rows from (topic, partition, offset, index, commit_ts, table, key, deletes)."""
+    names = ["topic", "partition", "offset", "index", "commit_ts", "table", "key", "deletes"]
+    columns = dict(zip(names, map(list, zip(*items))))
+    n = len(items)
+    return pa.table({
+        "topic": pa.array(columns["topic"], pa.string()), "partition": pa.array(columns["partition"], pa.int32()),
+        "offset": pa.array(columns["offset"], pa.int64()), "index": pa.array(columns["index"], pa.int32()),
+        "commit_ts": pa.array(columns["commit_ts"], pa.int64()), "database": pa.array(["db"] * n),
+        "table": pa.array(columns["table"]), "key": pa.array([key_bytes((k,)) for k in columns["key"]], pa.binary()),
+        "deletes": pa.array(columns["deletes"]), "first": pa.array([True] * n),
+        "change": pa.array([f"{o}".encode() for o in columns["offset"]], pa.binary()),
+    })
+
+
+def test_the_window_lifts_derived_clocks_and_classifies_every_row() -> None:
+    table = rows([("tidb", 0, 5, 0, 100, "t", 1, False), ("tidb", 0, 6, 0, 300, "t", 2, False),
+                  ("tidb", 0, 7, 0, 50, "t", 3, False), ("tidb", 0, 2, 0, 150, "t", 4, False),  # before pending: not read
+                  ("mysql", 0, 0, 0, 10, "t", 5, False), ("mysql", 0, 1, 0, 250, "t", 6, False)])
+    window = FoldWindow(w_prev=99, w=200, offsets={("tidb", 0): (5, 10), ("mysql", 0): (0, 10)},
+                        derived_topics=frozenset({"mysql"}))
+    out = select(table, window).to_pylist()
+    assert [(r["topic"], r["offset"], r["ts"], r["state"]) for r in out] == [
+        ("tidb", 5, 100, APPLY), ("tidb", 6, 300, PENDING), ("tidb", 7, 50, SKIPPED),
+        ("mysql", 0, 100, APPLY),  # a derived clock below W_prev + 1 is lifted to it: never "already applied"
+        ("mysql", 1, 250, PENDING)]
+
+
+def test_rows_after_a_ddl_of_their_table_in_commit_order_are_in_its_next_segment() -> None:
+    table = rows([("p", 0, 1, 0, 100, "t", 1, False), ("p", 0, 3, 0, 100, "t", 1, False),
+                  ("p", 0, 3, 1, 100, "t", 1, False), ("p", 0, 9, 0, 300, "t", 1, False), ("p", 0, 4, 0, 100, "u", 1, False)])
+    # Two DDLs of t: one sharing commitTs 100 with rows (derived clocks do that), after offset 3 index 0.
+    window = FoldWindow(0, 1000, {("p", 0): (0, 100)}, ddl_orders={("db", "t"): ((100, "p", 0, 3, 0), (200, "p", 0, 5, 0))})
+    assert [(r["table"], r["offset"], r["index"], r["segment"]) for r in select(table, window).to_pylist()] == [
+        ("t", 1, 0, 0), ("t", 3, 0, 0), ("t", 3, 1, 1), ("t", 9, 0, 2), ("u", 4, 0, 0)]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 7, 1000])
+def test_the_greatest_change_per_key_wins_whatever_the_batches(batch: int) -> None:
+    rng = random.Random(batch)
+    items = [("p", rng.randrange(2), offset, rng.randrange(2), rng.randrange(5), "t", rng.randrange(6), rng.random() < 0.3)
+             for offset in range(200)]
+    selected = select(rows(items), FoldWindow(-1, 10, {("p", 0): (0, 1000), ("p", 1): (0, 1000)}))
+    ordered = sort_for_fold(selected)
+    folded = pa.Table.from_batches(list(greatest_per_key(ordered.to_batches(max_chunksize=batch))), ordered.schema)
+    # The reference: per key, the change with the greatest (commitTs, topic, partition, offset, index).
+    want: dict[bytes, tuple] = {}
+    for r in selected.to_pylist():
+        order = (r["ts"], r["topic"], r["partition"], r["offset"], r["index"])
+        if r["key"] not in want or order > want[r["key"]]:
+            want[r["key"]] = order
+    got = {r["key"]: (r["ts"], r["topic"], r["partition"], r["offset"], r["index"]) for r in folded.to_pylist()}
+    assert folded.num_rows == len(got) == len(want) and got == want
