@@ -60,7 +60,8 @@ def run_job(archive: Path, run_dir: Path, buckets: int, conf: dict[str, str]) ->
     pipeline_file = run_dir / "pipeline.json"
     pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
     run = submit_apply(pipeline_file, T0, T0 + HOUR, "local[2]", conf={**conf, **CONF}, driver_memory=DRIVER_MEMORY)
-    shutil.rmtree(run_dir)
+    # A failed job's Python workers may still be writing while the directory goes.
+    shutil.rmtree(run_dir, ignore_errors=True)
     return run
 
 

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 from cdc_codecs import ColumnType
 from spark import credentials
 from spark.config import PipelineConfig
-from spark.decode.changelog import decode_schema
-from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
+from spark.decode.changelog import CHANGE_LOG_SCHEMA, decode_schema
+from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.upsert import UpsertTarget, group_sorted, results, route, run_groups
 from spark.net_change import GROUP_COLUMNS, ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
@@ -160,9 +160,12 @@ def _row_schema(batches: Iterable[pa.RecordBatch]) -> tuple[dict[str, ColumnType
 
 # ----------------------------------------------------------------------------- on Spark
 
-_CHANGE_LOG_DDL = ("topic string, partition int, offset long, index int, commit_ts long, database string, table string, "
-                   "key binary, deletes boolean, first boolean, change binary, schema binary")
-_SELECTED_DDL = _CHANGE_LOG_DDL + ", ts long, state tinyint, segment int"
+# The selected change-log rows as Spark sees them: the change log's Arrow schema and the columns
+# ``select`` adds, in Spark's type names (one schema, derived, so the two cannot drift apart).
+SELECTED_SCHEMA = pa.schema([*CHANGE_LOG_SCHEMA, *SELECTED_FIELDS])
+_SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
+                pa.bool_(): "boolean"}
+_SELECTED_DDL = ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in SELECTED_SCHEMA)
 
 
 class SparkPlane:
@@ -196,8 +199,7 @@ class SparkFold:
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for table in read_change_log(config, batch.column("path").to_pylist(), window):
-                    schema = _selected_schema(table.schema)
-                    yield from table.select(schema.names).cast(schema).to_batches()
+                    yield from table.select(SELECTED_SCHEMA.names).cast(SELECTED_SCHEMA).to_batches()
 
         files = spark.createDataFrame([(p,) for p in paths], "path string").repartition(min(len(paths), plane.parallelism))
         selected = files.mapInArrow(read, _SELECTED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
@@ -267,11 +269,3 @@ class SparkFold:
         for df in self._cached:
             df.unpersist()
         self._cached.clear()
-
-
-def _selected_schema(schema: pa.Schema) -> pa.Schema:
-    """The Arrow types Spark's ``_SELECTED_DDL`` declares (int8 state, int32 partition/index/segment)."""
-    types = {"partition": pa.int32(), "index": pa.int32(), "state": pa.int8(), "segment": pa.int32(), "offset": pa.int64(),
-             "commit_ts": pa.int64(), "ts": pa.int64()}
-    names = [f.strip().split(" ")[0] for f in _SELECTED_DDL.split(",")]
-    return pa.schema([pa.field(n, types.get(n, schema.field(n).type)) for n in names])
