@@ -25,7 +25,7 @@ from spark.config import PipelineConfig
 from spark.decode.changelog import CHANGE_LOG_SCHEMA, decode_schema
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.iceberg.rewrite import FileRewrite
-from spark.iceberg.upsert import UpsertTarget, group_sorted, results, route, run_groups
+from spark.iceberg.upsert import RESULT_SCHEMA, ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
 from spark.net_change import GROUP_COLUMNS, ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
 from spark.storage import open_storage
 
@@ -165,7 +165,14 @@ def _row_schema(batches: Iterable[pa.RecordBatch]) -> tuple[dict[str, ColumnType
 SELECTED_SCHEMA = pa.schema([*CHANGE_LOG_SCHEMA, *SELECTED_FIELDS])
 _SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
                 pa.bool_(): "boolean"}
-_SELECTED_DDL = ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in SELECTED_SCHEMA)
+
+
+def _spark_ddl(schema: pa.Schema) -> str:
+    """An Arrow schema as the DDL string ``mapInArrow`` declares its output with."""
+    return ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in schema)
+
+
+_SELECTED_DDL = _spark_ddl(SELECTED_SCHEMA)
 
 
 class SparkPlane:
@@ -247,9 +254,9 @@ class SparkFold:
         def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return run_groups(batches, target)
 
-        rows = (self._net(database, table, segment).mapInArrow(routed, "group string, rows binary")
+        rows = (self._net(database, table, segment).mapInArrow(routed, _spark_ddl(ROUTED_SCHEMA))
                 .repartition(self.plane.parallelism, "group").sortWithinPartitions("group")
-                .mapInArrow(grouped, "rewrite binary").collect())
+                .mapInArrow(grouped, _spark_ddl(RESULT_SCHEMA)).collect())
         return [pickle.loads(r["rewrite"]) for r in rows]
 
     def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
