@@ -427,7 +427,8 @@ def _apply_one(
              for key, segments in needed.items() for s in segments]
     progress("net change", 0, 1)
     folding = time.perf_counter()
-    fold = _plane(runner).fold(credentials.task_config(config), paths, window)
+    schemas = {sid: blob for _, side in sides for sid, blob in side.schemas.items()}
+    fold = _plane(runner).fold(credentials.task_config(config), paths, window, schemas)
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:

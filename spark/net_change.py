@@ -70,6 +70,9 @@ def _joined(values: Iterable[Any]) -> str:
 def key_bytes(key: Key) -> bytes:
     """Canonical bytes of a key: equal keys give equal bytes, so a shuffle or a group-by on these
     bytes folds exactly the keys Python equality would."""
+    if len(key) == 1 and type(key[0]) is int:  # the usual key, once per change-log row: same bytes, no generator
+        text = f"n{key[0]}"
+        return f"{len(text)}:{text}".encode()
     return _joined(key).encode("utf-8", "surrogatepass")
 
 
@@ -92,10 +95,11 @@ def change_order(change: RowChange) -> Order:
 
 # ------------------------------------------------------------------ the fold on Arrow rows
 #
-# The same rule for change-log rows (``docs/data-plane.md``): rows sorted by GROUP_COLUMNS and
-# then by the commit order descending put each key's greatest change first; ``greatest_per_key``
-# keeps it. Spark sorts within shuffle partitions, the in-process plane sorts the whole table;
-# both run this function on the sorted batches.
+# The same rule for change-log rows (``docs/data-plane.md``): per GROUP_COLUMNS the row greatest
+# in ORDER_COLUMNS wins. In process, rows sorted by GROUP_COLUMNS and then by the commit order
+# descending put each key's greatest change first and ``greatest_per_key`` keeps it; on Spark,
+# ``greatest_per_key_spark`` keeps the greatest struct of (ORDER_COLUMNS, the rest) per group in
+# the JVM. Both derive from these two tuples; tests/spark/test_net_change.py holds them equal.
 
 GROUP_COLUMNS = ("database", "table", "segment", "key")
 ORDER_COLUMNS = ("ts", "topic", "partition", "offset", "index")
@@ -123,3 +127,16 @@ def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBat
             first[0] = False
         last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
         yield batch.filter(pa.array(first))
+
+
+def greatest_per_key_spark(rows: Any, partitions: int) -> Any:
+    """``greatest_per_key`` as a Spark DataFrame aggregate: per GROUP_COLUMNS, the row whose
+    ORDER_COLUMNS are greatest (Spark orders structs field by field), with ``rows``' columns, in
+    ``partitions`` partitions by key (not ``spark.sql.shuffle.partitions``: each later rewrite
+    job runs a Python task per partition)."""
+    from pyspark.sql import functions as F
+
+    rest = [c for c in rows.columns if c not in GROUP_COLUMNS and c not in ORDER_COLUMNS]
+    best = F.max(F.struct(*ORDER_COLUMNS, *rest)).alias("_greatest")
+    return rows.repartition(partitions, *GROUP_COLUMNS).groupBy(*GROUP_COLUMNS).agg(best).select(
+        *[F.col(c) if c in GROUP_COLUMNS else F.col(f"_greatest.`{c}`").alias(c) for c in rows.columns])

@@ -11,7 +11,7 @@ metadata), never rows.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ from spark.decode.changelog import CHANGE_LOG_SCHEMA, decode_schema
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.upsert import RESULT_SCHEMA, ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
-from spark.net_change import GROUP_COLUMNS, ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
+from spark.net_change import ORDER_COLUMNS, Order, greatest_per_key, greatest_per_key_spark, sort_for_fold
 from spark.storage import open_storage
 
 PKey = tuple[str, int]
@@ -43,6 +43,8 @@ class NetSummary:
     keys: int
     deletes: int
     first: Order  # the commit order of its earliest applied row
+    schema_ids: tuple[int, ...] = ()  # the table schemas its rows name (side outputs hold them)
+    written_schema_ids: tuple[int, ...] = ()  # ... and those of the rows it writes
 
     @property
     def upserts(self) -> int:
@@ -67,6 +69,24 @@ class Fold(Protocol):
     def close(self) -> None: ...
 
 
+class _NetSchemas:
+    """``row_schema`` from the fold's summaries and the side outputs' schemas: no rows are read."""
+
+    outcome: FoldOutcome
+    schemas: Mapping[int, bytes]
+
+    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
+        """Column types and key of rows for a table no DDL created: the union over its written rows."""
+        summary = next(s for s in self.outcome.summaries if (s.database, s.table, s.segment) == (database, table, segment))
+        keys: tuple[str, ...] = ()
+        for sid in sorted(summary.schema_ids):
+            keys = decode_schema(self.schemas[sid])[0] or keys
+        columns: dict[str, ColumnType] = {}
+        for sid in sorted(summary.written_schema_ids):
+            columns.update(decode_schema(self.schemas[sid])[1] or {})
+        return columns, keys
+
+
 def read_change_log(config: PipelineConfig, paths: Iterable[str], window: FoldWindow) -> Iterator[pa.Table]:
     """The selected rows of change-log files (runs on an executor: ``config`` carries no secrets)."""
     storage = open_storage(credentials.resolve(config).storage)
@@ -80,13 +100,14 @@ def read_change_log(config: PipelineConfig, paths: Iterable[str], window: FoldWi
 
 
 class LocalPlane:
-    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow) -> LocalFold:
+    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow, schemas: Mapping[int, bytes]) -> LocalFold:
         parts = list(read_change_log(config, paths, window))
-        return LocalFold(pa.concat_tables(parts) if parts else None)
+        return LocalFold(pa.concat_tables(parts) if parts else None, schemas)
 
 
-class LocalFold:
-    def __init__(self, selected: pa.Table | None) -> None:
+class LocalFold(_NetSchemas):
+    def __init__(self, selected: pa.Table | None, schemas: Mapping[int, bytes]) -> None:
+        self.schemas = schemas
         self.net: dict[tuple[str, str, int], pa.Table] = {}
         if selected is None or selected.num_rows == 0:
             self.outcome = FoldOutcome([], {}, 0)
@@ -113,7 +134,9 @@ class LocalFold:
         for group in _groups(folded):
             g = folded.filter(group[1])
             self.net[group[0]] = g
-            summaries.append(NetSummary(*group[0], g.num_rows, int(pc.sum(g.column("deletes")).as_py() or 0), _first_order(g)))
+            written = g.filter(pc.invert(g.column("deletes")))
+            summaries.append(NetSummary(*group[0], g.num_rows, int(pc.sum(g.column("deletes")).as_py() or 0), _first_order(g),
+                                        _ids(g.column("schema_id")), _ids(written.column("schema_id"))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
     def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]:
@@ -122,9 +145,6 @@ class LocalFold:
             return []
         packed = group_sorted(route(net, target))
         return results(run_groups(packed.to_batches(), target))
-
-    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
-        return _row_schema(self.net[(database, table, segment)].to_batches())
 
     def close(self) -> None:
         self.net.clear()
@@ -145,17 +165,8 @@ def _first_order(rows: pa.Table) -> Order:
     return tuple(ordered[c] for c in ORDER_COLUMNS)  # type: ignore[return-value]
 
 
-def _row_schema(batches: Iterable[pa.RecordBatch]) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
-    """Column types and key of rows for a table no DDL created: the union over its written rows."""
-    columns: dict[str, ColumnType] = {}
-    keys: tuple[str, ...] = ()
-    for batch in batches:
-        written = batch.filter(pc.invert(batch.column("deletes")))
-        for blob in set(batch.column("schema").to_pylist()):
-            keys = decode_schema(blob)[0] or keys
-        for blob in set(written.column("schema").to_pylist()):
-            columns.update(decode_schema(blob)[1] or {})
-    return columns, keys
+def _ids(column: pa.ChunkedArray) -> tuple[int, ...]:
+    return tuple(sorted(pc.unique(column).to_pylist()))
 
 
 # ----------------------------------------------------------------------------- on Spark
@@ -185,17 +196,19 @@ class SparkPlane:
     def parallelism(self) -> int:
         return max(2, self.spark.sparkContext.defaultParallelism * 2)
 
-    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow) -> SparkFold:
+    def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow, schemas: Mapping[int, bytes]) -> SparkFold:
         self.spark.sparkContext.environment.update(credentials.executor_environment_of_registered())
-        return SparkFold(self, config, list(paths), window)
+        return SparkFold(self, config, list(paths), window, schemas)
 
 
-class SparkFold:
-    def __init__(self, plane: SparkPlane, config: PipelineConfig, paths: list[str], window: FoldWindow) -> None:
+class SparkFold(_NetSchemas):
+    def __init__(self, plane: SparkPlane, config: PipelineConfig, paths: list[str], window: FoldWindow,
+                 schemas: Mapping[int, bytes]) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         self.plane = plane
+        self.schemas = schemas
         spark = plane.spark
         self._cached: list[Any] = []
         if not paths:
@@ -223,21 +236,20 @@ class SparkFold:
             skipped += r["skipped"] or 0
         applied = {f"{r['database']}.{r['table']}": r["count"]
                    for r in selected.filter((state == APPLY) & first).groupBy("database", "table").count().collect()}
-        folded = (
-            selected.filter(state == APPLY)
-            .repartition(plane.parallelism, *GROUP_COLUMNS)
-            .sortWithinPartitions(*[F.col(c).asc() for c in GROUP_COLUMNS], *[F.col(c).desc() for c in ORDER_COLUMNS])
-            .mapInArrow(greatest_per_key, _SELECTED_DDL)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        # The fold stays in the JVM (a shuffle by key and an aggregate): rows never make a
+        # round trip through Python workers between reading and rewriting.
+        folded = greatest_per_key_spark(selected.filter(state == APPLY), plane.parallelism).persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(folded)
         self.folded = folded
         summaries = []
+        sid, deletes = F.col("schema_id"), F.col("deletes")
         for r in folded.groupBy("database", "table", "segment").agg(
-            F.count(F.lit(1)).alias("keys"), F.sum(F.col("deletes").cast("int")).alias("deletes"),
+            F.count(F.lit(1)).alias("keys"), F.sum(deletes.cast("int")).alias("deletes"),
             F.min(F.struct(*ORDER_COLUMNS)).alias("first"),
+            F.collect_set(sid).alias("ids"), F.collect_set(F.when(~deletes, sid)).alias("written_ids"),
         ).collect():
-            summaries.append(NetSummary(r["database"], r["table"], r["segment"], r["keys"], r["deletes"] or 0, tuple(r["first"])))
+            summaries.append(NetSummary(r["database"], r["table"], r["segment"], r["keys"], r["deletes"] or 0, tuple(r["first"]),
+                                        tuple(sorted(r["ids"])), tuple(sorted(r["written_ids"]))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
     def _net(self, database: str, table: str, segment: int) -> Any:
@@ -258,19 +270,6 @@ class SparkFold:
                 .repartition(self.plane.parallelism, "group").sortWithinPartitions("group")
                 .mapInArrow(grouped, _spark_ddl(RESULT_SCHEMA)).collect())
         return [pickle.loads(r["rewrite"]) for r in rows]
-
-    def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
-        def schema(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            columns, keys = _row_schema(batches)
-            yield pa.RecordBatch.from_pydict({"schema": [pickle.dumps((columns, keys))]})
-
-        columns: dict[str, ColumnType] = {}
-        keys: tuple[str, ...] = ()
-        for r in self._net(database, table, segment).mapInArrow(schema, "schema binary").collect():
-            part_columns, part_keys = pickle.loads(r["schema"])
-            columns.update(part_columns)
-            keys = part_keys or keys
-        return columns, keys
 
     def close(self) -> None:
         for df in self._cached:

@@ -12,6 +12,7 @@ two: the old key deleted, the new one written), in offset order.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,14 +36,15 @@ from cdc_codecs import (
 from spark import credentials, layout
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
+from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
 from spark.net_change import change_effects, key_bytes
 from spark.storage import AlreadyExists, Storage, open_storage
 
 __all__ = [
-    "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput", "decode_segments",
-    "decode_effect", "decode_schema", "decoder_version", "encode_effect", "ensure_change_log", "read_change_log",
-    "read_side_output",
+    "CHANGE_LOG_FORMAT", "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput",
+    "decode_effect", "decode_schema", "decode_segments", "decoder_version", "encode_effect", "ensure_change_log",
+    "read_change_log", "read_side_output", "schema_id",
 ]
 
 PartitionKey = tuple[str, int]
@@ -64,23 +66,24 @@ CHANGE_LOG_SCHEMA = pa.schema([
     ("deletes", pa.bool_()),
     ("first", pa.bool_()),
     ("change", pa.binary()),
-    ("schema", pa.binary()),
+    ("schema_id", pa.int64()),
 ])
 
-
-def encode_effect(op: Op, image: Mapping[str, Any]) -> bytes:
-    """A key effect's ``change`` column: the operation and the row image (the deleted key's for a delete)."""
-    return pickle.dumps((op.value, image), protocol=5)
-
-
-def decode_effect(blob: bytes) -> tuple[Op, dict[str, Any]]:
-    op, image = pickle.loads(blob)
-    return Op(op), image
+# The change log's own format, part of its directory name next to the decoder version. 2: rows
+# name their table schema by ``schema_id`` and the side output holds the schemas (1 carried the
+# pickled schema in every row, ~0.5 KB a row through every shuffle); ``change`` is MessagePack
+# (``spark.decode.effect``), not a pickle.
+CHANGE_LOG_FORMAT = 2
 
 
 def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:
-    """A ``schema`` column value: the change's key columns and column types (shared by many rows)."""
+    """A side output's schema (``SideOutput.schemas``): a change's key columns and column types."""
     return pickle.loads(blob)
+
+
+def schema_id(blob: bytes) -> int:
+    """The ``schema_id`` of a pickled schema: a 64-bit digest, so segments decoded apart agree."""
+    return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little", signed=True)
 # Runs select by offset and commitTs: statistics on those; dictionaries on the repeated names.
 _STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table"]
 _DICTIONARY = ["topic", "database", "table"]
@@ -91,8 +94,9 @@ class ChangeLogError(TidelakeError):
 
 
 def decoder_version(protocol: str) -> str:
-    """The name of one protocol's decoder output: a change log is kept per decoder version."""
-    return f"{protocol}-{DECODER_VERSION}"
+    """The name of one protocol's decoder output: a change log is kept per decoder version and
+    change-log format (``<protocol>-<DECODER_VERSION>-f<CHANGE_LOG_FORMAT>``)."""
+    return f"{protocol}-{DECODER_VERSION}-f{CHANGE_LOG_FORMAT}"
 
 
 @dataclass(frozen=True)
@@ -122,16 +126,20 @@ class _ChangeLogWriter:
         self._columns: list[list[Any]] = [[] for _ in CHANGE_LOG_SCHEMA]
         self.rows = 0
         # Decoders share one column-types mapping per table schema: pickled once per mapping.
-        self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, bytes]] = {}
+        self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
+        self.schemas: dict[int, bytes] = {}  # schema_id -> pickled schema, for the side output
 
-    def _schema(self, change: RowChange) -> bytes:
+    def _schema(self, change: RowChange) -> int:
         ident = (id(change.column_types), change.key_columns)
         cached = self._schemas.get(ident)
         if cached is None or cached[0] is not change.column_types:
             if len(self._schemas) >= 1024:
                 self._schemas.clear()
             types = dict(change.column_types) if change.column_types is not None else None
-            cached = self._schemas[ident] = (change.column_types, pickle.dumps((change.key_columns, types), protocol=5))
+            blob = pickle.dumps((change.key_columns, types), protocol=5)
+            sid = schema_id(blob)
+            self.schemas.setdefault(sid, blob)
+            cached = self._schemas[ident] = (change.column_types, sid)
         return cached[1]
 
     def add(self, change: RowChange) -> None:
@@ -219,7 +227,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
         writer.close()
     after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value)
     return SideOutput(task.topic, task.partition, segment.start, segment.end, version, messages, events,
-                      writer.rows, mark, tuple(ddl), tuple(errors), after)
+                      writer.rows, mark, tuple(ddl), tuple(errors), after, dict(sorted(writer.schemas.items())))
 
 
 def decode_segments(task: ChangeLogTask) -> list[SideOutput]:

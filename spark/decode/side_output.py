@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import base64
 import pickle
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -18,7 +19,7 @@ import orjson
 from cdc_codecs import DdlChange, DecodeError, TableSchema, TidelakeError
 from spark.storage import Storage
 
-FORMAT = 1
+FORMAT = 2  # 2: the segment's table schemas by schema_id
 
 
 class SideOutputError(TidelakeError):
@@ -68,7 +69,8 @@ class SideOutput:
     ``messages`` raw messages (undecodable ones included), ``events`` decoded events, ``rows``
     change-log rows written; ``mark`` the greatest partition watermark the segment proves (None
     if none); ``ddl`` its schema changes (commitTs as in the change log); ``errors`` its
-    undecodable messages; ``state`` the decoder state after it.
+    undecodable messages; ``state`` the decoder state after it; ``schemas`` the pickled table
+    schemas (key columns, column types) its change-log rows name by ``schema_id``.
     """
 
     topic: str
@@ -83,6 +85,7 @@ class SideOutput:
     ddl: tuple[DdlChange, ...]
     errors: tuple[DecodeError, ...]
     state: DecoderState
+    schemas: Mapping[int, bytes] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return orjson.dumps({
@@ -90,6 +93,7 @@ class SideOutput:
             "start": self.start, "end": self.end, "messages": self.messages, "events": self.events,
             "rows": self.rows, "mark": self.mark, "ddl": _pickled(self.ddl), "errors": _pickled(self.errors),
             "state": self.state.to_dict(),
+            "schemas": {str(k): base64.b64encode(v).decode("ascii") for k, v in self.schemas.items()},
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -104,7 +108,7 @@ class SideOutput:
             return SideOutput(
                 doc["topic"], doc["partition"], doc["start"], doc["end"], doc["decoder"], doc["messages"],
                 doc["events"], doc["rows"], doc["mark"], _unpickled(doc["ddl"]), _unpickled(doc["errors"]),
-                DecoderState.from_dict(doc["state"]),
+                DecoderState.from_dict(doc["state"]), {int(k): base64.b64decode(v) for k, v in doc["schemas"].items()},
             )
         except SideOutputError:
             raise

@@ -28,6 +28,7 @@ from cdc_codecs.workload import tso
 from spark import layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import (
+    CHANGE_LOG_FORMAT,
     CHANGE_LOG_SCHEMA,
     ChangeLogError,
     ChangeLogTask,
@@ -37,6 +38,7 @@ from spark.decode.changelog import (
     decoder_version,
     ensure_change_log,
     read_change_log,
+    schema_id,
 )
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
 from spark.land import open_segment_writer, segment_table
@@ -171,8 +173,9 @@ def test_one_row_per_key_effect_for_insert_update_key_change_and_delete(tmp_path
         (Op.UPDATE, row(2, "b")),
         (Op.DELETE, {"id": 2}),
     ]
-    assert all(decode_schema(r["schema"])[0] == ("id",) for r in rows)
-    assert len({r["schema"] for r in rows}) == 1  # one table schema: one pickled value
+    assert len({r["schema_id"] for r in rows}) == 1  # one table schema: one id, its pickle in the side output
+    assert list(side.schemas) == [rows[0]["schema_id"]] and rows[0]["schema_id"] == schema_id(side.schemas[rows[0]["schema_id"]])
+    assert decode_schema(side.schemas[rows[0]["schema_id"]])[0] == ("id",)
 
     if protocol in COMMIT_TS:  # the protocol's own commitTs; the mark is the watermark's
         assert [r["commit_ts"] for r in rows] == [tso(1001, 1), tso(1003, 1), tso(1002, 1), tso(1002, 1), tso(1004, 1)]
@@ -186,7 +189,7 @@ def test_one_row_per_key_effect_for_insert_update_key_change_and_delete(tmp_path
         assert [d.commit_ts for d in side.ddl] == [derived_commit_ts(1000)]
         assert side.state.clock == derived_commit_ts(1004)
     assert (side.messages, side.rows, side.errors) == (len(records), 5, ())
-    assert side.decoder == f"{protocol}-1"
+    assert side.decoder == f"{protocol}-1-f{CHANGE_LOG_FORMAT}"
     assert (side.topic, side.partition, side.start, side.end) == (TOPIC, 0, 0, len(records))
 
 
@@ -333,13 +336,16 @@ def test_a_decoder_version_change_derives_the_change_log_again_under_a_new_direc
     config, storage = setup(tmp_path, "canal-json")
     segments = write_segments(storage, config, [encode("canal-json", CHANGES)])
     ensure(config, storage, segments)
+    old = decoder_version("canal-json")
     monkeypatch.setattr("spark.decode.changelog.DECODER_VERSION", "2")
+    new = decoder_version("canal-json")
+    assert new == f"canal-json-2-f{CHANGE_LOG_FORMAT}" and old != new
     runner = PicklingRunner()
     (side,) = ensure(config, storage, segments, runner)
-    assert len(runner.tasks) == 1 and side.decoder == "canal-json-2"
-    assert storage.exists(paths(config, segments[0], "canal-json-2")[1])
-    assert storage.exists(paths(config, segments[0], "canal-json-1")[1])  # the old version's is left alone
-    assert paths(config, segments[0], "canal-json-2")[0].startswith(layout.changelog_dir(config.name, "canal-json-2", TOPIC, 0))
+    assert len(runner.tasks) == 1 and side.decoder == new
+    assert storage.exists(paths(config, segments[0], new)[1])
+    assert storage.exists(paths(config, segments[0], old)[1])  # the old version's is left alone
+    assert paths(config, segments[0], new)[0].startswith(layout.changelog_dir(config.name, new, TOPIC, 0))
 
 
 def test_a_crash_between_the_parquet_and_the_side_output_is_rerun_to_identical_content(tmp_path: Path,

@@ -7,6 +7,7 @@ import pytest
 from spark import catalog as cat
 from spark.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.commit import DROPPED, WATERMARK
+from spark.decode.changelog import decoder_version
 from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
 from spark.manifest import list_manifests, read_manifest
 from spark.schema_map import METADATA_COLUMNS
@@ -105,7 +106,7 @@ def test_the_horizon_keeps_recent_intervals_and_dry_run_deletes_nothing(pipeline
 def test_change_logs_of_pruned_segments_go_but_the_last_side_output_stays(pipeline):
     config, storage, checkpoints, _ = pipeline
     before = segments(storage, config.name)
-    version = "shop/changelog/canal-json-1"
+    version = f"shop/changelog/{decoder_version('canal-json')}"
     for t, p, s in before:  # a change log of every segment, as the decode stage writes it
         for ext in ("parquet", "json"):
             storage.write(f"{version}/{t}/{p}/{s.start:020d}-{s.end:020d}.{ext}", b"x")

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from spark.config import PipelineConfig
+from spark.decode.changelog import decoder_version
 from spark.iceberg import internals
 from spark.iceberg.target import TableTarget
 from spark.land import LocalRunner
@@ -102,7 +103,7 @@ def test_archive_orphans_are_crashed_segments_and_change_logs_without_side_outpu
     [landed] = manifest.partitions[0].segments
     crashed = "shop/segments/cdc/0/00000000000000000003-00000000000000000009.parquet"  # no manifest lists it
     storage.write(crashed, b"x")
-    version = "shop/changelog/canal-json-1/cdc/0"
+    version = f"shop/changelog/{decoder_version('canal-json')}/cdc/0"
     decoded = f"{version}/00000000000000000000-00000000000000000003"
     abandoned = f"{version}/00000000000000000003-00000000000000000009"
     for path in (f"{decoded}.parquet", f"{decoded}.json", f"{abandoned}.parquet"):

@@ -1,0 +1,54 @@
+"""The change column's encoding gives back every value a decoder yields: equal, and of the same type."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import zoneinfo
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdc_codecs import Op
+from cdc_codecs.types import EnumIndex, SetMask
+from spark.decode.effect import decode_effect, encode_effect
+
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(), st.binary(),
+    st.decimals(), st.datetimes(), st.datetimes(timezones=st.just(dt.UTC)), st.dates(), st.times(),
+    st.lists(st.integers(), max_size=3), st.builds(EnumIndex, st.text(max_size=3)), st.builds(SetMask, st.text(max_size=3)),
+)
+
+
+def _same(a: object, b: object) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)  # type: ignore[arg-type]
+    if isinstance(a, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)  # type: ignore[arg-type]
+    if isinstance(a, Decimal):  # exponent and sign too: Decimal("1.20") stays 1.20, NaN stays NaN
+        return a.as_tuple() == b.as_tuple()  # type: ignore[union-attr]
+    if isinstance(a, (dt.datetime, dt.time)):
+        return a == b and a.tzinfo == b.tzinfo and a.fold == b.fold  # type: ignore[union-attr]
+    return a == b
+
+
+@given(st.dictionaries(st.text(max_size=8), VALUES, max_size=8), st.sampled_from(list(Op)))
+def test_every_value_comes_back_equal_and_of_its_type(image: dict, op: Op) -> None:
+    got_op, got = decode_effect(encode_effect(op, image))
+    assert got_op is op and list(got) == list(image)
+    assert all(_same(image[k], got[k]) for k in image), (image, got)
+
+
+@pytest.mark.parametrize("value", [
+    2**64, -(2**63) - 1, 2**64 - 1, -(2**63), Decimal("-0"), Decimal("1.2E+5"), Decimal("NaN"), Decimal("-Infinity"),
+    -0.0, float("nan"), dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+    dt.datetime(2024, 1, 1, 12, 30, tzinfo=zoneinfo.ZoneInfo("Asia/Shanghai")), dt.datetime(2024, 11, 3, 1, 30, fold=1),
+    dt.time(1, 2, 3, 4, tzinfo=dt.UTC), (1, "a"), {"nested": [1, 2]}, EnumIndex("2"),
+])
+def test_edge_values_come_back_exactly(value: object) -> None:
+    _, got = decode_effect(encode_effect(Op.UPDATE, {"c": value}))
+    assert _same(value, got["c"])
