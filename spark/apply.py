@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +54,8 @@ from spark.lease import Lease
 from spark.maintain.archive_retention import require_replayable
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
-from spark.plane import Fold, LocalPlane, SparkPlane
+from spark.iceberg.rewrite import FileRewrite
+from spark.plane import Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.publish import (
     CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,
 )
@@ -440,33 +441,46 @@ def _apply_one(
 
 def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunContext, fold: Fold,
                   step: Callable[[str], None], progress: Callable[[str, int, int], None]) -> None:
-    """Every table's plan, committed side by side -- or in plan order when a plan renames a table or
-    copies one (``CREATE TABLE ... LIKE``): those read or make another plan's table."""
+    """Every table's plan, committed in rounds -- or one by one in plan order when a plan renames a
+    table or copies one (``CREATE TABLE ... LIKE``): those read or make another plan's table.
+
+    A round advances every unfinished plan to its next data step (schema changes staged, catalog
+    I/O, side by side in threads), then the executors rewrite all of those tables in one job
+    (``Fold.rewrite``), and the plans go on with their files to the next data step or their
+    commit. Most runs take one round: a Spark job per run, not per table."""
     progress("commit", 0, len(plans))
-    done = 0
-
-    def commit(i: int, plan: TablePlan) -> None:
-        committer.commit_plan(plan, run, fold)
-        step(f"committed:{i}")
-
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
         for i, plan in enumerate(plans):
-            commit(i, plan)
+            committer.commit_plan(plan, run, fold)
+            step(f"committed:{i}")
             progress("commit", i + 1, len(plans))
         return
-    with ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="tidelake-commit") as pool:
-        futures = [pool.submit(commit, i, plan) for i, plan in enumerate(plans)]
+    steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans)}
+    sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
+    done = 0
+
+    def advance(i: int) -> RewriteRequest | None:
+        """Plan ``i`` up to its next data step's request; None once it is committed."""
         try:
-            for future in as_completed(futures):
-                future.result()
-                done += 1
-                progress("commit", done, len(plans))
-        except BaseException:
-            for future in futures:  # the first failure stops the run; commits already under way finish
-                future.cancel()
-            raise
+            return steps[i].send(sent[i])
+        except StopIteration:
+            step(f"committed:{i}")
+            return None
+
+    with ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="tidelake-commit") as pool:
+        while sent:
+            requests = {}
+            # The first failure stops the run; plans already advancing finish their step.
+            for i, request in zip(list(sent), pool.map(advance, list(sent))):
+                if request is None:
+                    done += 1
+                    progress("commit", done, len(plans))
+                else:
+                    requests[i] = request
+            rewrites = fold.rewrite(list(requests.values())) if requests else []
+            sent = dict(zip(requests, rewrites))
 
 
 def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest: Manifest, interval: str, fold: Fold,

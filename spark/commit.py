@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +44,10 @@ from spark.ddl import (
 )
 from spark.iceberg import internals
 from spark.iceberg.files import live_data_files
+from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
+from spark.plane import RewriteRequest
 from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, iceberg_schema, iceberg_type, table_columns
 from spark.watermark import tag_name
 
@@ -123,6 +125,20 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
                 u.move_after((name,), (before,))
 
 
+# A plan's commit, paused at each data step: yields the step's rewrite request, is sent its rewrites.
+CommitSteps = Generator[RewriteRequest, list[FileRewrite], Table | None]
+
+
+def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest], list[FileRewrite]]) -> Table | None:
+    """Run a plan's ``commit_steps`` to the end, answering each request with ``rewrite``."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(rewrite(request))
+    except StopIteration as stop:
+        return stop.value
+
+
 class TableCommitter:
     """Runs plans for one pipeline against one catalog."""
 
@@ -142,6 +158,13 @@ class TableCommitter:
 
         ``fold`` holds the run's net changes on the executors and rewrites files for a data step.
         """
+        return drive(self.commit_steps(plan, run, fold), lambda request: fold.rewrite([request])[0])
+
+    def commit_steps(self, plan: TablePlan, run: RunContext, fold: Fold) -> CommitSteps:
+        """``commit_plan`` as a generator that yields a ``RewriteRequest`` per data step and is sent
+        that request's file rewrites: a run advances every table's plan to its next data step, has
+        the executors rewrite all of those tables in one job, and sends each its files (``drive``
+        does it for one plan)."""
         table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
@@ -189,7 +212,7 @@ class TableCommitter:
                     # DROP, ordered by offset): the table lives again, as a table the lake never
                     # saw created is made by its rows.
                     tx.remove_properties(DROPPED)
-                self._write_rows(current, tx, plan, step, run, fold)
+                yield from self._write_rows(current, tx, plan, step, run, fold)
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
@@ -378,11 +401,11 @@ class TableCommitter:
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
-                    fold: Fold) -> None:
+                    fold: Fold) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         target, head = upsert_target(table, tx.table_metadata, plan, step, fold)
-        rewrites = fold.rewrite(plan.database, plan.table, step.segment, target)
+        rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
             removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],

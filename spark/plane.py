@@ -10,7 +10,6 @@ metadata), never rows.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -59,10 +58,22 @@ class FoldOutcome:
     applied: dict[str, int] = field(default_factory=dict)  # changes applied per "db.table"
 
 
+@dataclass(frozen=True)
+class RewriteRequest:
+    """Rewrite one table for its net change in one DDL segment, against ``target`` (its files and schema)."""
+
+    database: str
+    table: str
+    segment: int
+    target: UpsertTarget
+
+
 class Fold(Protocol):
     outcome: FoldOutcome
 
-    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]: ...
+    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
+        """Each request's file rewrites, all requests in one pass over the executors."""
+        ...
 
     def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]: ...
 
@@ -139,12 +150,13 @@ class LocalFold(_NetSchemas):
                                         _ids(g.column("schema_id")), _ids(written.column("schema_id"))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
-    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]:
-        net = self.net.get((database, table, segment))
-        if net is None or net.num_rows == 0:
-            return []
-        packed = group_sorted(route(net, target))
-        return results(run_groups(packed.to_batches(), target))
+    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
+        routed = [route(net, r.target, i) for i, r in enumerate(requests)
+                  if (net := self.net.get((r.database, r.table, r.segment))) is not None and net.num_rows]
+        if not routed:
+            return [[] for _ in requests]
+        packed = group_sorted(pa.concat_tables(routed))
+        return results(run_groups(packed.to_batches(), [r.target for r in requests]), len(requests))
 
     def close(self) -> None:
         self.net.clear()
@@ -252,24 +264,29 @@ class SparkFold(_NetSchemas):
                                         tuple(sorted(r["ids"])), tuple(sorted(r["written_ids"]))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
-    def _net(self, database: str, table: str, segment: int) -> Any:
-        from pyspark.sql import functions as F
+    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
+        """One Spark job for every request: the folded rows of the requested (table, segment)s are
+        routed per request, shuffled by (request, group) and each group rewritten by one task."""
+        if self.folded is None or not requests:
+            return [[] for _ in requests]
+        index = {(r.database, r.table, r.segment): i for i, r in enumerate(requests)}
+        targets = [r.target for r in requests]
 
-        assert self.folded is not None
-        return self.folded.filter((F.col("database") == database) & (F.col("table") == table) & (F.col("segment") == segment))
-
-    def rewrite(self, database: str, table: str, segment: int, target: UpsertTarget) -> list[FileRewrite]:
         def routed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                yield from route(pa.Table.from_batches([batch]), target).to_batches()
+                rows = pa.Table.from_batches([batch])
+                for (database, table, segment), mask in _groups(rows):
+                    request = index.get((database, table, segment))
+                    if request is not None:
+                        yield from route(rows.filter(mask), targets[request], request).to_batches()
 
         def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return run_groups(batches, target)
+            return run_groups(batches, targets)
 
-        rows = (self._net(database, table, segment).mapInArrow(routed, _spark_ddl(ROUTED_SCHEMA))
-                .repartition(self.plane.parallelism, "group").sortWithinPartitions("group")
+        rows = (self.folded.mapInArrow(routed, _spark_ddl(ROUTED_SCHEMA))
+                .repartition(self.plane.parallelism, "request", "group").sortWithinPartitions("request", "group")
                 .mapInArrow(grouped, _spark_ddl(RESULT_SCHEMA)).collect())
-        return [pickle.loads(r["rewrite"]) for r in rows]
+        return results([pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=RESULT_SCHEMA)], len(requests))
 
     def close(self) -> None:
         for df in self._cached:

@@ -9,16 +9,18 @@ into the table's own typed columns and sends every key where it must go:
   bucket of a bucketed table; ``p`` alone for an unpartitioned one), written sorted by key
   (``rewrite.write_rows``).
 
-``run_groups`` executes the groups of a stream sorted by group; each yields one pickled
-``FileRewrite`` (removed file, added files). Spark shuffles routed rows by group; the in-process
-plane sorts them; both call these functions, and only the pickled ``FileRewrite``s (file
-metadata) go back to the driver.
+``run_groups`` executes the groups of a stream sorted by (request, group); each yields one
+pickled ``FileRewrite`` (removed file, added files) for its request. A *request* is one table's
+net change in one DDL segment, rewritten against its ``UpsertTarget``: the tables of a run are
+rewritten by one Spark job, their routed rows told apart by the request's index. Spark shuffles
+routed rows by (request, group); the in-process plane sorts them; both call these functions, and
+only the pickled ``FileRewrite``s (file metadata) go back to the driver.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,8 +39,8 @@ GROUP, ROLE = "_tidelake_group", "_tidelake_role"
 DROP, WRITE = 0, 1
 # Routed rows cross the shuffle as (group, Arrow IPC bytes of that group's rows): Spark moves
 # them without mapping Iceberg types (time, uuid, fixed) onto its own.
-ROUTED_SCHEMA = pa.schema([pa.field("group", pa.string()), pa.field("rows", pa.binary())])
-RESULT_SCHEMA = pa.schema([pa.field("rewrite", pa.binary())])
+ROUTED_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("group", pa.string()), pa.field("rows", pa.binary())])
+RESULT_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("rewrite", pa.binary())])
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     return arrow_table(target.table.metadata().schema(), images), writes
 
 
-def route(net: pa.Table, target: UpsertTarget) -> pa.Table:
-    """Drop rows (one per key and file that can hold it) and write rows, packed per group."""
+def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
+    """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``."""
     rows, writes = _rows(net, target)
     metadata = target.table.metadata()
     key_index, file_index = key_file_pairs(metadata, target.key_columns, rows.select(list(target.key_columns)), target.files)
@@ -85,10 +87,10 @@ def route(net: pa.Table, target: UpsertTarget) -> pa.Table:
         drops.add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8))).add_column(0, GROUP, drop_groups),
         written.add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8))).add_column(0, GROUP, write_groups),
     ]).cast(target.routed_schema())
-    return _pack(routed)
+    return _pack(routed, request)
 
 
-def _pack(routed: pa.Table) -> pa.Table:
+def _pack(routed: pa.Table, request: int) -> pa.Table:
     routed = routed.sort_by([(GROUP, "ascending")])
     groups, blobs = [], []
     names = routed.column(GROUP).to_pylist()
@@ -98,7 +100,8 @@ def _pack(routed: pa.Table) -> pa.Table:
             groups.append(names[start])
             blobs.append(_ipc(routed.slice(start, i - start).drop_columns([GROUP])))
             start = i
-    return pa.table([pa.array(groups, pa.string()), pa.array(blobs, pa.binary())], schema=ROUTED_SCHEMA)
+    return pa.table([pa.array([request] * len(groups), pa.int32()), pa.array(groups, pa.string()), pa.array(blobs, pa.binary())],
+                    schema=ROUTED_SCHEMA)
 
 
 def _ipc(rows: pa.Table) -> bytes:
@@ -127,19 +130,21 @@ def _partition_groups(rows: pa.Table, target: UpsertTarget) -> pa.Array:
     return pc.binary_join_element_wise("p", pc.cast(pc.fill_null(pc.cast(values, pa.string()), "null"), pa.string()), "")
 
 
-def run_groups(batches: Iterable[pa.RecordBatch], target: UpsertTarget) -> Iterator[pa.RecordBatch]:
-    """Rewrite or write each group of packed ``batches`` sorted by group: one pickled ``FileRewrite`` per group."""
-    current: str | None = None
+def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget]) -> Iterator[pa.RecordBatch]:
+    """Rewrite or write each group of packed ``batches`` sorted by (request, group), against
+    ``targets[request]``: one pickled ``FileRewrite`` per group, with its request."""
+    current: tuple[int, str] | None = None
     parts: list[pa.Table] = []
     for batch in batches:
-        for group, blob in zip(batch.column("group").to_pylist(), batch.column("rows").to_pylist()):
-            if group != current and current is not None:
-                yield _result(_one_group(current, pa.concat_tables(parts), target))
+        for request, group, blob in zip(batch.column("request").to_pylist(), batch.column("group").to_pylist(),
+                                        batch.column("rows").to_pylist()):
+            if (request, group) != current and current is not None:
+                yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
                 parts = []
-            current = group
+            current = (request, group)
             parts.append(_unipc(blob))
     if current is not None:
-        yield _result(_one_group(current, pa.concat_tables(parts), target))
+        yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
 
 
 def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> FileRewrite:
@@ -151,13 +156,18 @@ def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> FileRewrite:
     return FileRewrite(None, added, 0, 0)
 
 
-def _result(rewrite: FileRewrite) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"rewrite": [pickle.dumps(rewrite)]}, schema=RESULT_SCHEMA)
+def _result(request: int, rewrite: FileRewrite) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"request": [request], "rewrite": [pickle.dumps(rewrite)]}, schema=RESULT_SCHEMA)
 
 
 def group_sorted(packed: pa.Table) -> pa.Table:
-    return packed.sort_by([("group", "ascending")])
+    return packed.sort_by([("request", "ascending"), ("group", "ascending")])
 
 
-def results(batches: Iterable[pa.RecordBatch]) -> list[FileRewrite]:
-    return [pickle.loads(b) for batch in batches for b in batch.column("rewrite").to_pylist()]
+def results(batches: Iterable[pa.RecordBatch], requests: int) -> list[list[FileRewrite]]:
+    """The ``FileRewrite``s of each of ``requests`` requests, from ``run_groups``' batches."""
+    out: list[list[FileRewrite]] = [[] for _ in range(requests)]
+    for batch in batches:
+        for request, blob in zip(batch.column("request").to_pylist(), batch.column("rewrite").to_pylist()):
+            out[request].append(pickle.loads(blob))
+    return out
