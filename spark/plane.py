@@ -239,15 +239,20 @@ class SparkFold(_NetSchemas):
         state, first = F.col("state"), F.col("first")
         pending: dict[PKey, int] = {}
         skipped = 0
-        for r in selected.groupBy("topic", "partition").agg(
+        applied: dict[str, int] = {}
+        # One job for the counts: per partition and table (a few thousand rows at most).
+        for r in selected.groupBy("topic", "partition", "database", "table").agg(
             F.min(F.when(state == PENDING, F.col("offset"))).alias("pending"),
             F.sum(F.when((state == SKIPPED) & first, 1).otherwise(0)).alias("skipped"),
+            F.sum(F.when((state == APPLY) & first, 1).otherwise(0)).alias("applied"),
         ).collect():
+            key = (r["topic"], r["partition"])
             if r["pending"] is not None:
-                pending[(r["topic"], r["partition"])] = r["pending"]
+                pending[key] = min(pending.get(key, r["pending"]), r["pending"])
             skipped += r["skipped"] or 0
-        applied = {f"{r['database']}.{r['table']}": r["count"]
-                   for r in selected.filter((state == APPLY) & first).groupBy("database", "table").count().collect()}
+            if r["applied"]:
+                name = f"{r['database']}.{r['table']}"
+                applied[name] = applied.get(name, 0) + r["applied"]
         # The fold stays in the JVM (a shuffle by key and an aggregate): rows never make a
         # round trip through Python workers between reading and rewriting.
         folded = greatest_per_key_spark(selected.filter(state == APPLY), plane.parallelism).persist(StorageLevel.MEMORY_AND_DISK)

@@ -27,7 +27,8 @@ _DECIMAL, _DATETIME, _DATETIME_UTC, _DATE, _TIME, _PICKLED = 1, 2, 3, 4, 5, 6
 _DATETIME_FIELDS = struct.Struct("<HBBBBBI")  # year, month, day, hour, minute, second, microsecond
 _DATE_FIELDS = struct.Struct("<HBB")
 _TIME_FIELDS = struct.Struct("<BBBI")
-_AS_IS = frozenset({str, bool, float, bytes, type(None)})
+_EXACT = frozenset({str, bool, float, bytes, type(None)})  # MessagePack carries these exactly...
+_AS_IS = _EXACT | {int}  # ... and ints within 64 bits, which the encoder checks (OverflowError)
 _INT_RANGE = (-(1 << 63), 1 << 64)  # MessagePack's int64 and uint64
 
 _encoder = msgspec.msgpack.Encoder()
@@ -71,7 +72,10 @@ _decoder = msgspec.msgpack.Decoder(ext_hook=_ext)
 def encode_effect(op: Op, image: Mapping[str, Any]) -> bytes:
     """A key effect's ``change`` column: the operation and the row image (the deleted key's for a delete)."""
     as_is = _AS_IS
-    return _encoder.encode((op.value, {k: v if type(v) in as_is else _value(v) for k, v in image.items()}))
+    try:
+        return _encoder.encode((op.value, {k: v if type(v) in as_is else _value(v) for k, v in image.items()}))
+    except OverflowError:  # an int beyond 64 bits: rare, so ints are not range-checked one by one
+        return _encoder.encode((op.value, {k: v if type(v) in _EXACT else _value(v) for k, v in image.items()}))
 
 
 def decode_effect(blob: bytes) -> tuple[Op, dict[str, Any]]:
