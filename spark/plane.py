@@ -107,6 +107,50 @@ def read_change_log(config: PipelineConfig, paths: Iterable[str], window: FoldWi
         yield select(rows, window)
 
 
+# What a run counts of the rows it selects: per partition and table, the first offset waiting for a
+# later run, the redeliveries skipped and the changes applied (``first``: a change's first key
+# effect). Both planes count with ``window_counts`` (on Spark, per change-log file on the executors)
+# and add up with ``add_counts`` on the driver.
+COUNTS_SCHEMA = pa.schema([pa.field("topic", pa.string()), pa.field("partition", pa.int32()), pa.field("database", pa.string()),
+                           pa.field("table", pa.string()), pa.field("pending", pa.int64()), pa.field("skipped", pa.int64()),
+                           pa.field("applied", pa.int64())])
+
+
+def window_counts(selected: pa.Table) -> pa.Table:
+    """``COUNTS_SCHEMA`` rows of ``select``'s output (a few per partition and table)."""
+    if selected.num_rows == 0:
+        return COUNTS_SCHEMA.empty_table()
+    state, first = selected.column("state"), selected.column("first")
+    marks = pa.table({
+        "topic": selected.column("topic"), "partition": selected.column("partition"), "database": selected.column("database"),
+        "table": selected.column("table"),
+        "pending": pc.if_else(pc.equal(state, PENDING), selected.column("offset"), pa.scalar(None, pa.int64())),
+        "skipped": pc.cast(pc.and_(pc.equal(state, SKIPPED), first), pa.int64()),
+        "applied": pc.cast(pc.and_(pc.equal(state, APPLY), first), pa.int64()),
+    })
+    counted = marks.group_by(["topic", "partition", "database", "table"]).aggregate(
+        [("pending", "min"), ("skipped", "sum"), ("applied", "sum")])
+    return counted.rename_columns(["topic", "partition", "database", "table", "pending", "skipped", "applied"]) \
+        .select(COUNTS_SCHEMA.names).cast(COUNTS_SCHEMA)
+
+
+def add_counts(counts: Iterable[pa.Table]) -> tuple[dict[PKey, int], int, dict[str, int]]:
+    """Pending offset per partition, redeliveries skipped, changes applied per "db.table"."""
+    pending: dict[PKey, int] = {}
+    skipped = 0
+    applied: dict[str, int] = {}
+    for table in counts:
+        for r in table.to_pylist():
+            key = (r["topic"], r["partition"])
+            if r["pending"] is not None:
+                pending[key] = min(pending.get(key, r["pending"]), r["pending"])
+            skipped += r["skipped"] or 0
+            if r["applied"]:
+                name = f"{r['database']}.{r['table']}"
+                applied[name] = applied.get(name, 0) + r["applied"]
+    return pending, skipped, applied
+
+
 # ----------------------------------------------------------------------------- in process
 
 
@@ -123,22 +167,8 @@ class LocalFold(_NetSchemas):
         if selected is None or selected.num_rows == 0:
             self.outcome = FoldOutcome([], {}, 0)
             return
-        state = selected.column("state")
-        first = selected.column("first")
-        pending_rows = selected.filter(pc.equal(state, PENDING))
-        pending: dict[PKey, int] = {}
-        if pending_rows.num_rows:
-            grouped = pending_rows.group_by(["topic", "partition"]).aggregate([("offset", "min")])
-            pending = {(t, p): o for t, p, o in zip(grouped.column("topic").to_pylist(), grouped.column("partition").to_pylist(),
-                                                     grouped.column("offset_min").to_pylist())}
-        skipped = int(pc.sum(pc.and_(pc.equal(state, SKIPPED), first)).as_py() or 0)
-        applied_rows = selected.filter(pc.equal(state, APPLY))
-        applied: dict[str, int] = {}
-        firsts = applied_rows.filter(applied_rows.column("first"))
-        if firsts.num_rows:
-            counts = firsts.group_by(["database", "table"]).aggregate([("first", "count")])
-            applied = {f"{d}.{t}": n for d, t, n in zip(counts.column("database").to_pylist(), counts.column("table").to_pylist(),
-                                                        counts.column("first_count").to_pylist())}
+        pending, skipped, applied = add_counts([window_counts(selected)])
+        applied_rows = selected.filter(pc.equal(selected.column("state"), APPLY))
         folded = pa.Table.from_batches(list(greatest_per_key(sort_for_fold(applied_rows).to_batches())), applied_rows.schema) \
             if applied_rows.num_rows else applied_rows
         summaries = []
@@ -228,34 +258,25 @@ class SparkFold(_NetSchemas):
             self.outcome = FoldOutcome([], {}, 0)
             return
 
+        def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for table in read_change_log(config, batch.column("path").to_pylist(), window):
+                    yield from window_counts(table).to_batches()
+
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 for table in read_change_log(config, batch.column("path").to_pylist(), window):
-                    yield from table.select(SELECTED_SCHEMA.names).cast(SELECTED_SCHEMA).to_batches()
+                    applied = table.filter(pc.equal(table.column("state"), APPLY))
+                    yield from applied.select(SELECTED_SCHEMA.names).cast(SELECTED_SCHEMA).to_batches()
 
+        # The change log is read twice by Python (Parquet reads are cheap): once for the counts,
+        # once for the rows to apply, which reach the JVM once and are folded there, without
+        # caching every selected row.
         files = spark.createDataFrame([(p,) for p in paths], "path string").repartition(min(len(paths), plane.parallelism))
-        selected = files.mapInArrow(read, _SELECTED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-        self._cached.append(selected)
-        state, first = F.col("state"), F.col("first")
-        pending: dict[PKey, int] = {}
-        skipped = 0
-        applied: dict[str, int] = {}
-        # One job for the counts: per partition and table (a few thousand rows at most).
-        for r in selected.groupBy("topic", "partition", "database", "table").agg(
-            F.min(F.when(state == PENDING, F.col("offset"))).alias("pending"),
-            F.sum(F.when((state == SKIPPED) & first, 1).otherwise(0)).alias("skipped"),
-            F.sum(F.when((state == APPLY) & first, 1).otherwise(0)).alias("applied"),
-        ).collect():
-            key = (r["topic"], r["partition"])
-            if r["pending"] is not None:
-                pending[key] = min(pending.get(key, r["pending"]), r["pending"])
-            skipped += r["skipped"] or 0
-            if r["applied"]:
-                name = f"{r['database']}.{r['table']}"
-                applied[name] = applied.get(name, 0) + r["applied"]
-        # The fold stays in the JVM (a shuffle by key and an aggregate): rows never make a
-        # round trip through Python workers between reading and rewriting.
-        folded = greatest_per_key_spark(selected.filter(state == APPLY), plane.parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        counts = files.mapInArrow(count, _spark_ddl(COUNTS_SCHEMA)).collect()
+        pending, skipped, applied = add_counts([pa.Table.from_pylist([r.asDict() for r in counts], schema=COUNTS_SCHEMA)])
+        folded = greatest_per_key_spark(files.mapInArrow(read, _SELECTED_DDL), plane.parallelism) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(folded)
         self.folded = folded
         summaries = []
