@@ -123,7 +123,7 @@ class _ChangeLogWriter:
         self._out = storage.open_output(path)
         self._writer = pq.ParquetWriter(self._out, CHANGE_LOG_SCHEMA, compression="zstd",
                                         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS)
-        self._columns: list[list[Any]] = [[] for _ in CHANGE_LOG_SCHEMA]
+        self._rows: list[tuple[Any, ...]] = []  # a row group's rows, as tuples: one append per row
         self.rows = 0
         # Decoders share one column-types mapping per table schema: pickled once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
@@ -153,20 +153,19 @@ class _ChangeLogWriter:
                 stored = encode_effect(Op.DELETE, dict(zip(keys, key)) if keys else dict(key))
             else:
                 stored = encode_effect(change.op, change.after)
-            row = (p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                   key_bytes(key), deletes, first, stored, schema)
-            for column, value in zip(self._columns, row):
-                column.append(value)
+            self._rows.append((p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
+                               key_bytes(key), deletes, first, stored, schema))
             first = False
             self.rows += 1
-            if len(self._columns[0]) >= ROW_GROUP:
+            if len(self._rows) >= ROW_GROUP:
                 self._flush()
 
     def _flush(self) -> None:
-        if self._columns[0]:
+        if self._rows:
+            columns = zip(*self._rows)  # transposed in C
             self._writer.write_table(pa.Table.from_arrays(
-                [pa.array(c, f.type) for c, f in zip(self._columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA))
-            self._columns = [[] for _ in CHANGE_LOG_SCHEMA]
+                [pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA))
+            self._rows = []
 
     def close(self) -> None:
         self._flush()
