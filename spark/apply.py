@@ -49,12 +49,12 @@ from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
 from spark.fold.select import FoldWindow
+from spark.iceberg.rewrite import FileRewrite
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.maintain.archive_retention import require_replayable
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
-from spark.iceberg.rewrite import FileRewrite
 from spark.plane import Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.publish import (
     CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,
@@ -64,8 +64,8 @@ from spark.storage import AlreadyExists, Storage, open_storage
 from spark.watermark import PartitionWatermarks, compute_watermark, tag_name
 
 PKey = tuple[str, int]
-# Tables committed side by side: a table's commit is mostly its executors' rewrite (a Spark job)
-# and catalog I/O, so several run at once; each table stays one transaction.
+# Plans advanced side by side between rewrite rounds: what a plan does between two rewrites is
+# catalog I/O (loading, creating, committing tables), so threads overlap it.
 COMMIT_THREADS = 4
 
 

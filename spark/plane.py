@@ -1,11 +1,12 @@
 """Where a run's row work happens: Spark executors (``SparkPlane``) or this process (``LocalPlane``).
 
-Both run the same functions on Arrow data -- ``fold.select.select``, ``net_change.greatest_per_key``,
+Both run the same functions on Arrow data -- ``fold.select.select``, ``window_counts``,
 ``iceberg.upsert.route`` / ``run_groups`` -- and differ only in how rows get to them: Spark
-shuffles by key and by file group across executors and sorts within partitions; the local plane
-sorts one in-memory table (tiny runs, the fast tests, the demo). The driver gets back aggregates
-(pending offsets, counts, one summary per table and DDL segment) and ``FileRewrite``s (file
-metadata), never rows.
+shuffles by key and by (request, file group) across executors, and folds per key in the JVM
+(``net_change.greatest_per_key_spark``); the local plane sorts one in-memory table and folds it
+with ``net_change.greatest_per_key`` (tiny runs, the fast tests, the demo) -- the one rule, held
+equal by a test. The driver gets back aggregates (pending offsets, counts, one summary per table
+and DDL segment) and ``FileRewrite``s (file metadata), never rows.
 """
 
 from __future__ import annotations
