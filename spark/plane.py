@@ -1,23 +1,20 @@
 """Where a run's row work happens: Spark executors (``SparkPlane``) or this process (``LocalPlane``).
 
 Both run the same functions on Arrow data -- ``fold.select.select``, ``window_counts``,
-``fold_rows`` (the one fold rule, ``net_change.greatest_per_key``), ``net_groups``,
-``iceberg.upsert.route`` / ``run_groups`` -- and differ only in how rows get to them: Spark moves
-them between executors as packs of Arrow IPC (shuffled by a shard of keys, then by (request, file
-group)); the local plane holds one in-memory table (tiny runs, the fast tests, the demo). The
-driver gets back aggregates (pending offsets, counts, one summary per table and DDL segment) and
-``FileRewrite``s (file metadata), never rows.
+``iceberg.upsert.route`` / ``run_groups`` -- and differ only in how rows get to them: Spark
+shuffles by key and by (request, file group) across executors, and folds per key in the JVM
+(``net_change.greatest_per_key_spark``); the local plane sorts one in-memory table and folds it
+with ``net_change.greatest_per_key`` (tiny runs, the fast tests, the demo) -- the one rule, held
+equal by a test. The driver gets back aggregates (pending offsets, counts, one summary per table
+and DDL segment) and ``FileRewrite``s (file metadata), never rows.
 """
 
 from __future__ import annotations
 
-import pickle
-import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -25,21 +22,11 @@ import pyarrow.parquet as pq
 from cdc_codecs import ColumnType
 from spark import credentials
 from spark.config import PipelineConfig
-from spark.decode.changelog import decode_schema
-from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
+from spark.decode.changelog import CHANGE_LOG_SCHEMA, decode_schema
+from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.iceberg.rewrite import FileRewrite
-from spark.iceberg.upsert import (
-    RESULT_SCHEMA,
-    ROUTED_SCHEMA,
-    UpsertTarget,
-    from_ipc,
-    group_sorted,
-    results,
-    route,
-    run_groups,
-    to_ipc,
-)
-from spark.net_change import ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
+from spark.iceberg.upsert import RESULT_SCHEMA, ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
+from spark.net_change import ORDER_COLUMNS, Order, greatest_per_key, greatest_per_key_spark, sort_for_fold
 from spark.storage import open_storage
 
 PKey = tuple[str, int]
@@ -165,36 +152,6 @@ def add_counts(counts: Iterable[pa.Table]) -> tuple[dict[PKey, int], int, dict[s
     return pending, skipped, applied
 
 
-def fold_rows(selected: pa.Table) -> pa.Table:
-    """The rows to apply of ``select``'s output, folded: one per (table, DDL segment, key)."""
-    applied = selected.filter(pc.equal(selected.column("state"), APPLY))
-    if applied.num_rows == 0:
-        return applied
-    return pa.Table.from_batches(list(greatest_per_key(sort_for_fold(applied).to_batches())), applied.schema)
-
-
-def net_groups(folded: pa.Table) -> Iterator[tuple[NetSummary, pa.Table]]:
-    """Each (table, DDL segment) of folded rows: its summary and its rows."""
-    for (database, table, segment), mask in _groups(folded):
-        g = folded.filter(mask)
-        written = g.filter(pc.invert(g.column("deletes")))
-        yield NetSummary(database, table, segment, g.num_rows, int(pc.sum(g.column("deletes")).as_py() or 0), _first_order(g),
-                         _ids(g.column("schema_id")), _ids(written.column("schema_id"))), g
-
-
-def merge_summaries(summaries: Iterable[NetSummary]) -> list[NetSummary]:
-    """One summary per (table, DDL segment) from summaries of disjoint key sets."""
-    merged: dict[tuple[str, str, int], NetSummary] = {}
-    for s in summaries:
-        key = (s.database, s.table, s.segment)
-        m = merged.get(key)
-        merged[key] = s if m is None else NetSummary(
-            *key, m.keys + s.keys, m.deletes + s.deletes, min(m.first, s.first),
-            tuple(sorted(set(m.schema_ids) | set(s.schema_ids))),
-            tuple(sorted(set(m.written_schema_ids) | set(s.written_schema_ids))))
-    return [merged[k] for k in sorted(merged)]
-
-
 # ----------------------------------------------------------------------------- in process
 
 
@@ -212,10 +169,16 @@ class LocalFold(_NetSchemas):
             self.outcome = FoldOutcome([], {}, 0)
             return
         pending, skipped, applied = add_counts([window_counts(selected)])
+        applied_rows = selected.filter(pc.equal(selected.column("state"), APPLY))
+        folded = pa.Table.from_batches(list(greatest_per_key(sort_for_fold(applied_rows).to_batches())), applied_rows.schema) \
+            if applied_rows.num_rows else applied_rows
         summaries = []
-        for summary, rows in net_groups(fold_rows(selected)):
-            self.net[(summary.database, summary.table, summary.segment)] = rows
-            summaries.append(summary)
+        for group in _groups(folded):
+            g = folded.filter(group[1])
+            self.net[group[0]] = g
+            written = g.filter(pc.invert(g.column("deletes")))
+            summaries.append(NetSummary(*group[0], g.num_rows, int(pc.sum(g.column("deletes")).as_py() or 0), _first_order(g),
+                                        _ids(g.column("schema_id")), _ids(written.column("schema_id"))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
@@ -251,15 +214,9 @@ def _ids(column: pa.ChunkedArray) -> tuple[int, ...]:
 
 # ----------------------------------------------------------------------------- on Spark
 
-# Rows cross Spark as *packs*: one Spark row holding an Arrow IPC stream of many change-log rows,
-# with what it is (``kind``) and where it goes (``part``: a shard of keys; or the (table, DDL
-# segment) of folded rows). The JVM moves bytes and shuffles a few thousand packs; the per-row work
-# -- select, count, the fold, routing -- runs on Arrow in the Python workers, in the same functions
-# the local plane runs. (Rows as Spark rows cost ~10 s per million on local[2] to convert, cache
-# and sort in the JVM; measured in docs/data-plane.md.)
-COUNTS, ROWS, NET, SUMMARY = 0, 1, 2, 3
-PACK_SCHEMA = pa.schema([pa.field("kind", pa.int8()), pa.field("part", pa.int32()), pa.field("database", pa.string()),
-                         pa.field("table", pa.string()), pa.field("segment", pa.int32()), pa.field("rows", pa.binary())])
+# The selected change-log rows as Spark sees them: the change log's Arrow schema and the columns
+# ``select`` adds, in Spark's type names (one schema, derived, so the two cannot drift apart).
+SELECTED_SCHEMA = pa.schema([*CHANGE_LOG_SCHEMA, *SELECTED_FIELDS])
 _SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
                 pa.bool_(): "boolean"}
 
@@ -269,21 +226,7 @@ def _spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in schema)
 
 
-_PACK_DDL = _spark_ddl(PACK_SCHEMA)
-
-
-def _pack(kind: int, blob: bytes, part: int = 0, database: str = "", table: str = "", segment: int = 0) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([{"kind": kind, "part": part, "database": database, "table": table, "segment": segment,
-                                        "rows": blob}], schema=PACK_SCHEMA)
-
-
-def key_shards(rows: pa.Table, parts: int) -> Iterator[tuple[int, pa.Table]]:
-    """``rows`` split by a stable hash of their key: every change of a key lands in one shard."""
-    if rows.num_rows == 0:
-        return
-    shard = np.fromiter((zlib.crc32(k) for k in rows.column("key").to_pylist()), np.uint32, rows.num_rows) % parts
-    for part in np.unique(shard).tolist():
-        yield part, rows.filter(pa.array(shard == part))
+_SELECTED_DDL = _spark_ddl(SELECTED_SCHEMA)
 
 
 class SparkPlane:
@@ -315,38 +258,37 @@ class SparkFold(_NetSchemas):
             self.folded = None
             self.outcome = FoldOutcome([], {}, 0)
             return
-        # A shard per change-log file at least: a segment holds at most segment_max_messages
-        # changes, so a fold task holds about one segment's rows whatever the run's size.
-        parts = max(plane.parallelism, len(paths))
+
+        def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for table in read_change_log(config, batch.column("path").to_pylist(), window):
+                    yield from window_counts(table).to_batches()
 
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                for selected in read_change_log(config, batch.column("path").to_pylist(), window):
-                    yield _pack(COUNTS, to_ipc(window_counts(selected)))
-                    applied = selected.filter(pc.equal(selected.column("state"), APPLY))
-                    for part, rows in key_shards(applied, parts):
-                        yield _pack(ROWS, to_ipc(rows), part)
+                for table in read_change_log(config, batch.column("path").to_pylist(), window):
+                    applied = table.filter(pc.equal(table.column("state"), APPLY))
+                    yield from applied.select(SELECTED_SCHEMA.names).cast(SELECTED_SCHEMA).to_batches()
 
-        def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            packs = [from_ipc(blob) for batch in batches for blob in batch.column("rows").to_pylist()]
-            if not packs:
-                return
-            summaries = []
-            for summary, rows in net_groups(fold_rows(pa.concat_tables(packs))):
-                summaries.append(summary)
-                yield _pack(NET, to_ipc(rows), 0, summary.database, summary.table, summary.segment)
-            yield _pack(SUMMARY, pickle.dumps(summaries))
-
+        # The change log is read twice by Python (Parquet reads are cheap): once for the counts,
+        # once for the rows to apply, which reach the JVM once and are folded there, without
+        # caching every selected row.
         files = spark.createDataFrame([(p,) for p in paths], "path string").repartition(min(len(paths), plane.parallelism))
-        read_packs = files.mapInArrow(read, _PACK_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-        self._cached.append(read_packs)
-        kind = F.col("kind")
-        pending, skipped, applied = add_counts(from_ipc(r["rows"]) for r in read_packs.filter(kind == COUNTS).select("rows").collect())
-        folded = (read_packs.filter(kind == ROWS).repartition(parts, "part").mapInArrow(fold, _PACK_DDL)
-                  .persist(StorageLevel.MEMORY_AND_DISK))
+        counts = files.mapInArrow(count, _spark_ddl(COUNTS_SCHEMA)).collect()
+        pending, skipped, applied = add_counts([pa.Table.from_pylist([r.asDict() for r in counts], schema=COUNTS_SCHEMA)])
+        folded = greatest_per_key_spark(files.mapInArrow(read, _SELECTED_DDL), plane.parallelism) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(folded)
-        self.folded = folded.filter(kind == NET)
-        summaries = merge_summaries(s for r in folded.filter(kind == SUMMARY).select("rows").collect() for s in pickle.loads(r["rows"]))
+        self.folded = folded
+        summaries = []
+        sid, deletes = F.col("schema_id"), F.col("deletes")
+        for r in folded.groupBy("database", "table", "segment").agg(
+            F.count(F.lit(1)).alias("keys"), F.sum(deletes.cast("int")).alias("deletes"),
+            F.min(F.struct(*ORDER_COLUMNS)).alias("first"),
+            F.collect_set(sid).alias("ids"), F.collect_set(F.when(~deletes, sid)).alias("written_ids"),
+        ).collect():
+            summaries.append(NetSummary(r["database"], r["table"], r["segment"], r["keys"], r["deletes"] or 0, tuple(r["first"]),
+                                        tuple(sorted(r["ids"])), tuple(sorted(r["written_ids"]))))
         self.outcome = FoldOutcome(summaries, pending, skipped, applied)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
@@ -359,10 +301,11 @@ class SparkFold(_NetSchemas):
 
         def routed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                for database, table, segment, blob in zip(*(batch.column(c).to_pylist() for c in ("database", "table", "segment", "rows"))):
+                rows = pa.Table.from_batches([batch])
+                for (database, table, segment), mask in _groups(rows):
                     request = index.get((database, table, segment))
                     if request is not None:
-                        yield from route(from_ipc(blob), targets[request], request).to_batches()
+                        yield from route(rows.filter(mask), targets[request], request).to_batches()
 
         def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return run_groups(batches, targets)

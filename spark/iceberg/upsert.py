@@ -98,21 +98,20 @@ def _pack(routed: pa.Table, request: int) -> pa.Table:
     for i in range(1, len(names) + 1):
         if i == len(names) or names[i] != names[start]:
             groups.append(names[start])
-            blobs.append(to_ipc(routed.slice(start, i - start).drop_columns([GROUP])))
+            blobs.append(_ipc(routed.slice(start, i - start).drop_columns([GROUP])))
             start = i
     return pa.table([pa.array([request] * len(groups), pa.int32()), pa.array(groups, pa.string()), pa.array(blobs, pa.binary())],
                     schema=ROUTED_SCHEMA)
 
 
-def to_ipc(rows: pa.Table) -> bytes:
-    """Rows as one Arrow IPC stream: how many rows cross a Spark shuffle as one binary value."""
+def _ipc(rows: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
     return sink.getvalue().to_pybytes()
 
 
-def from_ipc(blob: bytes) -> pa.Table:
+def _unipc(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(blob).read_all()
 
 
@@ -143,7 +142,7 @@ def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget
                 yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
                 parts = []
             current = (request, group)
-            parts.append(from_ipc(blob))
+            parts.append(_unipc(blob))
     if current is not None:
         yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
 
