@@ -21,7 +21,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Summary
@@ -110,6 +110,7 @@ def _stage(
     if not removed and not added:
         return None
     producer = tx.update_snapshot(snapshot_properties=dict(snapshot_properties or {}), branch=branch).overwrite()
+    _keep_live_manifests(producer)
     for data_file in removed:
         producer.delete_data_file(data_file)
     for data_file in added:
@@ -130,6 +131,30 @@ def _stage(
     # update carries an AssertRefSnapshotId(branch, expected) requirement the catalog checks.
     tx._apply(updates, requirements)
     return producer
+
+
+def _keep_live_manifests(producer: _OverwriteFiles) -> None:
+    """The new snapshot keeps only manifests with a live (added or existing) file, and those it writes itself.
+
+    pyiceberg 0.12's overwrite writes the files it removes into a manifest of ``DELETED`` entries,
+    then carries every manifest of the parent into the new snapshot, those holding nothing but
+    ``DELETED`` entries of older snapshots included. So each overwrite that removes a file adds a
+    manifest every later snapshot lists, reads on every commit (``_deleted_entries``,
+    ``_existing_manifests``) and every scan plans: after N runs a head has N of them, and neither
+    compaction (it is an overwrite too) nor snapshot expiry (the head still lists them) drops them.
+    Iceberg's Java ``MergingSnapshotProducer`` keeps exactly the manifests that have added or
+    existing files or were written by the committing snapshot; so does this. A ``DELETED`` entry
+    only tells what its own snapshot removed: the snapshot that wrote it keeps it.
+    """
+    if not callable(getattr(producer, "_process_manifests", None)):
+        raise InternalsChanged("pyiceberg's snapshot producer has no _process_manifests(): spark/iceberg/internals.py "
+                               "needs updating for this pyiceberg")
+    own = producer.snapshot_id
+
+    def live_or_own(manifests: list[ManifestFile]) -> list[ManifestFile]:
+        return [m for m in manifests if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == own]
+
+    producer._process_manifests = live_or_own  # type: ignore[method-assign]
 
 
 def stage_overwrite(

@@ -17,6 +17,7 @@ SUITE_FLAGS = {
     "codecs": ["--events", "--protocols"],
     "land": ["--messages", "--rounds", "--runners"],
     "consistency": ["--histories", "--steps", "--seed"],
+    "maintenance": ["--runs", "--changes", "--every", "--tables", "--baseline", "--repeat", "--without-runs"],
 }
 
 

@@ -49,7 +49,7 @@ def test_private_names_and_signatures():
     assert callable(ArrowScan.to_table)
     assert list(inspect.signature(FileScanTask.__init__).parameters)[1] == "data_file"
     assert inspect.signature(UpdateSnapshot.overwrite).return_annotation in (_OverwriteFiles, "_OverwriteFiles")
-    for name in ("delete_data_file", "append_data_file", "_commit", "_clean_all_uncommitted"):
+    for name in ("delete_data_file", "append_data_file", "_commit", "_clean_all_uncommitted", "_process_manifests"):
         assert callable(getattr(_OverwriteFiles, name)), name
     assert isinstance(inspect.getattr_static(_OverwriteFiles, "snapshot_id"), property)
     assert list(inspect.signature(Transaction._apply).parameters) == ["self", "updates", "requirements"]
