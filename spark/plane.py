@@ -274,8 +274,7 @@ class SparkFold(_NetSchemas):
         # once for the rows to apply, which reach the JVM once and are folded there, without
         # caching every selected row.
         files = spark.createDataFrame([(p,) for p in paths], "path string").repartition(min(len(paths), plane.parallelism))
-        counts = files.mapInArrow(count, _spark_ddl(COUNTS_SCHEMA)).collect()
-        pending, skipped, applied = add_counts([pa.Table.from_pylist([r.asDict() for r in counts], schema=COUNTS_SCHEMA)])
+        pending, skipped, applied = add_counts([files.mapInArrow(count, _spark_ddl(COUNTS_SCHEMA)).toArrow()])
         folded = greatest_per_key_spark(files.mapInArrow(read, _SELECTED_DDL), plane.parallelism) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(folded)
@@ -310,10 +309,10 @@ class SparkFold(_NetSchemas):
         def grouped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return run_groups(batches, targets)
 
-        rows = (self.folded.mapInArrow(routed, _spark_ddl(ROUTED_SCHEMA))
-                .repartition(self.plane.parallelism, "request", "group").sortWithinPartitions("request", "group")
-                .mapInArrow(grouped, _spark_ddl(RESULT_SCHEMA)).collect())
-        return results([pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=RESULT_SCHEMA)], len(requests))
+        rewrites = (self.folded.mapInArrow(routed, _spark_ddl(ROUTED_SCHEMA))
+                    .repartition(self.plane.parallelism, "request", "group").sortWithinPartitions("request", "group")
+                    .mapInArrow(grouped, _spark_ddl(RESULT_SCHEMA)).toArrow())
+        return results(rewrites.to_batches(), len(requests))
 
     def close(self) -> None:
         for df in self._cached:
