@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keys", type=_choices(("hot", "uniform")), default="hot,uniform", help="key distributions (default %(default)s)")
     c = parser.add_argument_group("(c) memory")
     c.add_argument("--touch-keys", type=int, default=5_000_000, help="keys touched by the one run (default %(default)s)")
+    c.add_argument("--cluster", choices=("local", "standalone"), default="local",
+                   help="local[2] (the JVM hosts driver and executors), or a standalone master and worker started "
+                        "on 127.0.0.1 (the driver's JVM alone) (default %(default)s)")
     return parser
 
 
@@ -91,5 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     if "memory" in args.only:
         from bench import apply_memory
 
-        apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir, conf)
+        apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir, conf,
+                          args.cluster)
     return 0

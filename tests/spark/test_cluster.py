@@ -17,17 +17,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
-from spark.embedded import free_port, start_process_group, stop_process_group, wait_for_port
+from spark.embedded import standalone_cluster
 from tests.deploy.submit import build_code_archive, submit_commands
 
 from .archive import normalise, oracle_from_records, oracle_rows, produce_history
@@ -44,59 +39,11 @@ _NOT_INHERITED = ("PYTHONPATH", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S
                   "TIDELAKE_KAFKA_SASL_USERNAME", "TIDELAKE_KAFKA_SASL_PASSWORD")
 
 
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
 def clean_environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # spark-submit and python
     env.update(extra)
     return env
-
-
-@dataclasses.dataclass(frozen=True)
-class StandaloneCluster:
-    master_url: str
-    ui: str
-
-    def alive_workers(self) -> int:
-        try:
-            with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as answer:
-                return sum(1 for w in json.load(answer)["workers"] if w["state"] == "ALIVE")
-        except urllib.error.URLError:  # the UI's port opens before its /json/ handler (404 meanwhile)
-            return 0
-
-
-@contextmanager
-def standalone_cluster(workdir: Path) -> Iterator[StandaloneCluster]:
-    """A Spark standalone master and one worker (1 core, 2 GiB) on 127.0.0.1; both stopped by PID."""
-    spark_class = str(spark_home() / "bin/spark-class")
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = clean_environment(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
-                            SPARK_LOG_DIR=str(workdir / "logs"), SPARK_WORKER_DIR=str(workdir / "work"))
-    port, ui_port, worker_ui = free_port(), free_port(), free_port()
-    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}")
-    with ExitStack() as stack:
-        master_log = workdir / "master.log"
-        master = start_process_group([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                      "--port", str(port), "--webui-port", str(ui_port)], master_log, env)
-        stack.callback(stop_process_group, master)
-        wait_for_port(port, master, "Spark master", master_log, timeout=60)
-        wait_for_port(ui_port, master, "Spark master UI", master_log, timeout=60)
-        worker_log = workdir / "worker.log"
-        worker = start_process_group([spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
-                                      "--host", "127.0.0.1", "--cores", "1", "--memory", "2g",
-                                      "--webui-port", str(worker_ui), "--work-dir", str(workdir / "work")], worker_log, env)
-        stack.callback(stop_process_group, worker)
-        deadline = time.monotonic() + 60
-        while cluster.alive_workers() < 1:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Spark worker did not register: {worker_log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield cluster
 
 
 def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, make_topic, s3, bucket, tmp_path: Path) -> None:
@@ -124,7 +71,7 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
         f'spark_conf = {{ "spark.pyspark.python" = "{sys.executable}" }}\n'
     )
 
-    with standalone_cluster(tmp_path / "cluster") as cluster:
+    with standalone_cluster(tmp_path / "cluster", env=clean_environment()) as cluster:
         airflow_env = {  # what values.yaml gives the Airflow worker, pointed at this cluster and this checkout's build
             "AIRFLOW_CONN_SPARK_TEST_CLUSTER": json.dumps({"conn_type": "spark", "host": cluster.master_url,
                                                             "extra": {"deploy-mode": "client"}}),
