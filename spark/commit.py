@@ -194,6 +194,11 @@ class TableCommitter:
                         # Renames are not transactional: commit the data with a marker, then rename.
                         tx = tx or current.transaction()
                         tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}"})
+                        props = tx.table_metadata.properties
+                        if CREATED_AT not in props and WATERMARK not in props:
+                            # Made by this run (or its crashed attempt), and a rename ends the plan
+                            # before _finish: the table exists from this W on, not at earlier ones.
+                            tx.set_properties({CREATED_AT: str(run.watermark)})
                         self.check()
                         tx.commit_transaction()
                         tx = None
@@ -232,7 +237,7 @@ class TableCommitter:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
                                      iceberg_schema(table_columns(schema)), schema.key_columns)
             tx = table.transaction()
-            tx.set_properties({**types, **changed_at})
+            tx.set_properties({**types, **changed_at, CREATED_AT: str(run.watermark)})
             return table, tx
         props = (tx.table_metadata if tx is not None else table.metadata).properties
         # Upstream has the table if an earlier run committed it (a crashed attempt of this run

@@ -14,6 +14,9 @@ Retention (spark/maintain/retention.py) may later *retire* a published W: a crea
 ``retired`` entry in W's record, then its tags go from every table. The record itself stays:
 runs still see that W was published (an old interval is confirmed, never re-applied).
 
+Compaction (spark/maintain/compaction.py) moves the tags on a table's head to its ``replace``
+snapshot (same rows, fewer files); W's record then names that snapshot.
+
 ``tidelake repair`` (spark/repair.py) may later move tags of published Ws; it records what it
 did in ``<pipeline>/repairs/<time>.json``. Downstream hears of a repair once, with the next
 new W: that W is announced with ``repair=True`` and ``repaired_from`` = the first W the
@@ -104,6 +107,20 @@ def record_retired(storage: Storage, pipeline: str, watermark: int, retired: dic
     if doc is not None and "retired" not in doc:
         doc["retired"] = retired
         storage.write(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def record_snapshots(storage: Storage, pipeline: str, watermark: int, snapshots: dict[str, int]) -> bool:
+    """W's record names, for each table uuid of ``snapshots``, that snapshot: compaction moved the
+    tables' tags of W to snapshots with the same rows (``spark.maintain.compaction``). Idempotent:
+    written only when something differs; returns whether it was."""
+    doc = read_published(storage, pipeline, watermark)
+    stale = [t for t in (doc or {}).get("tables", []) if t["uuid"] in snapshots and t["snapshot"] != snapshots[t["uuid"]]]
+    if doc is None or not stale:
+        return False
+    for entry in stale:
+        entry["snapshot"] = snapshots[entry["uuid"]]
+    storage.write(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return True
 
 
 def read_published(storage: Storage, pipeline: str, watermark: int) -> dict[str, Any] | None:

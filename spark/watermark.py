@@ -36,8 +36,17 @@ def compute_watermark(marks: PartitionWatermarks, partitions: Iterable[Partition
     return max(previous, min(marks.marks.get(p, 0) for p in partitions))
 
 
+TAG_PREFIX = "wm_"
+
+
 def tag_name(watermark: int) -> str:
-    return f"wm_{watermark}"
+    return f"{TAG_PREFIX}{watermark}"
+
+
+def tag_watermark(name: str) -> int | None:
+    """The W a ``wm_<W>`` tag names; None for any other ref (a branch, someone else's tag)."""
+    digits = name.removeprefix(TAG_PREFIX)
+    return int(digits) if digits != name and digits.isdigit() else None
 
 
 def derived_commit_ts(event_time_ms: int) -> int:

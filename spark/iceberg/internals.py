@@ -24,10 +24,11 @@ from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
 from pyiceberg.table.update import AddSnapshotUpdate, AddSortOrderUpdate, SetCurrentSchemaUpdate, SetDefaultSortOrderUpdate, TableUpdate
-from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 
 from spark.iceberg.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
@@ -206,6 +207,7 @@ def commit_overwrite(
 def commit_replace(
     table: Table, *, expected_snapshot_id: int, removed: Iterable[DataFile], added: Iterable[DataFile],
     snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH, schema_id: int | None = None,
+    move_tags: Iterable[str] = (),
 ) -> int | None:
     """Commit one ``replace`` snapshot: files removed and added without changing the rows (compaction).
 
@@ -216,7 +218,9 @@ def commit_replace(
     staged ``AddSnapshotUpdate`` is rebuilt with the summary's operation set to ``replace``
     (the operation lives only in the summary, never in the manifest list or manifests).
     ``schema_id`` (default: the current schema) is the schema the snapshot records, so a
-    compaction of a head written with an older schema keeps it.
+    compaction of a head written with an older schema keeps it. ``move_tags`` (tags on
+    ``expected_snapshot_id``) point at the new snapshot after the same commit: same rows, same
+    schema, fewer files.
 
     Raises:
         CommitConflictError: see ``commit_overwrite``.
@@ -225,6 +229,11 @@ def commit_replace(
     """
     name = ".".join(table.name())
     tx = table.transaction()
+    move_tags = tuple(move_tags)
+    for tag in move_tags:
+        ref = tx.table_metadata.refs.get(tag)
+        if ref is None or ref.snapshot_ref_type != SnapshotRefType.TAG or ref.snapshot_id != expected_snapshot_id:
+            raise OverwriteRejected(f"{name}: {tag!r} is not a tag on snapshot {expected_snapshot_id}")
     schema_id = tx.table_metadata.current_schema_id if schema_id is None else schema_id
     if schema_id == tx.table_metadata.current_schema_id:
         producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
@@ -233,6 +242,9 @@ def commit_replace(
         with writing_with_schema(tx, schema_id):
             producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
                               snapshot_properties=snapshot_properties, branch=branch, replace=True)
+    if producer is not None:
+        for tag in move_tags:
+            ManageSnapshots(tx).remove_tag(tag).create_tag(producer.snapshot_id, tag).commit()
     return _commit(table, tx, producer, expected_snapshot_id, branch)
 
 

@@ -5,8 +5,13 @@ with their number. Compaction uses the data plane's mechanism (``spark.iceberg``
 plans bins from the branch head's manifests (metadata only), the executors read each bin's
 files and write its rows sorted by key as new files (one task per bin, ``DataFile`` metadata
 back), and the driver commits one ``replace`` snapshot removing every input and adding every
-output, checked against the head it planned from. The rows at the head are unchanged; tags
-keep their snapshots (and so their files); the replaced files stay until snapshot expiry
+output, checked against the head it planned from. The rows at the head are unchanged.
+
+The watermark tags on the head (the latest W; every W since a table last changed) move to the
+replace snapshot in the same commit: it reads the same rows with the same schema from fewer
+files, so a read at the latest W gains from compaction at once, not from the next run on.
+Their published records then name the new snapshot (``spark.maintain.run``). Older tags keep
+their snapshots (and files) until they retire; the replaced files stay until snapshot expiry
 drops the last snapshot that references them.
 
 A crash before the commit leaves the table as it was plus unreferenced output files, which
@@ -23,6 +28,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
 
 from cdc_codecs import TidelakeError
 from spark.catalog import KEY_COLUMNS
@@ -32,6 +38,7 @@ from spark.iceberg.files import live_data_files
 from spark.iceberg.target import TableTarget
 from spark.land import Runner
 from spark.lease import LeaseLostError
+from spark.watermark import tag_watermark
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 # A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).
@@ -56,6 +63,7 @@ class CompactionReport:
     bytes_written: int
     snapshot_id: int | None  # the replace snapshot (None: nothing to do, or a dry run)
     planned: tuple[tuple[str, ...], ...] = ()  # dry run: each bin's input paths
+    moved: tuple[int, ...] = ()  # the Ws whose tags moved to the replace snapshot (a dry run: would move)
 
     @property
     def files_after(self) -> int:
@@ -108,6 +116,13 @@ def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files:
     return bins
 
 
+def watermark_tags_on(metadata: TableMetadata, snapshot_id: int) -> dict[int, str]:
+    """{W: tag} of the ``wm_<W>`` tags on ``snapshot_id``."""
+    return {w: name for name, ref in metadata.refs.items()
+            if ref.snapshot_ref_type == SnapshotRefType.TAG and ref.snapshot_id == snapshot_id
+            and (w := tag_watermark(name)) is not None}
+
+
 def _write_metadata(metadata: TableMetadata, schema_id: int, target_file_size: int) -> TableMetadata:
     """What the executors write with: the head's schema, and the compaction's target size."""
     return metadata.model_copy(update={
@@ -119,6 +134,7 @@ def _write_metadata(metadata: TableMetadata, schema_id: int, target_file_size: i
 def compact_table(
     table: Table, runner: Runner, *, target_file_size: int, min_input_files: int = 2, dry_run: bool = False,
     check: Callable[[], None] = lambda: None, snapshot_properties: Mapping[str, str] | None = None,
+    move_tags: bool = True,
 ) -> CompactionReport:
     """Bin-pack the small data files of ``table``'s ``main`` head into files of about ``target_file_size``.
 
@@ -126,6 +142,8 @@ def compact_table(
         runner: runs one ``compact_bin`` per bin (``LocalRunner`` or ``SparkRunner``).
         check: called right before the commit (the pipeline lease's ``check``).
         snapshot_properties: added to the replace snapshot's summary.
+        move_tags: move the head's watermark tags to the replace snapshot (False: they stay, and
+            read the files they read; ``bench maintenance`` compares the two).
 
     Raises:
         DeleteFilesPresent: the head has delete files (another engine wrote them); nothing is done.
@@ -139,12 +157,13 @@ def compact_table(
     files = live_data_files(table.io, head)
     bins = plan_bins(files, target_file_size, min_input_files)
     inputs = [f for b in bins for f in b]
+    moved = watermark_tags_on(table.metadata, head.snapshot_id) if bins and move_tags else {}
 
     def report(outputs: Sequence[DataFile] = (), snapshot_id: int | None = None) -> CompactionReport:
         return CompactionReport(
             name, dry_run, len(files), sum(f.file_size_in_bytes for f in files), len(bins), len(inputs),
             sum(f.file_size_in_bytes for f in inputs), len(outputs), sum(f.file_size_in_bytes for f in outputs),
-            snapshot_id, tuple(tuple(f.file_path for f in b) for b in bins) if dry_run else (),
+            snapshot_id, tuple(tuple(f.file_path for f in b) for b in bins) if dry_run else (), tuple(sorted(moved)),
         )
 
     if dry_run or not bins:
@@ -159,7 +178,7 @@ def compact_table(
         check()
         snapshot_id = internals.commit_replace(
             table, expected_snapshot_id=head.snapshot_id, removed=inputs, added=outputs, schema_id=schema_id,
-            snapshot_properties={MAINTENANCE: "compaction", **(snapshot_properties or {})},
+            snapshot_properties={MAINTENANCE: "compaction", **(snapshot_properties or {})}, move_tags=moved.values(),
         )
     except (CommitConflictError, LeaseLostError):
         for f in outputs:  # certainly not committed: nothing references them

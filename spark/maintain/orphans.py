@@ -59,12 +59,19 @@ def remove_orphans(
         OrphanCleanupUnavailable: a table's FileIO is not pyarrow's (it cannot list).
     """
     cutoff = now - dt.timedelta(seconds=grace_seconds)
-    locations = [_root(t) for t in catalog_tables]
+    # Tables sharing a location are cleaned together: a table renamed keeps its location, and a
+    # table created later under the old name gets the same one, so neither's files are orphans
+    # of the other.
+    by_root: dict[str, tuple[pafs.FileSystem, list[Table]]] = {}
+    for t in catalog_tables:
+        fs, root = _root(t)
+        by_root.setdefault(root, (fs, []))[1].append(t)
     table_files = table_bytes = archive_files = archive_bytes = young = 0
     paths: list[str] = []
-    for table, (fs, root) in zip(catalog_tables, locations):
-        nested = [r for _, r in locations if r != root and r.startswith(root + "/")]
-        candidates, kept = _table_orphans(table, fs, root, nested, cutoff)
+    for root, (fs, tables) in by_root.items():
+        table = tables[0]
+        nested = [r for r in by_root if r != root and r.startswith(root + "/")]
+        candidates, kept = _table_orphans(tables, fs, root, nested, cutoff)
         young += kept
         location = table.location().rstrip("/")
         for info in candidates:
@@ -122,18 +129,20 @@ def referenced_files(table: Table) -> set[str]:
     return out
 
 
-def _table_orphans(table: Table, fs: pafs.FileSystem, root: str, nested: list[str],
+def _table_orphans(tables: list[Table], fs: pafs.FileSystem, root: str, nested: list[str],
                    cutoff: dt.datetime) -> tuple[list[pafs.FileInfo], int]:
-    referenced = _normalised(table, referenced_files(table))
+    """Unreferenced files under ``root``, the location of every table of ``tables``: (old enough to delete, kept as young)."""
+    referenced = {p for t in tables for p in _normalised(t, referenced_files(t))}
     listed = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     unreferenced = [info for info in listed if info.type == pafs.FileType.File and info.path not in referenced
                     and not any(info.path.startswith(n + "/") for n in nested)]  # another table's files
     old = [info for info in unreferenced if info.mtime is not None and info.mtime < cutoff]
-    location = table.metadata_location
-    table.refresh()
-    if table.metadata_location != location:  # committed meanwhile: keep what it references now
-        referenced = _normalised(table, referenced_files(table))
-        old = [info for info in old if info.path not in referenced]
+    for table in tables:
+        location = table.metadata_location
+        table.refresh()
+        if table.metadata_location != location:  # committed meanwhile: keep what it references now
+            now_referenced = _normalised(table, referenced_files(table))
+            old = [info for info in old if info.path not in now_referenced]
     return old, len(unreferenced) - len(old)
 
 

@@ -37,10 +37,9 @@ from spark.config import MaintenanceConfig, PipelineConfig
 from spark.lease import Lease
 from spark.publish import mark_retired, record_retired
 from spark.storage import Storage
-from spark.watermark import tag_name
+from spark.watermark import tag_name, tag_watermark
 
 UTC = dt.timezone.utc
-TAG_PREFIX = "wm_"
 
 # Why a W is retained (the first that applies).
 LATEST, KEEP_ALL, KEEP_HOURLY, KEEP_DAILY = "latest", "keep_all", "keep_hourly", "keep_daily"
@@ -125,7 +124,7 @@ def retire_watermarks(
     """Retire ``plan.retire`` and finish earlier retirements, in the crash-safe order of the module docstring."""
     tables = cat.pipeline_tables(catalog, config)
     left = retired_tags_left(tables, plan.retired_before)
-    unfinished = sorted({int(n[len(TAG_PREFIX):]) for names in left.values() for n in names})
+    unfinished = sorted({w for names in left.values() for n in names if (w := tag_watermark(n)) is not None})
     result = RetireResult(list(plan.retire), unfinished)
     if dry_run:
         every = retired_tags_left(tables, [*plan.retire, *plan.retired_before])

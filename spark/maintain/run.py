@@ -9,7 +9,8 @@ Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
 2. **expire** (``expiry``): per table, the snapshots no ref points at are expired and the
    files only they read are deleted (journaled first; younger than the grace period: later).
 3. **compact** (``compaction``): small data files of each table's head are bin-packed per
-   bucket on the executors into files of ``target_file_size``, committed as one ``replace``.
+   bucket on the executors into files of ``target_file_size``, committed as one ``replace``
+   that the head's watermark tags move to; then those Ws' published records name it.
 4. **orphans** (``orphans``): files no metadata references, in the table locations and the
    archive, older than the grace period.
 5. **archive** (``archive_retention``, only with ``archive_horizon``): raw and change-log
@@ -36,19 +37,20 @@ from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
-from spark.maintain.compaction import CompactionReport, compact_table
+from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
 from spark.maintain.orphans import OrphanReport, remove_orphans
 from spark.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
-from spark.publish import published_watermarks, retired_watermarks
+from spark.publish import published_watermarks, record_snapshots, retired_watermarks
 from spark.storage import Storage, open_storage
+from spark.watermark import tag_watermark
 
 UTC = dt.timezone.utc
 
 # The step boundaries ``fault`` is called at, in order (per table for the expiry ones).
 STEPS = ("leased", "retire:marked", "retire:recorded", "retire:untagged", "expiry:journaled", "expiry:committed",
-         "expiry:deleted", "expired", "compacted", "orphans", "archive", "reported")
+         "expiry:deleted", "expired", "compaction:committed", "compacted", "orphans", "archive", "reported")
 
 
 @dataclass
@@ -136,6 +138,9 @@ def maintain(
             by_name[name].tags_removed = n
 
         tables = _tables(catalog, config)
+        if not dry_run:  # records a crashed compaction left behind, before expiry drops the snapshots they name
+            lease.check()
+            _record_compacted_tags(storage, config.name, tables)
         report_progress("expire", 0, len(tables))
         for i, (uuid, table) in enumerate(sorted(tables.items(), key=lambda kv: reports[kv[0]].name)):
             if dry_run and retired.tags_removed.get(reports[uuid].name):
@@ -150,7 +155,12 @@ def maintain(
         for i, (uuid, table) in enumerate(sorted(tables.items(), key=lambda kv: reports[kv[0]].name)):
             reports[uuid].compaction = compact_table(table, runner, target_file_size=policy.target_file_size, dry_run=dry_run,
                                                      check=lease.check)
+            if not dry_run:
+                step("compaction:committed")
             report_progress("compact", i + 1, len(tables))
+        if not dry_run:
+            lease.check()
+            _record_compacted_tags(storage, config.name, _tables(catalog, config))
         step("compacted")
         lease.check()
         orphans = remove_orphans(storage, list(_tables(catalog, config).values()), grace_seconds=policy.grace_period.total_seconds(),
@@ -178,6 +188,25 @@ def maintain(
             storage.write(result.path, orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
         step("reported")
     return result
+
+
+def _record_compacted_tags(storage: Storage, pipeline: str, tables: dict[str, Any]) -> None:
+    """Every W tagged on a compaction snapshot: its record names that snapshot, table by table.
+
+    Compaction moves the head's tags in its commit and the records follow. A crash in between
+    leaves records naming the snapshot the tags left, and the runs after it may tag the
+    compacted head with newer Ws (whose records are right) or commit past it: so every tag on
+    every compaction snapshot is checked, not only the head's, and each record is read once.
+    """
+    wanted: dict[int, dict[str, int]] = {}  # W -> {table uuid: snapshot its tag points at}
+    for uuid, table in tables.items():
+        for name, ref in table.metadata.refs.items():
+            w = tag_watermark(name)
+            snapshot = table.metadata.snapshot_by_id(ref.snapshot_id) if w is not None else None
+            if snapshot is not None and snapshot.summary is not None and snapshot.summary.get(MAINTENANCE) == "compaction":
+                wanted.setdefault(w, {})[uuid] = ref.snapshot_id
+    for w, snapshots in sorted(wanted.items()):
+        record_snapshots(storage, pipeline, w, snapshots)
 
 
 def _plain(report: Any) -> Any:
@@ -242,6 +271,13 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    compacted = [t.compaction for t in report.tables if t.compaction and t.compaction.bins]
+    if compacted:
+        moved = sorted({w for c in compacted for w in c.moved})
+        lines.append(f"  {'would compact' if dry else 'compacted'} {len(compacted):,} table(s): "
+                     f"{sum(c.files_rewritten for c in compacted):,} files into "
+                     + (f"{sum(c.bins for c in compacted):,} bin(s)" if dry else f"{sum(c.files_written for c in compacted):,}")
+                     + (f"; the tags of {len(moved):,} W(s) move to the compacted heads" if moved else ""))
     young = sum(t.expiry.files_within_grace for t in report.tables if t.expiry)
     if young:
         lines.append(f"  {young:,} file(s) of expired snapshots are younger than the grace period: kept for a later run")

@@ -269,6 +269,28 @@ def test_commit_replace_refuses_a_change_of_rows_and_a_moved_head(catalog):
     assert catalog.load_table("ns.t").current_snapshot().snapshot_id == head
 
 
+def test_commit_replace_moves_tags_on_the_head_in_the_same_commit_and_only_those(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3)])
+    first = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(first, "wm_3").commit()
+    table.append(rows(3, 3))
+    head = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(head, "wm_7").commit()
+    table = catalog.load_table("ns.t")
+    old = [t.file for t in table.scan().plan_files()]
+    merged = internals.write_data_files(table.io, table.metadata, rows(0, 6))
+    with pytest.raises(OverwriteRejected, match="'wm_3' is not a tag on snapshot"):
+        internals.commit_replace(table, expected_snapshot_id=head, removed=old, added=merged, move_tags=["wm_7", "wm_3"])
+    assert catalog.load_table("ns.t").current_snapshot().snapshot_id == head  # nothing committed
+    versions = len(table.metadata.metadata_log)
+    snapshot_id = internals.commit_replace(table, expected_snapshot_id=head, removed=old, added=merged, move_tags=["wm_7"])
+    table = catalog.load_table("ns.t")
+    assert table.refs()["wm_7"].snapshot_id == snapshot_id == table.current_snapshot().snapshot_id
+    assert table.refs()["wm_3"].snapshot_id == first
+    assert table.scan(snapshot_id=snapshot_id).to_arrow().num_rows == 6
+    assert len(table.metadata.metadata_log) == versions + 1  # the replace and the tag's move: one commit
+
+
 def test_commit_replace_keeps_the_heads_older_schema(catalog):
     table = table_with_files(catalog, "t", SCHEMA, [rows(0, 3), rows(3, 3)])
     head = table.current_snapshot()

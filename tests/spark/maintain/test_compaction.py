@@ -59,6 +59,35 @@ def test_compaction_leaves_tags_on_their_snapshots(catalog):
     assert tags(catalog.load_table("ns.t")) == before
 
 
+def test_compaction_moves_the_watermark_tags_on_the_head_and_no_other_ref(catalog):
+    table = keyed_table(catalog, runs=4)
+    head = table.current_snapshot().snapshot_id
+    older = table.snapshots()[0].snapshot_id
+    table.manage_snapshots().create_tag(head, "wm_20").create_tag(head, "wm_21").create_tag(older, "wm_10").commit()
+    table = catalog.load_table("ns.t")
+    before = {name: read_at(table, sid) for name, sid in tags(table).items()}
+
+    report = compact_table(table, LocalRunner(), target_file_size=TARGET)
+
+    table = catalog.load_table("ns.t")
+    assert report.moved == (20, 21)
+    after = tags(table)
+    assert after["wm_20"] == after["wm_21"] == report.snapshot_id == table.current_snapshot().snapshot_id
+    assert after["wm_10"] == older and after["r3"] == head  # not a watermark tag on the head: stays
+    assert {name: read_at(table, sid) for name, sid in after.items()} == before
+    assert len(live_data_files(table.io, table.snapshot_by_name("wm_21"))) == report.files_after == 1
+
+
+def test_compaction_without_moving_tags_leaves_every_tag(catalog):
+    table = keyed_table(catalog, runs=4)
+    head = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(head, "wm_20").commit()
+    table = catalog.load_table("ns.t")
+    report = compact_table(table, LocalRunner(), target_file_size=TARGET, move_tags=False)
+    assert report.moved == () and report.snapshot_id is not None
+    assert catalog.load_table("ns.t").refs()["wm_20"].snapshot_id == head
+
+
 def test_compaction_bins_within_each_bucket(catalog):
     table = keyed_table(catalog, spec=BUCKETED, runs=8)
     before = read_at(table, table.current_snapshot().snapshot_id)
