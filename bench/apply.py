@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from spark.config import WRITE_MODES
+
 SUITES = ("throughput", "growth", "memory")
 
 
@@ -67,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", type=_sizes, default="500000,2000000,5000000", help="table sizes in rows, increasing (default %(default)s)")
     b.add_argument("--batch", type=int, default=20_000, help="changes per batch (default %(default)s)")
     b.add_argument("--keys", type=_choices(("hot", "uniform")), default="hot,uniform", help="key distributions (default %(default)s)")
+    b.add_argument("--write-modes", type=_choices(WRITE_MODES), default=",".join(WRITE_MODES),
+                   help="layout.write_mode of each measured pipeline; later ones also as a ratio to the first (default %(default)s)")
     c = parser.add_argument_group("(c) memory")
     c.add_argument("--touch-keys", type=int, default=5_000_000, help="keys touched by the one run (default %(default)s)")
     c.add_argument("--cluster", choices=("local", "standalone"), default="local",
@@ -90,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if "growth" in args.only:
         from bench import apply_growth
 
-        apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir, conf)
+        apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir, conf,
+                          args.write_modes)
     if "memory" in args.only:
         from bench import apply_memory
 

@@ -20,6 +20,7 @@ import random
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from cdc_codecs import Op, Watermark, get_encoder
 from spark import catalog as cat
 from spark.apply import apply_interval
 from spark.commit import table_watermark
+from spark.config import LayoutConfig
 from spark.land import SparkRunner
 from spark.schema_map import COMMIT_TS, OP
 from spark.session import build_session
@@ -116,10 +118,11 @@ def _seed(config: Any, first: int, end: int) -> None:
         table.append(data.select(target.names).cast(target))
 
 
-def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buckets: int, runner: SparkRunner) -> dict[int, list[tuple[float, float, int]]]:
-    """Per size: (seconds, bytes rewritten / table bytes, data files replaced) of each batch."""
+def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buckets: int, runner: SparkRunner,
+             write_mode: str) -> dict[int, list[tuple[float, float, int]]]:
+    """Per size: (seconds, bytes written / table bytes, data files replaced) of each batch."""
     clone_archive(archive, run_dir)
-    config = pipeline_config(run_dir, protocol=PROTOCOL, buckets=buckets)
+    config = pipeline_config(run_dir, protocol=PROTOCOL, buckets=buckets, write_mode=write_mode)
     out: dict[int, list[tuple[float, float, int]]] = {}
     for step in facts["steps"]:
         if "seed" in step:
@@ -144,7 +147,7 @@ def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buc
 
 
 def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat: int, buckets: int, workdir: Path,
-         conf: dict[str, str]) -> None:
+         conf: dict[str, str], write_modes: Sequence[str] = (LayoutConfig.write_mode,)) -> None:
     print(f"(b) one {batch:,}-change batch (60% updates, 20% deletes, 20% inserts) as the table grows "
           f"{' -> '.join(f'{s:,}' for s in sizes)} rows; {partitions} partitions, layout.buckets={buckets}; "
           f"median of {repeat} batches per size; apply_interval + SparkRunner on a warm local[2]", flush=True)
@@ -157,15 +160,21 @@ def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat
             archive, facts = cached_archive(workdir, f"growth-{mode}", params,
                                             lambda root, mode=mode: build_archive(root, mode, sizes, batch, repeat, partitions))
             print(f"    {mode} keys: archive ready in {time.perf_counter() - t:.1f}s ({archive.parent.name})", flush=True)
-            measured = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner)
-            base = statistics.median(t for t, _, _ in measured[sizes[0]])
-            print(f"    {mode} keys: {'rows':>12} {'s/batch':>8} {'vs ' + format(sizes[0], ','):>14} {'rewritten/table':>16} {'files replaced':>15}")
-            for size in sizes:
-                took = statistics.median(t for t, _, _ in measured[size])
-                share = statistics.median(b for _, b, _ in measured[size])
-                files = statistics.median(f for _, _, f in measured[size])
-                print(f"    {'':10} {size:>12,} {took:8.2f} {took / base:13.2f}x {share:16.3f} {files:15.0f}", flush=True)
-            print(f"    {mode} keys: growth {statistics.median(t for t, _, _ in measured[sizes[-1]]) / base:.2f}x over "
-                  f"{sizes[-1] / sizes[0]:.0f}x the rows (target <= 1.3x)", flush=True)
+            first: dict[int, float] = {}
+            for write_mode in write_modes:
+                measured = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner, write_mode)
+                base = statistics.median(t for t, _, _ in measured[sizes[0]])
+                print(f"    {mode} keys, {write_mode}: {'rows':>12} {'s/batch':>8} {'vs ' + format(sizes[0], ','):>14} "
+                      f"{'written/table':>14} {'files replaced':>15}" + (f" {'vs ' + write_modes[0]:>22}" if first else ""))
+                for size in sizes:
+                    took = statistics.median(t for t, _, _ in measured[size])
+                    share = statistics.median(b for _, b, _ in measured[size])
+                    files = statistics.median(f for _, _, f in measured[size])
+                    print(f"    {'':10} {size:>12,} {took:8.2f} {took / base:13.2f}x {share:14.3f} {files:15.0f}"
+                          + (f" {took / first[size]:21.2f}x" if first else ""), flush=True)
+                    if write_mode == write_modes[0]:
+                        first[size] = took
+                print(f"    {mode} keys, {write_mode}: growth {statistics.median(t for t, _, _ in measured[sizes[-1]]) / base:.2f}x "
+                      f"over {sizes[-1] / sizes[0]:.0f}x the rows (target <= 1.3x)", flush=True)
     finally:
         session.stop()

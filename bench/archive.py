@@ -27,7 +27,7 @@ import orjson
 
 from cdc_codecs import ProducerRecord, TidelakeError
 from spark import layout
-from spark.config import PipelineConfig
+from spark.config import LayoutConfig, PipelineConfig
 from spark.land import SegmentChecksum, open_segment_writer, segment_table
 from spark.manifest import Manifest, PartitionRange, Segment
 from spark.storage import open_storage
@@ -45,12 +45,13 @@ class BenchArchiveError(TidelakeError):
     """A cached benchmark archive is missing or inconsistent."""
 
 
-def pipeline_document(root: Path, protocol: str = "canal-json", buckets: int = 0, segment_max_messages: int = 50_000) -> dict[str, Any]:
+def pipeline_document(root: Path, protocol: str = "canal-json", buckets: int = 0, segment_max_messages: int = 50_000,
+                      write_mode: str = LayoutConfig.write_mode) -> dict[str, Any]:
     """The pipeline file of a benchmark run over the archive at ``root`` (no broker is contacted)."""
     return {
         "name": PIPELINE, "kafka": {"bootstrap_servers": "unused:9092"},
         "topics": [{"name": TOPIC, "protocol": protocol}], "storage": {"url": str(root)},
-        "segment_max_messages": segment_max_messages, "layout": {"buckets": buckets},
+        "segment_max_messages": segment_max_messages, "layout": {"buckets": buckets, "write_mode": write_mode},
     }
 
 

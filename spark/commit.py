@@ -43,7 +43,7 @@ from spark.ddl import (
     TruncateTable,
 )
 from spark.iceberg import internals
-from spark.iceberg.files import live_data_files
+from spark.iceberg.files import LiveFiles, live_files
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
@@ -63,6 +63,10 @@ RENAMED_FROM = "tidelake.renamed-from"
 CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
+
+
+# Iceberg's table properties for how updates, deletes and merges drop old rows.
+WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
 
 
 class UnsupportedSchemaChange(TidelakeError):
@@ -409,11 +413,13 @@ class TableCommitter:
                     fold: Fold) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
-        target, head = upsert_target(table, tx.table_metadata, plan, step, fold)
+        target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
             removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
+            deletes_added=[d for r in rewrites for d in r.deletes_added],
+            deletes_removed=[d for r in rewrites for d in r.deletes_removed],
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
 
@@ -422,6 +428,8 @@ class TableCommitter:
         progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval}
         if CREATED_AT not in tx.table_metadata.properties:
             progress[CREATED_AT] = str(run.watermark)
+        mode = self.config.layout.write_mode  # how this pipeline writes, for other engines that write the table
+        progress.update({p: mode for p in WRITE_MODE_PROPERTIES if tx.table_metadata.properties.get(p) != mode})
         tx.set_properties(progress)
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
@@ -444,7 +452,8 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
     return table
 
 
-def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> tuple[UpsertTarget, int | None]:
+def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
+                  merge_on_read: bool) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against."""
     props = metadata.properties
@@ -455,9 +464,11 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
         keys = tuple(f.name for f in metadata.schema().fields if f.name not in (COMMIT_TS, OP))
     upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
     head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
-    files = live_data_files(table.io, head) if head is not None else []
+    live = live_files(table.io, head) if head is not None else LiveFiles((), {})
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
-    return UpsertTarget(target, tuple(files), keys, upstream), head.snapshot_id if head is not None else None
+    deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
+    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read),
+            head.snapshot_id if head is not None else None)
 
 
 def _stop_laying_out_by(tx: Transaction, field_id: int, name: str, sql: str) -> None:
@@ -480,8 +491,9 @@ def _remove_all_rows(table: Table, tx: Transaction) -> None:
     head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
     if head is None:
         return
+    live = live_files(table.io, head)
     internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id,
-                              removed=live_data_files(table.io, head), added=[])
+                              removed=live.data, added=[], deletes_removed=live.delete_files)
 
 
 def tag_table(table: Table, watermark: int) -> None:

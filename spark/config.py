@@ -75,6 +75,10 @@ class ScheduleConfig:
     pool: str = "default_pool"
 
 
+MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
+WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
+
+
 @dataclass(frozen=True)
 class LayoutConfig:
     """How tidelake lays out the Iceberg tables it creates (``[layout]``).
@@ -87,9 +91,22 @@ class LayoutConfig:
     stays 0 because pyiceberg 0.12 cannot write a table whose bucket column was dropped (a
     DDL dropping the first key column then fails that table, naming the fix) and small tables
     would get N small files per run; tables of millions of rows want N (``bench apply --buckets``).
+
+    ``write_mode`` is how a run drops the rows of touched keys from existing data files, Iceberg's
+    ``write.update.mode``: ``"merge-on-read"`` (the default) writes a small position delete file per
+    touched data file (only the key column is read), so a batch costs about the same however large
+    the table; readers apply the deletes until compaction (``tidelake maintain``) folds them into
+    the data files. ``"copy-on-write"`` rewrites each touched file without those rows: reads stay
+    free of deletes, a batch costs the bytes of every file it touches. Both apply to every table,
+    old and new; the tables' ``write.*.mode`` properties record it for other engines.
     """
 
     buckets: int = 0
+    write_mode: str = MERGE_ON_READ
+
+    @property
+    def merge_on_read(self) -> bool:
+        return self.write_mode == MERGE_ON_READ
 
 
 @dataclass(frozen=True)
@@ -380,7 +397,8 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
     layout = r.child("layout", None)
     layout_config = LayoutConfig()
     if layout is not None:
-        layout_config = LayoutConfig(buckets=layout.get("buckets", int, LayoutConfig.buckets))
+        layout_config = LayoutConfig(buckets=layout.get("buckets", int, LayoutConfig.buckets),
+                                     write_mode=layout.get("write_mode", str, LayoutConfig.write_mode, choices=WRITE_MODES))
         if not 0 <= layout_config.buckets <= MAX_BUCKETS:
             raise ConfigError(f"{source}: layout.buckets: expected 0 (unpartitioned) to {MAX_BUCKETS}, found {layout_config.buckets}")
         layout.done()

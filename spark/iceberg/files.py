@@ -23,7 +23,7 @@ on the first test plus a vectorised check of the others over the keys in that ra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform, TruncateTransform
@@ -73,27 +73,61 @@ class FilePlan:
     files_in_snapshot: int
 
 
-def live_data_files(io: FileIO, snapshot: Snapshot) -> list[DataFile]:
-    """The data files of ``snapshot``, read from its manifests (in parallel: each is one object read).
+@dataclass(frozen=True)
+class LiveFiles:
+    """A snapshot's live data files and, per data file path, the position delete files naming it."""
+
+    data: tuple[DataFile, ...]
+    deletes: Mapping[str, tuple[DataFile, ...]]
+
+    def deletes_of(self, data_file: DataFile) -> tuple[DataFile, ...]:
+        return self.deletes.get(data_file.file_path, ())
+
+    @property
+    def dangling(self) -> tuple[DataFile, ...]:
+        """Delete files naming a data file that is no longer live (pyiceberg's own overwrite, used by
+        repair, removes data files and leaves their deletes): they delete nothing, compaction drops them."""
+        live = {f.file_path for f in self.data}
+        return tuple(d for path, ds in self.deletes.items() if path not in live for d in ds)
+
+    @property
+    def delete_files(self) -> tuple[DataFile, ...]:
+        return tuple(d for ds in self.deletes.values() for d in ds)
+
+
+def live_files(io: FileIO, snapshot: Snapshot) -> LiveFiles:
+    """The data files of ``snapshot`` and their position delete files, read from its manifests
+    (in parallel: each is one object read).
 
     Raises:
-        DeleteFilesPresent: the snapshot has live delete files; rewriting data files without
-            applying them would bring deleted rows back.
+        DeleteFilesPresent: the snapshot has equality deletes, or position deletes that do not
+            name one data file (another engine wrote them): tidelake cannot tell which rows of
+            a file they delete without reading every one.
     """
     manifests = snapshot.manifests(io)
     with ThreadPoolExecutor(max_workers=8) as pool:
         entries = list(pool.map(lambda m: m.fetch_manifest_entry(io, discard_deleted=True), manifests))
     files: list[DataFile] = []
+    deletes: dict[str, list[DataFile]] = {}
     for manifest, live in zip(manifests, entries):
         if manifest.content == ManifestContent.DELETES:
-            if live:
-                raise DeleteFilesPresent(
-                    f"snapshot {snapshot.snapshot_id}: {len(live)} delete file(s) (e.g. {live[0].data_file.file_path}); "
-                    "compact them away (rewrite the data files with deletes applied) before a tidelake rewrite"
-                )
+            for entry in live:
+                named = internals.referenced_data_file(entry.data_file)
+                if entry.data_file.content != DataFileContent.POSITION_DELETES or named is None:
+                    raise DeleteFilesPresent(
+                        f"snapshot {snapshot.snapshot_id}: delete file {entry.data_file.file_path} "
+                        f"({entry.data_file.content.name.lower()}, not naming one data file); compact the table "
+                        "with the engine that wrote it (rewrite_data_files with deletes applied) before a tidelake run"
+                    )
+                deletes.setdefault(named, []).append(entry.data_file)
             continue
         files.extend(e.data_file for e in live)
-    return files
+    return LiveFiles(tuple(files), {path: tuple(ds) for path, ds in deletes.items()})
+
+
+def live_data_files(io: FileIO, snapshot: Snapshot) -> list[DataFile]:
+    """The data files of ``snapshot`` (see ``live_files``)."""
+    return list(live_files(io, snapshot).data)
 
 
 def plan_rewrite(

@@ -11,21 +11,33 @@ in a pipeline.
 from __future__ import annotations
 
 import importlib.util
+import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _read_deletes
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
 from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
 from pyiceberg.table.update import AddSnapshotUpdate, AddSortOrderUpdate, SetCurrentSchemaUpdate, SetDefaultSortOrderUpdate, TableUpdate
 from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
@@ -35,6 +47,12 @@ from spark.iceberg.errors import CommitConflictError, InternalsChanged, LayoutUn
 
 WRITTEN_FOR_PYICEBERG = "0.12.0"
 MAIN_BRANCH = "main"
+# Iceberg's reserved field ids of a position delete file's columns (spec: "Position Delete Files").
+DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
+POSITION_DELETE_ARROW = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(DELETE_FILE_PATH_ID).encode()}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(DELETE_POS_ID).encode()}),
+])
 
 
 def pyiceberg_core_available() -> bool:
@@ -79,15 +97,64 @@ def write_data_files(io: FileIO, metadata: TableMetadata, rows: pa.Table) -> lis
     return files
 
 
-def read_data_file(io: FileIO, metadata: TableMetadata, data_file: DataFile) -> pa.Table:
+def read_data_file(io: FileIO, metadata: TableMetadata, data_file: DataFile, deletes: Iterable[DataFile] = (),
+                   columns: Iterable[str] | None = None) -> pa.Table:
     """Read one data file projected onto the table's current schema (columns matched by field id,
     so files written before a rename, an added column or a widening read as the table does).
 
     Written for pyiceberg 0.12.0: ``ArrowScan`` and ``FileScanTask`` are what ``DataScan.to_arrow``
-    runs. Delete files are not applied: the planner refuses snapshots that have any.
+    runs. ``deletes`` (position delete files) are applied: their rows of this file are left out.
+    ``columns`` (default: all) projects the read.
     """
-    scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
-    return scan.to_table([FileScanTask(data_file)])
+    schema = metadata.schema() if columns is None else metadata.schema().select(*columns)
+    scan = ArrowScan(metadata, io, schema, AlwaysTrue())
+    return scan.to_table([FileScanTask(data_file, delete_files=set(deletes))])
+
+
+def deleted_positions(io: FileIO, data_file: DataFile, deletes: Iterable[DataFile]) -> np.ndarray:
+    """The row positions of ``data_file`` that ``deletes`` (position delete files) delete, sorted, unique.
+
+    Written for pyiceberg 0.12.0: ``_read_deletes`` is what ``ArrowScan`` reads delete files with.
+    """
+    found = [np.asarray(positions.to_numpy(), dtype=np.int64) for d in deletes
+             for path, positions in _read_deletes(io, d).items() if path == data_file.file_path]
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+
+
+def write_position_deletes(io: FileIO, metadata: TableMetadata, data_file: DataFile, positions: np.ndarray) -> DataFile:
+    """Write a position delete file deleting ``positions`` (sorted) of ``data_file``; return its ``DataFile``.
+
+    One delete file names one data file: its ``file_path`` bounds are that path, so readers
+    (pyiceberg's ``DeleteFileIndex``, Spark) apply it to that file only, and compaction knows
+    which delete files go with the data files it replaces. Nothing is committed.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    rows = pa.table([pa.array(np.full(len(positions), data_file.file_path, dtype=object), pa.string()),
+                     pa.array(positions, pa.int64())], schema=POSITION_DELETE_ARROW)
+    path = f"{metadata.location}/data/{uuid.uuid4()}-deletes.parquet"
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    written = sink.getvalue()
+    with io.new_output(path).create(overwrite=False) as out:
+        out.write(written.to_pybytes())
+    path_bytes = data_file.file_path.encode()
+    deletes = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+        partition=data_file.partition, record_count=len(positions), file_size_in_bytes=written.size,
+        value_counts={DELETE_FILE_PATH_ID: len(positions), DELETE_POS_ID: len(positions)},
+        null_value_counts={DELETE_FILE_PATH_ID: 0, DELETE_POS_ID: 0},
+        lower_bounds={DELETE_FILE_PATH_ID: path_bytes, DELETE_POS_ID: struct.pack("<q", int(positions[0]))},
+        upper_bounds={DELETE_FILE_PATH_ID: path_bytes, DELETE_POS_ID: struct.pack("<q", int(positions[-1]))},
+    )
+    deletes.spec_id = data_file.spec_id  # see write_data_files
+    return deletes
+
+
+def referenced_data_file(delete_file: DataFile) -> str | None:
+    """The one data file a position delete file names (equal ``file_path`` bounds), else None."""
+    lower, upper = delete_file.lower_bounds or {}, delete_file.upper_bounds or {}
+    path = lower.get(DELETE_FILE_PATH_ID)
+    return path.decode() if path is not None and path == upper.get(DELETE_FILE_PATH_ID) else None
 
 
 def _branch_head(metadata: TableMetadata, branch: str) -> int | None:
@@ -98,6 +165,7 @@ def _branch_head(metadata: TableMetadata, branch: str) -> int | None:
 def _stage(
     tx: Transaction, table_name: str, *, expected_snapshot_id: int | None, removed: Iterable[DataFile],
     added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None, branch: str, replace: bool = False,
+    deletes_added: Iterable[DataFile] = (), deletes_removed: Iterable[DataFile] = (),
 ) -> _OverwriteFiles | None:
     if tx._snapshot_producers:
         # A transaction with registered producers retries a failed commit by re-running only them
@@ -108,10 +176,13 @@ def _stage(
     if found != expected_snapshot_id:
         raise CommitConflictError(table_name, branch, expected_snapshot_id, found)
     removed, added = list(removed), list(added)
-    if not removed and not added:
+    deletes_added, deletes_removed = list(deletes_added), list(deletes_removed)
+    if not removed and not added and not deletes_added and not deletes_removed:
         return None
+    if (deletes_added or deletes_removed) and tx.table_metadata.format_version < 2:
+        raise OverwriteRejected(f"{table_name}: a format v1 table cannot hold delete files (merge-on-read needs v2)")
     producer = tx.update_snapshot(snapshot_properties=dict(snapshot_properties or {}), branch=branch).overwrite()
-    _keep_live_manifests(producer)
+    _keep_live_manifests(producer, deletes_added, deletes_removed, table_name)
     for data_file in removed:
         producer.delete_data_file(data_file)
     for data_file in added:
@@ -122,8 +193,10 @@ def _stage(
         producer._clean_all_uncommitted()
         raise OverwriteRejected(f"{table_name}: branch {branch!r} at snapshot {found}: {exc}") from exc
     if replace:
+        removed_paths = {f.file_path for f in removed}
+        folded = sum(d.record_count for d in deletes_removed if referenced_data_file(d) in removed_paths)
         try:
-            updates = _as_replace(updates, table_name)
+            updates = _as_replace(updates, table_name, folded)
         except OverwriteRejected:
             producer._clean_all_uncommitted()
             raise
@@ -134,8 +207,10 @@ def _stage(
     return producer
 
 
-def _keep_live_manifests(producer: _OverwriteFiles) -> None:
-    """The new snapshot keeps only manifests with a live (added or existing) file, and those it writes itself.
+def _keep_live_manifests(producer: _OverwriteFiles, deletes_added: list[DataFile] = (),  # type: ignore[assignment]
+                         deletes_removed: list[DataFile] = (), table_name: str = "") -> None:  # type: ignore[assignment]
+    """The new snapshot keeps only manifests with a live (added or existing) file, and those it
+    writes itself; it adds ``deletes_added`` and removes ``deletes_removed`` (position delete files).
 
     pyiceberg 0.12's overwrite writes the files it removes into a manifest of ``DELETED`` entries,
     then carries every manifest of the parent into the new snapshot, those holding nothing but
@@ -146,23 +221,103 @@ def _keep_live_manifests(producer: _OverwriteFiles) -> None:
     Iceberg's Java ``MergingSnapshotProducer`` keeps exactly the manifests that have added or
     existing files or were written by the committing snapshot; so does this. A ``DELETED`` entry
     only tells what its own snapshot removed: the snapshot that wrote it keeps it.
+
+    pyiceberg 0.12's producer writes data manifests only (``delete_data_file`` of a delete file
+    would even rewrite a delete manifest as a data manifest), so delete files go through the
+    same hook: a ``DELETES`` manifest of the added ones, and every delete manifest holding a
+    removed one rewritten (the rest ``EXISTING``, the removed ``DELETED``). The summary counts
+    them as pyiceberg counts data files (``added-position-deletes``, ``total-delete-files``...).
     """
-    if not callable(getattr(producer, "_process_manifests", None)):
-        raise InternalsChanged("pyiceberg's snapshot producer has no _process_manifests(): spark/iceberg/internals.py "
-                               "needs updating for this pyiceberg")
+    if not callable(getattr(producer, "_process_manifests", None)) or not callable(getattr(producer, "_summary", None)):
+        raise InternalsChanged("pyiceberg's snapshot producer has no _process_manifests()/_summary(): "
+                               "spark/iceberg/internals.py needs updating for this pyiceberg")
     own = producer.snapshot_id
+    removing = {f.file_path for f in deletes_removed}
 
     def live_or_own(manifests: list[ManifestFile]) -> list[ManifestFile]:
-        return [m for m in manifests if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == own]
+        shaped: list[ManifestFile] = []
+        found: set[str] = set()
+        for manifest in manifests:
+            if removing and manifest.content == ManifestContent.DELETES and manifest.added_snapshot_id != own:
+                entries = manifest.fetch_manifest_entry(producer._io, discard_deleted=True)
+                gone = [e for e in entries if e.data_file.file_path in removing]
+                if gone:
+                    found.update(e.data_file.file_path for e in gone)
+                    shaped.append(_write_delete_manifest(producer, manifest.partition_spec_id, [
+                        *(_entry(e, ManifestEntryStatus.EXISTING, e.snapshot_id) for e in entries if e not in gone),
+                        *(_entry(e, ManifestEntryStatus.DELETED, own) for e in gone),
+                    ]))
+                    continue
+            shaped.append(manifest)
+        if found != removing:
+            raise OverwriteRejected(f"{table_name}: delete file(s) not live at the head: {sorted(removing - found)[:3]}")
+        by_spec: dict[int, list[DataFile]] = {}
+        for f in deletes_added:
+            by_spec.setdefault(f.spec_id, []).append(f)
+        for spec_id, files in sorted(by_spec.items()):
+            shaped.append(_write_delete_manifest(producer, spec_id, [
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=own, sequence_number=None,
+                                        file_sequence_number=None, data_file=f) for f in files]))
+        return [m for m in shaped if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == own]
 
     producer._process_manifests = live_or_own  # type: ignore[method-assign]
+    if deletes_added or deletes_removed:
+        producer._summary = lambda props=None: _summary_with_deletes(  # type: ignore[method-assign]
+            producer, deletes_added, deletes_removed, props or {})
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg 0.12 writes v2 data manifests only; a delete manifest differs in its content alone."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def _entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:
+    return ManifestEntry.from_args(status=status, snapshot_id=snapshot_id, sequence_number=entry.sequence_number,
+                                   file_sequence_number=entry.file_sequence_number, data_file=entry.data_file)
+
+
+def _write_delete_manifest(producer: _OverwriteFiles, spec_id: int, entries: list[ManifestEntry]) -> ManifestFile:
+    writer = _DeleteManifestWriter(producer.spec(spec_id), producer.schema(), producer.new_manifest_output(),
+                                   producer.snapshot_id, producer._compression)
+    with writer:
+        for entry in entries:
+            writer.add_entry(entry)
+    return writer.to_manifest_file()
+
+
+def _summary_with_deletes(producer: _OverwriteFiles, deletes_added: list[DataFile], deletes_removed: list[DataFile],
+                          snapshot_properties: Mapping[str, str]) -> Summary:
+    """pyiceberg's ``_summary`` with the delete files counted too (its collector knows their content)."""
+    from pyiceberg.table import TableProperties
+
+    metadata = producer._transaction.table_metadata
+    collector = SnapshotSummaryCollector(partition_summary_limit=int(metadata.properties.get(
+        TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT)))
+    schema, specs = metadata.schema(), metadata.specs()
+    for f in [*producer._added_data_files, *deletes_added]:
+        collector.add_file(f, schema=schema, partition_spec=specs[f.spec_id])
+    for f in [*producer._deleted_data_files, *deletes_removed]:
+        collector.remove_file(f, schema=schema, partition_spec=specs[f.spec_id])
+    parent = metadata.snapshot_by_id(producer._parent_snapshot_id) if producer._parent_snapshot_id is not None else None
+    return update_snapshot_summaries(
+        summary=Summary(operation=producer._operation, **collector.build(), **snapshot_properties),
+        previous_summary=parent.summary if parent is not None else None,
+    )
 
 
 def stage_overwrite(
     tx: Transaction, table_name: str, *, expected_snapshot_id: int | None, removed: Iterable[DataFile],
     added: Iterable[DataFile], snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH,
+    deletes_added: Iterable[DataFile] = (), deletes_removed: Iterable[DataFile] = (),
 ) -> int | None:
-    """Stage one snapshot on ``branch`` that removes ``removed`` and adds ``added``, in ``tx``.
+    """Stage one snapshot on ``branch`` that removes ``removed`` and adds ``added`` (data files),
+    and adds ``deletes_added`` and removes ``deletes_removed`` (position delete files), in ``tx``.
 
     Written for pyiceberg 0.12.0: ``Transaction.update_snapshot().overwrite()`` gives the private
     ``_OverwriteFiles`` producer (``delete_data_file``/``append_data_file``); its ``_commit()``
@@ -179,13 +334,15 @@ def stage_overwrite(
         OverwriteRejected: a removed file is not live at the head, or ``tx`` already stages a snapshot.
     """
     producer = _stage(tx, table_name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
-                      snapshot_properties=snapshot_properties, branch=branch)
+                      snapshot_properties=snapshot_properties, branch=branch, deletes_added=deletes_added,
+                      deletes_removed=deletes_removed)
     return None if producer is None else producer.snapshot_id
 
 
 def commit_overwrite(
     table: Table, *, expected_snapshot_id: int | None, removed: Iterable[DataFile], added: Iterable[DataFile],
     snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH,
+    deletes_added: Iterable[DataFile] = (), deletes_removed: Iterable[DataFile] = (),
 ) -> int | None:
     """Commit one overwrite snapshot (see ``stage_overwrite``) in its own transaction.
 
@@ -200,14 +357,15 @@ def commit_overwrite(
     name = ".".join(table.name())
     tx = table.transaction()
     producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
-                      snapshot_properties=snapshot_properties, branch=branch)
+                      snapshot_properties=snapshot_properties, branch=branch, deletes_added=deletes_added,
+                      deletes_removed=deletes_removed)
     return _commit(table, tx, producer, expected_snapshot_id, branch)
 
 
 def commit_replace(
     table: Table, *, expected_snapshot_id: int, removed: Iterable[DataFile], added: Iterable[DataFile],
     snapshot_properties: Mapping[str, str] | None = None, branch: str = MAIN_BRANCH, schema_id: int | None = None,
-    move_tags: Iterable[str] = (),
+    move_tags: Iterable[str] = (), deletes_removed: Iterable[DataFile] = (),
 ) -> int | None:
     """Commit one ``replace`` snapshot: files removed and added without changing the rows (compaction).
 
@@ -220,7 +378,8 @@ def commit_replace(
     ``schema_id`` (default: the current schema) is the schema the snapshot records, so a
     compaction of a head written with an older schema keeps it. ``move_tags`` (tags on
     ``expected_snapshot_id``) point at the new snapshot after the same commit: same rows, same
-    schema, fewer files.
+    schema, fewer files. ``deletes_removed`` are the position delete files of the removed data
+    files, applied by the rewrite (the added files hold the removed rows less those deletes).
 
     Raises:
         CommitConflictError: see ``commit_overwrite``.
@@ -237,18 +396,20 @@ def commit_replace(
     schema_id = tx.table_metadata.current_schema_id if schema_id is None else schema_id
     if schema_id == tx.table_metadata.current_schema_id:
         producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
-                          snapshot_properties=snapshot_properties, branch=branch, replace=True)
+                          snapshot_properties=snapshot_properties, branch=branch, replace=True,
+                          deletes_removed=deletes_removed)
     else:
         with writing_with_schema(tx, schema_id):
             producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
-                              snapshot_properties=snapshot_properties, branch=branch, replace=True)
+                              snapshot_properties=snapshot_properties, branch=branch, replace=True,
+                              deletes_removed=deletes_removed)
     if producer is not None:
         for tag in move_tags:
             ManageSnapshots(tx).remove_tag(tag).create_tag(producer.snapshot_id, tag).commit()
     return _commit(table, tx, producer, expected_snapshot_id, branch)
 
 
-def _as_replace(updates: tuple[TableUpdate, ...], table_name: str) -> tuple[TableUpdate, ...]:
+def _as_replace(updates: tuple[TableUpdate, ...], table_name: str, folded: int) -> tuple[TableUpdate, ...]:
     out: list[TableUpdate] = []
     for update in updates:
         if isinstance(update, AddSnapshotUpdate):
@@ -257,7 +418,8 @@ def _as_replace(updates: tuple[TableUpdate, ...], table_name: str) -> tuple[Tabl
                 raise InternalsChanged(f"{table_name}: pyiceberg staged a {summary and summary.operation} snapshot "
                                        "where an overwrite was expected")
             props = summary.additional_properties
-            added, deleted = props.get("added-records", "0"), props.get("deleted-records", "0")
+            added, deleted = int(props.get("added-records", "0")), int(props.get("deleted-records", "0"))
+            deleted -= folded  # rows the removed delete files had deleted
             if added != deleted:
                 raise OverwriteRejected(f"{table_name}: a replace must keep the rows: {deleted} removed, {added} added")
             replaced = Summary(Operation.REPLACE, **props)

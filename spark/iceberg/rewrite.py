@@ -1,4 +1,8 @@
-"""What the executors run: rewrite one data file without the touched keys, write new rows.
+"""What the executors run: drop the touched keys from one data file, write new rows.
+
+A file's touched keys are dropped by copy-on-write (``rewrite_file``: the file is rewritten
+without them) or by merge-on-read (``delete_keys``: a position delete file names their rows;
+the data file stays). ``[layout] write_mode`` picks one per pipeline.
 
 Pure functions of plain picklable arguments (a ``TableTarget``, ``DataFile``s, Arrow tables), so a
 Spark task can call them with nothing captured but values; they write data files and return their
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
@@ -27,27 +32,34 @@ class RowsDoNotFitTable(TidelakeError):
 
 @dataclass(frozen=True)
 class FileRewrite:
-    """The outcome of one file's rewrite: ``removed`` is None when the file is unchanged."""
+    """The outcome of one file's rewrite: ``removed`` is None when the file is unchanged.
+
+    ``deletes_added`` are position delete files written for it (merge-on-read);
+    ``deletes_removed`` the ones that applied to ``removed`` (its rewrite applied them).
+    """
 
     removed: DataFile | None
     added: tuple[DataFile, ...]
     rows_kept: int
     rows_dropped: int
+    deletes_added: tuple[DataFile, ...] = ()
+    deletes_removed: tuple[DataFile, ...] = ()
 
 
 def rewrite_file(
     target: TableTarget, data_file: DataFile, key_columns: Sequence[str], touched: pa.Table,
-    upserts: pa.Table | None = None,
+    upserts: pa.Table | None = None, deletes: Sequence[DataFile] = (),
 ) -> FileRewrite:
     """Rewrite ``data_file`` without the rows whose key is in ``touched``, plus ``upserts``.
 
     ``upserts`` (optional) are new rows to write into the replacement, for a caller that routes
     each touched key's new row to the file (or bucket) its key belongs to; the replacement is then
-    sorted by key. A file holding no touched key, with no upserts, is left alone (``removed`` None,
-    nothing written); a file left with no rows is removed and replaced by nothing.
+    sorted by key. ``deletes`` (the file's position delete files) are applied to the rows read,
+    and go with the file. A file holding no touched key, with no upserts, is left alone
+    (``removed`` None, nothing written); a file left with no rows is removed and replaced by nothing.
     """
     metadata, io = target.metadata(), target.io()
-    rows = internals.read_data_file(io, metadata, data_file)
+    rows = internals.read_data_file(io, metadata, data_file, deletes)
     hit = key_mask(rows, touched, key_columns)
     dropped = int(pc.sum(hit).as_py() or 0)
     has_upserts = upserts is not None and upserts.num_rows > 0
@@ -58,7 +70,29 @@ def rewrite_file(
         assert upserts is not None
         kept = _sorted(pa.concat_tables([kept, fit_rows(upserts, metadata.schema(), target.name)]), key_columns)
     added = internals.write_data_files(io, metadata, kept)
-    return FileRewrite(data_file, tuple(added), rows.num_rows - dropped, dropped)
+    return FileRewrite(data_file, tuple(added), rows.num_rows - dropped, dropped, deletes_removed=tuple(deletes))
+
+
+def delete_keys(
+    target: TableTarget, data_file: DataFile, key_columns: Sequence[str], touched: pa.Table,
+    deletes: Sequence[DataFile] = (),
+) -> FileRewrite:
+    """Merge-on-read: a position delete file for the rows of ``data_file`` whose key is in ``touched``.
+
+    Reads the key columns only, and leaves out rows ``deletes`` (the file's delete files)
+    already delete, so a position is deleted once. A file holding no live touched key gets
+    nothing (``deletes_added`` empty).
+    """
+    metadata, io = target.metadata(), target.io()
+    keys = internals.read_data_file(io, metadata, data_file, columns=key_columns)
+    hit = key_mask(keys, touched, key_columns).to_numpy(zero_copy_only=False)
+    positions = np.flatnonzero(hit).astype(np.int64)
+    if len(positions) and deletes:
+        positions = np.setdiff1d(positions, internals.deleted_positions(io, data_file, deletes), assume_unique=True)
+    if not len(positions):
+        return FileRewrite(None, (), keys.num_rows, 0)
+    written = internals.write_position_deletes(io, metadata, data_file, positions)
+    return FileRewrite(None, (), keys.num_rows - len(positions), len(positions), deletes_added=(written,))
 
 
 def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:

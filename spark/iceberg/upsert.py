@@ -4,7 +4,9 @@
 into the table's own typed columns and sends every key where it must go:
 
 - a *drop* row to each live data file that can hold the key (``files.key_file_pairs``): group
-  ``f<file index>``; that file is rewritten without its dropped keys (``rewrite.rewrite_file``);
+  ``f<file index>``; that file is rewritten without its dropped keys (``rewrite.rewrite_file``,
+  copy-on-write) or gets a position delete file naming their rows (``rewrite.delete_keys``,
+  merge-on-read);
 - a *write* row for every key the net change writes: group ``p<partition>`` (one writer per
   bucket of a bucketed table; ``p`` alone for an unpartitioned one), written sorted by key
   (``rewrite.write_rows``).
@@ -31,7 +33,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from spark.decode.changelog import decode_effect
 from spark.iceberg.files import _transformed, key_file_pairs
-from spark.iceberg.rewrite import FileRewrite, rewrite_file, write_rows
+from spark.iceberg.rewrite import FileRewrite, delete_keys, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
 from spark.schema_map import COMMIT_TS, OP, arrow_table, fit_upstream_value
 
@@ -51,6 +53,11 @@ class UpsertTarget:
     files: tuple[DataFile, ...]
     key_columns: tuple[str, ...]
     upstream_types: Mapping[str, str] = field(default_factory=dict)
+    deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
+    merge_on_read: bool = False  # drop keys with position deletes instead of rewriting files
+
+    def deletes_of(self, index: int) -> tuple[DataFile, ...]:
+        return self.deletes[index] if self.deletes else ()
 
     def routed_schema(self) -> pa.Schema:
         schema = self.table.metadata().schema().as_arrow()
@@ -151,7 +158,9 @@ def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> FileRewrite:
     data = rows.drop_columns([ROLE])
     if group.startswith("f"):
         touched = data.select(list(target.key_columns))
-        return rewrite_file(target.table, target.files[int(group[1:])], target.key_columns, touched)
+        index = int(group[1:])
+        drop = delete_keys if target.merge_on_read else rewrite_file
+        return drop(target.table, target.files[index], target.key_columns, touched, deletes=target.deletes_of(index))
     added = write_rows(target.table, data, target.key_columns)
     return FileRewrite(None, added, 0, 0)
 

@@ -14,6 +14,10 @@ Their published records then name the new snapshot (``spark.maintain.run``). Old
 their snapshots (and files) until they retire; the replaced files stay until snapshot expiry
 drops the last snapshot that references them.
 
+Files with position deletes (merge-on-read runs) are rewritten with their deletes applied,
+whatever their size, and the replace removes those delete files with them: compaction is where
+merge-on-read's deletes fold back into the data files.
+
 A crash before the commit leaves the table as it was plus unreferenced output files, which
 orphan cleanup deletes after its grace period; a rerun plans afresh.
 """
@@ -21,7 +25,7 @@ orphan cleanup deletes after its grace period; a rerun plans afresh.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -34,7 +38,7 @@ from cdc_codecs import TidelakeError
 from spark.catalog import KEY_COLUMNS
 from spark.iceberg import internals
 from spark.iceberg.errors import CommitConflictError
-from spark.iceberg.files import live_data_files
+from spark.iceberg.files import live_files
 from spark.iceberg.target import TableTarget
 from spark.land import Runner
 from spark.lease import LeaseLostError
@@ -64,6 +68,7 @@ class CompactionReport:
     snapshot_id: int | None  # the replace snapshot (None: nothing to do, or a dry run)
     planned: tuple[tuple[str, ...], ...] = ()  # dry run: each bin's input paths
     moved: tuple[int, ...] = ()  # the Ws whose tags moved to the replace snapshot (a dry run: would move)
+    deletes_removed: int = 0  # position delete files folded into the rewritten files
 
     @property
     def files_after(self) -> int:
@@ -77,27 +82,37 @@ class CompactTask:
     target: TableTarget
     files: tuple[DataFile, ...]
     key_columns: tuple[str, ...]
+    deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
+
+    def deletes_of(self, index: int) -> tuple[DataFile, ...]:
+        return self.deletes[index] if self.deletes else ()
 
 
 def compact_bin(task: CompactTask) -> tuple[DataFile, ...]:
-    """Executor side: read the bin's files, write their rows sorted by key; return the new files."""
+    """Executor side: read the bin's files (their deletes applied), write their rows sorted by key;
+    return the new files."""
     metadata, io = task.target.metadata(), task.target.io()
-    rows = pa.concat_tables([internals.read_data_file(io, metadata, f) for f in task.files])
+    # Files of other writers (pyiceberg's own append, repair) may read as large_string where ours read as string.
+    rows = pa.concat_tables([internals.read_data_file(io, metadata, f, task.deletes_of(i)) for i, f in enumerate(task.files)],
+                            promote_options="permissive")
     if task.key_columns:
         rows = rows.sort_by([(k, "ascending") for k in task.key_columns])
     written = tuple(internals.write_data_files(io, metadata, rows))
-    expected = sum(f.record_count for f in task.files)
+    # A file's delete files name each of its positions once (rewrite.delete_keys).
+    expected = sum(f.record_count for f in task.files) - sum(d.record_count for ds in task.deletes for d in ds)
     if sum(f.record_count for f in written) != expected:
         raise CompactionError(f"{task.target.name}: a bin of {len(task.files)} files holds {expected} rows, "
                               f"but {sum(f.record_count for f in written)} were written")
     return written
 
 
-def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files: int) -> list[tuple[DataFile, ...]]:
-    """Bins of small files, each within one partition of one spec, of at most ``target_file_size``
-    input bytes (first fit, largest first); a bin of fewer than ``max(2, min_input_files)`` files
-    would gain nothing and is left out."""
-    small = [f for f in files if f.file_size_in_bytes < target_file_size * SMALL_FILE_SHARE]
+def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files: int,
+              with_deletes: Collection[str] = frozenset()) -> list[tuple[DataFile, ...]]:
+    """Bins of small files and files with deletes (paths in ``with_deletes``), each within one
+    partition of one spec, of at most ``target_file_size`` input bytes (first fit, largest first);
+    a bin of fewer than ``max(2, min_input_files)`` files without deletes would gain nothing and
+    is left out."""
+    small = [f for f in files if f.file_size_in_bytes < target_file_size * SMALL_FILE_SHARE or f.file_path in with_deletes]
     groups: dict[tuple[int, tuple[object, ...]], list[DataFile]] = {}
     for f in small:
         groups.setdefault((f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))), []).append(f)
@@ -112,7 +127,8 @@ def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files:
                     break
             else:
                 open_bins.append((f.file_size_in_bytes, [f]))
-        bins.extend(tuple(members) for _, members in open_bins if len(members) >= max(2, min_input_files))
+        bins.extend(tuple(members) for _, members in open_bins
+                    if len(members) >= max(2, min_input_files) or any(f.file_path in with_deletes for f in members))
     return bins
 
 
@@ -146,7 +162,8 @@ def compact_table(
             read the files they read; ``bench maintenance`` compares the two).
 
     Raises:
-        DeleteFilesPresent: the head has delete files (another engine wrote them); nothing is done.
+        DeleteFilesPresent: the head has equality deletes or position deletes that name no one data
+            file (another engine wrote them); nothing is done.
         CommitConflictError: the head moved while the bins were written; the written files are
             deleted and nothing is committed.
     """
@@ -154,9 +171,13 @@ def compact_table(
     head = table.metadata.snapshot_by_name(internals.MAIN_BRANCH)
     if head is None:
         return CompactionReport(name, dry_run, 0, 0, 0, 0, 0, 0, 0, None)
-    files = live_data_files(table.io, head)
-    bins = plan_bins(files, target_file_size, min_input_files)
+    live = live_files(table.io, head)
+    files = list(live.data)
+    bins = plan_bins(files, target_file_size, min_input_files, live.deletes.keys())
     inputs = [f for b in bins for f in b]
+    folded = [d for f in inputs for d in live.deletes_of(f)]
+    if bins:
+        folded += live.dangling  # they delete nothing: the replace drops them along
     moved = watermark_tags_on(table.metadata, head.snapshot_id) if bins and move_tags else {}
 
     def report(outputs: Sequence[DataFile] = (), snapshot_id: int | None = None) -> CompactionReport:
@@ -164,6 +185,7 @@ def compact_table(
             name, dry_run, len(files), sum(f.file_size_in_bytes for f in files), len(bins), len(inputs),
             sum(f.file_size_in_bytes for f in inputs), len(outputs), sum(f.file_size_in_bytes for f in outputs),
             snapshot_id, tuple(tuple(f.file_path for f in b) for b in bins) if dry_run else (), tuple(sorted(moved)),
+            len(folded),
         )
 
     if dry_run or not bins:
@@ -173,12 +195,14 @@ def compact_table(
     schema_names = set(metadata.schema().column_names)
     keys = tuple(k for k in json.loads(table.properties.get(KEY_COLUMNS, "[]")) if k in schema_names)
     target = TableTarget.from_metadata(name, metadata, table.io.properties)
-    outputs = [f for written in runner.map(compact_bin, [CompactTask(target, b, keys) for b in bins]) for f in written]
+    tasks = [CompactTask(target, b, keys, tuple(live.deletes_of(f) for f in b) if live.deletes else ()) for b in bins]
+    outputs = [f for written in runner.map(compact_bin, tasks) for f in written]
     try:
         check()
         snapshot_id = internals.commit_replace(
             table, expected_snapshot_id=head.snapshot_id, removed=inputs, added=outputs, schema_id=schema_id,
             snapshot_properties={MAINTENANCE: "compaction", **(snapshot_properties or {})}, move_tags=moved.values(),
+            deletes_removed=folded,
         )
     except (CommitConflictError, LeaseLostError):
         for f in outputs:  # certainly not committed: nothing references them

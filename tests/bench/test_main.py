@@ -60,6 +60,8 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
     assert (defaults.only, defaults.sizes, defaults.repeat, defaults.events, defaults.touch_keys, defaults.cluster) == (
         ["throughput", "growth", "memory"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000, "local")
     assert build_parser().parse_args(["--cluster", "standalone"]).cluster == "standalone"
+    assert defaults.write_modes == ["merge-on-read", "copy-on-write"]
+    assert build_parser().parse_args(["--write-modes", "copy-on-write"]).write_modes == ["copy-on-write"]
     conf = build_parser().parse_args(["--spark-conf", "spark.executor.memory=2g", "--spark-conf", "spark.sql.x=a=b"]).spark_conf
     assert conf == [("spark.executor.memory", "2g"), ("spark.sql.x", "a=b")]
     for bad in (["--sizes", "100000,20000"], ["--only", "speed"], ["--keys", "warm"], ["--spark-conf", "memory=2g"],

@@ -44,7 +44,7 @@ from cdc_codecs.oracle import BinlogOracle, Oracle
 from spark import catalog as cat
 from spark.apply import ApplyResult, BadMessagesError, apply_interval
 from spark.commit import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
-from spark.config import MaintenanceConfig
+from spark.config import WRITE_MODES, LayoutConfig, MaintenanceConfig
 from spark.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.run import STEPS as MAINTENANCE_STEPS
 from spark.maintain.run import maintain
@@ -83,8 +83,8 @@ class PipelineMachine(RuleBasedStateMachine):
     # -- the upstream and its changefeed, written once per history
 
     @initialize(seed=st.integers(0, 2**16), partitions=st.integers(1, 3), chunks=st.integers(4, 10),
-                ddl_rate=st.sampled_from([0.0, 0.3, 0.6]))
-    def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float) -> None:
+                ddl_rate=st.sampled_from([0.0, 0.3, 0.6]), write_mode=st.sampled_from(WRITE_MODES))
+    def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float, write_mode: str) -> None:
         rng = random.Random(seed)
         derived = not PROTOCOLS[self.protocol].has_commit_ts
         upstream = Upstream(seed, skew_ms=rng.choice([0, 5, 40]) if derived else 0)
@@ -95,13 +95,14 @@ class PipelineMachine(RuleBasedStateMachine):
             upstream.changes(rng.randint(0, 4))
             upstream.resolved()
         upstream.resolved()
-        self.begin(upstream.history, partitions, seed)
+        self.begin(upstream.history, partitions, seed, write_mode)
 
-    def begin(self, history: list, partitions: int, seed: int = 0) -> None:
+    def begin(self, history: list, partitions: int, seed: int = 0, write_mode: str = LayoutConfig.write_mode) -> None:
         """A pipeline over one topic whose changefeed will deliver ``history`` (scripted tests call this)."""
         self.feed = Changefeed(self.protocol, partitions, seed)
         self.feed.encode(history)
-        self.config = make_config(self.tmp, self.protocol)
+        config = make_config(self.tmp, self.protocol)
+        self.config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode))
         self.storage = open_storage(self.config.storage)
         self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
         self.landed_upto = [0] * partitions  # records of each partition already in the archive
@@ -377,7 +378,7 @@ def test_a_table_created_and_renamed_in_one_run_is_not_expected_at_earlier_ws() 
     W, from before r2 existed."""
     m = machine_for("cloudcanal-canal-json")()
     try:
-        m.start(seed=4584, ddl_rate=0.6, chunks=6, partitions=1)
+        m.start(seed=4584, ddl_rate=0.6, chunks=6, partitions=1, write_mode="copy-on-write")
         m.deliver(n=3)
         m.send_an_undecodable_message()
         m.land_interval(deliver_first=11)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import inspect
 import pickle
 
+import numpy as np
 import pyarrow as pa
 import pyiceberg
 import pytest
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.manifest import DataFile
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _read_deletes
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus, ManifestWriterV2
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Transaction
-from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
+from pyiceberg.table.delete_file_index import DeleteFileIndex
+from pyiceberg.table.snapshots import SnapshotSummaryCollector
+from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles, _SnapshotProducer
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
@@ -53,6 +56,16 @@ def test_private_names_and_signatures():
         assert callable(getattr(_OverwriteFiles, name)), name
     assert isinstance(inspect.getattr_static(_OverwriteFiles, "snapshot_id"), property)
     assert list(inspect.signature(Transaction._apply).parameters) == ["self", "updates", "requirements"]
+    # merge-on-read: delete files read, delete manifests written, the summary counted
+    assert list(inspect.signature(_read_deletes).parameters) == ["io", "data_file"]
+    assert list(inspect.signature(ManifestWriterV2.__init__).parameters) == [
+        "self", "spec", "schema", "output_file", "snapshot_id", "avro_compression"]
+    for name in ("_summary", "new_manifest_output", "spec", "schema"):
+        assert callable(getattr(_OverwriteFiles, name)), name
+    for name in ("_compression", "_operation", "_parent_snapshot_id", "_added_data_files", "_deleted_data_files", "_io"):
+        assert name in _SnapshotProducer.__annotations__ or name == "_io", name
+    assert list(inspect.signature(SnapshotSummaryCollector.add_file).parameters)[:4] == ["self", "data_file", "schema", "partition_spec"]
+    assert list(inspect.signature(DeleteFileIndex.for_data_file).parameters)[1:3] == ["seq_num", "data_file"]
 
 
 def test_from_args_still_drops_spec_id():
@@ -304,3 +317,53 @@ def test_commit_replace_keeps_the_heads_older_schema(catalog):
                              schema_id=head.schema_id)
     table = catalog.load_table("ns.t")
     assert table.current_snapshot().schema_id == head.schema_id != table.metadata.current_schema_id
+
+
+def test_position_deletes_commit_in_a_delete_manifest_that_pyiceberg_and_a_partial_removal_read(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 10), rows(10, 10)])
+    head = table.current_snapshot().snapshot_id
+    first, second = sorted((t.file for t in table.scan().plan_files()), key=lambda f: f.record_count and f.lower_bounds[1])
+    io, metadata = table.io, table.metadata
+    d1 = internals.write_position_deletes(io, metadata, first, np.array([0, 4]))
+    d2 = internals.write_position_deletes(io, metadata, second, np.array([9]))
+    assert internals.referenced_data_file(d1) == first.file_path
+    internals.commit_overwrite(table, expected_snapshot_id=head, removed=[], added=[], deletes_added=[d1, d2])
+    table = catalog.load_table("ns.t")
+    manifests = table.current_snapshot().manifests(table.io)
+    assert [m.content for m in manifests].count(ManifestContent.DELETES) == 1
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [i for i in range(20) if i not in (0, 4, 19)]
+    assert internals.deleted_positions(table.io, first, [d1, d2]).tolist() == [0, 4]
+    assert internals.read_data_file(table.io, table.metadata, first, [d1]).column("id").to_pylist() == [1, 2, 3, 5, 6, 7, 8, 9]
+    # Removing the first file with its delete file rewrites the delete manifest: d2 stays (EXISTING), d1 goes (DELETED).
+    replacement = internals.write_data_files(table.io, table.metadata, rows(1, 3))
+    internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[first],
+                               added=replacement, deletes_removed=[d1])
+    table = catalog.load_table("ns.t")
+    [deletes] = [m for m in table.current_snapshot().manifests(table.io) if m.content == ManifestContent.DELETES]
+    statuses = {e.data_file.file_path: e.status for e in deletes.fetch_manifest_entry(table.io, discard_deleted=False)}
+    assert statuses == {d1.file_path: ManifestEntryStatus.DELETED, d2.file_path: ManifestEntryStatus.EXISTING}
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, *range(10, 19)]
+    summary = table.current_snapshot().summary
+    assert (summary["removed-delete-files"], summary["total-delete-files"], summary["total-position-deletes"]) == ("1", "1", "1")
+    with pytest.raises(OverwriteRejected, match="not live"):
+        internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[], added=[],
+                                   deletes_removed=[d1])
+
+
+def test_a_replace_keeps_the_rows_less_the_deletes_it_folds(catalog):
+    table = table_with_files(catalog, "t", SCHEMA, [rows(0, 10)])
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    deletes = internals.write_position_deletes(table.io, table.metadata, data_file, np.array([2, 3]))
+    internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[], added=[],
+                               deletes_added=[deletes])
+    table = catalog.load_table("ns.t")
+    head = table.current_snapshot().snapshot_id
+    kept = internals.read_data_file(table.io, table.metadata, data_file, [deletes])
+    with pytest.raises(OverwriteRejected, match="must keep the rows"):  # the deletes left behind: rows would come back
+        internals.commit_replace(table, expected_snapshot_id=head, removed=[data_file],
+                                 added=internals.write_data_files(table.io, table.metadata, rows(0, 10)), deletes_removed=[deletes])
+    internals.commit_replace(table, expected_snapshot_id=head, removed=[data_file],
+                             added=internals.write_data_files(table.io, table.metadata, kept), deletes_removed=[deletes])
+    table = catalog.load_table("ns.t")
+    assert table.current_snapshot().summary.operation.value == "replace"
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, *range(4, 10)]

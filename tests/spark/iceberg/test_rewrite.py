@@ -15,7 +15,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from spark.iceberg import files, internals
-from spark.iceberg.rewrite import RowsDoNotFitTable, rewrite_file, write_rows
+from spark.iceberg.rewrite import RowsDoNotFitTable, delete_keys, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
 from tests.spark.iceberg.conftest import table_with_files
 
@@ -29,20 +29,27 @@ def over_the_wire(*args):
     return pickle.loads(pickle.dumps(args))
 
 
-def apply_on_executors(table, keys, touched: pa.Table, upserts: pa.Table, route_upserts: bool = False) -> None:
+def apply_on_executors(table, keys, touched: pa.Table, upserts: pa.Table, route_upserts: bool = False,
+                       merge_on_read: bool = False) -> None:
     target = TableTarget.of(table)
     plan = files.plan_rewrite(table.metadata, table.io, keys, touched)
+    live = files.live_files(table.io, table.current_snapshot()) if table.current_snapshot() else files.LiveFiles((), {})
     rewrites = []
     for i, data_file in enumerate(plan.candidates):
-        # route_upserts: the new rows go into the first rewritten file instead of files of their own
-        extra = upserts if route_upserts and i == 0 else None
-        result = rewrite_file(*over_the_wire(target, data_file, keys, touched, extra))
+        if merge_on_read:
+            result = delete_keys(*over_the_wire(target, data_file, keys, touched, live.deletes_of(data_file)))
+        else:
+            # route_upserts: the new rows go into the first rewritten file instead of files of their own
+            extra = upserts if route_upserts and i == 0 else None
+            result = rewrite_file(*over_the_wire(target, data_file, keys, touched, extra, live.deletes_of(data_file)))
         rewrites.append(pickle.loads(pickle.dumps(result)))
     added = [f for r in rewrites for f in r.added]
-    if not (route_upserts and plan.candidates):
+    if not (route_upserts and plan.candidates and not merge_on_read):
         added += write_rows(*over_the_wire(target, upserts, keys))
     internals.commit_overwrite(table, expected_snapshot_id=plan.snapshot_id, removed=[r.removed for r in rewrites if r.removed],
-                               added=added, snapshot_properties={"tidelake.watermark": "9"})
+                               added=added, snapshot_properties={"tidelake.watermark": "9"},
+                               deletes_added=[d for r in rewrites for d in r.deletes_added],
+                               deletes_removed=[d for r in rewrites for d in r.deletes_removed])
 
 
 def key_filter(keys, values):
@@ -66,10 +73,11 @@ def rows_of(table) -> list:
     return sorted(table.scan().to_arrow().to_pylist(), key=repr)
 
 
-def check_same(catalog, schema, batches, keys, touched, upserts, route_upserts=False, spec=UNPARTITIONED_PARTITION_SPEC):
+def check_same(catalog, schema, batches, keys, touched, upserts, route_upserts=False, spec=UNPARTITIONED_PARTITION_SPEC,
+               merge_on_read=False):
     ours = table_with_files(catalog, "ours", schema, batches, spec)
     theirs = table_with_files(catalog, "theirs", schema, batches, spec)
-    apply_on_executors(ours, keys, touched, upserts, route_upserts)
+    apply_on_executors(ours, keys, touched, upserts, route_upserts, merge_on_read)
     apply_with_pyiceberg(theirs, keys, touched, upserts)
     ours, theirs = catalog.load_table("ns.ours"), catalog.load_table("ns.theirs")
     assert rows_of(ours) == rows_of(theirs)
@@ -90,6 +98,55 @@ def test_inserts_updates_and_deletes(catalog, route_upserts):
     ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed(updates + inserts, "new"), route_upserts)
     assert ours.current_snapshot().summary["tidelake.watermark"] == "9"
     assert ours.current_snapshot().summary["deleted-data-files"] == "4"  # files 0, 1, 2 and 5 held touched keys
+
+
+def test_merge_on_read_leaves_the_data_files_and_adds_one_delete_file_per_touched_file(catalog):
+    updates, inserts, deletes = [3, 70, 299], [1000, 1001], [5, 120, 121, 250]
+    touched = pa.table({"id": pa.array(updates + inserts + deletes, pa.int64())})
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed(updates + inserts, "new"), merge_on_read=True)
+    summary = ours.current_snapshot().summary
+    assert "deleted-data-files" not in summary.additional_properties
+    assert (summary["added-delete-files"], summary["added-position-deletes"], summary["total-position-deletes"]) == ("4", "7", "7")
+    live = files.live_files(ours.io, ours.current_snapshot())
+    assert len(live.data) == len(BATCHES) + 1 and sorted(len(d) for d in live.deletes.values()) == [1, 1, 1, 1]
+    # A later batch touching the same keys again (and ones already deleted) deletes each live row once.
+    again = pa.table({"id": pa.array([3, 5, 70, 1000, 6], pa.int64())})
+    apply_on_executors(ours, ["id"], again, keyed([3, 1000], "newer"), merge_on_read=True)
+    ours = catalog.load_table("ns.ours")
+    expected = {r["id"]: r["v"] for r in keyed(range(300)).to_pylist() if r["id"] not in {70, 299, 5, 6, 120, 121, 250}}
+    expected.update({3: "newer3", 299: "new299", 1000: "newer1000", 1001: "new1001"})
+    assert {r["id"]: r["v"] for r in rows_of(ours)} == expected
+    live = files.live_files(ours.io, ours.current_snapshot())
+    positions = [internals.deleted_positions(ours.io, f, live.deletes_of(f)) for f in live.data]
+    assert sum(len(p) for p in positions) == int(ours.current_snapshot().summary["total-position-deletes"]) == 11
+
+
+def test_copy_on_write_of_a_file_with_deletes_applies_them_and_removes_them(catalog):
+    touched = pa.table({"id": pa.array([3, 4], pa.int64())})
+    ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed([]), merge_on_read=True)
+    apply_on_executors(ours, ["id"], pa.table({"id": pa.array([10], pa.int64())}), keyed([10], "new"))
+    ours = catalog.load_table("ns.ours")
+    assert not files.live_files(ours.io, ours.current_snapshot()).deletes
+    assert ours.current_snapshot().summary["total-delete-files"] == "0"
+    assert {r["id"]: r["v"] for r in rows_of(ours)} == {**{i: f"old{i}" for i in range(300) if i not in (3, 4)}, 10: "new10"}
+
+
+@pytest.mark.parametrize("merge_on_read", [False, True])
+def test_both_write_modes_on_every_key_shape(catalog, merge_on_read):
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(8), name="b"))
+    touched = pa.table({"id": pa.array([3, 70, 299, 1000], pa.int64())})
+    check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed([3, 1000], "new"), spec=spec, merge_on_read=merge_on_read)
+    for name in ("ours", "theirs"):
+        catalog.drop_table(f"ns.{name}")
+    batches = [pa.table({"a": ["x", "x", "y", None], "b": pa.array([1, 2, 1, 1], pa.int32()), "v": list("pqrs")}),
+               pa.table({"a": ["y", "z"], "b": pa.array([2, None], pa.int32()), "v": list("tu")})]
+    touched = pa.table({"a": ["x", "y", None, "z", "w"], "b": pa.array([2, 2, 1, None, 9], pa.int32())})
+    upserts = pa.table({"a": ["x", "w"], "b": pa.array([2, 9], pa.int32()), "v": ["X2", "W9"]})
+    check_same(catalog, COMPOSITE, batches, ["a", "b"], touched, upserts, merge_on_read=merge_on_read)
+    for name in ("ours", "theirs"):
+        catalog.drop_table(f"ns.{name}")
+    check_same(catalog, KEYED, BATCHES, ["id"], pa.table({"id": pa.array(range(300), pa.int64())}), keyed([]),
+               merge_on_read=merge_on_read)
 
 
 def test_a_bucketed_table_rewrites_only_the_touched_buckets(catalog):

@@ -31,35 +31,41 @@ def rows(ids, tag: str = "v0") -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "name": [f"{tag}-{i}" for i in ids]})
 
 
-def upsert(table: Table, new: pa.Table) -> int:
-    """A copy-on-write run in miniature: rewrite the files holding the keys, add the new rows (one snapshot)."""
-    from spark.iceberg.files import plan_rewrite
-    from spark.iceberg.rewrite import rewrite_file, write_rows
+def upsert(table: Table, new: pa.Table, merge_on_read: bool = False) -> int:
+    """A run in miniature: drop the keys from the files holding them (rewrite them, or position
+    deletes with ``merge_on_read``), add the new rows (one snapshot)."""
+    from spark.iceberg.files import LiveFiles, live_files, plan_rewrite
+    from spark.iceberg.rewrite import delete_keys, rewrite_file, write_rows
 
     target = TableTarget.of(table)
+    head = table.current_snapshot()
     plan = plan_rewrite(table.metadata, table.io, ["id"], new.select(["id"]))
-    removed, added = [], []
+    live = live_files(table.io, head) if head else LiveFiles((), {})
+    removed, added, deletes_added, deletes_removed = [], [], [], []
     for f in plan.candidates:
-        out = rewrite_file(target, f, ["id"], new.select(["id"]))
+        drop = delete_keys if merge_on_read else rewrite_file
+        out = drop(target, f, ["id"], new.select(["id"]), deletes=live.deletes_of(f))
         if out.removed is not None:
             removed.append(out.removed)
             added.extend(out.added)
+        deletes_added.extend(out.deletes_added)
+        deletes_removed.extend(out.deletes_removed)
     added.extend(write_rows(target, new, ["id"]))
-    head = table.current_snapshot()
     snapshot_id = internals.commit_overwrite(table, expected_snapshot_id=head.snapshot_id if head else None,
-                                             removed=removed, added=added)
+                                             removed=removed, added=added, deletes_added=deletes_added,
+                                             deletes_removed=deletes_removed)
     table.refresh()
     return snapshot_id
 
 
 def keyed_table(catalog: SqlCatalog, name: str = "t", spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
-                runs: int = 12, per_run: int = 20) -> Table:
+                runs: int = 12, per_run: int = 20, merge_on_read: bool = False) -> Table:
     """A keyed table after ``runs`` small upserts (new keys and updates of old ones), tagged ``r<i>`` after each."""
     table = catalog.create_table(f"ns.{name}", schema=SCHEMA, partition_spec=spec,
                                  properties={KEY_COLUMNS: json.dumps(["id"])})
     for i in range(runs):
         ids = list(range(i * per_run, (i + 1) * per_run)) + list(range(i, i * per_run, 7))[:5]
-        upsert(table, rows(ids, f"v{i}"))
+        upsert(table, rows(ids, f"v{i}"), merge_on_read)
         table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, f"r{i}").commit()
     return table
 

@@ -12,7 +12,7 @@ from pyiceberg.types import LongType
 
 from spark.iceberg import internals
 from spark.iceberg.errors import CommitConflictError, DeleteFilesPresent
-from spark.iceberg.files import live_data_files
+from spark.iceberg.files import live_data_files, live_files
 from spark.land import LocalRunner
 from spark.maintain.compaction import MAINTENANCE, compact_table
 
@@ -50,6 +50,40 @@ def test_compaction_keeps_the_head_rows_and_every_tag_and_reduces_files(catalog)
     assert report.files_before == len(before_files) and report.files_rewritten == len(before_files)
     ids = internals.read_data_file(table.io, table.metadata, files[0]).column("id")
     assert ids.to_pylist() == sorted(ids.to_pylist())  # sorted by key: tight bounds
+
+
+@pytest.mark.parametrize("spec", [None, BUCKETED], ids=["unpartitioned", "bucketed"])
+def test_compaction_folds_merge_on_read_deletes_into_the_files_and_removes_them(catalog, spec):
+    table = keyed_table(catalog, merge_on_read=True, **({"spec": spec} if spec else {}))
+    head = table.current_snapshot()
+    live = live_files(table.io, head)
+    deleted = int(head.summary["total-position-deletes"])
+    assert live.deletes and deleted > 0 and int(head.summary["total-delete-files"]) == len(live.delete_files)
+    before_head = read_at(table, head.snapshot_id)
+    before_tags = {name: read_at(table, sid) for name, sid in tags(table).items()}
+
+    report = compact_table(table, LocalRunner(), target_file_size=TARGET)
+
+    table = catalog.load_table("ns.t")
+    after = table.current_snapshot()
+    assert after.summary.operation.value == "replace" and report.deletes_removed == len(live.delete_files)
+    assert (after.summary["removed-position-deletes"], after.summary["total-delete-files"],
+            after.summary["total-position-deletes"]) == (str(deleted), "0", "0")
+    assert int(after.summary["total-records"]) == len(before_head)
+    assert not live_files(table.io, after).deletes
+    assert read_at(table, after.snapshot_id) == before_head
+    assert {name: read_at(table, sid) for name, sid in tags(table).items()} == before_tags
+
+
+def test_a_large_file_with_deletes_is_rewritten_alone(catalog):
+    table = keyed_table(catalog, runs=1, per_run=200)
+    upsert(table, rows([1, 2, 3], "new"), merge_on_read=True)
+    [big] = [f for f in live_data_files(table.io, table.current_snapshot()) if f.record_count == 200]
+    report = compact_table(table, LocalRunner(), target_file_size=1)  # no file is small
+    table = catalog.load_table("ns.t")
+    assert report.deletes_removed == 1 and big.file_path not in {f.file_path for f in live_data_files(table.io, table.current_snapshot())}
+    assert read_at(table, table.current_snapshot().snapshot_id) == sorted(
+        [*rows(range(4, 200)).to_pylist(), {"id": 0, "name": "v0-0"}, *rows([1, 2, 3], "new").to_pylist()], key=lambda r: r["id"])
 
 
 def test_compaction_leaves_tags_on_their_snapshots(catalog):
@@ -239,3 +273,24 @@ def _commit_a_position_delete_file(catalog, table) -> None:
     catalog.commit_table(table, (AssertRefSnapshotId(snapshot_id=head.snapshot_id, ref="main"),),
                          (AddSnapshotUpdate(snapshot=snapshot),
                           SetSnapshotRefUpdate(snapshot_id=snapshot_id, parent_snapshot_id=head.snapshot_id, ref_name="main", type="branch")))
+
+
+def test_delete_files_left_naming_gone_files_are_dropped_by_the_next_compaction(catalog):
+    """pyiceberg's own whole-table overwrite (what repair writes with) removes the data files and
+    leaves their position deletes behind, naming files no longer live."""
+    import warnings
+
+    from pyiceberg.expressions import AlwaysTrue
+
+    table = keyed_table(catalog, runs=3, merge_on_read=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Merge on read is not yet supported")
+        table.overwrite(rows(range(5), "fresh"), AlwaysTrue())
+    table.refresh()
+    live = live_files(table.io, table.current_snapshot())
+    assert live.dangling and len(live.dangling) == len(live.delete_files)
+    upsert(table, rows([100], "x"))  # a second small file: something to compact
+    report = compact_table(table, LocalRunner(), target_file_size=TARGET)
+    table = catalog.load_table("ns.t")
+    assert report.deletes_removed == len(live.dangling) and not live_files(table.io, table.current_snapshot()).deletes
+    assert read_at(table, table.current_snapshot().snapshot_id) == [*rows(range(5), "fresh").to_pylist(), {"id": 100, "name": "x-100"}]

@@ -58,7 +58,7 @@ def test_compaction_leaves_a_head_of_its_own_manifests_and_the_same_rows(catalog
 
 
 def test_a_table_written_before_sheds_the_dead_manifests_at_its_next_overwrite(catalog, monkeypatch):
-    monkeypatch.setattr(internals, "_keep_live_manifests", lambda producer: None)  # as tidelake wrote before
+    monkeypatch.setattr(internals, "_keep_live_manifests", lambda producer, *rest: None)  # as tidelake wrote before
     table = keyed_table(catalog, runs=8)
     assert len(dead_manifests(table)) >= 6
     tags = {name: read_at(table, ref.snapshot_id) for name, ref in table.refs().items()}

@@ -20,11 +20,12 @@ import pytest
 from spark import catalog as cat
 from spark import layout
 from spark.apply import apply_interval
-from spark.config import MaintenanceConfig
+from spark.config import COPY_ON_WRITE, MERGE_ON_READ, MaintenanceConfig
+from spark.iceberg.files import live_files
 from spark.lease import Lease, LeaseHeldError, current_lease
+from spark.maintain.compaction import MAINTENANCE
 from spark.maintain.expiry import snapshot_files
 from spark.maintain.retention import RetentionPlan, retire_watermarks, w_time
-from spark.maintain.compaction import MAINTENANCE
 from spark.maintain.run import STEPS, maintain
 from spark.publish import published_watermarks, read_published, retained_watermarks, retired_watermarks
 from spark.query import RetiredWatermark, read_pipeline, resolve_watermark
@@ -65,8 +66,12 @@ def read_all(config, w: int) -> dict:  # noqa: ANN001
 
 
 @pytest.fixture
-def history(tmp_path: Path) -> History:
+def history(tmp_path: Path, request: pytest.FixtureRequest) -> History:
+    """Copy-on-write unless a test asks for ``history`` with ``BOTH_MODES``: its tables then hold no
+    delete files, and a one-byte target size leaves every file alone (the counts stay exact)."""
+    mode = getattr(request, "param", COPY_ON_WRITE)
     config, expected = run_history(tmp_path, "canal-json", 3, 5, 2)
+    config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=mode))
     model = {}
     for i, w, tables in expected:
         assert apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR).watermark == w
@@ -169,6 +174,10 @@ def test_retained_tags_read_what_they_read_retired_ws_fail_clearly_and_only_unre
     assert_finished(h, config)
 
 
+BOTH_MODES = pytest.mark.parametrize("history", [COPY_ON_WRITE, MERGE_ON_READ], indirect=True)
+
+
+@BOTH_MODES
 def test_maintenance_compacts_the_heads_and_every_retained_w_reads_as_before(history: History) -> None:
     h = history
     now = later()
@@ -186,6 +195,9 @@ def test_maintenance_compacts_the_heads_and_every_retained_w_reads_as_before(his
         table = by_name[t.name]
         assert table.snapshot_by_name(tag_name(h.marks[-1])).snapshot_id == t.compaction.snapshot_id
         assert table.current_snapshot().snapshot_id == t.compaction.snapshot_id
+        assert not live_files(table.io, table.current_snapshot()).deletes  # merge-on-read's deletes fold in
+    if config.layout.merge_on_read:
+        assert any(t.compaction.deletes_removed for t in compacted), "the history's updates left delete files"
     for w in h.marks[2:]:
         assert read_all(config, w) == h.rows[w]
     assert_finished(h, config)
@@ -247,6 +259,7 @@ def test_a_dry_run_changes_nothing_and_predicts_the_real_run(history: History) -
         assert d.expiry.files_deleted == r.expiry.files_deleted and d.expiry.bytes_deleted == r.expiry.bytes_deleted
 
 
+@BOTH_MODES
 @pytest.mark.parametrize("crash_at", STEPS)
 def test_a_crash_at_any_step_leaves_tables_readable_and_a_rerun_finishes(history: History, crash_at: str) -> None:
     h = history
