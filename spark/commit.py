@@ -467,6 +467,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     live = live_files(table.io, head) if head is not None else LiveFiles((), {})
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
     deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
+    merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read),
             head.snapshot_id if head is not None else None)
 

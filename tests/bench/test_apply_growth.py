@@ -1,0 +1,26 @@
+"""`python -m bench apply --only growth` at a tiny size, both write modes: every figure printed,
+merge-on-read replaces no data file, copy-on-write does, and the second mode is compared to the first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import apply_growth
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_growth_bench_measures_each_write_mode_and_compares_them(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    apply_growth.main([2000, 4000], 200, ["uniform"], 2, 1, 0, tmp_path, {}, ["merge-on-read", "copy-on-write"])
+    out = capsys.readouterr().out
+    tables = {m.group(1): m.group(2) for m in re.finditer(r"^    uniform keys, ([\w-]+): +rows.*\n((?:^ {16}.*\n)+)", out, re.M)}
+    assert set(tables) == {"merge-on-read", "copy-on-write"}, out
+    rows = {mode: [line.split() for line in body.splitlines()] for mode, body in tables.items()}
+    assert [r[0] for r in rows["merge-on-read"]] == ["2,000", "4,000"] and all(len(r) == 6 for r in rows["copy-on-write"])
+    assert {r[4] for r in rows["merge-on-read"]} == {"0"}  # data files replaced: none, deletes name the rows
+    assert all(int(r[4]) > 0 for r in rows["copy-on-write"])
+    assert all(r[5].endswith("x") for r in rows["copy-on-write"])  # its seconds as a ratio to merge-on-read's
+    assert out.count("growth ") == 2
