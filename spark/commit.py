@@ -67,6 +67,7 @@ SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL tha
 
 # Iceberg's table properties for how updates, deletes and merges drop old rows.
 WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
+DELETE_GRANULARITY = "write.delete.granularity"
 
 
 class UnsupportedSchemaChange(TidelakeError):
@@ -428,8 +429,10 @@ class TableCommitter:
         progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval}
         if CREATED_AT not in tx.table_metadata.properties:
             progress[CREATED_AT] = str(run.watermark)
-        mode = self.config.layout.write_mode  # how this pipeline writes, for other engines that write the table
-        progress.update({p: mode for p in WRITE_MODE_PROPERTIES if tx.table_metadata.properties.get(p) != mode})
+        # How this pipeline writes, for other engines that write the table. File-scoped position deletes
+        # (Spark's write.delete.granularity) are the only ones tidelake can read and compact.
+        wanted = {**dict.fromkeys(WRITE_MODE_PROPERTIES, self.config.layout.write_mode), DELETE_GRANULARITY: "file"}
+        progress.update({k: v for k, v in wanted.items() if tx.table_metadata.properties.get(k) != v})
         tx.set_properties(progress)
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()

@@ -7,7 +7,9 @@ watermark yet count as 0), never below the previous W.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
+
+from pyiceberg.table.refs import SnapshotRefType
 
 from cdc_codecs import Watermark
 
@@ -47,6 +49,12 @@ def tag_watermark(name: str) -> int | None:
     """The W a ``wm_<W>`` tag names; None for any other ref (a branch, someone else's tag)."""
     digits = name.removeprefix(TAG_PREFIX)
     return int(digits) if digits != name and digits.isdigit() else None
+
+
+def watermark_tags(refs: Mapping[str, Any]) -> dict[int, int]:
+    """{W: snapshot id} of the ``wm_<W>`` tags among a table's ``refs`` (pyiceberg ``SnapshotRef``s)."""
+    return {w: ref.snapshot_id for name, ref in refs.items()
+            if (w := tag_watermark(name)) is not None and ref.snapshot_ref_type == SnapshotRefType.TAG}
 
 
 def derived_commit_ts(event_time_ms: int) -> int:

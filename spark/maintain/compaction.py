@@ -32,7 +32,6 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.refs import SnapshotRefType
 
 from cdc_codecs import TidelakeError
 from spark.catalog import KEY_COLUMNS
@@ -42,7 +41,7 @@ from spark.iceberg.files import live_files
 from spark.iceberg.target import TableTarget
 from spark.land import Runner
 from spark.lease import LeaseLostError
-from spark.watermark import tag_watermark
+from spark.watermark import tag_name, watermark_tags
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 # A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).
@@ -134,9 +133,7 @@ def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files:
 
 def watermark_tags_on(metadata: TableMetadata, snapshot_id: int) -> dict[int, str]:
     """{W: tag} of the ``wm_<W>`` tags on ``snapshot_id``."""
-    return {w: name for name, ref in metadata.refs.items()
-            if ref.snapshot_ref_type == SnapshotRefType.TAG and ref.snapshot_id == snapshot_id
-            and (w := tag_watermark(name)) is not None}
+    return {w: tag_name(w) for w, tagged in watermark_tags(metadata.refs).items() if tagged == snapshot_id}
 
 
 def _write_metadata(metadata: TableMetadata, schema_id: int, target_file_size: int) -> TableMetadata:
@@ -175,10 +172,9 @@ def compact_table(
     files = list(live.data)
     bins = plan_bins(files, target_file_size, min_input_files, live.deletes.keys())
     inputs = [f for b in bins for f in b]
-    folded = [d for f in inputs for d in live.deletes_of(f)]
-    if bins:
-        folded += live.dangling  # they delete nothing: the replace drops them along
-    moved = watermark_tags_on(table.metadata, head.snapshot_id) if bins and move_tags else {}
+    # Delete files naming a file no longer live delete nothing: the replace drops them too (alone, if no bin).
+    folded = [d for f in inputs for d in live.deletes_of(f)] + list(live.dangling)
+    moved = watermark_tags_on(table.metadata, head.snapshot_id) if (bins or folded) and move_tags else {}
 
     def report(outputs: Sequence[DataFile] = (), snapshot_id: int | None = None) -> CompactionReport:
         return CompactionReport(
@@ -188,7 +184,7 @@ def compact_table(
             len(folded),
         )
 
-    if dry_run or not bins:
+    if dry_run or not (bins or folded):
         return report()
     schema_id = head.schema_id if head.schema_id is not None else table.metadata.current_schema_id
     metadata = _write_metadata(table.metadata, schema_id, target_file_size)
@@ -196,7 +192,7 @@ def compact_table(
     keys = tuple(k for k in json.loads(table.properties.get(KEY_COLUMNS, "[]")) if k in schema_names)
     target = TableTarget.from_metadata(name, metadata, table.io.properties)
     tasks = [CompactTask(target, b, keys, tuple(live.deletes_of(f) for f in b) if live.deletes else ()) for b in bins]
-    outputs = [f for written in runner.map(compact_bin, tasks) for f in written]
+    outputs = [f for written in runner.map(compact_bin, tasks) for f in written] if tasks else []
     try:
         check()
         snapshot_id = internals.commit_replace(

@@ -44,7 +44,7 @@ from spark.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
 from spark.publish import published_watermarks, record_snapshots, retired_watermarks
 from spark.storage import Storage, open_storage
-from spark.watermark import tag_watermark
+from spark.watermark import watermark_tags
 
 UTC = dt.timezone.utc
 
@@ -200,11 +200,10 @@ def _record_compacted_tags(storage: Storage, pipeline: str, tables: dict[str, An
     """
     wanted: dict[int, dict[str, int]] = {}  # W -> {table uuid: snapshot its tag points at}
     for uuid, table in tables.items():
-        for name, ref in table.metadata.refs.items():
-            w = tag_watermark(name)
-            snapshot = table.metadata.snapshot_by_id(ref.snapshot_id) if w is not None else None
+        for w, snapshot_id in watermark_tags(table.metadata.refs).items():
+            snapshot = table.metadata.snapshot_by_id(snapshot_id)
             if snapshot is not None and snapshot.summary is not None and snapshot.summary.get(MAINTENANCE) == "compaction":
-                wanted.setdefault(w, {})[uuid] = ref.snapshot_id
+                wanted.setdefault(w, {})[uuid] = snapshot_id
     for w, snapshots in sorted(wanted.items()):
         record_snapshots(storage, pipeline, w, snapshots)
 
