@@ -86,6 +86,11 @@ def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[
     return run
 
 
+def _stage_seconds(runs: list[JobRun], stage: str) -> float:
+    """The median seconds of one stage of the apply job (its report's ``stage_seconds``)."""
+    return statistics.median(j.report.get("stage_seconds", {}).get(stage, 0.0) for j in runs)
+
+
 def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path,
          conf: dict[str, str]) -> None:
     key_space = key_space or max(1000, events // 20)
@@ -117,6 +122,12 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
         print(f"    {f'apply job {master}, spark-submit to exit':44} {wall[master]:8.2f} {rows / wall[master]:10,.0f} "
               f"{rows / wall[master] / base:8.2f}")
         print(f"    {'  of which apply_interval (job report)':44} {inner:8.2f} {rows / inner:10,.0f} {rows / inner / base:8.2f}")
+        for stage in jobs[master][0].report.get("stage_seconds", {}):
+            print(f"    {'    ' + stage:44} {_stage_seconds(jobs[master], stage):8.2f}")
+    stages = jobs["local[2]"][0].report.get("stage_seconds", {})
+    print("    speed-up per stage local[1] -> local[2]: " + ", ".join(
+        f"{stage} {_stage_seconds(jobs['local[1]'], stage) / max(1e-9, _stage_seconds(jobs['local[2]'], stage)):.2f}x"
+        for stage in stages))
     print(f"    speed-up local[1] -> local[2]: {wall['local[1]'] / wall['local[2]']:.2f}x (target >= 1.7); "
           f"local[2] target >= 40,000 events/s")
     two = jobs["local[2]"]
