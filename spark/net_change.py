@@ -137,10 +137,17 @@ def greatest_per_key_spark(rows: Any, partitions: int) -> Any:
     ORDER_COLUMNS descending (a window's row number), with ``rows``' columns, in ``partitions``
     partitions by key (not ``spark.sql.shuffle.partitions``: each later rewrite job runs a
     Python task per partition). Measured at 1M rows on local[2]: 3.0 s warm, where a struct max
-    per key took 3.9 s and a sort plus ``greatest_per_key`` in Python 3.9-4.2 s."""
+    per key took 3.9 s and a sort plus ``greatest_per_key`` in Python 3.9-4.2 s; then the group
+    hash first in the sort (below)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    latest_first = Window.partitionBy(*GROUP_COLUMNS).orderBy(*[F.col(c).desc() for c in ORDER_COLUMNS])
-    return (rows.repartition(partitions, *GROUP_COLUMNS).withColumn("_tidelake_rank", F.row_number().over(latest_first))
-            .filter(F.col("_tidelake_rank") == 1).drop("_tidelake_rank"))
+    # A 64-bit hash of the group leads the window's sort: Spark sorts on an 8-byte prefix of the
+    # first sort column, and the database name (the same for every row) gave it nothing to go on,
+    # so every comparison went through the whole row. The group columns follow the hash, so a
+    # collision cannot merge two keys. 1M rows on local[2], warm: 1.5 s instead of 2.5 s.
+    group = "_tidelake_group_hash"
+    latest_first = Window.partitionBy(group, *GROUP_COLUMNS).orderBy(*[F.col(c).desc() for c in ORDER_COLUMNS])
+    return (rows.withColumn(group, F.xxhash64(*GROUP_COLUMNS)).repartition(partitions, group)
+            .withColumn("_tidelake_rank", F.row_number().over(latest_first))
+            .filter(F.col("_tidelake_rank") == 1).drop("_tidelake_rank", group))
