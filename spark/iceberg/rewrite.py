@@ -77,22 +77,25 @@ def delete_keys(
     target: TableTarget, data_file: DataFile, key_columns: Sequence[str], touched: pa.Table,
     deletes: Sequence[DataFile] = (),
 ) -> FileRewrite:
-    """Merge-on-read: a position delete file for the rows of ``data_file`` whose key is in ``touched``.
+    """Merge-on-read: the rows of ``data_file`` whose key is in ``touched`` join the file's deleted rows.
 
-    Reads the key columns only, and leaves out rows ``deletes`` (the file's delete files)
-    already delete, so a position is deleted once. A file holding no live touched key gets
-    nothing (``deletes_added`` empty).
+    Reads the key columns only. A data file keeps one position delete file, rewritten whole,
+    like Iceberg v3's deletion vectors: the new one holds the positions ``deletes`` (the file's
+    delete files) already deleted and the new ones, and replaces them. So a file touched by many
+    runs costs each later run and each read one delete file, not one per run, and a position is
+    deleted once. A file holding no live touched key is left alone (nothing added or removed).
     """
     metadata, io = target.metadata(), target.io()
     keys = internals.read_data_file(io, metadata, data_file, columns=key_columns)
     hit = key_mask(keys, touched, key_columns).to_numpy(zero_copy_only=False)
     positions = np.flatnonzero(hit).astype(np.int64)
-    if len(positions) and deletes:
-        positions = np.setdiff1d(positions, internals.deleted_positions(io, data_file, deletes), assume_unique=True)
-    if not len(positions):
-        return FileRewrite(None, (), keys.num_rows, 0)
-    written = internals.write_position_deletes(io, metadata, data_file, positions)
-    return FileRewrite(None, (), keys.num_rows - len(positions), len(positions), deletes_added=(written,))
+    deleted = internals.deleted_positions(io, data_file, deletes) if len(positions) and deletes else np.zeros(0, np.int64)
+    new = np.setdiff1d(positions, deleted, assume_unique=True)
+    if not len(new):
+        return FileRewrite(None, (), keys.num_rows - len(deleted), 0)
+    written = internals.write_position_deletes(io, metadata, data_file, np.union1d(deleted, new))
+    return FileRewrite(None, (), keys.num_rows - len(deleted) - len(new), len(new), deletes_added=(written,),
+                       deletes_removed=tuple(deletes))
 
 
 def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:

@@ -100,7 +100,7 @@ def test_inserts_updates_and_deletes(catalog, route_upserts):
     assert ours.current_snapshot().summary["deleted-data-files"] == "4"  # files 0, 1, 2 and 5 held touched keys
 
 
-def test_merge_on_read_leaves_the_data_files_and_adds_one_delete_file_per_touched_file(catalog):
+def test_merge_on_read_leaves_the_data_files_and_keeps_one_delete_file_per_touched_file(catalog):
     updates, inserts, deletes = [3, 70, 299], [1000, 1001], [5, 120, 121, 250]
     touched = pa.table({"id": pa.array(updates + inserts + deletes, pa.int64())})
     ours = check_same(catalog, KEYED, BATCHES, ["id"], touched, keyed(updates + inserts, "new"), merge_on_read=True)
@@ -119,6 +119,9 @@ def test_merge_on_read_leaves_the_data_files_and_adds_one_delete_file_per_touche
     live = files.live_files(ours.io, ours.current_snapshot())
     positions = [internals.deleted_positions(ours.io, f, live.deletes_of(f)) for f in live.data]
     assert sum(len(p) for p in positions) == int(ours.current_snapshot().summary["total-position-deletes"]) == 11
+    # One delete file per data file, rewritten whole (a deletion vector): the file touched twice has one.
+    assert all(len(ds) == 1 for ds in live.deletes.values()) and len(live.delete_files) == 5
+    assert int(ours.current_snapshot().summary["total-delete-files"]) == 5
 
 
 def test_copy_on_write_of_a_file_with_deletes_applies_them_and_removes_them(catalog):
