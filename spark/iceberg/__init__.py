@@ -8,13 +8,16 @@ Who runs what, for one table and one run:
 2. Executors, ``rewrite.rewrite_file`` (one task per candidate file): read the file, drop the rows
    whose key is touched (Arrow ``is_in``; a NULL-safe semi-join for composite and whole-row keys),
    write the kept rows (plus, optionally, upserts routed to the file) as new files, return
-   ``FileRewrite(removed, added)``. ``rewrite.write_rows``: new and updated rows, sorted by key,
+   ``FileRewrite(removed, added)`` (copy-on-write). Merge-on-read, ``rewrite.delete_keys``: read
+   the file's key columns, write its one position delete file anew with the touched rows added,
+   return ``FileRewrite(deletes_added, deletes_removed)``. ``rewrite.write_rows``: new and updated rows, sorted by key,
    as new files. Tasks get a ``target.TableTarget`` (the table's metadata without its history and
    the FileIO properties, plain strings) and Arrow tables; no catalog connection leaves the driver.
 3. Across the wire back to the driver: only ``DataFile`` metadata (path, size, counts, bounds,
    partition), a few hundred bytes per file, never rows or keys.
 4. Driver, ``internals.stage_overwrite``/``commit_overwrite``: one snapshot per table that removes
-   the rewritten files and adds the written ones (pyiceberg's overwrite producer), with the run's
+   the rewritten files and adds the written ones, and swaps delete files (pyiceberg's overwrite
+   producer, delete manifests added through its hooks), with the run's
    summary properties, in the same transaction as the run's schema and property changes.
 
 How a commit is validated: the plan names the snapshot it read. Staging checks that the branch

@@ -34,8 +34,8 @@ class RowsDoNotFitTable(TidelakeError):
 class FileRewrite:
     """The outcome of one file's rewrite: ``removed`` is None when the file is unchanged.
 
-    ``deletes_added`` are position delete files written for it (merge-on-read);
-    ``deletes_removed`` the ones that applied to ``removed`` (its rewrite applied them).
+    ``deletes_added`` is the file's new position delete file (merge-on-read); ``deletes_removed``
+    are the delete files it replaces, or those of ``removed`` (its rewrite applied them).
     """
 
     removed: DataFile | None
