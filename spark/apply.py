@@ -429,7 +429,8 @@ def _apply_one(
     progress("net change", 0, 1)
     folding = time.perf_counter()
     schemas = {sid: blob for _, side in sides for sid, blob in side.schemas.items()}
-    fold = _plane(runner).fold(credentials.task_config(config), paths, window, schemas)
+    rows = sum(side.rows for _, side in sides)
+    fold = _plane(runner).fold(credentials.task_config(config), paths, window, schemas, rows)
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:

@@ -27,7 +27,7 @@ class SchemaStep:
 
 
 class NetSummary(Protocol):
-    """One table's net change in one DDL segment (``spark.plane.NetSummary``)."""
+    """One table's net change in one DDL segment (``spark.fold.slices.NetSummary``)."""
 
     database: str
     table: str

@@ -87,6 +87,16 @@ def changelog_paths(pipeline: str, version: str, topic: str, partition: int, sta
     return f"{base}.parquet", f"{base}.json"
 
 
+def net_change_dir(pipeline: str) -> str:
+    """Where runs leave their folded net change between the fold and the rewrite (removed by the run)."""
+    return f"{pipeline_root(pipeline)}/net"
+
+
+def net_change_path(pipeline: str, run: str, index: int) -> str:
+    """One fold slice's net change in one run (``run``: a fresh id per fold)."""
+    return f"{net_change_dir(pipeline)}/{encode_name(run)}/{index:05d}.parquet"
+
+
 def report_path(pipeline: str, start: dt.datetime, end: dt.datetime, step: str) -> str:
     return f"{pipeline_root(pipeline)}/reports/{instant(start)}_{instant(end)}/{step}.json"
 

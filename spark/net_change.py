@@ -9,14 +9,15 @@ a primary key uses the whole row as its key, so rows equal in every column are o
 
 Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
 (``key_bytes``) in the change log; the fold (``greatest_per_key``) keeps, per table, DDL segment
-and key, the greatest effect. Spark runs it within shuffle partitions on the executors, the
-in-process plane on one sorted table: the same function, so it does not matter where a key's
-changes were folded.
+and key, the greatest effect. Spark runs it per key-hash slice (``key_hash``) on the executors,
+the in-process plane on one table holding every slice: the same function, so it does not matter
+where a key's changes were folded.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -76,6 +77,21 @@ def key_bytes(key: Key) -> bytes:
     return _joined(key).encode("utf-8", "surrogatepass")
 
 
+def key_hash(database: str, table: str, key: bytes) -> int:
+    """A stable 32-bit hash of one table's key (CRC-32 of its ``key_bytes``, seeded by the table).
+
+    The fold cuts the hash space into slices: every effect on one key of one table lands in one
+    slice, whichever partition or run it came from, so a slice folds alone. Stored per
+    change-log row, which is sorted by it (``spark.decode.changelog``), so a slice reads only
+    its row groups. CRC-32, not Python's ``hash``: equal in every process, and ~0.1 us a key."""
+    return zlib.crc32(key, table_seed(database, table))
+
+
+def table_seed(database: str, table: str) -> int:
+    """``key_hash``'s seed for one table (the CRC-32 of its length-prefixed names)."""
+    return zlib.crc32(f"{len(database)}:{database}{len(table)}:{table}".encode("utf-8", "surrogatepass"))
+
+
 def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> Iterator[tuple[Key, bool]]:
     """What one change does per key: ``(key, deletes)``. An update that changes the key deletes
     the old key and writes the new one; every other change touches one key."""
@@ -96,10 +112,9 @@ def change_order(change: RowChange) -> Order:
 # ------------------------------------------------------------------ the fold on Arrow rows
 #
 # The same rule for change-log rows (``docs/data-plane.md``): per GROUP_COLUMNS the row greatest
-# in ORDER_COLUMNS wins. In process, rows sorted by GROUP_COLUMNS and then by the commit order
-# descending put each key's greatest change first and ``greatest_per_key`` keeps it; on Spark,
-# ``greatest_per_key_spark`` keeps the first row of each group in that order, in the JVM. Both
-# derive from these two tuples; tests/spark/fold/test_fold.py holds them equal, ties included.
+# in ORDER_COLUMNS wins. Rows sorted by GROUP_COLUMNS and then by the commit order descending put
+# each key's greatest change first and ``greatest_per_key`` keeps it: on a Spark executor for one
+# key-hash slice of a run (``spark.fold.slices``), in process for all of it.
 
 GROUP_COLUMNS = ("database", "table", "segment", "key")
 ORDER_COLUMNS = ("ts", "topic", "partition", "offset", "index")
@@ -130,25 +145,3 @@ def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBat
             first[0] = False
         last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
         yield batch.filter(pa.array(first))
-
-
-def greatest_per_key_spark(rows: Any, partitions: int) -> Any:
-    """``greatest_per_key`` on a Spark DataFrame, in the JVM: per GROUP_COLUMNS, the first row in
-    ORDER_COLUMNS descending (a window's row number), with ``rows``' columns, in ``partitions``
-    partitions by key (not ``spark.sql.shuffle.partitions``: each later rewrite job runs a
-    Python task per partition). Measured at 1M rows on local[2]: 3.0 s warm, where a struct max
-    per key took 3.9 s and a sort plus ``greatest_per_key`` in Python 3.9-4.2 s; then the group
-    hash first in the sort (below)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    # A 64-bit hash of the group leads the window's sort: Spark sorts on an 8-byte prefix of the
-    # first sort column, and the database name (the same for every row) gave it nothing to go on,
-    # so every comparison went through the whole row. The group columns follow the hash, so a
-    # collision cannot merge two keys. 1M rows on local[2]: 1.5 s instead of 2.5 s warm; in the
-    # cold apply job (bench apply) the window stage took 5.3 s instead of 6.4 s (task CPU 5.1 s, was 6.7 s).
-    group = "_tidelake_group_hash"
-    latest_first = Window.partitionBy(group, *GROUP_COLUMNS).orderBy(*[F.col(c).desc() for c in ORDER_COLUMNS])
-    return (rows.withColumn(group, F.xxhash64(*GROUP_COLUMNS)).repartition(partitions, group)
-            .withColumn("_tidelake_rank", F.row_number().over(latest_first))
-            .filter(F.col("_tidelake_rank") == 1).drop("_tidelake_rank", group))

@@ -7,13 +7,16 @@ its predecessor in one task or is derived again alone. Executors write the rows;
 (``ensure_change_log``) sees only side outputs. See docs/data-plane.md, section 1.
 
 Change-log rows: one per *key effect* of a row change (an update that changes the key has
-two: the old key deleted, the new one written), in offset order.
+two: the old key deleted, the new one written), each with its ``key_hash``; a file holds
+the segment's rows in writes of up to ROW_GROUP rows in offset order, each write sorted by
+``key_hash`` into row groups of disjoint hash ranges.
 """
 
 from __future__ import annotations
 
 import hashlib
 import pickle
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +41,7 @@ from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
-from spark.net_change import change_effects, key_bytes
+from spark.net_change import change_effects, key_bytes, table_seed
 from spark.storage import AlreadyExists, Storage, open_storage
 
 __all__ = [
@@ -49,10 +52,13 @@ __all__ = [
 
 PartitionKey = tuple[str, int]
 
-# Raw messages read per batch, and change-log rows per row group: a segment may hold hundreds
-# of thousands of messages, and each row carries a pickled change of a few hundred bytes.
+# Raw messages read per batch, and change-log rows buffered per write: a segment may hold
+# hundreds of thousands of messages, and each row carries a change of a few hundred bytes.
+# Each write is sorted by ``key_hash`` and cut into HASH_RANGES row groups, so the row groups of
+# one write cover disjoint hash ranges and a fold slice (a hash range) reads ~1/slices of them.
 READ_BATCH = 10_000
 ROW_GROUP = 20_000
+HASH_RANGES = 16
 
 CHANGE_LOG_SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -67,13 +73,15 @@ CHANGE_LOG_SCHEMA = pa.schema([
     ("first", pa.bool_()),
     ("change", pa.binary()),
     ("schema_id", pa.int64()),
+    ("key_hash", pa.int64()),
 ])
 
 # The change log's own format, part of its directory name next to the decoder version. 2: rows
 # name their table schema by ``schema_id`` and the side output holds the schemas (1 carried the
 # pickled schema in every row, ~0.5 KB a row through every shuffle); ``change`` is MessagePack
-# (``spark.decode.effect``), not a pickle.
-CHANGE_LOG_FORMAT = 2
+# (``spark.decode.effect``), not a pickle. 3: rows carry ``net_change.key_hash`` and each write
+# is sorted by it into row groups of disjoint hash ranges (fold slices read only theirs).
+CHANGE_LOG_FORMAT = 3
 
 
 def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:
@@ -84,8 +92,9 @@ def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:
 def schema_id(blob: bytes) -> int:
     """The ``schema_id`` of a pickled schema: a 64-bit digest, so segments decoded apart agree."""
     return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little", signed=True)
-# Runs select by offset and commitTs: statistics on those; dictionaries on the repeated names.
-_STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table"]
+# Runs select by offset and commitTs, slices by key hash: statistics on those; dictionaries on
+# the repeated names.
+_STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table", "key_hash"]
 _DICTIONARY = ["topic", "database", "table"]
 
 
@@ -128,6 +137,7 @@ class _ChangeLogWriter:
         # Decoders share one column-types mapping per table schema: pickled once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
         self.schemas: dict[int, bytes] = {}  # schema_id -> pickled schema, for the side output
+        self._seeds: dict[tuple[str, str], int] = {}  # key_hash's seed per table
 
     def _schema(self, change: RowChange) -> int:
         ident = (id(change.column_types), change.key_columns)
@@ -147,14 +157,18 @@ class _ChangeLogWriter:
         p = change.position
         first = True
         schema = self._schema(change)
+        seed = self._seeds.get((change.database, change.table))
+        if seed is None:
+            seed = self._seeds[(change.database, change.table)] = table_seed(change.database, change.table)
         for key, deletes in change_effects(change):
             if deletes:
                 keys = change.key_columns
                 stored = encode_effect(Op.DELETE, dict(zip(keys, key)) if keys else dict(key))
             else:
                 stored = encode_effect(change.op, change.after)
+            kb = key_bytes(key)
             self._rows.append((p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                               key_bytes(key), deletes, first, stored, schema))
+                               kb, deletes, first, stored, schema, zlib.crc32(kb, seed)))
             first = False
             self.rows += 1
             if len(self._rows) >= ROW_GROUP:
@@ -162,15 +176,21 @@ class _ChangeLogWriter:
 
     def _flush(self) -> None:
         if self._rows:
+            self._rows.sort(key=_by_key_hash)
             columns = zip(*self._rows)  # transposed in C
             self._writer.write_table(pa.Table.from_arrays(
-                [pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA))
+                [pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA),
+                row_group_size=-(-len(self._rows) // HASH_RANGES))
             self._rows = []
 
     def close(self) -> None:
         self._flush()
         self._writer.close()
         self._out.close()
+
+
+def _by_key_hash(row: tuple[Any, ...]) -> int:
+    return row[12]
 
 
 def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
@@ -344,6 +364,7 @@ def _side_path(pipeline: str, version: str, topic: str, partition: int, segment:
 
 
 def read_change_log(storage: Storage, paths: Sequence[str]) -> pa.Table:
-    """The change-log rows of these Parquet files, in the order given (tests, in-process runs)."""
-    tables = [pq.read_table(storage.arrow_path(p), filesystem=storage.arrow_fs, schema=CHANGE_LOG_SCHEMA) for p in paths]
+    """The change-log rows of these Parquet files, in the order given and each in offset order (tests)."""
+    tables = [pq.read_table(storage.arrow_path(p), filesystem=storage.arrow_fs, schema=CHANGE_LOG_SCHEMA)
+              .sort_by([("offset", "ascending"), ("index", "ascending"), ("deletes", "descending")]) for p in paths]
     return pa.concat_tables(tables) if tables else CHANGE_LOG_SCHEMA.empty_table()

@@ -147,12 +147,13 @@ def _table_orphans(tables: list[Table], fs: pafs.FileSystem, root: str, nested: 
 
 
 def _archive_orphans(storage: Storage, pipeline: str, cutoff: dt.datetime) -> tuple[list[StoredFile], int]:
-    """Segments no manifest lists; change-log Parquet files without their side output."""
+    """Segments no manifest lists; change-log Parquet files without their side output; net change
+    a run left behind (a run removes its own when it ends, and maintenance holds the lease runs take)."""
     listed = [f for f in storage.list_files(layout.segments_dir(pipeline))] + storage.list_files(layout.changelog_root(pipeline))
     paths = {f.path for f in listed}
     in_manifests = {s.path for _, _, m in list_manifests(storage, pipeline)
                     for p in read_manifest(storage, m).partitions for s in p.segments}
-    orphans = []
+    orphans = storage.list_files(layout.net_change_dir(pipeline))
     for f in listed:
         what = archive_file(pipeline, f.path)
         if what is None:

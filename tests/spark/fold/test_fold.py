@@ -64,31 +64,3 @@ def test_the_greatest_change_per_key_wins_whatever_the_batches(batch: int) -> No
             want[r["key"]] = order
     got = {r["key"]: (r["ts"], r["topic"], r["partition"], r["offset"], r["index"]) for r in folded.to_pylist()}
     assert folded.num_rows == len(got) == len(want) and got == want
-
-
-@pytest.fixture(scope="module")
-def spark():  # noqa: ANN201
-    from spark.session import build_session
-
-    session = build_session("tidelake-fold", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                                                            "spark.sql.shuffle.partitions": "3"})
-    yield session
-    session.stop()
-
-
-@pytest.mark.slow
-def test_the_spark_fold_keeps_exactly_the_rows_the_arrow_fold_keeps(spark) -> None:  # noqa: ANN001
-    """The rule in net_change has two executions: sorted Arrow batches in process, a struct max per
-    key in Spark's JVM. Ties on commitTs (derived clocks, replays) are broken by position in both."""
-    from spark.net_change import greatest_per_key_spark
-
-    rng = random.Random(7)
-    items = [(rng.choice("pq"), rng.randrange(3), offset, rng.randrange(3), rng.randrange(4), rng.choice("tu"),
-              rng.randrange(20), rng.random() < 0.3) for offset in range(3000)]
-    selected = select(rows(items), FoldWindow(-1, 10, {(t, p): (0, 10_000) for t in "pq" for p in range(3)}))
-    ordered = sort_for_fold(selected)
-    want = pa.Table.from_batches(list(greatest_per_key(ordered.to_batches(max_chunksize=97))), ordered.schema)
-    got = greatest_per_key_spark(spark.createDataFrame(selected), 3).toArrow()
-    assert got.column_names == selected.column_names
-    key = [("table", "ascending"), ("key", "ascending")]
-    assert got.num_rows == want.num_rows and got.sort_by(key).to_pylist() == want.cast(got.schema).sort_by(key).to_pylist()

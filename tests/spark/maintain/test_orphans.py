@@ -6,6 +6,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
+from spark import layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import decoder_version
 from spark.iceberg import internals
@@ -113,7 +114,7 @@ def _config(tmp_path: Path) -> PipelineConfig:
     }, "test")
 
 
-def test_archive_orphans_are_crashed_segments_and_change_logs_without_side_output(tmp_path):
+def test_archive_orphans_are_crashed_segments_change_logs_without_side_output_and_net_change_left(tmp_path):
     config = _config(tmp_path)
     storage = open_storage(config.storage)
     from cdc_codecs import ProducerRecord
@@ -129,14 +130,16 @@ def test_archive_orphans_are_crashed_segments_and_change_logs_without_side_outpu
     for path in (f"{decoded}.parquet", f"{decoded}.json", f"{abandoned}.parquet"):
         storage.write(path, b"x")
     storage.write("shop/checkpoints/whatever.json", b"{}")  # not maintenance's to judge
+    left = layout.net_change_path("shop", "a-crashed-run", 3)  # a run that crashed between fold and rewrite
+    storage.write(left, b"x")
 
     young = remove_orphans(storage, [], grace_seconds=3600, now=dt.datetime.now(UTC), pipelines=["shop"])
-    assert young.archive_files == 0 and young.young == 2 and storage.exists(crashed)
+    assert young.archive_files == 0 and young.young == 3 and storage.exists(crashed)
     dry = remove_orphans(storage, [], grace_seconds=3600, now=LATER, pipelines=["shop"], dry_run=True)
-    assert len(dry.paths) == 2 and storage.exists(crashed) and storage.exists(f"{abandoned}.parquet")
+    assert len(dry.paths) == 3 and storage.exists(crashed) and storage.exists(f"{abandoned}.parquet")
 
     report = remove_orphans(storage, [], grace_seconds=3600, now=LATER, pipelines=["shop"])
-    assert report.archive_files == 2 and report.archive_bytes == 2
-    assert not storage.exists(crashed) and not storage.exists(f"{abandoned}.parquet")
+    assert report.archive_files == 3 and report.archive_bytes == 3
+    assert not storage.exists(crashed) and not storage.exists(f"{abandoned}.parquet") and not storage.exists(left)
     for kept in (landed.path, f"{decoded}.parquet", f"{decoded}.json", manifest.path, "shop/checkpoints/whatever.json"):
         assert storage.exists(kept), kept

@@ -1,0 +1,91 @@
+"""Fold slices: a run folded in key-hash slices adds up to the run folded whole."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
+from spark.decode import changelog
+from spark.fold.select import FoldWindow
+from spark.fold.slices import EVERYTHING, Slice, _row_groups, add_counts, fold_slice, merge_summaries, read_slice
+from spark.net_change import key_hash
+from spark.storage import LocalStorage
+
+TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
+TABLES = [("shop", "t"), ("shop", "u"), ("shop.x", "t")]  # a dotted database must not meet shop.x's table t
+
+
+def random_changes(rng: random.Random, n: int, partition: int) -> list[RowChange]:
+    """Inserts, updates (some changing the key: two key effects in two slices) and deletes, in offset order."""
+    changes = []
+    for offset in range(n):
+        database, table = rng.choice(TABLES)
+        key, name = rng.randrange(40), f"v{offset}"
+        op = rng.choice([Op.INSERT, Op.UPDATE, Op.UPDATE, Op.DELETE])
+        before = {"id": rng.choice([key, rng.randrange(40)]), "name": "old"} if op is not Op.INSERT else None
+        after = {"id": key, "name": name} if op is not Op.DELETE else None
+        changes.append(RowChange(op, database, table, before, after, ("id",), TYPES, rng.randrange(1, 60),
+                                 SourcePosition("cdc", partition, offset), None))
+    return changes
+
+
+@pytest.fixture
+def change_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LocalStorage, list[str]]:
+    """Two partitions' change-log files, written by the decoder's writer in many small writes."""
+    monkeypatch.setattr(changelog, "ROW_GROUP", 64)
+    storage = LocalStorage(tmp_path)
+    rng = random.Random(5)
+    paths = []
+    for partition in range(2):
+        path = f"changelog/{partition}.parquet"
+        writer = changelog._ChangeLogWriter(storage, path)
+        for change in random_changes(rng, 600, partition):
+            writer.add(change)
+        writer.close()
+        paths.append(path)
+    return storage, paths
+
+
+WINDOW = FoldWindow(10, 45, {("cdc", 0): (50, 600), ("cdc", 1): (0, 580)},
+                    ddl_orders={("shop", "u"): ((30, "cdc", 1, 200, 0),)})
+
+
+def net_rows(tables) -> list[tuple]:  # noqa: ANN001
+    return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
+
+
+@pytest.mark.parametrize("count", [2, 3, 16, 40])
+def test_slices_add_up_to_the_whole_fold(change_log, count: int) -> None:  # noqa: ANN001
+    storage, paths = change_log
+    whole = fold_slice(read_slice(storage, paths, WINDOW, EVERYTHING))
+    parts = [fold_slice(read_slice(storage, paths, WINDOW, Slice(i, count))) for i in range(count)]
+    assert whole.net.num_rows > 100
+    assert net_rows(p.net for p in parts) == net_rows([whole.net])
+    assert add_counts(p.counts for p in parts) == add_counts([whole.counts])
+    assert merge_summaries(s for p in parts for s in p.summaries) == merge_summaries(whole.summaries)
+    # Every key lands in exactly one slice: no slice shares a (table, segment, key) with another.
+    keys = [(r["database"], r["table"], r["segment"], r["key"]) for p in parts for r in p.net.to_pylist()]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_writer_stores_each_rows_key_hash_and_sorts_each_write_into_hash_ranges(change_log) -> None:  # noqa: ANN001
+    storage, paths = change_log
+    for path in paths:
+        table = pq.read_table(storage.arrow_path(path))
+        assert all(r["key_hash"] == key_hash(r["database"], r["table"], r["key"]) for r in table.to_pylist())
+        metadata = pq.ParquetFile(storage.arrow_path(path)).metadata
+        assert metadata.num_row_groups > changelog.HASH_RANGES  # several writes of 64 rows, 16 row groups each
+        # A slice of 1/16 of the hash space reads about one row group per write, not all of them.
+        for index in range(16):
+            lo, hi = Slice(index, 16).bounds
+            assert len(_row_groups(metadata, lo, hi)) < metadata.num_row_groups / 4
+
+
+def test_a_key_hash_depends_on_the_table_not_only_the_key() -> None:
+    assert key_hash("shop", "t", b"2:n1") != key_hash("shop", "u", b"2:n1")
+    assert key_hash("shop.x", "t", b"2:n1") != key_hash("shop", "x.t", b"2:n1")
+    assert 0 <= key_hash("db", "t", b"") < 1 << 32
