@@ -4,7 +4,7 @@ A batch is ``batch`` changes to distinct keys: 60% updates, 20% deletes, 20% ins
 keys (after the largest, as an auto-increment key grows). ``hot`` draws the updated and deleted
 keys from the newest ``5 * batch`` live keys, ``uniform`` from every live key. At each table
 size, ``repeat`` batches are applied one after another (each its own landed interval) by
-``apply_interval`` with a SparkRunner on a warm local[2] session; the table grows between sizes
+``apply_interval`` with a SparkRunner on a warm local[2] context; the table grows between sizes
 by appending generated rows straight to the Iceberg table the pipeline created (not timed;
 growing millions of rows through the pipeline would dominate the benchmark).
 
@@ -38,7 +38,7 @@ from spark.commit import table_watermark
 from spark.config import LayoutConfig
 from spark.land import SparkRunner
 from spark.schema_map import COMMIT_TS, OP
-from spark.session import build_session
+from spark.session import build_context
 
 PROTOCOL = "canal-json"
 TABLE = "grow"
@@ -153,9 +153,9 @@ def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat
     print(f"(b) one {batch:,}-change batch (60% updates, 20% deletes, 20% inserts) as the table grows "
           f"{' -> '.join(f'{s:,}' for s in sizes)} rows; {partitions} partitions, layout.buckets={buckets}; "
           f"median of {repeat} batches per size; apply_interval + SparkRunner on a warm local[2]", flush=True)
-    session = build_session("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf})
+    context = build_context("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf})
     try:
-        runner = SparkRunner(session)
+        runner = SparkRunner(context)
         for mode in modes:
             params = {"mode": mode, "sizes": sizes, "batch": batch, "repeat": repeat, "partitions": partitions, "protocol": PROTOCOL}
             t = time.perf_counter()
@@ -180,4 +180,4 @@ def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat
                 print(f"    {mode} keys, {write_mode}: growth {statistics.median(t for t, _, _ in measured[sizes[-1]]) / base:.2f}x "
                       f"over {sizes[-1] / sizes[0]:.0f}x the rows (target <= 1.3x)", flush=True)
     finally:
-        session.stop()
+        context.stop()

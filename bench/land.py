@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, SparkRunner, land_interval, no_cyclic_gc
-from spark.session import build_session
+from spark.session import build_context
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -121,10 +121,10 @@ def open_runner(name: str, stack: ExitStack) -> tuple[str, Any]:
         pool = ProcessRunner(2)
         stack.callback(pool.close)
         return "land_interval, 2 worker processes", pool
-    session = build_session("tidelake-bench-land", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
-    session.sparkContext.setLogLevel("ERROR")
-    stack.callback(session.stop)
-    return "land_interval, Spark local[2]", SparkRunner(session)
+    context = build_context("tidelake-bench-land", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    context.setLogLevel("ERROR")
+    stack.callback(context.stop)
+    return "land_interval, Spark local[2]", SparkRunner(context)
 
 
 def main(argv: list[str] | None = None) -> int:

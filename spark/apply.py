@@ -344,8 +344,8 @@ def _carried_segments(history: dict[PKey, list[SegmentRef]], pending: dict[PKey,
 
 
 def _plane(runner: Runner) -> Any:
-    spark = getattr(runner, "spark", None)
-    return SparkPlane(spark) if spark is not None else LocalPlane()
+    context = getattr(runner, "context", None)
+    return SparkPlane(context) if context is not None else LocalPlane()
 
 
 def _apply_one(

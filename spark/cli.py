@@ -112,12 +112,12 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
     from spark.land import LocalRunner, SparkRunner, land_interval
 
     runner: Any = LocalRunner()
-    session = None
+    context = None
     if spark_master:
-        from spark.session import build_session
+        from spark.session import build_context
 
-        session = build_session(f"tidelake-{config.name}", spark_master)
-        runner = SparkRunner(session)
+        context = build_context(f"tidelake-{config.name}", spark_master)
+        runner = SparkRunner(context)
     try:
         log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
         with progress.land() if progress else nullcontext():
@@ -126,8 +126,8 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
                   "manifest reused" if landed.reused else "new manifest")
         applied = apply_interval(config, start, end, runner=runner, progress=progress)
     finally:
-        if session is not None:
-            session.stop()
+        if context is not None:
+            context.stop()
     land = {**landed.report, "messages": landed.manifest.messages, "reused": landed.reused}
     return {"land": land, "apply": applied.report}
 

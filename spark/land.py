@@ -227,13 +227,13 @@ class SparkRunner:
     """
 
     def __init__(self, spark: Any) -> None:
-        self.spark = spark
+        self.context = getattr(spark, "sparkContext", spark)  # a SparkContext, or a SparkSession's
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         if not tasks:
             return []
-        self.spark.sparkContext.environment.update(credentials.executor_environment_of_registered())
-        return self.spark.sparkContext.parallelize(list(tasks), len(tasks)).map(fn).collect()
+        self.context.environment.update(credentials.executor_environment_of_registered())
+        return self.context.parallelize(list(tasks), len(tasks)).map(fn).collect()
 
 
 @dataclass

@@ -141,16 +141,16 @@ class SparkPlane:
     a session costs ~5.6 s on local[2] (``createDataFrame`` 1.8 s, the first ``mapInArrow`` 4.7 s
     where the next takes 0.8 s) that a run never needs to pay."""
 
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
+    def __init__(self, context: Any) -> None:
+        self.context = context
 
     @property
     def parallelism(self) -> int:
-        return max(2, self.spark.sparkContext.defaultParallelism * 2)
+        return max(2, self.context.defaultParallelism * 2)
 
     def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow, schemas: Mapping[int, bytes],
              rows: int = 0) -> SparkFold:
-        self.spark.sparkContext.environment.update(credentials.executor_environment_of_registered())
+        self.context.environment.update(credentials.executor_environment_of_registered())
         return SparkFold(self, config, list(paths), window, schemas, max(self.parallelism, -(-rows // ROWS_PER_SLICE)))
 
 
@@ -174,7 +174,7 @@ class SparkFold(_NetSchemas):
                 _write_net(storage, layout.net_change_path(config.name, run, index), folded.net)
             return index, folded.net.num_rows, folded.counts, folded.summaries
 
-        reports = plane.spark.sparkContext.parallelize(range(slices), slices).map(fold).collect()
+        reports = plane.context.parallelize(range(slices), slices).map(fold).collect()
         summaries = []
         for index, net_rows, _, slice_summaries in reports:
             summaries += slice_summaries
@@ -204,7 +204,7 @@ class SparkFold(_NetSchemas):
             for batch in run_groups(_packed_batches(pairs), targets):
                 yield from zip(batch.column("request").to_pylist(), batch.column("rewrite").to_pylist())
 
-        sc = self.plane.spark.sparkContext
+        sc = self.plane.context
         rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(routed)
                     .repartitionAndSortWithinPartitions(self.plane.parallelism, _group_partition)
                     .mapPartitions(grouped).collect())

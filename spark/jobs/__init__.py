@@ -85,13 +85,13 @@ def _configure_logging(verbose: bool) -> None:
 
 def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespace], int],
                  argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
-    """Parse ``--config --start --end [--master] [--verbose]``, start Spark, call ``run(config, start, end, spark, args)``.
+    """Parse ``--config --start --end [--master] [--verbose]``, start Spark, call ``run(config, start, end, context, args)``.
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
     from spark.config import load_pipeline_config, parse_instant
     from spark.credentials import from_environment
-    from spark.session import build_session
+    from spark.session import build_context
 
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
@@ -113,11 +113,11 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
         return 2
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
     log.debug("starting Spark for %s %s..%s", config.name, utc_text(start), utc_text(end))
-    spark = build_session(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level)
+    context = build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level)
     try:
-        return run(config, start, end, spark, args)
+        return run(config, start, end, context, args)
     except TidelakeError as exc:
         log.error("%s", exc)
         return 1
     finally:
-        spark.stop()
+        context.stop()

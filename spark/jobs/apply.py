@@ -50,10 +50,10 @@ def apply_summary(result: ApplyResult) -> list[str]:
     return lines
 
 
-def run(config, start, end, spark, args) -> int:  # noqa: ANN001 - see interval_job
+def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interval_job
     if args.on_bad_message:
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
-    emit(apply_summary(apply_interval(config, start, end, runner=SparkRunner(spark))))
+    emit(apply_summary(apply_interval(config, start, end, runner=SparkRunner(context))))
     return 0
 
 

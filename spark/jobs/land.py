@@ -32,8 +32,8 @@ def land_summary(result: LandResult) -> list[str]:
     return lines
 
 
-def run(config, start, end, spark, args) -> int:  # noqa: ANN001 - see interval_job
-    emit(land_summary(land_interval(config, start, end, runner=SparkRunner(spark))))
+def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interval_job
+    emit(land_summary(land_interval(config, start, end, runner=SparkRunner(context))))
     return 0
 
 

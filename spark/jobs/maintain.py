@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark.jobs import SPARK_LOG_LEVEL_ENV
     from spark.land import SparkRunner
     from spark.maintain.run import maintain, summary_lines
-    from spark.session import build_session
+    from spark.session import build_context
 
     args = parser().parse_args(argv)
     _configure_logging(args.verbose)
@@ -46,16 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    spark = build_session(f"tidelake-maintain-{config.name}", args.master,
-                          log_level="INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV))
+    context = build_context(f"tidelake-maintain-{config.name}", args.master,
+                            log_level="INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV))
     try:
-        emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=SparkRunner(spark))))
+        emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=SparkRunner(context))))
         return 0
     except TidelakeError as exc:
         log.error("%s", exc)
         return 1
     finally:
-        spark.stop()
+        context.stop()
 
 
 if __name__ == "__main__":

@@ -33,14 +33,14 @@ class FakeSpark:
 
 
 @pytest.fixture
-def session(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
+def context(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
     made: dict = {}
 
-    def build_session(app, master=None, *, log_level=None, **conf):
+    def build_context(app, master=None, *, log_level=None, **conf):
         made.update(app=app, master=master, log_level=log_level, spark=FakeSpark(capsys))
         return made["spark"]
 
-    monkeypatch.setattr(spark.session, "build_session", build_session)
+    monkeypatch.setattr(spark.session, "build_context", build_context)
     monkeypatch.delenv("TIDELAKE_SPARK_LOG_LEVEL", raising=False)
     return made
 
@@ -66,7 +66,7 @@ def test_human_units() -> None:
     assert [human_bytes(n) for n in (0, 812, 1536, 3 * 2**20 + 2**19, 2**30)] == ["0 B", "812 B", "1.5 KiB", "3.5 MiB", "1.0 GiB"]
 
 
-def test_the_summary_is_printed_and_flushed_before_spark_stops(session: dict, pipeline: Path,
+def test_the_summary_is_printed_and_flushed_before_spark_stops(context: dict, pipeline: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     def run(config, start, end, spark, args):
         from spark.jobs import emit
@@ -75,23 +75,23 @@ def test_the_summary_is_printed_and_flushed_before_spark_stops(session: dict, pi
         return 0
 
     assert interval_job("apply", run, interval_args(pipeline)) == 0
-    assert session["spark"].stdout_at_stop == "shop 2024-01-01T00:00:00+00:00 2024-01-01T01:00:00+00:00\n  second line\n"
+    assert context["spark"].stdout_at_stop == "shop 2024-01-01T00:00:00+00:00 2024-01-01T01:00:00+00:00\n  second line\n"
     assert capsys.readouterr().out == ""  # nothing after the stop
-    assert (session["app"], session["master"], session["log_level"]) == ("tidelake-apply-shop", None, None)
+    assert (context["app"], context["master"], context["log_level"]) == ("tidelake-apply-shop", None, None)
 
 
-def test_spark_log_level_quiet_by_default_info_when_asked(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spark_log_level_quiet_by_default_info_when_asked(context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def run(*_):
         return 0
 
     interval_job("land", run, [*interval_args(pipeline), "--verbose", "--master", "local[2]"])
-    assert (session["master"], session["log_level"]) == ("local[2]", "INFO")
+    assert (context["master"], context["log_level"]) == ("local[2]", "INFO")
     monkeypatch.setenv("TIDELAKE_SPARK_LOG_LEVEL", "ERROR")
     interval_job("land", run, interval_args(pipeline))
-    assert session["log_level"] == "ERROR"
+    assert context["log_level"] == "ERROR"
 
 
-def test_errors_are_one_logged_line_with_exit_codes(session: dict, pipeline: Path, tmp_path: Path,
+def test_errors_are_one_logged_line_with_exit_codes(context: dict, pipeline: Path, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     from spark.apply import ApplyError
 
@@ -100,7 +100,7 @@ def test_errors_are_one_logged_line_with_exit_codes(session: dict, pipeline: Pat
 
     caplog.set_level(logging.ERROR, logger="tidelake")
     assert interval_job("apply", failing, interval_args(pipeline)) == 1
-    assert session["spark"].stdout_at_stop == ""  # stopped even so
+    assert context["spark"].stdout_at_stop == ""  # stopped even so
     missing = tmp_path / "missing.toml"
     assert interval_job("apply", failing, ["--config", str(missing), *interval_args(pipeline)[2:]]) == 2
     assert [r.getMessage() for r in caplog.records] == [
@@ -121,7 +121,7 @@ def apply_report() -> dict:
     }
 
 
-def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_job_prints_one_summary_block(context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
 
     def apply_interval(config, start, end, runner):
@@ -132,7 +132,7 @@ def test_apply_job_prints_one_summary_block(session: dict, pipeline: Path, monke
     monkeypatch.setattr(apply_job, "SparkRunner", lambda spark: None)
     assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue"]) == 0
     assert seen == {"policy": "continue", "start": T0, "end": T0 + dt.timedelta(hours=1)}
-    assert session["spark"].stdout_at_stop.splitlines() == [
+    assert context["spark"].stdout_at_stop.splitlines() == [
         f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} published (previous W {W - (3600_000 << 18)})",
         "  W wall time 2023-12-31T22:56:29.877Z, lag 2h 03m behind the interval end",
         "  decoded 1200 messages, 1350 events in 12.35 s; 5 already applied, 1 quarantined",
@@ -171,34 +171,34 @@ def manifest() -> Manifest:
                      PartitionRange("t", 2, 9, 9)), created_at=dt.datetime(2024, 1, 1, 1, 0, 5, 250_000, tzinfo=UTC))
 
 
-def test_land_job_prints_its_report(session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_land_job_prints_its_report(context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report = {"seconds": 3.456, "gaps": [{"topic": "t", "partition": 1, "start": 0, "end": 4}]}
     monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), False, report))
     monkeypatch.setattr(land_job, "SparkRunner", lambda spark: None)
     assert land_job.main(interval_args(pipeline)) == 0
     path = "shop/manifests/20240101T000000.000000Z_20240101T010000.000000Z.json"
-    assert session["spark"].stdout_at_stop.splitlines() == [
+    assert context["spark"].stdout_at_stop.splitlines() == [
         f"landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB in 3.46 s",
         "  gap: t/1 offsets 0..4 were deleted by retention before they were archived",
     ]
     monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), True))
     assert land_job.main(interval_args(pipeline)) == 0
-    assert session["spark"].stdout_at_stop == (
+    assert context["spark"].stdout_at_stop == (
         f"already landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB "
         "(manifest of 2024-01-01T01:00:05.250Z, kept)\n")
 
 
 def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_before_spark_stops(
-        session: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import spark.land
     from spark.jobs import maintain as maintain_job
 
     monkeypatch.setattr(spark.land, "SparkRunner", lambda spark: None)
     assert maintain_job.main(["--config", str(pipeline), "--now", "2024-01-02T03:00:00Z"]) == 0
-    out = session["spark"].stdout_at_stop
+    out = context["spark"].stdout_at_stop
     assert out.splitlines()[0] == "maintain shop at 2024-01-02T03:00:00+00:00"
     assert "  watermarks: 0 retained, 0 retired, 0 retired before" in out.splitlines()
     assert out.splitlines()[-1] == "  report: shop/reports/maintenance/20240102T030000.000000Z.json"
     assert (pipeline.parent / "archive" / "shop" / "reports" / "maintenance" / "20240102T030000.000000Z.json").exists()
-    assert session["app"] == "tidelake-maintain-shop"
+    assert context["app"] == "tidelake-maintain-shop"
     assert maintain_job.main(["--config", str(pipeline), "--now", "yesterday"]) == 2

@@ -320,3 +320,11 @@ def test_the_copy_loop_pauses_the_cyclic_gc_and_restores_its_state() -> None:
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_a_spark_runner_takes_a_context_or_a_session_and_uses_its_context() -> None:
+    from spark.land import SparkRunner
+
+    context = object()
+    session = type("Session", (), {"sparkContext": context})()
+    assert SparkRunner(context).context is context and SparkRunner(session).context is context

@@ -23,11 +23,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark():
-    from spark.session import build_session
+    from spark.session import build_context
 
-    session = build_session("tidelake-tests", "local[2]", **{"spark.ui.enabled": "false"})
-    yield session
-    session.stop()
+    context = build_context("tidelake-tests", "local[2]", **{"spark.ui.enabled": "false"})
+    yield context
+    context.stop()
 
 
 def test_spark_runner_lands_one_task_per_chunk(spark, kafka, make_topic, tmp_path: Path) -> None:
@@ -43,7 +43,9 @@ def test_spark_runner_lands_one_task_per_chunk(spark, kafka, make_topic, tmp_pat
     assert sum(len(p.segments) for p in result.manifest.partitions) == 16  # 4 partitions x 100 / 25
     assert_exact(kafka, storage, [result])
     paths = [storage.arrow_path(s.path) for p in result.manifest.partitions for s in p.segments]
-    df = spark.read.parquet(*paths)
+    from pyspark.sql import SparkSession
+
+    df = SparkSession.builder.getOrCreate().read.parquet(*paths)  # users' Spark reads the raw archive
     assert df.count() == 400
     assert {r["partition"] for r in df.select("partition").distinct().collect()} == {0, 1, 2, 3}
     assert df.where("offset >= 0 and value is not null").count() == 400
@@ -104,8 +106,8 @@ def test_land_benchmark_runs_the_parallel_runners() -> None:
 def test_session_defaults_apply_unless_spark_submit_sets_them(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.session import build_session\n"
-        "s = build_session('probe')\nprint('UDS=' + s.conf.get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n"
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.session import build_context\n"
+        "s = build_context('probe')\nprint('UDS=' + s.getConf().get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n"
     )
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}

@@ -355,12 +355,12 @@ def test_operations_match_the_model_many(protocol: str) -> None:
 @pytest.fixture(scope="module")
 def spark_runner():  # noqa: ANN201
     from spark.land import SparkRunner
-    from spark.session import build_session
+    from spark.session import build_context
 
-    session = build_session("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
+    context = build_context("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
                                                                  "spark.ui.showConsoleProgress": "false"})
-    yield SparkRunner(session)
-    session.stop()
+    yield SparkRunner(context)
+    context.stop()
 
 
 @pytest.mark.slow
