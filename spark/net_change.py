@@ -35,6 +35,8 @@ Order = tuple[int, str, int, int, int]
 
 def row_key(key_columns: tuple[str, ...], row: Mapping[str, Any]) -> Key:
     """The key's values; without key columns, the whole row as sorted (column, value) pairs."""
+    if len(key_columns) == 1:  # the usual key, twice per change on decode: no generator
+        return (row.get(key_columns[0]),)
     if key_columns:
         return tuple(row.get(k) for k in key_columns)
     return tuple(sorted(row.items()))

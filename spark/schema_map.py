@@ -202,8 +202,15 @@ _AS_THEY_ARE: dict[type, frozenset[type]] = {
 }
 
 
-def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
-    """Rows (column -> decoded value) as an Arrow table of exactly ``schema``'s columns.
+_DECIMALS = frozenset({Decimal, type(None)})
+_MARKED = frozenset({EnumIndex, SetMask})  # values ``fit_upstream_value`` changes
+_DATETIMES = frozenset({dt.datetime, type(None)})
+
+
+def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_types: Mapping[str, str] | None = None) -> pa.Table:
+    """Rows (column -> decoded value) as an Arrow table of exactly ``schema``'s columns, each
+    column's ENUM indexes and SET masks first fitted to its upstream type (``upstream_types``:
+    column -> MySQL type, ``fit_upstream_value``) where the column holds any.
 
     Raises:
         UnsupportedValue: naming the column and the value that does not fit its type.
@@ -214,14 +221,40 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     for f in schema.fields:
         at = arrow_type(f.field_type)
         values = [r.get(f.name) for r in rows]
-        if not set(map(type, values)) <= _AS_THEY_ARE.get(type(f.field_type), frozenset()):
+        upstream = upstream_types.get(f.name) if upstream_types else None
+        if upstream is not None and not _MARKED.isdisjoint(map(type, values)):
+            try:
+                values = [fit_upstream_value(v, upstream) for v in values]
+            except UnsupportedValue as exc:
+                raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
+        array = _as_they_are(f.field_type, at, values)
+        if array is None:
             try:
                 values = [to_iceberg_value(f.field_type, v) for v in values]
             except UnsupportedValue as exc:
                 raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
-        try:
-            arrays.append(pa.array(values, at))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
+            try:
+                array = pa.array(values, at)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
+        arrays.append(array)
         fields.append(pa.field(f.name, at, nullable=True))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _as_they_are(t: IcebergType, at: pa.DataType, values: list[Any]) -> pa.Array | None:
+    """``values`` as an Arrow array without a call per value, when ``to_iceberg_value`` would
+    return every one unchanged; else None. Decimals go to Arrow as they are, which converts
+    them exactly or raises (then the values are fitted one by one, for the error naming the
+    value); naive datetimes too, where an aware one would be shifted to UTC."""
+    types = set(map(type, values))
+    if types <= _AS_THEY_ARE.get(type(t), frozenset()):
+        return pa.array(values, at)
+    if isinstance(t, DecimalType) and types <= _DECIMALS:
+        try:
+            return pa.array(values, at)
+        except (pa.ArrowInvalid, OverflowError):
+            return None
+    if isinstance(t, TimestampType) and types <= _DATETIMES and not any(v is not None and v.tzinfo is not None for v in values):
+        return pa.array(values, at)
+    return None

@@ -35,7 +35,7 @@ from spark.decode.changelog import decode_effect
 from spark.iceberg.files import _transformed, key_file_pairs
 from spark.iceberg.rewrite import FileRewrite, delete_keys, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
-from spark.schema_map import COMMIT_TS, OP, arrow_table, fit_upstream_value
+from spark.schema_map import COMMIT_TS, OP, arrow_table
 
 GROUP, ROLE = "_tidelake_group", "_tidelake_role"
 DROP, WRITE = 0, 1
@@ -66,19 +66,17 @@ class UpsertTarget:
 
 def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     """The net change's rows in the table's columns (deleted keys as key-only rows) and which write."""
-    upstream = target.upstream_types
     images = []
     writes = np.zeros(net.num_rows, dtype=bool)
     for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
                                                 net.column("ts").to_pylist())):
-        op, image = decode_effect(blob)
-        row = {n: fit_upstream_value(v, upstream.get(n)) for n, v in image.items()} if upstream else dict(image)
+        op, row = decode_effect(blob)
         if not deletes:
             writes[i] = True
             row[COMMIT_TS] = ts
             row[OP] = op.value
         images.append(row)
-    return arrow_table(target.table.metadata().schema(), images), writes
+    return arrow_table(target.table.metadata().schema(), images, target.upstream_types), writes
 
 
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:

@@ -339,3 +339,23 @@ def test_every_protocol_carries_extremes_into_arrow(protocol: str, data) -> None
     fitted = {n: fit_upstream_value(v, ddl_types[n]) for n, v in change.after.items()}
     table_schema = iceberg_schema([(c.name, c.type) for c in schema.columns])
     assert arrow_table(table_schema, [fitted]).to_pylist() == arrow_table(table_schema, [row]).to_pylist()
+    # arrow_table fits a column's ENUM indexes and SET masks itself when given the upstream types.
+    assert arrow_table(table_schema, [change.after], ddl_types).to_pylist() == arrow_table(table_schema, [row]).to_pylist()
+
+
+# ---------------------------------------------------------------- whole columns without a call per value
+
+
+def test_a_column_goes_to_arrow_whole_only_when_every_value_would_pass_unchanged() -> None:
+    schema = iceberg_schema([("d", parse_mysql_type("decimal(5,2)")), ("t", parse_mysql_type("datetime(6)"))])
+    rows = [{"d": Decimal("999.99"), "t": dt.datetime(2024, 1, 1)}, {"d": None, "t": None}, {"d": Decimal("1E+2"), "t": None}]
+    assert arrow_table(schema, rows).select(["d", "t"]).to_pylist() == [
+        {"d": Decimal("999.99"), "t": dt.datetime(2024, 1, 1)}, {"d": None, "t": None}, {"d": Decimal("100.00"), "t": None}]
+    # One value that does not fit fails the column with the error naming it, as one by one.
+    with pytest.raises(UnsupportedValue, match=r"column 'd' \(decimal\(5, 2\)\): 1000 does not fit decimal\(5, 2\)"):
+        arrow_table(schema, [*rows, {"d": Decimal("1000"), "t": None}])
+    with pytest.raises(UnsupportedValue, match=r"column 'd' .*0\.001 does not fit"):
+        arrow_table(schema, [*rows, {"d": Decimal("0.001"), "t": None}])
+    # An aware datetime among naive ones is refused, never shifted to UTC.
+    with pytest.raises(UnsupportedValue, match=r"column 't' .*has a time zone"):
+        arrow_table(schema, [*rows, {"d": None, "t": dt.datetime(2024, 1, 1, 8, tzinfo=dt.timezone(dt.timedelta(hours=8)))}])
