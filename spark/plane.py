@@ -28,7 +28,7 @@ from spark.decode.changelog import decode_schema
 from spark.fold.select import FoldWindow
 from spark.fold.slices import EVERYTHING, NetSummary, Slice, add_counts, fold_slice, merge_summaries, net_groups, read_slice
 from spark.iceberg.rewrite import FileRewrite
-from spark.iceberg.upsert import RESULT_SCHEMA, ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
+from spark.iceberg.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
 from spark.storage import Storage, open_storage
 
 PKey = tuple[str, int]
@@ -200,16 +200,14 @@ class SparkFold(_NetSchemas):
                 yield from zip(zip(packed.column("request").to_pylist(), packed.column("group").to_pylist()),
                                packed.column("rows").to_pylist())
 
-        def grouped(pairs: Iterator[tuple[tuple[int, str], bytes]]) -> Iterator[tuple[int, bytes]]:
-            for batch in run_groups(_packed_batches(pairs), targets):
-                yield from zip(batch.column("request").to_pylist(), batch.column("rewrite").to_pylist())
+        def grouped(pairs: Iterator[tuple[tuple[int, str], bytes]]) -> Iterator[pa.RecordBatch]:
+            return run_groups(_packed_batches(pairs), targets)
 
         sc = self.plane.context
         rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(routed)
                     .repartitionAndSortWithinPartitions(self.plane.parallelism, _group_partition)
                     .mapPartitions(grouped).collect())
-        return results([pa.RecordBatch.from_pydict({"request": [r for r, _ in rewrites], "rewrite": [b for _, b in rewrites]},
-                                                   schema=RESULT_SCHEMA)], len(requests))
+        return results(rewrites, len(requests))
 
     def close(self) -> None:
         storage = open_storage(credentials.resolve(self.config).storage)
