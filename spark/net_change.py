@@ -79,14 +79,15 @@ def key_bytes(key: Key) -> bytes:
     return _joined(key).encode("utf-8", "surrogatepass")
 
 
-def key_hash(database: str, table: str, key: bytes) -> int:
-    """A stable 32-bit hash of one table's key (CRC-32 of its ``key_bytes``, seeded by the table).
+def key_hash(key: bytes, seed: int) -> int:
+    """A stable 32-bit hash of one table's key: CRC-32 of its ``key_bytes`` from the table's
+    ``table_seed``.
 
     The fold cuts the hash space into slices: every effect on one key of one table lands in one
     slice, whichever partition or run it came from, so a slice folds alone. Stored per
     change-log row, which is sorted by it (``spark.decode.changelog``), so a slice reads only
     its row groups. CRC-32, not Python's ``hash``: equal in every process, and ~0.1 us a key."""
-    return zlib.crc32(key, table_seed(database, table))
+    return zlib.crc32(key, seed)
 
 
 def table_seed(database: str, table: str) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,7 @@ from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
-from spark.net_change import change_effects, key_bytes, table_seed
+from spark.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.storage import AlreadyExists, Storage, open_storage
 
 __all__ = [
@@ -168,7 +167,7 @@ class _ChangeLogWriter:
                 stored = encode_effect(change.op, change.after)
             kb = key_bytes(key)
             self._rows.append((p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                               kb, deletes, first, stored, schema, zlib.crc32(kb, seed)))
+                               kb, deletes, first, stored, schema, key_hash(kb, seed)))
             first = False
             self.rows += 1
             if len(self._rows) >= ROW_GROUP:

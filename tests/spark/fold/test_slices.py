@@ -12,7 +12,7 @@ from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
 from spark.decode import changelog
 from spark.fold.select import FoldWindow
 from spark.fold.slices import EVERYTHING, Slice, _row_groups, add_counts, fold_slice, merge_summaries, read_slice
-from spark.net_change import key_hash
+from spark.net_change import key_hash, table_seed
 from spark.storage import LocalStorage
 
 TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
@@ -76,7 +76,7 @@ def test_the_writer_stores_each_rows_key_hash_and_sorts_each_write_into_hash_ran
     storage, paths = change_log
     for path in paths:
         table = pq.read_table(storage.arrow_path(path))
-        assert all(r["key_hash"] == key_hash(r["database"], r["table"], r["key"]) for r in table.to_pylist())
+        assert all(r["key_hash"] == key_hash(r["key"], table_seed(r["database"], r["table"])) for r in table.to_pylist())
         metadata = pq.ParquetFile(storage.arrow_path(path)).metadata
         assert metadata.num_row_groups > changelog.HASH_RANGES  # several writes of 64 rows, 16 row groups each
         # A slice of 1/16 of the hash space reads about one row group per write, not all of them.
@@ -86,6 +86,6 @@ def test_the_writer_stores_each_rows_key_hash_and_sorts_each_write_into_hash_ran
 
 
 def test_a_key_hash_depends_on_the_table_not_only_the_key() -> None:
-    assert key_hash("shop", "t", b"2:n1") != key_hash("shop", "u", b"2:n1")
-    assert key_hash("shop.x", "t", b"2:n1") != key_hash("shop", "x.t", b"2:n1")
-    assert 0 <= key_hash("db", "t", b"") < 1 << 32
+    assert key_hash(b"2:n1", table_seed("shop", "t")) != key_hash(b"2:n1", table_seed("shop", "u"))
+    assert key_hash(b"2:n1", table_seed("shop.x", "t")) != key_hash(b"2:n1", table_seed("shop", "x.t"))
+    assert 0 <= key_hash(b"", table_seed("db", "t")) < 1 << 32
