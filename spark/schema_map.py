@@ -244,17 +244,26 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_type
 
 def _as_they_are(t: IcebergType, at: pa.DataType, values: list[Any]) -> pa.Array | None:
     """``values`` as an Arrow array without a call per value, when ``to_iceberg_value`` would
-    return every one unchanged; else None. Decimals go to Arrow as they are, which converts
-    them exactly or raises (then the values are fitted one by one, for the error naming the
-    value); naive datetimes too, where an aware one would be shifted to UTC."""
+    return every one unchanged and Arrow takes them; else None, and the caller fits them one by
+    one (for the error naming the value that does not fit). Decimals of at most 38 digits and
+    exponents within 38 go to Arrow as they are, which converts them exactly or raises (beyond
+    that its 128-bit parse wraps silently); naive datetimes too, where an aware one would be
+    shifted to UTC."""
     types = set(map(type, values))
     if types <= _AS_THEY_ARE.get(type(t), frozenset()):
-        return pa.array(values, at)
-    if isinstance(t, DecimalType) and types <= _DECIMALS:
-        try:
-            return pa.array(values, at)
-        except (pa.ArrowInvalid, OverflowError):
+        pass
+    elif isinstance(t, DecimalType) and types <= _DECIMALS:
+        if not all(v is None or _within_decimal128(v) for v in values):
             return None
-    if isinstance(t, TimestampType) and types <= _DATETIMES and not any(v is not None and v.tzinfo is not None for v in values):
+    elif not (isinstance(t, TimestampType) and types <= _DATETIMES
+              and not any(v is not None and v.tzinfo is not None for v in values)):
+        return None
+    try:
         return pa.array(values, at)
-    return None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None
+
+
+def _within_decimal128(value: Decimal) -> bool:
+    digits, exponent = value.as_tuple()[1:]
+    return isinstance(exponent, int) and len(digits) <= 38 and -38 <= exponent and value.adjusted() < 38

@@ -1,0 +1,193 @@
+"""``SparkFold`` run in process through a stand-in for Spark's core API (every function through
+cloudpickle, partitions kept apart): many slices, net change left in the archive and read back,
+routed rows grouped by the shuffle's partitioner -- against the reference model, leaving no net
+change behind; and slices over awkward keys adding up to the whole fold."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc_codecs import parse_mysql_type
+from spark import layout
+
+
+
+class _RDD:
+    """Spark's core RDD API over Python lists, in process: each function goes through cloudpickle
+    (as Spark sends it to a worker) and partitions are kept apart."""
+
+    def __init__(self, partitions: list[list[Any]]) -> None:
+        self.partitions = partitions
+
+    @staticmethod
+    def _shipped(fn: Callable) -> Callable:
+        from pyspark import cloudpickle
+
+        return cloudpickle.loads(cloudpickle.dumps(fn))
+
+    def map(self, fn: Callable) -> _RDD:
+        fn = self._shipped(fn)
+        return _RDD([[fn(x) for x in p] for p in self.partitions])
+
+    def flatMap(self, fn: Callable) -> _RDD:
+        fn = self._shipped(fn)
+        return _RDD([[y for x in p for y in fn(x)] for p in self.partitions])
+
+    def mapPartitions(self, fn: Callable) -> _RDD:
+        fn = self._shipped(fn)
+        return _RDD([list(fn(iter(p))) for p in self.partitions])
+
+    def repartitionAndSortWithinPartitions(self, n: int, partition: Callable) -> _RDD:
+        partition = self._shipped(partition)
+        out: list[list[Any]] = [[] for _ in range(n)]
+        for p in self.partitions:
+            for kv in p:
+                out[partition(kv[0]) % n].append(kv)
+        return _RDD([sorted(p, key=lambda kv: kv[0]) for p in out])
+
+    def collect(self) -> list[Any]:
+        return [x for p in self.partitions for x in p]
+
+
+class FakeContext:
+    """What tidelake uses of a SparkContext."""
+
+    def __init__(self, parallelism: int) -> None:
+        self.defaultParallelism = parallelism
+        self.environment: dict[str, str] = {}
+
+    def parallelize(self, data: Iterable[Any], slices: int) -> _RDD:
+        data = list(data)
+        return _RDD([data[i * len(data) // slices:(i + 1) * len(data) // slices] for i in range(slices)])
+
+
+def _machine(protocol: str, parallelism: int):
+    from spark.land import SparkRunner
+
+    from ..test_operations import machine_for
+
+    base = machine_for(protocol, SparkRunner(FakeContext(parallelism)))
+
+    def no_net_change_is_left(self) -> None:
+        if hasattr(self, "storage"):
+            left = self.storage.list_files(layout.net_change_dir(self.config.name))
+            assert not left, f"net change left after a run: {[f.path for f in left]}"
+
+    from hypothesis.stateful import invariant
+
+    return type(base.__name__ + "_sliced", (base,), {"no_net_change_is_left": invariant()(no_net_change_is_left)})
+
+
+@pytest.mark.parametrize(("protocol", "parallelism"), [("canal-json", 4), ("debezium-mysql", 3)])
+def test_operations_match_the_model_with_the_spark_fold_in_many_slices(protocol: str, parallelism: int) -> None:
+    """The model-based machine with every run folded by ``SparkFold`` in 2 x parallelism slices
+    (8 or 6: keys, key changes, DDL segments and pending offsets spread over slices), the net change
+    written to and read back from the archive, routed and grouped through the shuffle's partitioner."""
+    from hypothesis import HealthCheck, settings
+
+    machine = _machine(protocol, parallelism)
+    machine.TestCase.settings = settings(max_examples=3, stateful_step_count=12, deadline=None,
+                                         suppress_health_check=list(HealthCheck))
+    machine.TestCase().runTest()
+
+
+def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_files(tmp_path: Path) -> None:
+    """SparkFold over a change log whose rows are all pending or skipped: counts come back, no
+    slice writes a net change (so no file to delete), and close() leaves the net dir empty."""
+    from cdc_codecs import Op, RowChange, SourcePosition
+    from spark.decode import changelog
+    from spark.fold.select import FoldWindow
+    from spark.plane import SparkPlane
+    from spark.storage import open_storage
+
+    from ..archive import make_config
+
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    types = {"id": parse_mysql_type("bigint")}
+    path = "shop/changelog/x.parquet"
+    writer = changelog._ChangeLogWriter(storage, path)
+    for offset in range(40):
+        ts = 5 if offset % 2 else 500  # skipped (<= W_prev) or pending (> W)
+        writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": offset}, ("id",), types, ts, SourcePosition("cdc", 0, offset)))
+    writer.close()
+    window = FoldWindow(10, 100, {("cdc", 0): (0, 40)})
+    fold = SparkPlane(FakeContext(20)).fold(config, [path], window, {}, rows=40)  # 40 slices > 16 row groups
+    assert fold.outcome.pending == {("cdc", 0): 0}
+    assert fold.outcome.skipped == 20
+    assert fold.outcome.applied == {} and fold.outcome.summaries == []
+    assert fold.rewrite([]) == []
+    fold.close()
+    assert storage.list_files(layout.net_change_dir(config.name)) == []
+
+
+# ---------------------------------------------------------------- slices over awkward keys
+
+
+def _awkward_changes(rng: random.Random, n: int, partition: int) -> list:
+    """Composite keys with NULLs, tables without a key (the whole row is the key), unicode and
+    dotted names; updates that change the key (two effects, likely in two slices)."""
+    from cdc_codecs import Op, RowChange, SourcePosition
+
+    types = {"a": parse_mysql_type("varchar(8)"), "b": parse_mysql_type("bigint"), "v": parse_mysql_type("varchar(8)")}
+    tables = [("shop", "t", ("a", "b")), ("ünï.cödé", "t.x", ("a", "b")), ("shop", "nokey", ())]
+    changes = []
+    for offset in range(n):
+        database, table, keys = rng.choice(tables)
+
+        def row() -> dict:
+            return {"a": rng.choice(["x", "é", None]), "b": rng.choice([1, 2, None]), "v": rng.choice(["p", "q"])}
+
+        op = rng.choice([Op.INSERT, Op.UPDATE, Op.UPDATE, Op.DELETE])
+        before = row() if op is not Op.INSERT else None
+        after = row() if op is not Op.DELETE else None
+        changes.append(RowChange(op, database, table, before, after, keys, types, rng.randrange(1, 60),
+                                 SourcePosition("cdc", partition, offset), None))
+    return changes
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+@pytest.mark.parametrize("count", [5, 17])
+def test_awkward_keys_fold_the_same_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int,
+                                             statistics: bool) -> None:
+    import pyarrow.parquet as pq
+
+    from spark.decode import changelog
+    from spark.fold.select import FoldWindow
+    from spark.fold.slices import EVERYTHING, Slice, add_counts, fold_slice, merge_summaries, read_slice
+    from spark.storage import LocalStorage
+
+    monkeypatch.setattr(changelog, "ROW_GROUP", 50)
+    if not statistics:  # row groups without key_hash statistics: every slice reads them all
+        monkeypatch.setattr(changelog, "_STATISTICS", [s for s in changelog._STATISTICS if s != "key_hash"])
+    storage = LocalStorage(tmp_path)
+    rng = random.Random(11)
+    paths = []
+    for partition in range(2):
+        path = f"changelog/{partition}.parquet"
+        writer = changelog._ChangeLogWriter(storage, path)
+        for change in _awkward_changes(rng, 400, partition):
+            writer.add(change)
+        writer.close()
+        paths.append(path)
+    if not statistics:
+        md = pq.ParquetFile(storage.arrow_path(paths[0])).metadata
+        column = md.schema.names.index("key_hash")
+        assert not md.row_group(0).column(column).is_stats_set
+    window = FoldWindow(10, 45, {("cdc", 0): (30, 400), ("cdc", 1): (0, 390)},
+                        ddl_orders={("ünï.cödé", "t.x"): ((30, "cdc", 0, 200, 0),)})
+    whole = fold_slice(read_slice(storage, paths, window, EVERYTHING))
+    parts = [fold_slice(read_slice(storage, paths, window, Slice(i, count))) for i in range(count)]
+    assert whole.net.num_rows > 20
+
+    def rows(tables) -> list:
+        return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
+
+    assert rows(p.net for p in parts) == rows([whole.net])
+    assert add_counts(p.counts for p in parts) == add_counts([whole.counts])
+    assert merge_summaries(s for p in parts for s in p.summaries) == merge_summaries(whole.summaries)
