@@ -1,11 +1,10 @@
 """``SparkFold`` run in process through a stand-in for Spark's core API (every function through
 cloudpickle, partitions kept apart): many slices, net change left in the archive and read back,
 routed rows grouped by the shuffle's partitioner -- against the reference model, leaving no net
-change behind; and slices over awkward keys adding up to the whole fold."""
+change behind."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -124,70 +123,3 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     assert fold.rewrite([]) == []
     fold.close()
     assert storage.list_files(layout.net_change_dir(config.name)) == []
-
-
-# ---------------------------------------------------------------- slices over awkward keys
-
-
-def _awkward_changes(rng: random.Random, n: int, partition: int) -> list:
-    """Composite keys with NULLs, tables without a key (the whole row is the key), unicode and
-    dotted names; updates that change the key (two effects, likely in two slices)."""
-    from cdc_codecs import Op, RowChange, SourcePosition
-
-    types = {"a": parse_mysql_type("varchar(8)"), "b": parse_mysql_type("bigint"), "v": parse_mysql_type("varchar(8)")}
-    tables = [("shop", "t", ("a", "b")), ("ünï.cödé", "t.x", ("a", "b")), ("shop", "nokey", ())]
-    changes = []
-    for offset in range(n):
-        database, table, keys = rng.choice(tables)
-
-        def row() -> dict:
-            return {"a": rng.choice(["x", "é", None]), "b": rng.choice([1, 2, None]), "v": rng.choice(["p", "q"])}
-
-        op = rng.choice([Op.INSERT, Op.UPDATE, Op.UPDATE, Op.DELETE])
-        before = row() if op is not Op.INSERT else None
-        after = row() if op is not Op.DELETE else None
-        changes.append(RowChange(op, database, table, before, after, keys, types, rng.randrange(1, 60),
-                                 SourcePosition("cdc", partition, offset), None))
-    return changes
-
-
-@pytest.mark.parametrize("statistics", [True, False])
-@pytest.mark.parametrize("count", [5, 17])
-def test_awkward_keys_fold_the_same_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int,
-                                             statistics: bool) -> None:
-    import pyarrow.parquet as pq
-
-    from spark.decode import changelog
-    from spark.fold.select import FoldWindow
-    from spark.fold.slices import EVERYTHING, Slice, add_counts, fold_slice, merge_summaries, read_slice
-    from spark.storage import LocalStorage
-
-    monkeypatch.setattr(changelog, "ROW_GROUP", 50)
-    if not statistics:  # row groups without key_hash statistics: every slice reads them all
-        monkeypatch.setattr(changelog, "_STATISTICS", [s for s in changelog._STATISTICS if s != "key_hash"])
-    storage = LocalStorage(tmp_path)
-    rng = random.Random(11)
-    paths = []
-    for partition in range(2):
-        path = f"changelog/{partition}.parquet"
-        writer = changelog._ChangeLogWriter(storage, path)
-        for change in _awkward_changes(rng, 400, partition):
-            writer.add(change)
-        writer.close()
-        paths.append(path)
-    if not statistics:
-        md = pq.ParquetFile(storage.arrow_path(paths[0])).metadata
-        column = md.schema.names.index("key_hash")
-        assert not md.row_group(0).column(column).is_stats_set
-    window = FoldWindow(10, 45, {("cdc", 0): (30, 400), ("cdc", 1): (0, 390)},
-                        ddl_orders={("ünï.cödé", "t.x"): ((30, "cdc", 0, 200, 0),)})
-    whole = fold_slice(read_slice(storage, paths, window, EVERYTHING))
-    parts = [fold_slice(read_slice(storage, paths, window, Slice(i, count))) for i in range(count)]
-    assert whole.net.num_rows > 20
-
-    def rows(tables) -> list:
-        return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
-
-    assert rows(p.net for p in parts) == rows([whole.net])
-    assert add_counts(p.counts for p in parts) == add_counts([whole.counts])
-    assert merge_summaries(s for p in parts for s in p.summaries) == merge_summaries(whole.summaries)
