@@ -102,7 +102,6 @@ def test_helm_values_and_spark_defaults_describe_client_mode_with_the_code_archi
     defaults = spark_defaults()
     conf = SparkConf(loadDefaults=False).setAll(list(defaults.items()))
     assert conf.get("spark.submit.deployMode") == "client"
-    assert conf.get("spark.sql.session.timeZone") == "UTC"
     assert conf.get("spark.pyspark.python") == "/opt/venv/bin/python"  # the Spark image's venv
     # The master comes from the Airflow connection; nothing Kubernetes-cluster-mode is left.
     assert "spark.master" not in defaults and not any(k.startswith("spark.kubernetes.") for k in defaults)
