@@ -143,6 +143,9 @@ class PipelineConfig:
     # A partition whose start offset retention already deleted: "fail" or "skip" (record the gap).
     on_missing_offsets: str = "fail"
     segment_max_messages: int = 50_000
+    # Change-log rows one fold task holds at most (a Python worker holds ~0.9 GB at 1M): a run
+    # is cut into more key-hash slices than task slots when it has more rows than slots x this.
+    fold_slice_rows: int = 1_000_000
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
@@ -412,6 +415,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         start=r.get("start", str, "earliest"),
         on_missing_offsets=r.get("on_missing_offsets", str, "fail", choices=("fail", "skip")),
         segment_max_messages=r.get("segment_max_messages", int, 50_000),
+        fold_slice_rows=r.get("fold_slice_rows", int, 1_000_000),
         kafka_options=kafka_options,
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
@@ -424,6 +428,8 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
     config.start_time  # validates the start instant  # noqa: B018
     if config.segment_max_messages < 1:
         raise ConfigError(f"{source}: segment_max_messages: expected a positive integer, found {config.segment_max_messages}")
+    if config.fold_slice_rows < 1:
+        raise ConfigError(f"{source}: fold_slice_rows: expected a positive integer, found {config.fold_slice_rows}")
     r.done()
     return config
 

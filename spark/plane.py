@@ -34,11 +34,6 @@ from spark.storage import Storage, open_storage
 PKey = tuple[str, int]
 TableRef = tuple[str, str]
 
-# The change-log rows one fold slice holds at most (about 0.3 GB in its Python worker): a run
-# with more rows than slots x this is cut into more slices than slots.
-ROWS_PER_SLICE = 1_000_000
-
-
 @dataclass
 class FoldOutcome:
     summaries: list[NetSummary]
@@ -151,7 +146,8 @@ class SparkPlane:
     def fold(self, config: PipelineConfig, paths: Sequence[str], window: FoldWindow, schemas: Mapping[int, bytes],
              rows: int = 0) -> SparkFold:
         self.context.environment.update(credentials.executor_environment_of_registered())
-        return SparkFold(self, config, list(paths), window, schemas, max(self.parallelism, -(-rows // ROWS_PER_SLICE)))
+        # Two slices per task slot at least; more when a slice would hold over ``fold_slice_rows`` rows.
+        return SparkFold(self, config, list(paths), window, schemas, max(self.parallelism, -(-rows // config.fold_slice_rows)))
 
 
 class SparkFold(_NetSchemas):

@@ -115,3 +115,13 @@ def test_maintenance_errors_name_the_key_and_what_was_expected(section: dict, me
     with pytest.raises(ConfigError) as err:
         PipelineConfig.from_mapping({**pipeline_doc({}), "maintenance": section}, "p.toml")
     assert str(err.value) == message
+
+
+def test_fold_slice_rows_defaults_to_a_million_and_must_be_positive() -> None:
+    assert PipelineConfig.from_mapping(pipeline_doc({}), "p.toml").fold_slice_rows == 1_000_000
+    assert PipelineConfig.from_mapping({**pipeline_doc({}), "fold_slice_rows": 250_000}, "p.toml").fold_slice_rows == 250_000
+    for bad, message in ((0, "p.toml: fold_slice_rows: expected a positive integer, found 0"),
+                         ("1M", "p.toml: fold_slice_rows: expected int, found str '1M'")):
+        with pytest.raises(ConfigError) as err:
+            PipelineConfig.from_mapping({**pipeline_doc({}), "fold_slice_rows": bad}, "p.toml")
+        assert str(err.value) == message

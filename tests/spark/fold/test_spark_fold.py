@@ -123,3 +123,37 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     assert fold.rewrite([]) == []
     fold.close()
     assert storage.list_files(layout.net_change_dir(config.name)) == []
+
+
+@pytest.mark.parametrize(("rows", "slice_rows", "slices"), [(40, 1000, 2), (40, 10, 4), (41, 10, 5)])
+def test_a_run_is_cut_into_more_slices_than_slots_when_a_slice_would_hold_over_fold_slice_rows(
+        tmp_path: Path, rows: int, slice_rows: int, slices: int) -> None:
+    import dataclasses
+
+    from cdc_codecs import Op, RowChange, SourcePosition
+    from spark.decode import changelog
+    from spark.fold.select import FoldWindow
+    from spark.plane import SparkPlane
+    from spark.storage import open_storage
+
+    from ..archive import make_config
+
+    config = dataclasses.replace(make_config(tmp_path, "canal-json"), fold_slice_rows=slice_rows)
+    path = "shop/changelog/x.parquet"
+    writer = changelog._ChangeLogWriter(open_storage(config.storage), path)
+    for offset in range(rows):
+        writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": offset}, ("id",), {"id": parse_mysql_type("bigint")}, 50,
+                             SourcePosition("cdc", 0, offset)))
+    writer.close()
+    asked: list[int] = []
+
+    class Recording(FakeContext):
+        def parallelize(self, data: Iterable[Any], slices: int) -> _RDD:
+            asked.append(slices)
+            return super().parallelize(data, slices)
+
+    # One task slot: two slices at least; more when rows / fold_slice_rows says so.
+    fold = SparkPlane(Recording(1)).fold(config, [path], FoldWindow(10, 100, {("cdc", 0): (0, rows)}), {}, rows=rows)
+    assert asked == [slices]
+    assert sum(s.keys for s in fold.outcome.summaries) == rows and fold.outcome.applied == {"db.t": rows}
+    fold.close()
