@@ -25,8 +25,8 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import ExitStack
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,8 +34,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark.config import PipelineConfig
-from spark.land import LocalRunner, SparkRunner, land_interval, no_cyclic_gc
+from spark.land import LocalRunner, SparkRunner, land_interval
 from spark.session import build_context
+from spark.tasks import no_cyclic_gc
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

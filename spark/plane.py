@@ -30,6 +30,7 @@ from spark.fold.slices import EVERYTHING, NetSummary, Slice, add_counts, fold_sl
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
 from spark.storage import Storage, open_storage
+from spark.tasks import no_cyclic_gc
 
 PKey = tuple[str, int]
 TableRef = tuple[str, str]
@@ -165,9 +166,10 @@ class SparkFold(_NetSchemas):
 
         def fold(index: int) -> tuple[int, int, pa.Table, list[NetSummary]]:
             storage = open_storage(credentials.resolve(config).storage)
-            folded = fold_slice(read_slice(storage, paths, window, Slice(index, slices)))
-            if folded.net.num_rows:
-                _write_net(storage, layout.net_change_path(config.name, run, index), folded.net)
+            with no_cyclic_gc():
+                folded = fold_slice(read_slice(storage, paths, window, Slice(index, slices)))
+                if folded.net.num_rows:
+                    _write_net(storage, layout.net_change_path(config.name, run, index), folded.net)
             return index, folded.net.num_rows, folded.counts, folded.summaries
 
         reports = plane.context.parallelize(range(slices), slices).map(fold).collect()
@@ -192,12 +194,14 @@ class SparkFold(_NetSchemas):
             storage = open_storage(credentials.resolve(config).storage)
             with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
                 net = pq.read_table(f)
-            for packed in _routed(net, index, targets):
-                yield from zip(zip(packed.column("request").to_pylist(), packed.column("group").to_pylist()),
-                               packed.column("rows").to_pylist())
+            with no_cyclic_gc():
+                for packed in _routed(net, index, targets):
+                    yield from zip(zip(packed.column("request").to_pylist(), packed.column("group").to_pylist()),
+                                   packed.column("rows").to_pylist())
 
         def grouped(pairs: Iterator[tuple[tuple[int, str], bytes]]) -> Iterator[pa.RecordBatch]:
-            return run_groups(_packed_batches(pairs), targets)
+            with no_cyclic_gc():
+                yield from run_groups(_packed_batches(pairs), targets)
 
         sc = self.plane.context
         rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(routed)

@@ -42,6 +42,7 @@ from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
 from spark.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.storage import AlreadyExists, Storage, open_storage
+from spark.tasks import no_cyclic_gc
 
 __all__ = [
     "CHANGE_LOG_FORMAT", "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput",
@@ -263,20 +264,21 @@ def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
     version = decoder_version(protocol)
     state = task.state
     out: list[SideOutput] = []
-    for segment in task.segments:
-        side_path = _side_path(task.config.name, version, task.topic, task.partition, segment)
-        if storage.exists(side_path):
-            side = read_side_output(storage, side_path)
-        else:
-            data = _decode_segment(storage, task, segment, state).to_json()
-            try:
-                storage.create(side_path, data)
-            except AlreadyExists:
-                data = storage.read(side_path)
-            # The next segment starts from the state as stored, exactly as a later re-derivation would.
-            side = SideOutput.from_json(data, f"{storage.url}/{side_path}")
-        out.append(side)
-        state = side.state
+    with no_cyclic_gc():
+        for segment in task.segments:
+            side_path = _side_path(task.config.name, version, task.topic, task.partition, segment)
+            if storage.exists(side_path):
+                side = read_side_output(storage, side_path)
+            else:
+                data = _decode_segment(storage, task, segment, state).to_json()
+                try:
+                    storage.create(side_path, data)
+                except AlreadyExists:
+                    data = storage.read(side_path)
+                # The next segment starts from the state as stored, exactly as a later re-derivation would.
+                side = SideOutput.from_json(data, f"{storage.url}/{side_path}")
+            out.append(side)
+            state = side.state
     return out
 
 

@@ -307,7 +307,7 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
 def test_the_copy_loop_pauses_the_cyclic_gc_and_restores_its_state() -> None:
     import gc
 
-    from spark.land import no_cyclic_gc
+    from spark.tasks import no_cyclic_gc
 
     assert gc.isenabled()
     with no_cyclic_gc():
