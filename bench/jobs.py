@@ -29,6 +29,7 @@ from spark import layout
 
 REPO = Path(__file__).resolve().parents[1]
 APPLY_JOB = REPO / "spark" / "jobs" / "apply.py"
+SPARK_ALONE_JOB = REPO / "bench" / "spark_alone.py"
 MIB = 1024 * 1024
 
 
@@ -38,12 +39,12 @@ class JobFailed(TidelakeError):
 
 @dataclasses.dataclass
 class JobRun:
-    """One submitted apply: wall time from spark-submit to exit (Spark start-up included) and peaks."""
+    """One submitted job: wall time from spark-submit to exit (Spark start-up included) and peaks."""
 
     seconds: float
     returncode: int
     report: dict
-    python_driver_peak: int = 0  # bytes: the Python process running spark/jobs/apply.py
+    python_driver_peak: int = 0  # bytes: the Python process running the submitted script
     jvm_driver_peak: int = 0  # bytes: spark-submit's JVM (driver and, on local[N], executors)
     worker_peak: int = 0  # bytes: the largest Python worker
     workers_peak_total: int = 0  # bytes: all Python workers at once
@@ -56,9 +57,9 @@ class JobRun:
 
 
 class _Sampler(threading.Thread):
-    def __init__(self, pids: list[int], interval: float) -> None:
+    def __init__(self, pids: list[int], interval: float, driver_script: Path) -> None:
         super().__init__(daemon=True)
-        self.pids, self.interval = pids, interval
+        self.pids, self.interval, self.driver_script = pids, interval, str(driver_script)
         self.stop = threading.Event()
         self.python_driver = self.jvm = self.worker = self.workers_total = self.executor_jvm = 0
 
@@ -85,7 +86,7 @@ class _Sampler(threading.Thread):
                     self.executor_jvm = max(self.executor_jvm, rss)
                 elif "java" in p.name() or "org.apache.spark.deploy.SparkSubmit" in cmd:
                     self.jvm = max(self.jvm, rss)
-                elif str(APPLY_JOB) in cmd:
+                elif self.driver_script in cmd:
                     self.python_driver = max(self.python_driver, rss)
                 elif "pyspark" in cmd or "python" in p.name():
                     self.worker = max(self.worker, rss)
@@ -100,27 +101,42 @@ def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, mast
 
     ``executors_under``: the pid of a standalone worker, whose executors (and their Python
     workers) are sampled too."""
+    run = _submit(APPLY_JOB, ["--config", str(pipeline_file), "--start", _iso(start), "--end", _iso(end)], master, conf,
+                  driver_memory, sample_every, executors_under)
+    root = Path(orjson.loads(pipeline_file.read_bytes())["storage"]["url"])
+    report_file = root / layout.report_path(PIPELINE, start, end, "apply")
+    run.report = orjson.loads(report_file.read_bytes()) if report_file.exists() else {}
+    return run
+
+
+def submit_spark_alone(master: str, conf: dict[str, str] | None = None) -> JobRun:
+    """``spark-submit bench/spark_alone.py``: Spark's own start, one task per slot, stop; timed like an apply."""
+    run = _submit(SPARK_ALONE_JOB, [], master, conf)
+    if run.returncode:
+        raise JobFailed(f"spark-submit {SPARK_ALONE_JOB.name} on {master} exited {run.returncode}:\n{run.tail}")
+    return run
+
+
+def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | None = None, driver_memory: str | None = None,
+            sample_every: float = 0.1, executors_under: int | None = None) -> JobRun:
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
     if driver_memory:
         argv += ["--driver-memory", driver_memory]
     for key, value in (conf or {}).items():
         argv += ["--conf", f"{key}={value}"]
-    argv += [str(APPLY_JOB), "--config", str(pipeline_file), "--start", _iso(start), "--end", _iso(end)]
+    argv += [str(script), *args]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    sampler = _Sampler([proc.pid] + ([executors_under] if executors_under else []), sample_every)
+    sampler = _Sampler([proc.pid] + ([executors_under] if executors_under else []), sample_every, script)
     sampler.start()
     output, _ = proc.communicate()
     seconds = time.perf_counter() - started
     sampler.stop.set()
     sampler.join()
-    root = Path(orjson.loads(pipeline_file.read_bytes())["storage"]["url"])
-    report_file = root / layout.report_path(PIPELINE, start, end, "apply")
-    report = orjson.loads(report_file.read_bytes()) if report_file.exists() else {}
-    return JobRun(seconds, proc.returncode, report, sampler.python_driver, sampler.jvm, sampler.worker,
+    return JobRun(seconds, proc.returncode, {}, sampler.python_driver, sampler.jvm, sampler.worker,
                   sampler.workers_total, output.decode(errors="replace")[-3000:], sampler.executor_jvm)
 
 

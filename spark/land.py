@@ -19,7 +19,7 @@ import datetime as dt
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import orjson
 import pyarrow as pa

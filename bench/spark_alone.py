@@ -1,0 +1,24 @@
+"""What any PySpark job pays before and after its own work: submitted by ``bench.jobs.submit_spark_alone``.
+
+Starts the context exactly as the apply job does (``spark.session.build_context``), runs one
+trivial job with a task per slot (so every Python worker starts, as in a real run), and stops.
+The throughput benchmark subtracts this from each run's wall time: the part of a run no code
+of ours can scale.
+"""
+
+from __future__ import annotations
+
+from spark.session import build_context
+
+
+def main() -> None:
+    context = build_context("tidelake-bench-spark-alone")
+    try:
+        slots = context.defaultParallelism
+        context.parallelize(range(slots), slots).map(abs).count()
+    finally:
+        context.stop()
+
+
+if __name__ == "__main__":
+    main()
