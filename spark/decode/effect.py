@@ -72,10 +72,11 @@ _decoder = msgspec.msgpack.Decoder(ext_hook=_ext)
 def encode_effect(op: Op, image: Mapping[str, Any]) -> bytes:
     """A key effect's ``change`` column: the operation and the row image (the deleted key's for a delete)."""
     as_is = _AS_IS
+    # ``op`` as it is: msgspec encodes a str enum as its value, without Enum.value's descriptor call.
     try:
-        return _encoder.encode((op.value, {k: v if type(v) in as_is else _value(v) for k, v in image.items()}))
+        return _encoder.encode((op, {k: v if type(v) in as_is else _value(v) for k, v in image.items()}))
     except OverflowError:  # an int beyond 64 bits: rare, so ints are not range-checked one by one
-        return _encoder.encode((op.value, {k: v if type(v) in _EXACT else _value(v) for k, v in image.items()}))
+        return _encoder.encode((op, {k: v if type(v) in _EXACT else _value(v) for k, v in image.items()}))
 
 
 _OPS = {op.value: op for op in Op}  # a dict lookup: Op(value) costs ~1 us a row

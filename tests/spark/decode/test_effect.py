@@ -52,3 +52,12 @@ def test_every_value_comes_back_equal_and_of_its_type(image: dict, op: Op) -> No
 def test_edge_values_come_back_exactly(value: object) -> None:
     _, got = decode_effect(encode_effect(Op.UPDATE, {"c": value}))
     assert _same(value, got["c"])
+
+
+@pytest.mark.parametrize("op", list(Op))
+def test_the_operation_is_stored_as_its_value_the_bytes_change_log_format_3_holds(op: Op) -> None:
+    # Change logs already written hold the op as its MessagePack string: an encoder change that
+    # altered these bytes would need a new CHANGE_LOG_FORMAT.
+    import msgspec
+
+    assert encode_effect(op, {"id": 1}) == msgspec.msgpack.encode([op.value, {"id": 1}])
