@@ -304,24 +304,6 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
     assert land.BARE_ALL in out and land.BARE_EACH in out and "in-process runner" in out
 
 
-def test_the_copy_loop_pauses_the_cyclic_gc_and_restores_its_state() -> None:
-    import gc
-
-    from spark.tasks import no_cyclic_gc
-
-    assert gc.isenabled()
-    with no_cyclic_gc():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with no_cyclic_gc():
-            pass
-        assert not gc.isenabled()  # a caller that had it off keeps it off
-    finally:
-        gc.enable()
-
-
 def test_a_spark_runner_takes_a_context_or_a_session_and_uses_its_context() -> None:
     from spark.land import SparkRunner
 
