@@ -47,7 +47,7 @@ from spark.tasks import no_cyclic_gc
 __all__ = [
     "CHANGE_LOG_FORMAT", "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput",
     "decode_effect", "decode_schema", "decode_segments", "decoder_version", "encode_effect", "ensure_change_log",
-    "read_change_log", "read_side_output", "schema_id",
+    "read_change_log", "read_side_output", "schema_id", "segments_carry_state",
 ]
 
 PartitionKey = tuple[str, int]
@@ -210,7 +210,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
         raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
     spec = protocol_spec(topic.protocol)
     options: dict[str, Any] = dict(topic.options)
-    carries_schemas = "schemas" in spec.decoder.options_spec
+    carries_schemas = _carries_schemas(topic.protocol)
     if carries_schemas and state.schemas:
         options["schemas"] = state.schemas
     decoder = get_decoder(topic.protocol, **options)
@@ -297,8 +297,10 @@ def ensure_change_log(
 
     ``needed``: per partition, the raw segments a run reads, in offset order; ``history``:
     every raw segment of each partition the manifests know, in offset order. A partition whose
-    needed segments are all decoded costs one ``exists`` and one read per segment. Otherwise one
-    task decodes it from its first undecoded segment, starting from the state the side output
+    needed segments are all decoded costs one ``exists`` and one read per segment. Otherwise,
+    when its protocol's segments carry no decoder state (``segments_carry_state``), each segment
+    from the first undecoded one is a task of its own; else one task decodes the partition from
+    its first undecoded segment, starting from the state the side output
     of the segment before it in ``history`` stored (walking back over missing ones, down to
     the partition's first segment with an empty state). ``history`` may hold only the recent
     segments (a run passes those its checkpoint names); a walk back past its first one then asks
@@ -324,9 +326,16 @@ def ensure_change_log(
             decoded.append(read_side_output(storage, path))
         else:
             continue
-        # Some needed segment is not decoded: one task from it to the last needed one.
         undecoded = segments[len(decoded):]
         known = list(history.get((topic, partition), ()))
+        _require_known(topic, partition, known, undecoded)
+        if not segments_carry_state(protocols[topic]):
+            # Nothing passes from one segment to the next: a task per segment, so decoding spreads
+            # over every executor whatever the topic's partition count, and a lagging partition's
+            # backlog decodes side by side.
+            tasks += [ChangeLogTask(carried, topic, partition, (s,), DecoderState()) for s in undecoded]
+            continue
+        # Some needed segment is not decoded: one task from it to the last needed one.
         start = _start_of_decoding(config.name, storage, version, topic, partition, known, undecoded)
         if start is None and full_history is not None:
             known = list(full_history((topic, partition)))
@@ -334,11 +343,25 @@ def ensure_change_log(
         first, state = start if start is not None else (0, DecoderState())
         last = next(i for i, s in enumerate(known) if (s.start, s.end) == (undecoded[-1].start, undecoded[-1].end))
         tasks.append(ChangeLogTask(carried, topic, partition, tuple(known[first:last + 1]), state))
+    by_range: dict[PartitionKey, dict[tuple[int, int], SideOutput]] = {}
     for task, outputs in zip(tasks, runner.map(decode_segments, tasks)):
-        key = (task.topic, task.partition)
-        by_range = {(o.start, o.end): o for o in outputs}
-        result[key].extend(by_range[(s.start, s.end)] for s in needed[key][len(result[key]):])
+        by_range.setdefault((task.topic, task.partition), {}).update(((o.start, o.end), o) for o in outputs)
+    for key, outputs in by_range.items():
+        result[key].extend(outputs[(s.start, s.end)] for s in needed[key][len(result[key]):])
     return result
+
+
+def _carries_schemas(protocol: str) -> bool:
+    """Whether the protocol's decoder learns table schemas from the stream (``DecoderState.schemas``)."""
+    return "schemas" in protocol_spec(protocol).decoder.options_spec
+
+
+def segments_carry_state(protocol: str) -> bool:
+    """Whether decoding a segment of this protocol needs the ``DecoderState`` the segment before it
+    left: announced schemas, or the derived clock of a protocol without commitTs. TiCDC's
+    canal-json and open protocol need neither (every message names its commitTs and column
+    types), so their segments decode independently."""
+    return _carries_schemas(protocol) or not protocol_spec(protocol).has_commit_ts
 
 
 def _start_of_decoding(pipeline: str, storage: Storage, version: str, topic: str, partition: int, known: list[SegmentRef],
@@ -347,10 +370,6 @@ def _start_of_decoding(pipeline: str, storage: Storage, version: str, topic: str
     decoded segment before the first undecoded one. None when ``known`` runs out first (it may be
     only the recent history); its start is then the partition's start, with an empty state."""
     index = {(s.start, s.end): i for i, s in enumerate(known)}
-    for s in undecoded:
-        if (s.start, s.end) not in index:
-            raise ChangeLogError(f"{topic}/{partition}: segment {s.path} [{s.start}, {s.end}) is not in the "
-                                 "partition's history")
     first = index[(undecoded[0].start, undecoded[0].end)]
     while first > 0:  # walk back to the last decoded segment: the state to start from
         path = _side_path(pipeline, version, topic, partition, known[first - 1])
@@ -358,6 +377,14 @@ def _start_of_decoding(pipeline: str, storage: Storage, version: str, topic: str
             return first, read_side_output(storage, path).state
         first -= 1
     return None
+
+
+def _require_known(topic: str, partition: int, known: Sequence[SegmentRef], undecoded: Sequence[SegmentRef]) -> None:
+    ranges = {(s.start, s.end) for s in known}
+    for s in undecoded:
+        if (s.start, s.end) not in ranges:
+            raise ChangeLogError(f"{topic}/{partition}: segment {s.path} [{s.start}, {s.end}) is not in the "
+                                 "partition's history")
 
 
 def _side_path(pipeline: str, version: str, topic: str, partition: int, segment: SegmentRef) -> str:

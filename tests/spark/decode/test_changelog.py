@@ -25,7 +25,7 @@ from cdc_codecs import (
     parse_mysql_type,
 )
 from cdc_codecs.workload import tso
-from spark import layout
+from spark import credentials, layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import (
     CHANGE_LOG_FORMAT,
@@ -39,6 +39,7 @@ from spark.decode.changelog import (
     ensure_change_log,
     read_change_log,
     schema_id,
+    segments_carry_state,
 )
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
 from spark.land import open_segment_writer, segment_table
@@ -447,3 +448,45 @@ def test_partitions_are_decoded_one_task_each_and_answered_per_partition(tmp_pat
     assert [[s.start for s in out[k]] for k in (PART, (TOPIC, 1))] == [[0, 1], [0]]
     assert out[(TOPIC, 1)][0].state.clock == derived_commit_ts(2000)
     assert all(t.config.storage.secret_access_key is None for t in runner.tasks)
+
+
+def test_protocols_whose_segments_carry_state_are_the_schema_announcing_and_derived_clock_ones() -> None:
+    carry = {p for p in PROTOCOLS if segments_carry_state(p)}
+    assert carry == {"canal", "cloudcanal-canal-json", "debezium", "debezium-mysql", "cloudcanal-debezium", "simple",
+                     "cloudcanal-json", "dts-avro"}  # TiCDC canal-json and open protocol do not
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol"])
+def test_segments_that_carry_no_state_decode_one_task_each_to_what_one_task_over_all_of_them_writes(
+        tmp_path: Path, protocol: str) -> None:
+    config, storage = setup(tmp_path / "split", protocol)
+    events = [ddl(1000)] + [change(Op.INSERT, 1001 + k, None, row(k, f"n{k}")) for k in range(6)]
+    records = encode(protocol, events)
+    chunks = [records[i:i + 2] for i in range(0, len(records), 2)]
+    segments = write_segments(storage, config, chunks)
+    runner = PicklingRunner()
+    sides = ensure(config, storage, segments, runner)
+    assert runner.calls == 1 and [t.segments for t in runner.tasks] == [(s,) for s in segments]
+    assert all(t.state == DecoderState() for t in runner.tasks)
+
+    # The same segments decoded by one task, in order, carrying state: the same files.
+    whole_config, whole = setup(tmp_path / "whole", protocol)
+    assert write_segments(whole, whole_config, chunks) == segments
+    task = ChangeLogTask(credentials.task_config(whole_config), TOPIC, 0, tuple(segments), DecoderState())
+    assert [s.to_json() for s in decode_segments(task)] == [s.to_json() for s in sides]
+    for segment in segments:
+        assert [whole.read(p) for p in paths(whole_config, segment)] == [storage.read(p) for p in paths(config, segment)]
+
+
+def test_segments_that_carry_no_state_are_decoded_from_the_first_undecoded_one_and_answered_in_order(tmp_path: Path) -> None:
+    config, storage = setup(tmp_path, "canal-json")
+    chunks = [encode("canal-json", [change(Op.INSERT, 1001 + k, None, row(k, "x"))]) for k in range(4)]
+    segments = write_segments(storage, config, chunks)
+    ensure(config, storage, segments[:2])
+    storage.delete(paths(config, segments[1])[1])
+    runner = PicklingRunner()
+    sides = ensure(config, storage, segments, runner)
+    assert [t.segments for t in runner.tasks] == [(s,) for s in segments[1:]]
+    assert [(s.start, s.end) for s in sides] == [(s.start, s.end) for s in segments]
+    with pytest.raises(ChangeLogError, match="is not in the partition's history"):
+        ensure(config, storage, segments[3:] + [SegmentRef("elsewhere", 9, 10)], history=segments)
