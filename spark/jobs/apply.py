@@ -2,9 +2,9 @@
 
     spark-submit spark/jobs/apply.py --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
 
-Decoding runs on the executors (one task per partition); the driver plans, commits to
-Iceberg, tags and publishes. Prints one summary block (W, its wall time, lag, counts per
-table) before Spark stops -- the full report is ``reports/<interval>/apply.json`` in the
+Decoding runs on the executors (a task per partition, or per segment where segments carry no
+decoder state); the driver plans, commits to Iceberg, tags and publishes. Prints one summary
+block (W, its wall time, lag, counts per table) before Spark stops -- the full report is ``reports/<interval>/apply.json`` in the
 archive; exits 0 when every table is at the interval's watermark, 2 on a configuration
 error, 1 on any other failure.
 """
