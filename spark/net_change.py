@@ -55,7 +55,7 @@ def _canonical(value: Any) -> str:
         if not number.is_finite():
             return "n" + str(number)
         integral = number.to_integral_value()
-        return "n" + (str(int(integral)) if number == integral else str(number.normalize()))
+        return "n" + (str(int(integral)) if number == integral else _fraction_text(number))
     if isinstance(value, bytes):
         return "y" + value.hex()
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
@@ -63,6 +63,19 @@ def _canonical(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "l" + _joined(value)
     return type(value).__name__ + ":" + repr(value)
+
+
+def _fraction_text(number: Decimal) -> str:
+    """A non-integral Decimal without trailing zeros, every digit kept.
+
+    Not ``normalize()``: it rounds to the context's precision (28 digits), which made two
+    DECIMAL(65,30) keys that differ only past their 28th digit one key."""
+    sign, digits, exponent = number.as_tuple()
+    end = len(digits)
+    while digits[end - 1] == 0:  # a non-integral value has a non-zero digit after the point
+        end -= 1
+        exponent += 1  # type: ignore[operator]
+    return str(Decimal((sign, digits[:end], exponent)))
 
 
 def _joined(values: Iterable[Any]) -> str:

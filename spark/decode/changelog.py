@@ -80,8 +80,10 @@ CHANGE_LOG_SCHEMA = pa.schema([
 # name their table schema by ``schema_id`` and the side output holds the schemas (1 carried the
 # pickled schema in every row, ~0.5 KB a row through every shuffle); ``change`` is MessagePack
 # (``spark.decode.effect``), not a pickle. 3: rows carry ``net_change.key_hash`` and each write
-# is sorted by it into row groups of disjoint hash ranges (fold slices read only theirs).
-CHANGE_LOG_FORMAT = 3
+# is sorted by it into row groups of disjoint hash ranges (fold slices read only theirs). 4: key
+# bytes of decimals keep every digit (3 rounded non-integral ones to 28 significant digits, so
+# wider keys that differ only past them folded as one key): change logs derive again.
+CHANGE_LOG_FORMAT = 4
 
 
 def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:

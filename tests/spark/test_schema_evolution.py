@@ -359,3 +359,37 @@ def test_dropping_the_bucketed_key_column_fails_clearly_and_a_sorted_one_is_unso
     h.mark()
     with pytest.raises(UnsupportedSchemaChange, match="drops the column the table is bucketed by.*buckets = 0"):
         run(tmp_path / "again", "canal-json", [h.events[:first], h.events[first:]], {}, buckets=4)
+
+
+# -- keys that differ only past the 28th digit (a review found them folded as one key)
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+def test_wide_decimal_keys_differing_past_28_digits_stay_two_rows_and_a_keyless_delete_takes_one(
+        tmp_path: Path, protocol: str) -> None:
+    h = History()
+    keyed = schema("db", "acct", [("id", "decimal(65,30)"), ("v", "int")])
+    ledger = schema("db", "ledger", [("acct", "varchar(10)"), ("amount", "decimal(65,30)")], keys=())
+    for s, sql in ((keyed, "CREATE TABLE `db`.`acct` (`id` decimal(65,30) NOT NULL, `v` int, PRIMARY KEY (`id`))"),
+                   (ledger, "CREATE TABLE `db`.`ledger` (`acct` varchar(10), `amount` decimal(65,30))")):
+        h.ddl("db", s.table, sql, s, kind="CREATE")
+    a, b = (Decimal(f"12345678901234567890123456789012345.12345678901234567890123456789{d}") for d in (1, 2))
+    h.row(Op.INSERT, keyed, None, {"id": a, "v": 1})
+    h.row(Op.INSERT, keyed, None, {"id": b, "v": 2})
+    small, smaller = ({"acct": "A", "amount": Decimal(f"100.00000000000000000000000000000{d}")} for d in (1, 2))
+    h.row(Op.INSERT, ledger, None, small)
+    h.row(Op.INSERT, ledger, None, smaller)
+    first = h.mark()
+    h.row(Op.DELETE, ledger, small, None)
+    h.row(Op.UPDATE, keyed, {"id": a, "v": 1}, {"id": a, "v": 10})
+    second = h.mark()
+    config, _ = run(tmp_path, protocol, per_mark(h.events))
+
+    def read(w: int, table: str) -> list[tuple]:
+        rows = read_pipeline(config, w)[1][("db", table)].to_pylist()
+        return sorted([Decimal(r[k]) if k in ("id", "amount") else r[k] for k in r] for r in rows)
+
+    assert read(first, "acct") == [[a, 1], [b, 2]]
+    assert read(first, "ledger") == [["A", small["amount"]], ["A", smaller["amount"]]]
+    assert read(second, "acct") == [[a, 10], [b, 2]]
+    assert read(second, "ledger") == [["A", smaller["amount"]]]
