@@ -392,22 +392,39 @@ class TableCommitter:
             raise UnsupportedSchemaChange(f"RENAME to {change.database}.{change.table}: the Iceberg table {new_id} already exists")
         self.check()
         renamed = cat.rename_table(self.catalog, table, new_id)  # creates the target database's namespace
+        self.fault(f"renamed:{'.'.join(new_id[1:])}")
+        return self._mark_renamed(renamed, change, run)
+
+    def _mark_renamed(self, renamed: Table, change: RenameTable, run: RunContext) -> Table:
+        """The rename's second commit: the table answers to its new upstream name and records the
+        old one; the pending marker goes."""
+        self.check()
+        old = f"{renamed.properties.get(cat.UPSTREAM_DATABASE)}.{renamed.properties.get(cat.UPSTREAM_TABLE)}"
         with renamed.transaction() as tx:
             tx.set_properties({cat.UPSTREAM_DATABASE: change.database, cat.UPSTREAM_TABLE: change.table,
-                               RENAMED_FROM: f"{run.interval}:{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"})
+                               RENAMED_FROM: f"{run.interval}:{old}"})
             if RENAME_PENDING in renamed.properties:
                 tx.remove_properties(RENAME_PENDING)
-        return self.catalog.load_table(new_id)
+        return self.catalog.load_table(renamed.name())
 
     def _resume_rename(self, table: Table | None, plan: TablePlan, rename: RenameTable, run: RunContext) -> Table | None:
-        """A retry of a run that died around a rename: finish it instead of replaying the plan."""
-        target = f"{rename.database}.{rename.table}"
-        if table is not None and table.properties.get(RENAME_PENDING) == f"{run.interval}:{target}":
+        """A retry of a run that died around a rename: finish it instead of replaying the plan.
+
+        Three points to resume from: the data committed with the pending marker (rename it); the
+        catalog renamed it but the second commit is missing (the new name holds the marker and
+        still the old upstream name: mark it); or both done."""
+        pending = f"{run.interval}:{rename.database}.{rename.table}"
+        if table is not None and table.properties.get(RENAME_PENDING) == pending:
             return self._rename(table, rename, run)  # data committed, rename not done
         if table is None:
             renamed = cat.load_table(self.catalog, self.config, rename.database, rename.table)
-            if renamed is not None and renamed.properties.get(RENAMED_FROM) == f"{run.interval}:{plan.database}.{plan.table}":
+            if renamed is None:
+                return None
+            if renamed.properties.get(RENAMED_FROM) == f"{run.interval}:{plan.database}.{plan.table}":
                 return renamed  # already renamed by the earlier attempt
+            if (renamed.properties.get(RENAME_PENDING) == pending
+                    and cat.upstream_name(renamed) == (plan.database, plan.table)):
+                return self._mark_renamed(renamed, rename, run)  # renamed, second commit missing
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,

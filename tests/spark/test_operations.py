@@ -57,7 +57,9 @@ from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_row
 from .history import Changefeed, Upstream
 
 PROTOCOL_NAMES = sorted(PROTOCOLS)
-CRASH_STEPS = ["decoded", "staged", "committed:0", "tagged", "checkpointed", "published"]
+# "staged" and "renamed" stand for every table's: a crash between a table's data files and its
+# commit, and between the catalog's rename of a table and the commit naming its upstream table.
+CRASH_STEPS = ["decoded", "staged", "renamed", "committed:0", "tagged", "checkpointed", "published"]
 MAX_INTERVALS = 6
 
 
@@ -211,7 +213,7 @@ class PipelineMachine(RuleBasedStateMachine):
         j = data.draw(st.integers(0, len(self.intervals) - 1), label="interval")
 
         def fault(at: str) -> None:
-            if at == step or (step == "staged" and at.startswith("staged:")):
+            if at == step or (step in ("staged", "renamed") and at.startswith(f"{step}:")):
                 raise Crash(at)
 
         try:
