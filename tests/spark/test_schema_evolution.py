@@ -112,7 +112,8 @@ def test_unsupported_change_fails_the_table_with_what_to_do(tmp_path: Path) -> N
         run(tmp_path, "canal-json", [h.events])
 
 
-def test_drop_and_rename_table(tmp_path: Path) -> None:
+def created_then_renamed() -> tuple[History, TableSchema, int, int]:
+    """shop.a created with row 1 (W1), renamed to shop.b, then row 2 (W2): the history and b's schema."""
     h = History()
     a = schema("shop", "a", [("id", "int"), ("v", "varchar(5)")])
     b = schema("shop", "b", [("id", "int"), ("v", "varchar(5)")])
@@ -121,7 +122,11 @@ def test_drop_and_rename_table(tmp_path: Path) -> None:
     w1 = h.mark()
     h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.b", kind="RENAME")
     h.row(Op.INSERT, b, None, {"id": 2, "v": "y"})
-    w2 = h.mark()
+    return h, b, w1, h.mark()
+
+
+def test_drop_and_rename_table(tmp_path: Path) -> None:
+    h, b, w1, w2 = created_then_renamed()
     h.ddl("shop", "b", "DROP TABLE shop.b", kind="ERASE")
     w3 = h.mark()
     config, results = run(tmp_path, "canal-json", [h.events])
@@ -139,15 +144,7 @@ def test_a_run_that_dies_inside_a_rename_is_finished_by_its_retry_or_the_next_ru
         tmp_path: Path, crash_at: str, retry: str) -> None:
     # "renamed:shop.b": the catalog renamed a to b, the commit that names b's upstream table did not
     # happen. A review found every later run failing there ("b already exists").
-    h = History()
-    a = schema("shop", "a", [("id", "int"), ("v", "varchar(5)")])
-    b = schema("shop", "b", [("id", "int"), ("v", "varchar(5)")])
-    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v varchar(5))", a, kind="CREATE")
-    h.row(Op.INSERT, a, None, {"id": 1, "v": "x"})
-    w1 = h.mark()
-    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.b", kind="RENAME")
-    h.row(Op.INSERT, b, None, {"id": 2, "v": "y"})
-    w2 = h.mark()
+    h, b, w1, w2 = created_then_renamed()
     h.row(Op.UPDATE, b, {"id": 1, "v": "x"}, {"id": 1, "v": "z"})
     w3 = h.mark()
     config = make_config(tmp_path, "canal-json")
