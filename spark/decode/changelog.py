@@ -316,6 +316,7 @@ def ensure_change_log(
     carried = credentials.task_config(config)
     result: dict[PartitionKey, list[SideOutput]] = {}
     tasks: list[ChangeLogTask] = []
+    by_range: dict[PartitionKey, dict[tuple[int, int], SideOutput]] = {}  # side outputs past the decoded prefix
     for (topic, partition), segments in needed.items():
         if topic not in protocols:
             raise ChangeLogError(f"pipeline {config.name}: topic {topic!r} is not configured")
@@ -334,8 +335,13 @@ def ensure_change_log(
         if not segments_carry_state(protocols[topic]):
             # Nothing passes from one segment to the next: a task per segment, so decoding spreads
             # over every executor whatever the topic's partition count, and a lagging partition's
-            # backlog decodes side by side.
-            tasks += [ChangeLogTask(carried, topic, partition, (s,), DecoderState()) for s in undecoded]
+            # backlog decodes side by side. Segments decoded already (after a missing one) are read here.
+            for s in undecoded:
+                path = _side_path(config.name, version, topic, partition, s)
+                if storage.exists(path):
+                    by_range.setdefault((topic, partition), {})[(s.start, s.end)] = read_side_output(storage, path)
+                else:
+                    tasks.append(ChangeLogTask(carried, topic, partition, (s,), DecoderState()))
             continue
         # Some needed segment is not decoded: one task from it to the last needed one.
         start = _start_of_decoding(config.name, storage, version, topic, partition, known, undecoded)
@@ -345,7 +351,6 @@ def ensure_change_log(
         first, state = start if start is not None else (0, DecoderState())
         last = next(i for i, s in enumerate(known) if (s.start, s.end) == (undecoded[-1].start, undecoded[-1].end))
         tasks.append(ChangeLogTask(carried, topic, partition, tuple(known[first:last + 1]), state))
-    by_range: dict[PartitionKey, dict[tuple[int, int], SideOutput]] = {}
     for task, outputs in zip(tasks, runner.map(decode_segments, tasks)):
         by_range.setdefault((task.topic, task.partition), {}).update(((o.start, o.end), o) for o in outputs)
     for key, outputs in by_range.items():

@@ -478,15 +478,17 @@ def test_segments_that_carry_no_state_decode_one_task_each_to_what_one_task_over
         assert [whole.read(p) for p in paths(whole_config, segment)] == [storage.read(p) for p in paths(config, segment)]
 
 
-def test_segments_that_carry_no_state_are_decoded_from_the_first_undecoded_one_and_answered_in_order(tmp_path: Path) -> None:
+def test_segments_that_carry_no_state_decode_only_the_undecoded_ones_and_are_answered_in_order(tmp_path: Path) -> None:
     config, storage = setup(tmp_path, "canal-json")
-    chunks = [encode("canal-json", [change(Op.INSERT, 1001 + k, None, row(k, "x"))]) for k in range(4)]
+    chunks = [encode("canal-json", [change(Op.INSERT, 1001 + k, None, row(k, "x"))]) for k in range(5)]
     segments = write_segments(storage, config, chunks)
-    ensure(config, storage, segments[:2])
-    storage.delete(paths(config, segments[1])[1])
+    first = ensure(config, storage, segments[:4])
+    for i in (1, 3):
+        storage.delete(paths(config, segments[i])[1])
     runner = PicklingRunner()
     sides = ensure(config, storage, segments, runner)
-    assert [t.segments for t in runner.tasks] == [(s,) for s in segments[1:]]
+    assert [t.segments for t in runner.tasks] == [(segments[1],), (segments[3],), (segments[4],)]  # 2 is read, not decoded
     assert [(s.start, s.end) for s in sides] == [(s.start, s.end) for s in segments]
+    assert [s.to_json() for s in sides[:4]] == [s.to_json() for s in first]
     with pytest.raises(ChangeLogError, match="is not in the partition's history"):
         ensure(config, storage, segments[3:] + [SegmentRef("elsewhere", 9, 10)], history=segments)
