@@ -116,8 +116,11 @@ class DebeziumDecoder(Decoder):
         commit_ts = f.optional(source, "commit_ts", int, "payload.source.")
         binlog = None
         file = f.optional(source, "file", str, "payload.source.")
-        if file:
-            binlog = BinlogPosition(file, f.optional(source, "pos", int, "payload.source.", 0), f.optional(source, "row", int, "payload.source.", 0))
+        # A snapshot read (op "r") is no binlog event: every one carries the snapshot's start.
+        if file and payload.get("op") != "r":
+            binlog = BinlogPosition(file, f.optional(source, "pos", int, "payload.source.", 0),
+                                    f.optional(source, "row", int, "payload.source.", 0),
+                                    f.optional(source, "server_id", int, "payload.source.", 0))
         event_time = f.optional(source, "ts_ms", int, "payload.source.") or f.optional(payload, "ts_ms", int, "payload.")
         if "ddl" in payload and "op" not in payload:
             return [self._ddl(payload, source, commit_ts, pos, event_time, binlog)]
@@ -783,7 +786,7 @@ class DebeziumEncoder(Encoder):
             "snapshot": "false",
             "db": event.database,
             "table": event.table,
-            "server_id": 0,
+            "server_id": binlog.server,
             "gtid": None,
             "file": binlog.file,
             "pos": binlog.pos,

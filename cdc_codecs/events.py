@@ -69,15 +69,24 @@ class Clock(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BinlogPosition:
-    """MySQL binlog coordinates, orderable: file names sort by their numeric suffix."""
+    """MySQL binlog coordinates of a row or DDL event: file, byte position, row in the event.
+
+    ``server`` is the MySQL ``server_id`` that wrote the binlog (0: not carried): coordinates
+    of two servers (a failover) say nothing about each other's order.
+    """
 
     file: str
     pos: int
     row: int = 0
+    server: int = 0
 
-    def sort_key(self) -> tuple[str, int, int]:
-        # mysql-bin.000005 < mysql-bin.000010 lexically too, because MySQL zero-pads.
-        return (self.file, self.pos, self.row)
+    def sort_key(self) -> tuple[str, int, int, int]:
+        """Binlog order on one server. Files sort by base name, then by their numeric suffix:
+        MySQL zero-pads it to six digits, but mysql-bin.999999 rotates to mysql-bin.1000000."""
+        base, dot, suffix = self.file.rpartition(".")
+        if not dot:
+            base, suffix = "", self.file
+        return (base, int(suffix) if suffix.isdigit() else -1, self.pos, self.row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,16 +134,26 @@ class BinlogOracle(Oracle):
       W extends each partition's prefix while the running maximum of event times since the
       previous cut (starting just above the previous W) stays <= W;
     - the extended changes are applied one by one in (that running maximum, partition,
-      offset, index) order; a DDL sent to several partitions is applied once, at its first copy.
+      offset, index) order; a DDL sent to several partitions is applied once, at its first copy;
+    - with ``binlog_events`` (connectors whose changes carry binlog coordinates), a binlog
+      event happens once: a change whose coordinates (server, file, position, row) a
+      partition already delivered is the connector re-sending it, and is not a change.
     """
 
+    binlog_events: bool = False
     _changes: dict[tuple[str, int], list[RowChange | DdlChange]] = field(default_factory=dict)
     _cursor: dict[tuple[str, int], int] = field(default_factory=dict)
     _ddl_seen: set[tuple[Any, ...]] = field(default_factory=set)
+    _binlog_seen: set[tuple[Any, ...]] = field(default_factory=set)
 
     def add(self, events: Iterable[Event]) -> None:
         for e in events:
             key = (e.position.topic, e.position.partition)
+            binlog = getattr(e, "binlog", None)
+            if self.binlog_events and binlog is not None:
+                if (key, binlog) in self._binlog_seen:
+                    continue
+                self._binlog_seen.add((key, binlog))
             if isinstance(e, Watermark):  # a heartbeat: wall-clock milliseconds
                 self._partition_marks[key] = max(self._partition_marks.get(key, 0), (e.ts << 18) - 1)
             elif isinstance(e, SchemaSnapshot):

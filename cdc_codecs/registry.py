@@ -17,7 +17,7 @@ from cdc_codecs.simple import SimpleDecoder, SimpleEncoder
 # The version of every decoder's output. Bump it when any decoder decodes differently (a fix,
 # a new field): the pipeline keeps its decoded change log per ``<protocol>-<DECODER_VERSION>``,
 # so a bump makes it decode the raw archive again instead of trusting the old output.
-DECODER_VERSION = "1"
+DECODER_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class ProtocolSpec:
     has_commit_ts: bool
     description: str
     encoder_defaults: tuple[tuple[str, Any], ...] = ()
+    # Every change carries binlog coordinates that grow along each partition's offsets (the
+    # connector reads one binlog in order and its producer keeps order), so a change at or
+    # below the greatest coordinates its partition showed is a redelivery after a restart.
+    binlog_ordered: bool = False
 
 
 PROTOCOLS: dict[str, ProtocolSpec] = {
@@ -38,11 +42,13 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ProtocolSpec("cloudcanal-canal-json", CanalJsonDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
         ProtocolSpec("open-protocol", OpenProtocolDecoder, OpenProtocolEncoder, True, "TiCDC Open Protocol (binary-framed batches)"),
         ProtocolSpec("debezium", DebeziumDecoder, DebeziumEncoder, True, "TiCDC Debezium (commit_ts, watermarks)"),
-        ProtocolSpec("debezium-mysql", DebeziumDecoder, DebeziumEncoder, False, "Debezium MySQL connector envelopes", (("flavor", "mysql"),)),
+        ProtocolSpec("debezium-mysql", DebeziumDecoder, DebeziumEncoder, False, "Debezium MySQL connector envelopes", (("flavor", "mysql"),),
+                     binlog_ordered=True),
         ProtocolSpec("cloudcanal-debezium", DebeziumDecoder, DebeziumEncoder, False, "CloudCanal's Debezium Envelope", (("flavor", "mysql"),)),
         ProtocolSpec("simple", SimpleDecoder, SimpleEncoder, True, "TiCDC Simple protocol (option encoding=json|avro)"),
         ProtocolSpec("cloudcanal-json", CloudCanalJsonDecoder, CloudCanalJsonEncoder, False, "CloudCanal JSON"),
-        ProtocolSpec("dts-avro", DtsAvroDecoder, DtsAvroEncoder, False, "Aliyun DTS Avro (schema versions 1 and 2)"),
+        ProtocolSpec("dts-avro", DtsAvroDecoder, DtsAvroEncoder, False, "Aliyun DTS Avro (schema versions 1 and 2)",
+                     binlog_ordered=True),
     )
 }
 

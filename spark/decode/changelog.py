@@ -216,7 +216,8 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
     if carries_schemas and state.schemas:
         options["schemas"] = state.schemas
     decoder = get_decoder(topic.protocol, **options)
-    clock = CommitTsClock() if spec.has_commit_ts else DerivedClock(topic.protocol, state.clock)
+    clock = (CommitTsClock() if spec.has_commit_ts
+             else DerivedClock(topic.protocol, state.clock, state.binlog, spec.binlog_ordered))
     version = decoder_version(topic.protocol)
     parquet, _ = layout.changelog_paths(task.config.name, version, task.topic, task.partition, segment.start, segment.end)
     messages = events = 0
@@ -246,7 +247,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
         errors.extend(decoder.finish())
     finally:
         writer.close()
-    after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value)
+    after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value, clock.binlog)
     return SideOutput(task.topic, task.partition, segment.start, segment.end, version, messages, events,
                       writer.rows, mark, tuple(ddl), tuple(errors), after, dict(sorted(writer.schemas.items())))
 

@@ -7,13 +7,19 @@ and says what the message proves about the partition's completeness (its *mark*)
 from __future__ import annotations
 
 from cdc_codecs import Clock, DdlChange, DecodeError, Event, RowChange, Watermark
+from cdc_codecs.events import BinlogPosition
 from spark.watermark import derived_commit_ts, derived_mark
+
+
+# (server id, binlog file base name, file number, position, row): ``BinlogPosition`` as compared.
+BinlogMark = tuple[int, str, int, int, int]
 
 
 class CommitTsClock:
     """Protocols that carry commitTs (TiCDC): events keep theirs; marks are the watermarks' ts."""
 
     value = 0
+    binlog: BinlogMark | None = None
 
     def stamp(self, events: list[Event]) -> tuple[list[Event], int | None]:
         """The events as they are, and the greatest watermark among them (None without one)."""
@@ -36,9 +42,16 @@ class DerivedClock:
     complete up to just before its time: ``derived_mark``.
     """
 
-    def __init__(self, protocol: str, value: int = 0) -> None:
+    def __init__(self, protocol: str, value: int = 0, binlog: BinlogMark | None = None,
+                 binlog_ordered: bool = False) -> None:
         self.protocol = protocol
         self.value = value
+        # The greatest binlog coordinates the partition showed (``binlog_ordered`` protocols):
+        # a change at or below them is a connector's redelivery after a restart, dropped here
+        # so that no W ever shows the older images it re-sends (contract §3).
+        self.binlog = binlog
+        self.binlog_ordered = binlog_ordered
+        self.redelivered = 0
 
     def stamp(self, events: list[Event]) -> tuple[list[Event], int | None]:
         """The events with their derived commitTs, and the greatest mark they prove.
@@ -58,6 +71,9 @@ class DerivedClock:
                 proved = derived_mark(e.ts) if e.clock is Clock.EPOCH_MS else e.ts
                 out.append(e)
             elif isinstance(e, (RowChange, DdlChange)):
+                if self.binlog_ordered and e.binlog is not None and self._redelivered(e.binlog):
+                    self.redelivered += 1
+                    continue
                 self.value = max(self.value, derived_commit_ts(e.event_time_ms))  # type: ignore[arg-type]
                 proved = derived_mark(e.event_time_ms)  # type: ignore[arg-type]
                 out.append(e._replace(commit_ts=self.value))
@@ -67,3 +83,13 @@ class DerivedClock:
             if mark is None or proved > mark:
                 mark = proved
         return out, mark
+
+    def _redelivered(self, binlog: BinlogPosition) -> bool:
+        """Whether ``binlog`` is at or below the partition's greatest coordinates (then it was
+        sent before); otherwise they become the greatest. Another server's coordinates (a
+        failover) start the comparison afresh: they say nothing about this server's."""
+        here = (binlog.server, *binlog.sort_key())
+        if self.binlog is not None and self.binlog[0] == here[0] and here <= self.binlog:
+            return True
+        self.binlog = here
+        return False

@@ -18,6 +18,7 @@ import orjson
 
 from cdc_codecs import DdlChange, DecodeError, TableSchema, TidelakeError
 from spark.storage import Storage
+from spark.decode.clock import BinlogMark
 
 FORMAT = 2  # 2: the segment's table schemas by schema_id
 
@@ -40,18 +41,24 @@ class DecoderState:
     """What decoding a partition carries from one segment to the next.
 
     ``schemas``: the tables the stream announced so far (Simple BOOTSTRAP/DDL, Debezium
-    ``tableChanges``); ``clock``: the derived clock of protocols without commitTs (0 with one).
+    ``tableChanges``); ``clock``: the derived clock of protocols without commitTs (0 with one);
+    ``binlog``: the greatest binlog coordinates the partition showed, for protocols whose
+    redeliveries are recognised by them (``DerivedClock``).
     """
 
     schemas: tuple[TableSchema, ...] = ()
     clock: int = 0
+    binlog: BinlogMark | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schemas": [s.to_dict() for s in self.schemas], "clock": self.clock}
+        return {"schemas": [s.to_dict() for s in self.schemas], "clock": self.clock,
+                "binlog": list(self.binlog) if self.binlog is not None else None}
 
     @staticmethod
     def from_dict(doc: dict[str, Any]) -> DecoderState:
-        return DecoderState(tuple(TableSchema.from_dict(s) for s in doc["schemas"]), doc["clock"])
+        binlog = doc.get("binlog")
+        return DecoderState(tuple(TableSchema.from_dict(s) for s in doc["schemas"]), doc["clock"],
+                            tuple(binlog) if binlog is not None else None)  # type: ignore[arg-type]
 
 
 def _pickled(items: tuple[Any, ...]) -> list[str]:

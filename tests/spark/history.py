@@ -14,7 +14,7 @@ import random
 from dataclasses import replace
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.events import DdlChange, Event, Watermark
+from cdc_codecs.events import BinlogPosition, DdlChange, Event, Watermark
 from cdc_codecs.workload import Workload, WorkloadSpec, create_sql, quote_ident, table_schema
 
 GARBAGE = b"\x00not a message\xff"
@@ -31,6 +31,7 @@ class Upstream(Workload):
         super().__init__(WorkloadSpec(database="shop", tables=len(tables), seed=seed, key_space=key_space,
                                       alter=False, table_names=list(tables)))
         self.history: list[Event] = []
+        self._binlog_events = 0
         # MySQL stamps a row event with its statement's start time: later events may carry earlier times.
         self.skew_ms = skew_ms
         self._last_ddl_ms = 0
@@ -40,8 +41,16 @@ class Upstream(Workload):
             self._ddl(name, create_sql(schema), "CREATE", None, schema)
 
     def _ddl(self, table: str, sql: str, kind: str, before, after) -> None:  # noqa: ANN001
-        self.history.append(DdlChange(self.spec.database, table, sql, self._next_ts(), self._pos(), kind, before, after, self._clock))
+        self.history.append(DdlChange(self.spec.database, table, sql, self._next_ts(), self._pos(), kind, before, after,
+                                      self._clock, self._binlog()))
         self._last_ddl_ms = self._clock
+
+    def _binlog(self) -> BinlogPosition:
+        """The next binlog coordinates (connectors that carry them send them along), rotating
+        files every 50 events so that file order counts too."""
+        self._binlog_events += 1
+        file, pos = divmod(self._binlog_events, 50)
+        return BinlogPosition(f"{file + 1:06d}", 4 + 100 * pos, 0, server=1)
 
     def changes(self, n: int) -> None:
         for _ in range(n):
@@ -52,7 +61,7 @@ class Upstream(Workload):
                     # its time may go back, but never before the last DDL's.
                     skewed = change.event_time_ms - self.rng.randint(0, self.skew_ms)
                     change = change._replace(event_time_ms=max(skewed, self._last_ddl_ms + 1))
-                self.history.append(change)
+                self.history.append(change._replace(binlog=self._binlog()))
 
     def resolved(self) -> None:
         self.history.append(Watermark(self._next_ts(), self._pos()))

@@ -108,7 +108,8 @@ class PipelineMachine(RuleBasedStateMachine):
         self.storage = open_storage(self.config.storage)
         self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
         self.landed_upto = [0] * partitions  # records of each partition already in the archive
-        self.oracle = Oracle() if PROTOCOLS[self.protocol].has_commit_ts else BinlogOracle()
+        spec = PROTOCOLS[self.protocol]
+        self.oracle = Oracle() if spec.has_commit_ts else BinlogOracle(binlog_events=spec.binlog_ordered)
         self.decoders = [get_decoder(self.protocol) for _ in range(partitions)]
         self.intervals: list[tuple[int, dict]] = []  # (W, tables) of the model after each landed interval
         self.model_at: dict[int, dict] = {0: {}}

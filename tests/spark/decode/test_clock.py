@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_codecs import Clock, DdlChange, DecodeError, Op, RowChange, SourcePosition, Watermark
+from cdc_codecs.events import BinlogPosition
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.watermark import derived_commit_ts, derived_mark
 
@@ -43,3 +44,31 @@ def test_a_message_with_a_change_without_event_time_is_rejected_whole() -> None:
     with pytest.raises(DecodeError, match=r"canal cdc/0@9\[0\]: no event time"):
         clock.stamp([insert(5000), insert(None)])
     assert clock.value == 7  # the message's other change did not move the clock
+
+
+def at(file: str, pos: int, row: int = 0, server: int = 1, ms: int = 1000) -> RowChange:
+    return insert(ms)._replace(binlog=BinlogPosition(file, pos, row, server))
+
+
+def test_binlog_ordered_protocols_drop_changes_at_or_below_the_greatest_coordinates_seen() -> None:
+    clock = DerivedClock("debezium-mysql", binlog_ordered=True)
+    first = [at("mysql-bin.000009", 500), at("mysql-bin.000009", 500, row=1), at("mysql-bin.000010", 4)]
+    assert clock.stamp(first)[0] == [e._replace(commit_ts=derived_commit_ts(1000)) for e in first]
+    # Re-sent after a restart (file 9 < file 10), the same coordinates again, then new ones.
+    again = [at("mysql-bin.000009", 500, row=1), at("mysql-bin.000010", 4), at("mysql-bin.000010", 90)]
+    stamped, _ = clock.stamp(again)
+    assert [e.binlog for e in stamped] == [again[2].binlog] and clock.redelivered == 2
+    # Files compare by number past MySQL's six zero-padded digits, and the state carries on.
+    carried = DerivedClock("debezium-mysql", clock.value, clock.binlog, binlog_ordered=True)
+    assert len(carried.stamp([at("mysql-bin.999999", 4)])[0]) == 1
+    assert len(carried.stamp([at("mysql-bin.1000000", 4)])[0]) == 1
+
+
+def test_another_server_s_coordinates_start_afresh_and_changes_without_coordinates_always_count() -> None:
+    clock = DerivedClock("debezium-mysql", binlog_ordered=True)
+    clock.stamp([at("mysql-bin.000050", 900, server=1)])
+    # A failover: the new primary's binlog has smaller numbers; nothing of it is a redelivery.
+    assert len(clock.stamp([at("mysql-bin.000003", 4, server=2), insert(1000)])[0]) == 2
+    # Protocols whose coordinates do not grow along the partition never drop anything.
+    plain = DerivedClock("cloudcanal-debezium")
+    assert len(plain.stamp([at("mysql-bin.000009", 500), at("mysql-bin.000009", 500)])[0]) == 2
