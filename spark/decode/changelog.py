@@ -15,16 +15,17 @@ the segment's rows in writes of up to ROW_GROUP rows in offset order, each write
 from __future__ import annotations
 
 import hashlib
-import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_codecs import (
     DECODER_VERSION,
+    ColumnType,
     DdlChange,
     DecodeError,
     Op,
@@ -33,6 +34,7 @@ from cdc_codecs import (
     SourcePosition,
     TidelakeError,
     get_decoder,
+    parse_mysql_type,
     protocol_spec,
 )
 from spark import credentials, layout
@@ -83,17 +85,31 @@ CHANGE_LOG_SCHEMA = pa.schema([
 # is sorted by it into row groups of disjoint hash ranges (fold slices read only theirs). 4: key
 # bytes of decimals keep every digit (3 rounded non-integral ones to 28 significant digits, so
 # wider keys that differ only past them folded as one key): change logs derive again.
-CHANGE_LOG_FORMAT = 4
+# 5: no pickle anywhere: ``change`` values, side-output DDL, errors and schemas are documented
+# encodings (docs/archive.md); a format-4 change log held pickles and is derived again.
+CHANGE_LOG_FORMAT = 5
 
 
-def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+def encode_schema(key_columns: tuple[str, ...], column_types: Mapping[str, ColumnType] | None) -> bytes:
+    """A change's schema as the side output keeps it (docs/archive.md): compact JSON of its key
+    columns and its columns' MySQL types in order (``null`` where the protocol carries none)."""
+    columns = [[name, str(ct)] for name, ct in column_types.items()] if column_types is not None else None
+    return orjson.dumps({"key_columns": list(key_columns), "columns": columns})
+
+
+def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, ColumnType] | None]:
     """A side output's schema (``SideOutput.schemas``): a change's key columns and column types."""
-    return pickle.loads(blob)
+    doc = orjson.loads(blob)
+    columns = doc["columns"]
+    types = {name: parse_mysql_type(text) for name, text in columns} if columns is not None else None
+    return tuple(doc["key_columns"]), types
 
 
 def schema_id(blob: bytes) -> int:
-    """The ``schema_id`` of a pickled schema: a 64-bit digest, so segments decoded apart agree."""
+    """The ``schema_id`` of an encoded schema: a 64-bit digest, so segments decoded apart agree."""
     return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little", signed=True)
+
+
 # Runs select by offset and commitTs, slices by key hash: statistics on those; dictionaries on
 # the repeated names.
 _STATISTICS = ["topic", "partition", "offset", "index", "commit_ts", "database", "table", "key_hash"]
@@ -136,9 +152,9 @@ class _ChangeLogWriter:
                                         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS)
         self._rows: list[tuple[Any, ...]] = []  # a row group's rows, as tuples: one append per row
         self.rows = 0
-        # Decoders share one column-types mapping per table schema: pickled once per mapping.
+        # Decoders share one column-types mapping per table schema: encoded once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
-        self.schemas: dict[int, bytes] = {}  # schema_id -> pickled schema, for the side output
+        self.schemas: dict[int, bytes] = {}  # schema_id -> encoded schema, for the side output
         self._seeds: dict[tuple[str, str], int] = {}  # key_hash's seed per table
 
     def _schema(self, change: RowChange) -> int:
@@ -147,8 +163,7 @@ class _ChangeLogWriter:
         if cached is None or cached[0] is not change.column_types:
             if len(self._schemas) >= 1024:
                 self._schemas.clear()
-            types = dict(change.column_types) if change.column_types is not None else None
-            blob = pickle.dumps((change.key_columns, types), protocol=5)
+            blob = encode_schema(change.key_columns, change.column_types)
             sid = schema_id(blob)
             self.schemas.setdefault(sid, blob)
             cached = self._schemas[ident] = (change.column_types, sid)

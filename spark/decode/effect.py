@@ -2,18 +2,31 @@
 
 Every change-log row carries one, written once per change on decode and read once per touched
 key on rewrite, so its cost is per row on both sides. msgspec's MessagePack carries None, bool,
-64-bit ints, floats, str and bytes exactly, in ~0.6 us for a typical row where pickle took ~12 us
-(a tz-aware datetime alone cost 5 us to pickle). Values MessagePack cannot carry exactly travel
-as extensions: Decimal as its text (exponent kept), datetime (naive or UTC), date and time as
-their packed fields (``isoformat`` alone costs 1.5-2.5 us); anything else (ints beyond 64 bits, the codecs'
-``EnumIndex``/``SetMask``, lists, other time zones) pickled, so the encoding is lossless for any
-value a decoder yields.
+64-bit ints, floats, str and bytes exactly, in ~0.6 us for a typical row where pickle took ~12 us.
+Every other value a decoder yields travels as one of the extension types below, each a
+documented byte layout (docs/archive.md, "change"), so any MessagePack reader can read the
+change log and reading it never runs code. A value of any other type fails the write
+(``UnsupportedChangeValue``) instead of being stored in a form only Python could read.
+
+| code | value | bytes |
+|---|---|---|
+| 1 | Decimal | its text, ASCII (``str(value)``: exponent and trailing zeros kept) |
+| 2 | naive datetime | little-endian u16 year, u8 month, day, hour, minute, second, u32 microsecond (``fold`` is not kept: it means nothing without a zone) |
+| 3 | datetime in UTC | as 2 |
+| 4 | date | u16 year, u8 month, u8 day |
+| 5 | time of day (no zone) | u8 hour, minute, second, u32 microsecond |
+| 6 | (retired: a pickle, format <= 4; refused) | |
+| 7 | int beyond 64 bits | its decimal text, ASCII |
+| 8 | datetime in another zone | ISO 8601 text with its UTC offset, ASCII (read back in that fixed offset) |
+| 9 | timedelta (MySQL TIME) | i32 days, i32 seconds, i32 microseconds |
+| 10 | ENUM as its index (``EnumIndex``) | the index text, UTF-8 |
+| 11 | SET as its mask (``SetMask``) | the mask text, UTF-8 |
+| 12 | list | a MessagePack array of values encoded the same way |
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import pickle
 import struct
 from collections.abc import Mapping
 from decimal import Decimal
@@ -21,12 +34,15 @@ from typing import Any
 
 import msgspec
 
-from cdc_codecs import Op
+from cdc_codecs import Op, TidelakeError
+from cdc_codecs.types import EnumIndex, SetMask
 
-_DECIMAL, _DATETIME, _DATETIME_UTC, _DATE, _TIME, _PICKLED = 1, 2, 3, 4, 5, 6
+(_DECIMAL, _DATETIME, _DATETIME_UTC, _DATE, _TIME, _RETIRED_PICKLE, _BIG_INT, _DATETIME_ZONED, _TIMEDELTA,
+ _ENUM_INDEX, _SET_MASK, _LIST) = range(1, 13)
 _DATETIME_FIELDS = struct.Struct("<HBBBBBI")  # year, month, day, hour, minute, second, microsecond
 _DATE_FIELDS = struct.Struct("<HBB")
 _TIME_FIELDS = struct.Struct("<BBBI")
+_TIMEDELTA_FIELDS = struct.Struct("<iii")  # days, seconds, microseconds: timedelta's own normal form
 _EXACT = frozenset({str, bool, float, bytes, type(None)})  # MessagePack carries these exactly...
 _AS_IS = _EXACT | {int}  # ... and ints within 64 bits, which the encoder checks (OverflowError)
 _INT_RANGE = (-(1 << 63), 1 << 64)  # MessagePack's int64 and uint64
@@ -34,20 +50,38 @@ _INT_RANGE = (-(1 << 63), 1 << 64)  # MessagePack's int64 and uint64
 _encoder = msgspec.msgpack.Encoder()
 
 
+class UnsupportedChangeValue(TidelakeError):
+    """A decoded value of a type the change log has no documented encoding for."""
+
+
+class CorruptChangeValue(TidelakeError):
+    """A change-log value this version does not read: an unknown extension, or a retired pickle."""
+
+
 def _value(v: Any) -> Any:
     t = type(v)
     if t is int:
-        return v if _INT_RANGE[0] <= v < _INT_RANGE[1] else msgspec.msgpack.Ext(_PICKLED, pickle.dumps(v, protocol=5))
+        return v if _INT_RANGE[0] <= v < _INT_RANGE[1] else msgspec.msgpack.Ext(_BIG_INT, str(v).encode("ascii"))
     if t is Decimal:
         return msgspec.msgpack.Ext(_DECIMAL, str(v).encode("ascii"))
-    if t is dt.datetime and not v.fold and (v.tzinfo is None or v.tzinfo is dt.UTC):
-        fields = _DATETIME_FIELDS.pack(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
-        return msgspec.msgpack.Ext(_DATETIME if v.tzinfo is None else _DATETIME_UTC, fields)
+    if t is dt.datetime:
+        if v.tzinfo is None or v.tzinfo is dt.UTC:
+            fields = _DATETIME_FIELDS.pack(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
+            return msgspec.msgpack.Ext(_DATETIME if v.tzinfo is None else _DATETIME_UTC, fields)
+        return msgspec.msgpack.Ext(_DATETIME_ZONED, v.isoformat().encode("ascii"))
     if t is dt.date:
         return msgspec.msgpack.Ext(_DATE, _DATE_FIELDS.pack(v.year, v.month, v.day))
-    if t is dt.time and not v.fold and v.tzinfo is None:
+    if t is dt.time and v.tzinfo is None:
         return msgspec.msgpack.Ext(_TIME, _TIME_FIELDS.pack(v.hour, v.minute, v.second, v.microsecond))
-    return msgspec.msgpack.Ext(_PICKLED, pickle.dumps(v, protocol=5))
+    if t is dt.timedelta:
+        return msgspec.msgpack.Ext(_TIMEDELTA, _TIMEDELTA_FIELDS.pack(v.days, v.seconds, v.microseconds))
+    if t is EnumIndex:
+        return msgspec.msgpack.Ext(_ENUM_INDEX, v.encode("utf-8"))
+    if t is SetMask:
+        return msgspec.msgpack.Ext(_SET_MASK, v.encode("utf-8"))
+    if t is list:
+        return msgspec.msgpack.Ext(_LIST, _encoder.encode([x if type(x) in _EXACT else _value(x) for x in v]))
+    raise UnsupportedChangeValue(f"change log: a value of type {t.__module__}.{t.__qualname__} has no documented encoding")
 
 
 def _ext(code: int, data: memoryview) -> Any:
@@ -61,9 +95,22 @@ def _ext(code: int, data: memoryview) -> Any:
         return dt.date(*_DATE_FIELDS.unpack(data))
     if code == _TIME:
         return dt.time(*_TIME_FIELDS.unpack(data))
-    if code == _PICKLED:
-        return pickle.loads(data)
-    raise ValueError(f"change-log value: unknown MessagePack extension {code}")
+    if code == _BIG_INT:
+        return int(bytes(data).decode("ascii"))
+    if code == _DATETIME_ZONED:
+        return dt.datetime.fromisoformat(bytes(data).decode("ascii"))
+    if code == _TIMEDELTA:
+        days, seconds, micros = _TIMEDELTA_FIELDS.unpack(data)
+        return dt.timedelta(days, seconds, micros)
+    if code == _ENUM_INDEX:
+        return EnumIndex(bytes(data).decode("utf-8"))
+    if code == _SET_MASK:
+        return SetMask(bytes(data).decode("utf-8"))
+    if code == _LIST:
+        return _decoder.decode(data)
+    if code == _RETIRED_PICKLE:
+        raise CorruptChangeValue("a pickled value (extension 6, change-log format <= 4) is never unpickled")
+    raise CorruptChangeValue(f"unknown MessagePack extension {code}")
 
 
 _decoder = msgspec.msgpack.Decoder(ext_hook=_ext)
@@ -83,5 +130,13 @@ _OPS = {op.value: op for op in Op}  # a dict lookup: Op(value) costs ~1 us a row
 
 
 def decode_effect(blob: bytes) -> tuple[Op, dict[str, Any]]:
-    op, image = _decoder.decode(blob)
-    return _OPS[op], image
+    """Raises:
+        CorruptChangeValue: not a change this version wrote (the caller names where it lies).
+    """
+    try:
+        op, image = _decoder.decode(blob)
+        return _OPS[op], image
+    except CorruptChangeValue:
+        raise
+    except (msgspec.DecodeError, ValueError, TypeError, KeyError, struct.error) as exc:
+        raise CorruptChangeValue(f"not a change-log change: {type(exc).__name__}: {exc}") from None

@@ -9,18 +9,21 @@ the decoder state after the segment, from which the next segment is decoded.
 from __future__ import annotations
 
 import base64
-import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from cdc_codecs import DdlChange, DecodeError, TableSchema, TidelakeError
-from spark.storage import Storage
+from cdc_codecs import DdlChange, DecodeError, RawMessage, SourcePosition, TableSchema, TidelakeError
+from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError, PendingSchemaError
+from cdc_codecs.events import BinlogPosition
 from spark.decode.clock import BinlogMark
+from spark.storage import Storage
 
-FORMAT = 2  # 2: the segment's table schemas by schema_id
+# 2: the segment's table schemas by schema_id. 3: DDL, errors and schemas as plain JSON fields
+# (2 held pickles, which reading would have run): docs/archive.md, "Side output".
+FORMAT = 3
 
 
 class SideOutputError(TidelakeError):
@@ -61,12 +64,73 @@ class DecoderState:
                             tuple(binlog) if binlog is not None else None)  # type: ignore[arg-type]
 
 
-def _pickled(items: tuple[Any, ...]) -> list[str]:
-    return [base64.b64encode(pickle.dumps(i, protocol=5)).decode("ascii") for i in items]
+def _position(p: SourcePosition) -> list[Any]:
+    return [p.topic, p.partition, p.offset, p.index]
 
 
-def _unpickled(items: list[str]) -> tuple[Any, ...]:
-    return tuple(pickle.loads(base64.b64decode(i)) for i in items)
+def _binlog(b: BinlogPosition | None) -> dict[str, Any] | None:
+    return None if b is None else {"file": b.file, "pos": b.pos, "row": b.row, "server": b.server}
+
+
+def _schema(t: TableSchema | None) -> dict[str, Any] | None:
+    return None if t is None else t.to_dict()
+
+
+def _bytes(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+def _unbytes(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text, validate=True)
+
+
+def ddl_to_dict(d: DdlChange) -> dict[str, Any]:
+    """A DDL as the side output keeps it: the statement and its facts, no Python objects."""
+    return {"database": d.database, "table": d.table, "sql": d.sql, "commit_ts": d.commit_ts,
+            "position": _position(d.position), "ddl_type": d.ddl_type, "schema_before": _schema(d.schema_before),
+            "schema_after": _schema(d.schema_after), "event_time_ms": d.event_time_ms, "binlog": _binlog(d.binlog)}
+
+
+def ddl_from_dict(doc: Mapping[str, Any]) -> DdlChange:
+    binlog = doc["binlog"]
+    return DdlChange(
+        doc["database"], doc["table"], doc["sql"], doc["commit_ts"], SourcePosition(*doc["position"]), doc["ddl_type"],
+        TableSchema.from_dict(doc["schema_before"]) if doc["schema_before"] is not None else None,
+        TableSchema.from_dict(doc["schema_after"]) if doc["schema_after"] is not None else None,
+        doc["event_time_ms"], BinlogPosition(**binlog) if binlog is not None else None)
+
+
+# The kinds of undecodable message, by the name a side output records (an unknown name is refused).
+_ERROR_KINDS: dict[str, type[DecodeError]] = {
+    k.__name__: k for k in (DecodeError, HandleKeyOnlyError, ClaimCheckError, PendingSchemaError)}
+
+
+def error_to_dict(e: DecodeError) -> dict[str, Any]:
+    """An undecodable message: what was wrong (protocol, field, reason), where, and its raw bytes."""
+    raw = e.raw
+    return {"kind": type(e).__name__ if type(e).__name__ in _ERROR_KINDS else "DecodeError",
+            "protocol": e.protocol, "position": _position(e.position) if e.position is not None else None,
+            "field": e.field, "reason": e.reason,
+            "raw": None if raw is None else {
+                "key": _bytes(raw.key), "value": _bytes(raw.value), "position": _position(raw.position),
+                "headers": [[k, _bytes(v)] for k, v in raw.headers], "timestamp_ms": raw.timestamp_ms}}
+
+
+def error_from_dict(doc: Mapping[str, Any]) -> DecodeError:
+    kind = _ERROR_KINDS[doc["kind"]]
+    raw = doc["raw"]
+    message = None if raw is None else RawMessage(
+        _unbytes(raw["key"]), _unbytes(raw["value"]), SourcePosition(*raw["position"]),
+        tuple((k, _unbytes(v)) for k, v in raw["headers"]), raw["timestamp_ms"])
+    position = SourcePosition(*doc["position"]) if doc["position"] is not None else None
+    return kind(doc["protocol"], position, doc["field"], doc["reason"], raw=message)
+
+
+def _schema_blob(doc: Any) -> bytes:
+    """A schema of the side output, back to the bytes its ``schema_id`` digests."""
+    if not isinstance(doc, dict) or set(doc) != {"key_columns", "columns"}:
+        raise ValueError(f"a schema is an object of key_columns and columns, found {type(doc).__name__}")
+    return orjson.dumps(doc)
 
 
 @dataclass(frozen=True)
@@ -76,8 +140,9 @@ class SideOutput:
     ``messages`` raw messages (undecodable ones included), ``events`` decoded events, ``rows``
     change-log rows written; ``mark`` the greatest partition watermark the segment proves (None
     if none); ``ddl`` its schema changes (commitTs as in the change log); ``errors`` its
-    undecodable messages; ``state`` the decoder state after it; ``schemas`` the pickled table
-    schemas (key columns, column types) its change-log rows name by ``schema_id``.
+    undecodable messages; ``state`` the decoder state after it; ``schemas`` the encoded table
+    schemas (key columns, column types: ``changelog.encode_schema``) its change-log rows name by
+    ``schema_id``.
     """
 
     topic: str
@@ -98,9 +163,11 @@ class SideOutput:
         return orjson.dumps({
             "format": FORMAT, "decoder": self.decoder, "topic": self.topic, "partition": self.partition,
             "start": self.start, "end": self.end, "messages": self.messages, "events": self.events,
-            "rows": self.rows, "mark": self.mark, "ddl": _pickled(self.ddl), "errors": _pickled(self.errors),
-            "state": self.state.to_dict(),
-            "schemas": {str(k): base64.b64encode(v).decode("ascii") for k, v in self.schemas.items()},
+            "rows": self.rows, "mark": self.mark, "ddl": [ddl_to_dict(d) for d in self.ddl],
+            "errors": [error_to_dict(e) for e in self.errors], "state": self.state.to_dict(),
+            # Each schema as the JSON it is, so that it reads back to the same bytes (its digest
+            # is the rows' schema_id).
+            "schemas": {str(k): orjson.Fragment(v) for k, v in self.schemas.items()},
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -114,12 +181,13 @@ class SideOutput:
                 raise SideOutputError(f"{where}: expected format {FORMAT}, found {doc.get('format')!r}")
             return SideOutput(
                 doc["topic"], doc["partition"], doc["start"], doc["end"], doc["decoder"], doc["messages"],
-                doc["events"], doc["rows"], doc["mark"], _unpickled(doc["ddl"]), _unpickled(doc["errors"]),
-                DecoderState.from_dict(doc["state"]), {int(k): base64.b64decode(v) for k, v in doc["schemas"].items()},
+                doc["events"], doc["rows"], doc["mark"], tuple(ddl_from_dict(d) for d in doc["ddl"]),
+                tuple(error_from_dict(e) for e in doc["errors"]), DecoderState.from_dict(doc["state"]),
+                {int(k): _schema_blob(v) for k, v in doc["schemas"].items()},
             )
         except SideOutputError:
             raise
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, pickle.UnpicklingError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SideOutputError(f"{where}: damaged side output: {type(exc).__name__}: {exc}") from exc
 
 

@@ -32,6 +32,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.transforms import IdentityTransform
 
 from spark.decode.changelog import decode_effect
+from spark.decode.effect import CorruptChangeValue
 from spark.iceberg.files import _transformed, key_file_pairs
 from spark.iceberg.rewrite import FileRewrite, delete_keys, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
@@ -70,7 +71,11 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     writes = np.zeros(net.num_rows, dtype=bool)
     for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
                                                 net.column("ts").to_pylist())):
-        op, row = decode_effect(blob)
+        try:
+            op, row = decode_effect(blob)
+        except CorruptChangeValue as exc:
+            where = f"{net.column('topic')[i]}/{net.column('partition')[i]}@{net.column('offset')[i]}"
+            raise CorruptChangeValue(f"change log of {target.table.name} at {where}: {exc}") from None
         if not deletes:
             writes[i] = True
             row[COMMIT_TS] = ts

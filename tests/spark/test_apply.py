@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from cdc_codecs import PROTOCOLS
@@ -58,3 +59,43 @@ def test_the_write_mode_decides_delete_files_or_rewrites_and_is_recorded_on_ever
         assert deletes and replaced == 0  # updates and deletes named rows; no data file was rewritten
     else:
         assert not deletes and replaced > 0
+
+
+def test_a_pickle_planted_in_a_change_log_row_fails_the_run_naming_where_and_never_runs(tmp_path: Path) -> None:
+    """The archive is data: a change-log value that is a pickle (what format 4 stored) is refused."""
+    import pickle
+
+    import msgspec
+    import pyarrow.parquet as pq
+
+    from cdc_codecs import get_encoder
+    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.decode.effect import CorruptChangeValue
+    from spark.storage import open_storage
+
+    from .archive import ArchiveWriter, make_config
+
+    class Boom:
+        def __reduce__(self):  # noqa: ANN204
+            return (exec, ("raise SystemExit('the pickle ran')",))
+
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=20, seed=3)).events()), 1)
+    ArchiveWriter(config, storage, {"cdc": 1}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+
+    def crash_after_decode(step: str) -> None:
+        if step == "decoded":
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        apply_interval(config, T0, T0 + HOUR, fault=crash_after_decode)
+    (path,) = [p for p in storage.list(f"{config.name}/") if p.endswith(".parquet") and "/changelog/" in p]
+    table = pq.read_table(storage.arrow_fs.open_input_file(storage.arrow_path(path)))
+    planted = msgspec.msgpack.encode(["insert", {"id": msgspec.msgpack.Ext(6, pickle.dumps(Boom()))}])
+    table = table.set_column(table.schema.get_field_index("change"), "change", pa.array([planted] * table.num_rows, pa.binary()))
+    storage.delete(path)
+    with storage.open_output(path) as out:
+        pq.write_table(table, out)
+    with pytest.raises(CorruptChangeValue, match=r"change log of .* at cdc/0@\d+: a pickled value .* is never unpickled"):
+        apply_interval(config, T0, T0 + HOUR)

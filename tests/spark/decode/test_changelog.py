@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -42,7 +44,7 @@ from spark.decode.changelog import (
     schema_id,
     segments_carry_state,
 )
-from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
+from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, SideOutputError, read_side_output
 from spark.land import open_segment_writer, segment_table
 from spark.net_change import key_bytes
 from spark.storage import LocalStorage, Storage, open_storage
@@ -175,7 +177,7 @@ def test_one_row_per_key_effect_for_insert_update_key_change_and_delete(tmp_path
         (Op.UPDATE, row(2, "b")),
         (Op.DELETE, {"id": 2}),
     ]
-    assert len({r["schema_id"] for r in rows}) == 1  # one table schema: one id, its pickle in the side output
+    assert len({r["schema_id"] for r in rows}) == 1  # one table schema: one id, its JSON in the side output
     assert list(side.schemas) == [rows[0]["schema_id"]] and rows[0]["schema_id"] == schema_id(side.schemas[rows[0]["schema_id"]])
     assert decode_schema(side.schemas[rows[0]["schema_id"]])[0] == ("id",)
 
@@ -430,6 +432,27 @@ def test_side_output_round_trips_through_json(tmp_path: Path) -> None:
     assert copy.ddl == side.ddl and copy.state == side.state and copy.state.schemas[0].key_columns == ("id",)
     assert [(type(e), e.position, e.raw) for e in copy.errors] == [(type(e), e.position, e.raw) for e in side.errors]
     assert len(copy.errors) == 1 and copy.mark is None
+
+
+@pytest.mark.parametrize("planted", ["ddl", "errors", "schemas"])
+def test_a_pickle_planted_in_a_side_output_is_refused_as_damaged_naming_the_file(tmp_path: Path, planted: str) -> None:
+    import base64
+
+    class Boom:
+        def __reduce__(self):  # noqa: ANN204
+            return (exec, ("raise SystemExit('the pickle ran')",))
+
+    config, storage = setup(tmp_path, "simple")
+    segments = write_segments(storage, config, [encode("simple", [ddl(1000), *CHANGES]) + [ProducerRecord(0, None, GARBAGE)]])
+    ensure(config, storage, segments)
+    path = paths(config, segments[0])[1]
+    doc = json.loads(storage.read(path))
+    payload = base64.b64encode(pickle.dumps(Boom())).decode("ascii")
+    doc[planted] = {"1": payload} if planted == "schemas" else [payload]
+    storage.delete(path)
+    storage.write(path, json.dumps(doc).encode())
+    with pytest.raises(SideOutputError, match=rf"{re.escape(path)}: damaged side output"):
+        read_side_output(storage, path)
 
 
 def test_a_needed_segment_outside_the_history_is_refused(tmp_path: Path) -> None:

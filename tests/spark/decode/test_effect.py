@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from cdc_codecs import Op
 from cdc_codecs.types import EnumIndex, SetMask
-from spark.decode.effect import decode_effect, encode_effect
+from spark.decode.effect import CorruptChangeValue, UnsupportedChangeValue, decode_effect, encode_effect
 
 VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(), st.binary(),
-    st.decimals(), st.datetimes(), st.datetimes(timezones=st.just(dt.UTC)), st.dates(), st.times(),
+    st.decimals(), st.datetimes(allow_imaginary=False).map(lambda v: v.replace(fold=0)),
+    st.datetimes(timezones=st.just(dt.UTC)).map(lambda v: v.replace(fold=0)), st.dates(), st.times().map(lambda v: v.replace(fold=0)), st.timedeltas(),
     st.lists(st.integers(), max_size=3), st.builds(EnumIndex, st.text(max_size=3)), st.builds(SetMask, st.text(max_size=3)),
 )
 
@@ -44,14 +45,44 @@ def test_every_value_comes_back_equal_and_of_its_type(image: dict, op: Op) -> No
 
 
 @pytest.mark.parametrize("value", [
-    2**64, -(2**63) - 1, 2**64 - 1, -(2**63), Decimal("-0"), Decimal("1.2E+5"), Decimal("NaN"), Decimal("-Infinity"),
-    -0.0, float("nan"), dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
-    dt.datetime(2024, 1, 1, 12, 30, tzinfo=zoneinfo.ZoneInfo("Asia/Shanghai")), dt.datetime(2024, 11, 3, 1, 30, fold=1),
-    dt.time(1, 2, 3, 4, tzinfo=dt.UTC), (1, "a"), {"nested": [1, 2]}, EnumIndex("2"),
+    2**64, -(2**63) - 1, 2**64 - 1, -(2**63), 10**40, Decimal("-0"), Decimal("1.2E+5"), Decimal("NaN"),
+    Decimal("-Infinity"), -0.0, float("nan"), dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+    dt.timedelta(hours=-838, minutes=-59, seconds=-59), dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999),
+    [1, [2**64, "a"], Decimal("1.50")], EnumIndex("2"), SetMask("5"),
 ])
 def test_edge_values_come_back_exactly(value: object) -> None:
     _, got = decode_effect(encode_effect(Op.UPDATE, {"c": value}))
-    assert _same(value, got["c"])
+    assert _same(value, got["c"]) and (not isinstance(value, list) or got["c"] == value)
+
+
+def test_a_datetime_in_another_zone_comes_back_at_the_same_instant_and_offset() -> None:
+    value = dt.datetime(2024, 1, 1, 12, 30, tzinfo=zoneinfo.ZoneInfo("Asia/Shanghai"))
+    _, got = decode_effect(encode_effect(Op.UPDATE, {"c": value}))
+    assert got["c"] == value and got["c"].utcoffset() == dt.timedelta(hours=8)
+
+
+@pytest.mark.parametrize("value", [(1, "a"), {"nested": [1, 2]}, dt.time(1, 2, tzinfo=dt.UTC), object()])
+def test_a_value_no_decoder_yields_is_refused_not_pickled(value: object) -> None:
+    with pytest.raises(UnsupportedChangeValue, match="has no documented encoding"):
+        encode_effect(Op.INSERT, {"c": value})
+
+
+def test_a_pickle_in_a_change_is_refused_and_never_run() -> None:
+    import pickle
+
+    import msgspec
+
+    class Boom:
+        def __reduce__(self):  # noqa: ANN204
+            return (exec, ("raise SystemExit('the pickle ran')",))
+
+    planted = msgspec.msgpack.encode(["insert", {"c": msgspec.msgpack.Ext(6, pickle.dumps(Boom()))}])
+    with pytest.raises(CorruptChangeValue, match="never unpickled"):
+        decode_effect(planted)
+    with pytest.raises(CorruptChangeValue, match="unknown MessagePack extension 99"):
+        decode_effect(msgspec.msgpack.encode(["insert", {"c": msgspec.msgpack.Ext(99, b"")}]))
+    with pytest.raises(CorruptChangeValue, match="not a change-log change"):
+        decode_effect(b"\xc1")
 
 
 @pytest.mark.parametrize("op", list(Op))
