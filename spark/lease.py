@@ -11,6 +11,12 @@ it exactly one wins. The holder renews it (rewrites its own object with a later 
 from a background thread while it lives, and releases it when done. A lease that expired
 (its holder died) may be taken by the next run; the old holder then finds a newer epoch at
 its next ``check()`` -- every commit calls it -- and stops before writing anything.
+
+The folder stays small: a run that takes epoch N deletes the epochs before N - 1 (the one
+before its own stays, for ``tidelake`` to show who ran last). Nothing depends on them: a
+taker always creates the newest epoch + 1, and the newest is never deleted. So ``check()``
+reads two objects, its own epoch and the next one, and lists nothing: O(1) per commit
+however long the pipeline has run.
 """
 
 from __future__ import annotations
@@ -70,14 +76,28 @@ def _path(pipeline: str, epoch: int) -> str:
     return f"{lease_dir(pipeline)}/{epoch:0{EPOCH_DIGITS}d}.json"
 
 
+def _epoch_of(path: str) -> int:
+    return int(path.rsplit("/", 1)[-1][:-5])
+
+
+def _epoch_paths(storage: Storage, pipeline: str) -> list[str]:
+    return [p for p in storage.list(lease_dir(pipeline)) if p.endswith(".json") and p.rsplit("/", 1)[-1][:-5].isdigit()]
+
+
+def _record(storage: Storage, path: str) -> LeaseRecord:
+    doc = orjson.loads(storage.read(path))
+    return LeaseRecord(_epoch_of(path), doc["owner"], doc["acquired_at"], doc["expires_at"], doc["released"])
+
+
 def current_lease(storage: Storage, pipeline: str) -> LeaseRecord | None:
     """The newest epoch's record, or None if the pipeline never had a lease."""
-    epochs = [p for p in storage.list(lease_dir(pipeline)) if p.endswith(".json") and p.rsplit("/", 1)[-1][:-5].isdigit()]
+    epochs = _epoch_paths(storage, pipeline)
     if not epochs:
         return None
-    path = max(epochs)
-    doc = orjson.loads(storage.read(path))
-    return LeaseRecord(int(path.rsplit("/", 1)[-1][:-5]), doc["owner"], doc["acquired_at"], doc["expires_at"], doc["released"])
+    try:
+        return _record(storage, max(epochs))
+    except FileNotFoundError:  # pruned between the listing and the read: a newer epoch exists
+        return current_lease(storage, pipeline)
 
 
 class Lease:
@@ -115,6 +135,7 @@ class Lease:
                 except AlreadyExists:
                     continue  # another run took it between our read and our create: look again
                 self.epoch = epoch
+                self._prune_before(epoch - 1)
                 if self.renew_in_background:
                     self._thread = threading.Thread(target=self._renew_loop, name=f"lease-{self.pipeline}", daemon=True)
                     self._thread.start()
@@ -150,7 +171,7 @@ class Lease:
         """
         if self.epoch is None:
             raise LeaseLostError(f"pipeline {self.pipeline}: this run does not hold the lease")
-        held = current_lease(self.storage, self.pipeline)
+        held = self._held()
         if held is None or held.epoch != self.epoch or held.owner != self.owner or held.released:
             raise LeaseLostError(
                 f"pipeline {self.pipeline}: the lease of this run ({self.owner}, epoch {self.epoch}) was taken by "
@@ -172,8 +193,27 @@ class Lease:
                 pass
 
     def _mine(self) -> bool:
-        held = current_lease(self.storage, self.pipeline)
+        held = self._held()
         return held is not None and held.epoch == self.epoch and held.owner == self.owner
+
+    def _held(self) -> LeaseRecord | None:
+        """The current holder as far as this run's epoch can tell, without listing: the next
+        epoch's record if another run took the lease, else this epoch's."""
+        assert self.epoch is not None
+        taken = _path(self.pipeline, self.epoch + 1)
+        if self.storage.exists(taken):
+            return _record(self.storage, taken)
+        own = _path(self.pipeline, self.epoch)  # never pruned while it is the newest
+        return _record(self.storage, own) if self.storage.exists(own) else None
+
+    def _prune_before(self, epoch: int) -> None:
+        """Delete the epochs before ``epoch``; a failure only leaves them for the next run."""
+        for path in _epoch_paths(self.storage, self.pipeline):
+            if _epoch_of(path) < epoch:
+                try:
+                    self.storage.delete(path)
+                except OSError:
+                    return
 
     def _doc(self, now: float, *, released: bool) -> bytes:
         return orjson.dumps({"owner": self.owner, "acquired_at": self._acquired_at, "expires_at": now + self.ttl,
