@@ -25,10 +25,11 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, ColumnType, TableSchema, TidelakeError, parse_mysql_type
+from cdc_codecs import Column, ColumnType, DdlChange, TableSchema, TidelakeError, parse_mysql_type, protocol_spec
+from cdc_codecs._base import parse_timezone
 from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
-from spark.config import PipelineConfig
+from spark.config import PipelineConfig, TopicConfig
 from spark.ddl import (
     AddColumn,
     ChangeColumnType,
@@ -41,14 +42,16 @@ from spark.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
+    ValueNotReproducible,
+    existing_rows_value,
 )
 from spark.iceberg import internals
 from spark.iceberg.files import LiveFiles, live_files
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
-from spark.plane import RewriteRequest
-from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, iceberg_schema, iceberg_type, table_columns
+from spark.plane import FillRequest, RewriteRequest
+from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns
 from spark.watermark import tag_name
 
 if TYPE_CHECKING:
@@ -130,11 +133,12 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
                 u.move_after((name,), (before,))
 
 
-# A plan's commit, paused at each data step: yields the step's rewrite request, is sent its rewrites.
-CommitSteps = Generator[RewriteRequest, list[FileRewrite], Table | None]
+# A plan's commit, paused at each data step (and each ADD COLUMN that fills the table's rows):
+# yields the step's rewrite request, is sent its rewrites.
+CommitSteps = Generator[RewriteRequest | FillRequest, list[FileRewrite], Table | None]
 
 
-def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest], list[FileRewrite]]) -> Table | None:
+def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest | FillRequest], list[FileRewrite]]) -> Table | None:
     """Run a plan's ``commit_steps`` to the end, answering each request with ``rewrite``."""
     try:
         request = next(steps)
@@ -210,7 +214,11 @@ class TableCommitter:
                         current = self._rename(current, change, run)
                         continue
                     tx = tx or current.transaction()
+                    fields = {f.name: f for f in tx.table_metadata.schema().fields}
+                    added = isinstance(change, AddColumn) and _field_name(fields, change.column.name) is None
                     self._schema_change(current, tx, change, step)
+                    if added:
+                        yield from self._fill_added_column(current, tx, change, step, run)
             else:
                 if current is None:
                     if not step.upserts:
@@ -382,6 +390,44 @@ class TableCommitter:
         # CREATE TABLE ... LIKE this table, later in the run, checks this (see _like_schema).
         tx.set_properties({SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)})
 
+    def _fill_added_column(self, table: Table, tx: Transaction, change: AddColumn, step: SchemaStep,
+                           run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
+        """MySQL gives every row a table holds an added column's default (explicit or implicit): the
+        executors rewrite the table's live data files with it, staged in the table's transaction
+        after the run's rows before the statement (so they get it too) and before those after it
+        (which carry their own value). Iceberg v3's ``initial-default`` would say it in metadata,
+        but pyiceberg 0.12 writes no v3 table and Iceberg Java refuses the field on a v2 one."""
+        head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
+        live = live_files(table.io, head) if head is not None else LiveFiles((), {})
+        if not live.data:
+            return  # an empty table: nothing to fill, whatever the default
+        ddl = step.ddl
+        name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
+        topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
+        try:
+            value = existing_rows_value(change.column, change.default, _statement_ms(ddl, topic),
+                                        parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC"))
+        except ValueNotReproducible as exc:
+            raise UnsupportedSchemaChange(
+                f"{name}: {ddl.sql!r} at commitTs {ddl.commit_ts} adds column {change.column.name!r} to a table holding rows, "
+                f"and the value MySQL gave those rows cannot be known: {exc}. Re-create the table from a snapshot "
+                "that includes the column"
+            ) from None
+        if value is None:
+            return  # NULL: what a column added to Iceberg reads in the files written before it
+        metadata = tx.table_metadata
+        column = next(f for f in metadata.schema().fields if f.name == change.column.name)
+        values = arrow_table(Schema(column), [{column.name: value}])
+        target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
+        deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
+        rewrites = yield FillRequest(*cat.upstream_name(table), target, live.data, deletes, values)
+        internals.stage_overwrite(
+            tx, target.name, expected_snapshot_id=head.snapshot_id if head is not None else None,
+            removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
+            deletes_removed=[d for r in rewrites for d in r.deletes_removed],
+            snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
+        )
+
     def _rename(self, table: Table, change: RenameTable, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
         try:
@@ -454,6 +500,15 @@ class TableCommitter:
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
         tx.commit_transaction()
+
+
+def _statement_ms(ddl: DdlChange, topic: TopicConfig | None) -> int:
+    """When the statement ran (epoch ms): its commitTs's physical part where the protocol carries
+    TiDB's commitTs, else its binlog event time (the statement's start, which MySQL's NOW() returns)."""
+    derived = topic is not None and not protocol_spec(topic.protocol).has_commit_ts
+    if (derived or ddl.commit_ts is None) and ddl.event_time_ms is not None:
+        return ddl.event_time_ms
+    return (ddl.commit_ts or 0) >> 18
 
 
 def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, step: DataStep, fold: Fold) -> Table:

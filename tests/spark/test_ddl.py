@@ -22,6 +22,9 @@ from spark.ddl import (
     CreateTable,
     CreateTableLike,
     DdlParseError,
+    DefaultLiteral,
+    DefaultNow,
+    DefaultUnknown,
     DropColumn,
     DropTable,
     MoveColumn,
@@ -35,6 +38,7 @@ from spark.ddl import (
 DB = "shop"
 T = (DB, "t")
 NOOP: list = []
+GENERATED = DefaultUnknown("a generated column computes the existing rows' values from columns tidelake may not hold")
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,8 @@ def col(name: str, mysql_type: str, nullable: bool = True) -> Column:
     return Column(name, parse_mysql_type(mysql_type), nullable)
 
 
-def add(name: str, mysql_type: str, nullable: bool = True, if_not_exists: bool = False) -> AddColumn:
-    return AddColumn(col(name, mysql_type, nullable), if_not_exists)
+def add(name: str, mysql_type: str, nullable: bool = True, if_not_exists: bool = False, default=None) -> AddColumn:
+    return AddColumn(col(name, mysql_type, nullable), if_not_exists, default)
 
 
 def modify(name: str, mysql_type: str) -> ChangeColumnType:
@@ -78,13 +82,13 @@ CORPUS: list[tuple[str, list | Fails]] = [
     # ---- ALTER TABLE ... ADD [COLUMN] col_name column_definition [FIRST | AFTER col_name]
     ("ALTER TABLE t ADD COLUMN a INT", [add("a", "int")]),
     ("ALTER TABLE t ADD a INT", [add("a", "int")]),
-    ("alter table t add column a bigint unsigned not null default 0", [add("a", "bigint unsigned", nullable=False)]),
+    ("alter table t add column a bigint unsigned not null default 0", [add("a", "bigint unsigned", nullable=False, default=DefaultLiteral("0"))]),
     ("ALTER TABLE t ADD COLUMN price DECIMAL(12,2) NULL COMMENT 'gross, in EUR'", [add("price", "decimal(12,2)")]),
-    ("ALTER TABLE t ADD COLUMN s ENUM('a','b,c') DEFAULT 'a'", [add("s", "enum('a','b,c')")]),
+    ("ALTER TABLE t ADD COLUMN s ENUM('a','b,c') DEFAULT 'a'", [add("s", "enum('a','b,c')", default=DefaultLiteral("a", True))]),
     ("ALTER TABLE t ADD COLUMN name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", [add("name", "varchar(64)")]),
-    ("ALTER TABLE t ADD COLUMN at DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6)", [add("at", "datetime(6)")]),
+    ("ALTER TABLE t ADD COLUMN at DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6)", [add("at", "datetime(6)", default=DefaultNow(6))]),
     ("ALTER TABLE t ADD COLUMN doc JSON", [add("doc", "json")]),
-    ("ALTER TABLE t ADD COLUMN total INT AS (a + b) STORED", [add("total", "int")]),
+    ("ALTER TABLE t ADD COLUMN total INT AS (a + b) STORED", [add("total", "int", default=GENERATED)]),
     # types are read as written, by the protocols' type parser (sqlglot would make REAL a FLOAT)
     ("ALTER TABLE t ADD COLUMN r REAL, ADD d DOUBLE PRECISION", [add("r", "double"), add("d", "double")]),
     ("ALTER TABLE t ADD COLUMN g POINT NOT NULL SRID 4326", [add("g", "point", nullable=False)]),
@@ -92,7 +96,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ADD COLUMN u INT(11) UNSIGNED ZEROFILL NOT NULL", [add("u", "int(11) unsigned zerofill", nullable=False)]),
     ("ALTER TABLE t ADD COLUMN a INT FIRST", [add("a", "int"), first("a")]),
     ("ALTER TABLE t ADD COLUMN a INT AFTER id", [add("a", "int"), after("a", "id")]),
-    ("ALTER TABLE t ADD COLUMN a INT NOT NULL DEFAULT 0 COMMENT 'x' AFTER b", [add("a", "int", nullable=False), after("a", "b")]),
+    ("ALTER TABLE t ADD COLUMN a INT NOT NULL DEFAULT 0 COMMENT 'x' AFTER b", [add("a", "int", nullable=False, default=DefaultLiteral("0")), after("a", "b")]),
     ("ALTER TABLE t ADD COLUMN (a INT, b VARCHAR(10))", [add("a", "int"), add("b", "varchar(10)")]),
     ("ALTER TABLE t ADD (a INT, b INT, INDEX ia (a))", [add("a", "int"), add("b", "int")]),
     ("ALTER TABLE t ADD COLUMN a INT, ADD COLUMN b INT AFTER a", [add("a", "int"), add("b", "int"), after("b", "a")]),
