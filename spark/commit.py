@@ -185,8 +185,16 @@ class TableCommitter:
                 return done
         tx: Transaction | None = None
         current = table
+        # Columns a statement added with a value for the rows the table holds: {field id: value},
+        # filled in one rewrite once the statement's changes are staged (ADD a ..., ADD b ...).
+        fills: dict[int, Any] = {}
+        statement: DdlChange | None = None
         for step in plan.steps:
+            if fills and (not isinstance(step, SchemaStep) or step.ddl is not statement):
+                yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
+                fills = {}
             if isinstance(step, SchemaStep):
+                statement = step.ddl
                 for change in step.changes:
                     if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, run)
@@ -202,6 +210,9 @@ class TableCommitter:
                     if isinstance(change, RenameTable):
                         # Renames are not transactional: commit the data with a marker, then rename.
                         tx = tx or current.transaction()
+                        if fills:  # ALTER TABLE t ADD c ... DEFAULT 1, RENAME TO u
+                            yield from self._fill(current, tx, fills, run)
+                            fills = {}
                         tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}"})
                         props = tx.table_metadata.properties
                         if CREATED_AT not in props and WATERMARK not in props:
@@ -218,7 +229,7 @@ class TableCommitter:
                     added = isinstance(change, AddColumn) and _field_name(fields, change.column.name) is None
                     self._schema_change(current, tx, change, step)
                     if added:
-                        yield from self._fill_added_column(current, tx, change, step, run)
+                        fills.update(self._existing_rows_fill(current, tx, change, step))  # type: ignore[arg-type]
             else:
                 if current is None:
                     if not step.upserts:
@@ -231,6 +242,8 @@ class TableCommitter:
                     # saw created is made by its rows.
                     tx.remove_properties(DROPPED)
                 yield from self._write_rows(current, tx, plan, step, run, fold)
+        if fills:
+            yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
@@ -390,39 +403,55 @@ class TableCommitter:
         # CREATE TABLE ... LIKE this table, later in the run, checks this (see _like_schema).
         tx.set_properties({SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)})
 
-    def _fill_added_column(self, table: Table, tx: Transaction, change: AddColumn, step: SchemaStep,
-                           run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
-        """MySQL gives every row a table holds an added column's default (explicit or implicit): the
-        executors rewrite the table's live data files with it, staged in the table's transaction
-        after the run's rows before the statement (so they get it too) and before those after it
-        (which carry their own value). Iceberg v3's ``initial-default`` would say it in metadata,
-        but pyiceberg 0.12 writes no v3 table and Iceberg Java refuses the field on a v2 one."""
+    def _existing_rows_fill(self, table: Table, tx: Transaction, change: AddColumn, step: SchemaStep) -> dict[int, Any]:
+        """{field id: value} for a column ``change`` just added, when MySQL gives the rows the table
+        holds a value other than NULL (its DEFAULT, explicit or implicit; ``existing_rows_value``);
+        {} for NULL (what a column added to Iceberg reads in older files) or a table without rows.
+
+        Raises:
+            UnsupportedSchemaChange: the table holds rows and their value cannot be known.
+        """
         head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
-        live = live_files(table.io, head) if head is not None else LiveFiles((), {})
-        if not live.data:
-            return  # an empty table: nothing to fill, whatever the default
+        if head is None or not live_files(table.io, head).data:
+            return {}  # an empty table: nothing to fill, whatever the default
         ddl = step.ddl
-        name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
         topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
         try:
             value = existing_rows_value(change.column, change.default, _statement_ms(ddl, topic),
                                         parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC"))
         except ValueNotReproducible as exc:
+            name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
             raise UnsupportedSchemaChange(
                 f"{name}: {ddl.sql!r} at commitTs {ddl.commit_ts} adds column {change.column.name!r} to a table holding rows, "
                 f"and the value MySQL gave those rows cannot be known: {exc}. Re-create the table from a snapshot "
                 "that includes the column"
             ) from None
         if value is None:
-            return  # NULL: what a column added to Iceberg reads in the files written before it
+            return {}
+        field = next(f for f in tx.table_metadata.schema().fields if f.name == change.column.name)
+        return {field.field_id: value}
+
+    def _fill(self, table: Table, tx: Transaction, fills: dict[int, Any],
+              run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
+        """Give every row the table holds the ``fills`` (field id -> value) of the columns a statement
+        added: MySQL gives them the column's default. The executors rewrite the live data files with
+        them, staged in the table's transaction after the run's rows before the statement (so those
+        get it too) and before the rows after it (which carry their own values). Iceberg v3's
+        ``initial-default`` would say it in metadata, but pyiceberg 0.12 writes no v3 table and
+        Iceberg Java refuses the field on a v2 one."""
         metadata = tx.table_metadata
-        column = next(f for f in metadata.schema().fields if f.name == change.column.name)
-        values = arrow_table(Schema(column), [{column.name: value}])
+        columns = [f for f in metadata.schema().fields if f.field_id in fills]  # by id: a later clause may rename
+        if not columns:
+            return  # dropped again by the same statement
+        head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+        assert head is not None  # fills are only made for a table with rows
+        live = live_files(table.io, head)
+        values = arrow_table(Schema(*columns), [{f.name: fills[f.field_id] for f in columns}])
         target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
         deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
         rewrites = yield FillRequest(*cat.upstream_name(table), target, live.data, deletes, values)
         internals.stage_overwrite(
-            tx, target.name, expected_snapshot_id=head.snapshot_id if head is not None else None,
+            tx, target.name, expected_snapshot_id=head.snapshot_id,
             removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
             deletes_removed=[d for r in rewrites for d in r.deletes_removed],
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},

@@ -40,6 +40,9 @@ Decisions:
 - ``IF NOT EXISTS`` / ``IF EXISTS`` are kept on the changes whose effect they change
   (CREATE TABLE, ADD COLUMN); DROP COLUMN / DROP TABLE of a missing object is already a
   no-op in the committer.
+- ``ADD COLUMN`` keeps its DEFAULT (``AddColumn.default``): MySQL gives it to every row the
+  table holds, and ``existing_rows_value`` says which value that is once the column's exact type
+  is known; ``ALTER COLUMN ... SET / DROP DEFAULT`` change no row and are no-ops.
 - Temporary tables are never replicated (binlog and TiCDC skip them): no-ops.
 - ``DROP DATABASE`` names no table, so it is ``[]`` here: its tables keep their last rows
   until a CREATE TABLE re-makes them. Dropping every table of a database needs a step over

@@ -17,6 +17,7 @@ import pytest
 
 from cdc_codecs import Op, get_encoder
 from cdc_codecs.oracle import Oracle
+from spark import catalog as cat
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
 from spark.config import LayoutConfig
@@ -54,8 +55,10 @@ def rows_at(config, table: str, w: int) -> list[dict]:  # noqa: ANN001
     return normalise(read_table(config, "shop", table, w).to_pylist())
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_existing_rows_read_the_default_at_the_ddl_and_every_later_w(tmp_path: Path, protocol: str) -> None:
+@pytest.mark.parametrize("protocol, layout", [(p, LayoutConfig()) for p in PROTOCOLS]
+                         + [("canal-json", LayoutConfig(buckets=2, write_mode="copy-on-write"))],
+                         ids=PROTOCOLS + ["canal-json-bucketed"])
+def test_existing_rows_read_the_default_at_the_ddl_and_every_later_w(tmp_path: Path, protocol: str, layout: LayoutConfig) -> None:
     h = History()
     v1 = schema("shop", "t", [("id", "int"), ("v", "int")])
     v2 = schema("shop", "t", [("id", "int"), ("v", "int"), ("c", "int")])
@@ -74,7 +77,7 @@ def test_existing_rows_read_the_default_at_the_ddl_and_every_later_w(tmp_path: P
     h.events.clear()
     h.row(Op.UPDATE, v2, {"id": 1, "v": 1, "c": 7}, {"id": 1, "v": 10, "c": 7})
     w3 = h.mark()
-    config, _ = run(tmp_path, protocol, [first, second, list(h.events)])
+    config, _ = run(tmp_path, protocol, [first, second, list(h.events)], layout=layout)
     everything = first + second + list(h.events)
     at2 = [{"id": 1, "v": 1, "c": 7}, {"id": 2, "v": 20, "c": 7}, {"id": 3, "v": 3, "c": 7}, {"id": 4, "v": 4, "c": 8}]
     assert rows_at(config, "t", w2) == normalise(at2) == oracle_rows(model_at(everything, w2), ("shop", "t"))
@@ -200,3 +203,21 @@ def test_set_and_drop_default_change_no_rows(tmp_path: Path) -> None:
     w = h.mark()
     config, _ = run(tmp_path, "canal-json", [h.events])
     assert read_table(config, "shop", "t", w).to_pylist() == [{"id": 1, "v": None}]
+
+
+def test_columns_one_statement_adds_are_filled_in_one_rewrite_by_field_id(tmp_path: Path) -> None:
+    h = History()
+    v1 = schema("shop", "t", [("id", "int")])
+    h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1})
+    h.mark()
+    first = list(h.events)
+    h.events.clear()
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN a INT DEFAULT 1, ADD COLUMN b VARCHAR(4) NOT NULL, "
+                       "ADD COLUMN c INT DEFAULT 3, RENAME COLUMN a TO a2, DROP COLUMN c", kind="ALTER")
+    w = h.mark()
+    config, _ = run(tmp_path, "canal-json", [first, list(h.events)])
+    assert read_table(config, "shop", "t", w).to_pylist() == [{"id": 1, "a2": 1, "b": ""}]
+    table = cat.open_catalog(config).load_table(cat.identifier(config, "shop", "t"))
+    fills = [s for s in table.snapshots() if s.summary and s.summary.operation.value == "overwrite"]
+    assert len(fills) == 1  # one rewrite for the statement, not one per column

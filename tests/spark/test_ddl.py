@@ -9,7 +9,9 @@ RENAME TABLE, 15.1.37 TRUNCATE TABLE, 15.1.32 DROP TABLE; TiDB SQL statement ref
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pytest
 
@@ -32,6 +34,8 @@ from spark.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
+    ValueNotReproducible,
+    existing_rows_value,
     parse_ddl,
 )
 
@@ -318,3 +322,68 @@ def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
         f"{DB}.u: data(1 upserts, 0 deletes)",
     ]
     assert [s.segment for s in plans[1].steps if not hasattr(s, "changes")] == [0, 1]
+
+
+# ---- the value ADD COLUMN gives the rows a table holds (MySQL 8.0 manual, 13.6 Data Type Default Values)
+UTC8 = dt.timezone(dt.timedelta(hours=8))
+AT_MS = 1_700_000_000_123  # 2023-11-14 22:13:20.123 UTC
+EXISTING_ROWS = [
+    ("ADD c INT NOT NULL DEFAULT 7", 7),
+    ("ADD c INT DEFAULT '7'", 7),
+    ("ADD c INT DEFAULT 7.5", 8),
+    ("ADD c INT DEFAULT -3", -3),
+    ("ADD c INT DEFAULT (7)", 7),
+    ("ADD c INT", None),
+    ("ADD c INT NOT NULL", 0),
+    ("ADD c BIGINT UNSIGNED NOT NULL", 0),
+    ("ADD c DECIMAL(6,2) DEFAULT 1.555", Decimal("1.56")),
+    ("ADD c DECIMAL(6,2) NOT NULL", Decimal("0.00")),
+    ("ADD c DOUBLE NOT NULL", 0.0),
+    ("ADD c VARCHAR(8) NOT NULL", ""),
+    ("ADD c VARCHAR(8) DEFAULT 'it''s'", "it's"),
+    ("ADD c VARCHAR(8) DEFAULT _utf8mb4'x'", "x"),
+    ("ADD c TEXT DEFAULT ('n/a')", "n/a"),
+    ("ADD c VARBINARY(4) DEFAULT 0x4142", b"AB"),
+    ("ADD c BINARY(3) NOT NULL", b"\0\0\0"),
+    ("ADD c BINARY(3) DEFAULT 'a'", b"a\0\0"),
+    ("ADD c BIT(3) DEFAULT b'101'", 5),
+    ("ADD c TINYINT(1) NOT NULL DEFAULT TRUE", 1),
+    ("ADD c ENUM('x','y') NOT NULL", "x"),
+    ("ADD c ENUM('1','2') DEFAULT '2'", "2"),
+    ("ADD c SET('a','b') DEFAULT 'b,a'", "a,b"),
+    ("ADD c SET('a','b') NOT NULL", ""),
+    ("ADD c DATE NOT NULL", None),  # the zero date reads as NULL
+    ("ADD c DATETIME NOT NULL DEFAULT '2020-01-02 03:04:05'", dt.datetime(2020, 1, 2, 3, 4, 5)),
+    ("ADD c TIMESTAMP DEFAULT '2020-01-02 03:04:05'", dt.datetime(2020, 1, 1, 19, 4, 5, tzinfo=dt.timezone.utc)),
+    ("ADD c TIME NOT NULL", dt.timedelta(0)),
+    ("ADD c DATETIME DEFAULT CURRENT_TIMESTAMP", dt.datetime(2023, 11, 15, 6, 13, 20)),
+    ("ADD c DATETIME(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)", dt.datetime(2023, 11, 15, 6, 13, 20, 123000)),
+    ("ADD c DATETIME(6) DEFAULT NOW(6)", dt.datetime(2023, 11, 15, 6, 13, 20, 123000)),
+    ("ADD c TIMESTAMP NOT NULL DEFAULT LOCALTIMESTAMP", dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)),
+    ("ADD c DATE DEFAULT (CURRENT_DATE)", dt.date(2023, 11, 15)),
+    ("ADD c VARCHAR(36) DEFAULT (UUID())", Fails("expression default UUID()")),
+    ("ADD c DOUBLE DEFAULT (RAND())", Fails("expression default RAND()")),
+    ("ADD c INT DEFAULT (a + 1)", Fails(r"expression default \(?a \+ 1")),
+    ("ADD c INT NOT NULL AUTO_INCREMENT PRIMARY KEY", Fails("AUTO_INCREMENT")),
+    ("ADD c INT AS (a + 1) STORED", Fails("generated column")),
+    ("ADD c JSON NOT NULL", Fails("implicit default of a NOT NULL json")),
+    ("ADD c INT DEFAULT 'abc'", Fails("does not fit")),
+]
+
+
+@pytest.mark.parametrize("clause, expected", EXISTING_ROWS, ids=[c for c, _ in EXISTING_ROWS])
+def test_the_value_add_column_gives_existing_rows(clause: str, expected) -> None:
+    (_, change), *_ = parse_ddl(f"ALTER TABLE t {clause}", DB)
+    assert isinstance(change, AddColumn)
+    if isinstance(expected, Fails):
+        with pytest.raises(ValueNotReproducible, match=expected.pattern):
+            existing_rows_value(change.column, change.default, AT_MS, UTC8)
+    else:
+        got = existing_rows_value(change.column, change.default, AT_MS, UTC8)
+        assert got == expected and type(got) is type(expected)
+
+
+def test_schema_after_keeps_the_statements_default() -> None:
+    after = TableSchema(DB, "t", (col("id", "int", False), col("c", "bigint", False)), ("id",))
+    ddl = DdlChange(DB, "t", "ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 7", 1, P, "ALTER", None, after)
+    assert ddl_changes(ddl) == _normalised([add("c", "bigint", nullable=False, default=DefaultLiteral("7"))])
