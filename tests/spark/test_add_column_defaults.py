@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_codecs import Op, get_encoder
-from cdc_codecs.oracle import Oracle
+from cdc_codecs import DdlChange, Op, RowChange, get_encoder
+from cdc_codecs.oracle import BinlogOracle, Oracle
 from spark import catalog as cat
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
@@ -24,8 +24,8 @@ from spark.config import LayoutConfig
 from spark.query import read_table
 from spark.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
-from .test_schema_evolution import History, schema
+from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
+from .test_schema_evolution import P, History, schema
 
 PROTOCOLS = ["canal-json", "simple", "debezium"]  # SQL only; and two that carry the schema after each DDL
 PARTITIONS = [("gen", 0)]
@@ -221,3 +221,27 @@ def test_columns_one_statement_adds_are_filled_in_one_rewrite_by_field_id(tmp_pa
     table = cat.open_catalog(config).load_table(cat.identifier(config, "shop", "t"))
     fills = [s for s in table.snapshots() if s.summary and s.summary.operation.value == "overwrite"]
     assert len(fills) == 1  # one rewrite for the statement, not one per column
+
+
+@pytest.mark.parametrize("protocol", ["canal", "debezium-mysql"])
+def test_without_commit_ts_current_timestamp_is_the_binlog_event_time(tmp_path: Path, protocol: str) -> None:
+    """Official Canal and Debezium MySQL carry no commitTs: the statement's time is its binlog event
+    time, the start of the statement, which is what MySQL's NOW() returned to it."""
+    v1 = schema("shop", "t", [("id", "int")])
+    v2 = schema("shop", "t", [("id", "int"), ("at", "datetime")])
+    ms = 1_700_000_000_000
+    events = [DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key)", None, P, "CREATE", None, v1, ms),
+              RowChange(Op.INSERT, "shop", "t", None, {"id": 1}, ("id",), v1.column_types, None, P, ms + 1),
+              DdlChange("shop", "t", "ALTER TABLE shop.t ADD COLUMN at DATETIME DEFAULT CURRENT_TIMESTAMP", None, P,
+                        "ALTER", v1, v2, ms + 2_500)]
+    # Later rows on every partition move the derived watermark past the statement.
+    events += [RowChange(Op.INSERT, "shop", "t", None, {"id": i, "at": None}, ("id",), v2.column_types, None, P, ms + 9_000)
+               for i in range(10, 30)]
+    config, results = run(tmp_path, protocol, [events])
+    w = results[0].watermark
+    assert w >= (ms + 2_500) << 18
+    rows = {r["id"]: r for r in read_table(config, "shop", "t", w).to_pylist()}
+    assert rows[1]["at"] == dt.datetime(2023, 11, 14, 22, 13, 22)  # ms + 2.5 s, in UTC, at second precision
+    oracle = oracle_from_records(protocol, "cdc", get_encoder(protocol).encode_all(events, 2), 2, BinlogOracle())
+    assert oracle.cut([("cdc", 0), ("cdc", 1)]) == w
+    assert oracle_rows(oracle, ("shop", "t")) == normalise(list(rows.values()))
