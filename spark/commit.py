@@ -6,7 +6,8 @@ interval, so a table is either fully at the new watermark or untouched. Rows are
 written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
 touched key are rewritten without it, the net rows written as new files); the driver stages
 the removed and added files as one overwrite snapshot per data step (``iceberg.internals``)
-in the table's transaction, next to its schema changes, and commits once.
+in the table's transaction, next to its schema changes, and commits once. An ADD COLUMN
+whose default MySQL gives the rows the table holds is one more such step (``_fill``).
 """
 
 from __future__ import annotations
@@ -412,7 +413,8 @@ class TableCommitter:
             UnsupportedSchemaChange: the table holds rows and their value cannot be known.
         """
         head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
-        if head is None or not live_files(table.io, head).data:
+        live = live_files(table.io, head) if head is not None else LiveFiles((), {})
+        if not live.data:
             return {}  # an empty table: nothing to fill, whatever the default
         ddl = step.ddl
         topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
@@ -420,6 +422,9 @@ class TableCommitter:
             value = existing_rows_value(change.column, change.default, _statement_ms(ddl, topic),
                                         parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC"))
         except ValueNotReproducible as exc:
+            # Files whose rows are all deleted hold no row to fill (our delete files name a position once).
+            if sum(f.record_count for f in live.data) <= sum(d.record_count for f in live.data for d in live.deletes_of(f)):
+                return {}
             name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
             raise UnsupportedSchemaChange(
                 f"{name}: {ddl.sql!r} at commitTs {ddl.commit_ts} adds column {change.column.name!r} to a table holding rows, "

@@ -31,15 +31,16 @@ PROTOCOLS = ["canal-json", "simple", "debezium"]  # SQL only; and two that carry
 PARTITIONS = [("gen", 0)]
 
 
-def run(tmp: Path, protocol: str, batches: list[list], options: dict | None = None, layout: LayoutConfig = LayoutConfig()):
-    """Each batch archived as one interval and applied, in process (``LocalPlane``)."""
+def run(tmp: Path, protocol: str, batches: list[list], options: dict | None = None, layout: LayoutConfig = LayoutConfig(),
+        runner=None):  # noqa: ANN001
+    """Each batch archived as one interval and applied, in process (``LocalPlane``) or by ``runner``."""
     config = dataclasses.replace(make_config(tmp, protocol, options), layout=layout)
     writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
     encoder = get_encoder(protocol, **(options or {}))
     results = []
     for i, batch in enumerate(batches):
         writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(batch, 2)])
-        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR, runner=runner))
     return config, results
 
 
@@ -89,7 +90,7 @@ def test_existing_rows_read_the_default_at_the_ddl_and_every_later_w(tmp_path: P
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
 @pytest.mark.parametrize("layout", [LayoutConfig(), LayoutConfig(write_mode="copy-on-write")], ids=["mor", "cow"])
 def test_a_keyless_delete_and_update_carrying_the_default_find_the_stored_row(tmp_path: Path, protocol: str,
-                                                                              layout: LayoutConfig) -> None:
+                                                                              layout: LayoutConfig, runner=None) -> None:  # noqa: ANN001
     h = History()
     v1 = schema("shop", "k", [("id", "int"), ("v", "varchar(8)")], keys=())
     v2 = schema("shop", "k", [("id", "int"), ("v", "varchar(8)"), ("c", "int")], keys=())
@@ -108,7 +109,7 @@ def test_a_keyless_delete_and_update_carrying_the_default_find_the_stored_row(tm
     h.row(Op.UPDATE, v2, {"id": 2, "v": "b", "c": 7}, {"id": 2, "v": "b", "c": 9})
     h.row(Op.DELETE, v2, {"id": 3, "v": "c", "c": 7}, None)
     w3 = h.mark()
-    config, _ = run(tmp_path, protocol, [first, second, list(h.events)], layout=layout)
+    config, _ = run(tmp_path, protocol, [first, second, list(h.events)], layout=layout, runner=runner)
     everything = first + second + list(h.events)
     assert rows_at(config, "k", w1) == normalise([{"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}])
     at2 = normalise([{"id": 2, "v": "b", "c": 7}, {"id": 3, "v": "c", "c": 7}])
@@ -181,15 +182,26 @@ def test_a_default_the_stream_cannot_reproduce_fails_the_table_naming_the_statem
         run(tmp_path, "canal-json", [h.events])
 
 
-def test_an_unreproducible_default_on_an_empty_table_is_applied(tmp_path: Path) -> None:
+@pytest.mark.parametrize("emptied", [False, True], ids=["never-filled", "rows-deleted"])
+def test_an_unreproducible_default_on_an_empty_table_is_applied(tmp_path: Path, emptied: bool) -> None:
     h = History()
     v1 = schema("shop", "t", [("id", "int")])
     h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key)", v1, kind="CREATE")
+    batches = []
+    if emptied:  # a data file whose one row a position delete file deletes (merge-on-read)
+        h.row(Op.INSERT, v1, None, {"id": 9})
+        h.mark()
+        batches.append(list(h.events))
+        h.events.clear()
+        h.row(Op.DELETE, v1, {"id": 9}, None)
+        h.mark()
+        batches.append(list(h.events))
+        h.events.clear()
     h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN u VARCHAR(36) DEFAULT (UUID())", kind="ALTER")
     v2 = schema("shop", "t", [("id", "int"), ("u", "varchar(36)")])
     h.row(Op.INSERT, v2, None, {"id": 1, "u": "x"})
     w = h.mark()
-    config, _ = run(tmp_path, "canal-json", [h.events])
+    config, _ = run(tmp_path, "canal-json", batches + [h.events])
     assert read_table(config, "shop", "t", w).to_pylist() == [{"id": 1, "u": "x"}]
 
 
@@ -245,3 +257,17 @@ def test_without_commit_ts_current_timestamp_is_the_binlog_event_time(tmp_path: 
     oracle = oracle_from_records(protocol, "cdc", get_encoder(protocol).encode_all(events, 2), 2, BinlogOracle())
     assert oracle.cut([("cdc", 0), ("cdc", 1)]) == w
     assert oracle_rows(oracle, ("shop", "t")) == normalise(list(rows.values()))
+
+
+@pytest.mark.slow
+def test_the_fill_runs_on_spark_executors(tmp_path: Path) -> None:
+    """The key-less case with every run's fold, rewrite and fill on Spark (local[2])."""
+    from spark.land import SparkRunner
+    from spark.session import build_context
+
+    context = build_context("tidelake-defaults", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    try:
+        test_a_keyless_delete_and_update_carrying_the_default_find_the_stored_row(tmp_path, "canal-json", LayoutConfig(),
+                                                                                  runner=SparkRunner(context))
+    finally:
+        context.stop()
