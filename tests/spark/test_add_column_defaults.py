@@ -23,8 +23,10 @@ from spark.commit import UnsupportedSchemaChange
 from spark.config import LayoutConfig
 from spark.query import read_table
 from spark.storage import open_storage
+from spark.watermark import tag_name
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
+from .test_catalog import duckdb_with_iceberg, jdbc_metadata_location
 from .test_schema_evolution import P, History, schema
 
 PROTOCOLS = ["canal-json", "simple", "debezium"]  # SQL only; and two that carry the schema after each DDL
@@ -85,6 +87,15 @@ def test_existing_rows_read_the_default_at_the_ddl_and_every_later_w(tmp_path: P
     at3 = [{"id": 1, "v": 10, "c": 7}] + at2[1:]
     assert rows_at(config, "t", w3) == normalise(at3) == oracle_rows(model_at(everything, w3), ("shop", "t"))
     assert rows_at(config, "t", w1) == normalise([{"id": 1, "v": 1}, {"id": 2, "v": 20}])  # the older tag keeps its columns
+    # Another engine reads the tags the same: the filled rows are plain data files.
+    con = duckdb_with_iceberg()
+    catalog = cat.open_catalog(config)
+    location = jdbc_metadata_location(config, catalog.name, ".".join(cat.identifier(config, "shop", "t")))
+    table = catalog.load_table(cat.identifier(config, "shop", "t"))
+    for w in (w2, w3):
+        snapshot = table.snapshot_by_name(tag_name(w)).snapshot_id
+        got = con.execute(f"SELECT id, v, c FROM iceberg_scan(?, snapshot_from_id={snapshot})", [location]).fetch_arrow_table()
+        assert normalise(got.to_pylist()) == rows_at(config, "t", w)
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
