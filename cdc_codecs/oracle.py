@@ -111,6 +111,7 @@ class Oracle:
         if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)
             self.tables[name] = {}
         keyless = {k for k, row in self.tables.get(name, {}).items() if k == row_key((), row)}
+        had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
             table = self.tables.setdefault(name, {})
@@ -119,7 +120,7 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
-        for column, value in self._added_columns(e, name):
+        for column, value in self._added_columns(e, name, had):
             for row in self.tables.get(name, {}).values():
                 row[column] = value
         if keyless and name in self.tables:  # a row without a key is its own key: it changed with the row
@@ -128,7 +129,7 @@ class Oracle:
     def _statement_ms(self, e: DdlChange) -> int:
         return e.commit_ts >> 18  # type: ignore[operator]
 
-    def _added_columns(self, e: DdlChange, name: TableName) -> list[tuple[str, Any]]:
+    def _added_columns(self, e: DdlChange, name: TableName, had: set[str]) -> list[tuple[str, Any]]:
         """(column, value every existing row gets) for each column ``ALTER TABLE ... ADD`` adds."""
         try:
             statement = sqlglot.parse_one(e.sql, read="mysql")
@@ -140,6 +141,8 @@ class Oracle:
         for action in statement.args.get("actions") or []:
             if not isinstance(action, exp.ColumnDef):
                 continue
+            if action.args.get("exists") and action.name in had:
+                continue  # ADD COLUMN IF NOT EXISTS of a column the table has: its rows keep their values
             carried = self.schemas.get(name).column(action.name) if name in self.schemas else None
             ct = carried.type if carried is not None else parse_mysql_type(action.args["kind"].sql(dialect="mysql"))
             out.append((action.name, self._default_value(action, ct, e)))
