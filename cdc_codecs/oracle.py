@@ -8,16 +8,27 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   commitTs, then partition offset, then index in the message;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
 - an update that changes the key deletes the old key and writes the new one;
-- a table without a primary key uses the whole row as its key.
+- a table without a primary key uses the whole row as its key;
+- ``ALTER TABLE ... ADD COLUMN`` gives every row the table holds the column's default, as MySQL 8
+  does (manual, 13.6 "Data Type Default Values"): the DEFAULT literal; without one NULL, or for a
+  NOT NULL column the type's implicit default (0, '', the first ENUM member, the zero date, which
+  reads as NULL); ``DEFAULT CURRENT_TIMESTAMP`` is the statement's time (the commitTs's physical
+  part, or the binlog event time without one). Read from the statement with sqlglot alone.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Iterable
 
+import sqlglot
+from sqlglot import exp
+
 from cdc_codecs.events import DdlChange, Event, Op, RowChange, SchemaSnapshot, TableSchema, Watermark
+from cdc_codecs.types import ColumnType, TypeKind, from_text, parse_mysql_type
 
 TableName = tuple[str, str]
 Key = tuple[Any, ...]
@@ -45,6 +56,7 @@ class Oracle:
     tables: dict[TableName, dict[Key, dict[str, Any]]] = field(default_factory=dict)
     schemas: dict[TableName, TableSchema] = field(default_factory=dict)
     watermark: int = 0
+    timezone: dt.tzinfo = dt.timezone.utc  # upstream's time zone: what DATETIME DEFAULT CURRENT_TIMESTAMP reads in
     _pending: list[RowChange | DdlChange] = field(default_factory=list)
     _partition_marks: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -98,6 +110,8 @@ class Oracle:
         name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
         if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)
             self.tables[name] = {}
+        keyless = {k for k, row in self.tables.get(name, {}).items() if k == row_key((), row)}
+        had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
             table = self.tables.setdefault(name, {})
@@ -106,6 +120,66 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
+        for column, value in self._added_columns(e, name, had):
+            for row in self.tables.get(name, {}).values():
+                row[column] = value
+        if keyless and name in self.tables:  # a row without a key is its own key: it changed with the row
+            self.tables[name] = {(row_key((), r) if k in keyless else k): r for k, r in self.tables[name].items()}
+
+    def _statement_ms(self, e: DdlChange) -> int:
+        return e.commit_ts >> 18  # type: ignore[operator]
+
+    def _added_columns(self, e: DdlChange, name: TableName, had: set[str]) -> list[tuple[str, Any]]:
+        """(column, value every existing row gets) for each column ``ALTER TABLE ... ADD`` adds."""
+        try:
+            statement = sqlglot.parse_one(e.sql, read="mysql")
+        except sqlglot.errors.SqlglotError:
+            return []
+        if not isinstance(statement, exp.Alter):
+            return []
+        out = []
+        for action in statement.args.get("actions") or []:
+            if not isinstance(action, exp.ColumnDef):
+                continue
+            if action.args.get("exists") and action.name in had:
+                continue  # ADD COLUMN IF NOT EXISTS of a column the table has: its rows keep their values
+            carried = self.schemas.get(name).column(action.name) if name in self.schemas else None
+            ct = carried.type if carried is not None else parse_mysql_type(action.args["kind"].sql(dialect="mysql"))
+            out.append((action.name, self._default_value(action, ct, e)))
+        return out
+
+    def _default_value(self, coldef: exp.ColumnDef, ct: ColumnType, e: DdlChange) -> Any:
+        kinds = {type(c.kind): c.kind for c in coldef.constraints}
+        if exp.AutoIncrementColumnConstraint in kinds or exp.ComputedColumnConstraint in kinds:
+            raise ValueError(f"{e.sql!r}: the model cannot know the values MySQL computes for the existing rows")
+        default = kinds.get(exp.DefaultColumnConstraint)
+        if default is None:
+            not_null = exp.NotNullColumnConstraint in kinds or exp.PrimaryKeyColumnConstraint in kinds
+            return _implicit_default(ct) if not_null else None
+        value = default.this
+        while isinstance(value, exp.Paren):
+            value = value.this
+        if isinstance(value, exp.Null):
+            return None
+        if isinstance(value, (exp.CurrentTimestamp, exp.Localtimestamp, exp.Localtime)) or (
+                isinstance(value, exp.Anonymous) and value.name.upper() == "NOW"):
+            at = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=self._statement_ms(e))
+            digits = value.this if not isinstance(value, exp.Anonymous) else (value.expressions or [None])[0]
+            cut = 10 ** (6 - int(digits.this)) if isinstance(digits, exp.Literal) else 1_000_000
+            at = at.replace(microsecond=at.microsecond - at.microsecond % cut)
+            return at if ct.kind is TypeKind.TIMESTAMPTZ else at.astimezone(self.timezone).replace(tzinfo=None)
+        text = {exp.Boolean: lambda v: "1" if v.this else "0", exp.Neg: lambda v: "-" + v.this.this}.get(type(value), lambda v: v.this)(value)
+        if not isinstance(value, (exp.Literal, exp.Boolean, exp.Neg)):
+            raise ValueError(f"{e.sql!r}: the model cannot evaluate the default {value.sql(dialect='mysql')}")
+        if ct.kind in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR):
+            return int(Decimal(text).to_integral_value(ROUND_HALF_UP))
+        if ct.kind is TypeKind.DECIMAL:
+            return Decimal(text).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
+        if ct.kind is TypeKind.ENUM:
+            return text
+        if ct.kind is TypeKind.BINARY:
+            return text.encode("utf-8")
+        return from_text(ct, text, self.timezone)
 
     def _apply_row(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})
@@ -118,6 +192,28 @@ class Oracle:
         """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""
         rows = [{k: v for k, v in r.items() if v is not None} for r in self.tables.get((database, table), {}).values()]
         return sorted(rows, key=lambda r: repr(sorted(r.items())))
+
+
+def _implicit_default(ct: ColumnType) -> Any:
+    """MySQL's implicit default of a NOT NULL column without DEFAULT (manual, 13.6.3)."""
+    k = ct.kind
+    if k in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.BIT, TypeKind.YEAR):
+        return 0
+    if k in (TypeKind.FLOAT, TypeKind.DOUBLE):
+        return 0.0
+    if k is TypeKind.DECIMAL:
+        return Decimal(0)
+    if k in (TypeKind.STRING, TypeKind.SET):
+        return ""
+    if k is TypeKind.ENUM:
+        return ct.elements[0] if ct.elements else None
+    if k is TypeKind.BINARY:
+        return b"\0" * (ct.length or 0) if ct.mysql_type == "binary" else b""
+    if k is TypeKind.TIME:
+        return dt.timedelta(0)
+    if k is TypeKind.BOOLEAN:
+        return False
+    return None  # the zero date, which reads as NULL
 
 
 @dataclass
@@ -163,6 +259,9 @@ class BinlogOracle(Oracle):
                     raise ValueError("a change without commitTs needs its event time")
                 self._changes.setdefault(key, []).append(e)
                 self._partition_marks[key] = max(self._partition_marks.get(key, 0), (e.event_time_ms << 18) - 1)
+
+    def _statement_ms(self, e: DdlChange) -> int:
+        return e.event_time_ms  # type: ignore[return-value]
 
     def cut(self, partitions: Iterable[tuple[str, int]]) -> int:
         partitions = list(partitions)

@@ -55,7 +55,7 @@ from spark.lease import Lease
 from spark.maintain.archive_retention import require_replayable
 from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
-from spark.plane import Fold, LocalPlane, RewriteRequest, SparkPlane
+from spark.plane import FillRequest, Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.publish import (
     CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,
 )
@@ -462,7 +462,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
     done = 0
 
-    def advance(i: int) -> RewriteRequest | None:
+    def advance(i: int) -> RewriteRequest | FillRequest | None:
         """Plan ``i`` up to its next data step's request; None once it is committed."""
         try:
             return steps[i].send(sent[i])

@@ -9,6 +9,7 @@ schema and rows after it the new one. The rows themselves stay on the executors 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, Union
@@ -108,7 +109,7 @@ def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Cha
         return CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns), change.if_not_exists)
     if isinstance(change, AddColumn):
         column = after.column(change.column.name)
-        return AddColumn(column, change.if_not_exists) if column is not None else change
+        return dataclasses.replace(change, column=column) if column is not None else change
     if isinstance(change, ChangeColumnType):
         column = after.column(change.name)
         return ChangeColumnType(change.name, column.type) if column is not None else change

@@ -6,7 +6,8 @@ interval, so a table is either fully at the new watermark or untouched. Rows are
 written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
 touched key are rewritten without it, the net rows written as new files); the driver stages
 the removed and added files as one overwrite snapshot per data step (``iceberg.internals``)
-in the table's transaction, next to its schema changes, and commits once.
+in the table's transaction, next to its schema changes, and commits once. An ADD COLUMN
+whose default MySQL gives the rows the table holds is one more such step (``_fill``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, ColumnType, TableSchema, TidelakeError, parse_mysql_type
+from cdc_codecs import Column, ColumnType, DdlChange, TableSchema, TidelakeError, parse_mysql_type, protocol_spec
+from cdc_codecs._base import parse_timezone
 from spark import catalog as cat
 from spark.apply_plan import DataStep, SchemaStep, TablePlan
-from spark.config import PipelineConfig
+from spark.config import PipelineConfig, TopicConfig
 from spark.ddl import (
     AddColumn,
     ChangeColumnType,
@@ -41,14 +43,16 @@ from spark.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
+    ValueNotReproducible,
+    existing_rows_value,
 )
 from spark.iceberg import internals
 from spark.iceberg.files import LiveFiles, live_files
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
-from spark.plane import RewriteRequest
-from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, iceberg_schema, iceberg_type, table_columns
+from spark.plane import FillRequest, RewriteRequest
+from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns
 from spark.watermark import tag_name
 
 if TYPE_CHECKING:
@@ -130,11 +134,12 @@ def _reset_columns(tx: Transaction, wanted: Schema) -> None:
                 u.move_after((name,), (before,))
 
 
-# A plan's commit, paused at each data step: yields the step's rewrite request, is sent its rewrites.
-CommitSteps = Generator[RewriteRequest, list[FileRewrite], Table | None]
+# A plan's commit, paused at each data step (and each ADD COLUMN that fills the table's rows):
+# yields the step's rewrite request, is sent its rewrites.
+CommitSteps = Generator[RewriteRequest | FillRequest, list[FileRewrite], Table | None]
 
 
-def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest], list[FileRewrite]]) -> Table | None:
+def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest | FillRequest], list[FileRewrite]]) -> Table | None:
     """Run a plan's ``commit_steps`` to the end, answering each request with ``rewrite``."""
     try:
         request = next(steps)
@@ -181,8 +186,16 @@ class TableCommitter:
                 return done
         tx: Transaction | None = None
         current = table
+        # Columns a statement added with a value for the rows the table holds: {field id: value},
+        # filled in one rewrite once the statement's changes are staged (ADD a ..., ADD b ...).
+        fills: dict[int, Any] = {}
+        statement: DdlChange | None = None
         for step in plan.steps:
+            if fills and (not isinstance(step, SchemaStep) or step.ddl is not statement):
+                yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
+                fills = {}
             if isinstance(step, SchemaStep):
+                statement = step.ddl
                 for change in step.changes:
                     if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, run)
@@ -198,6 +211,9 @@ class TableCommitter:
                     if isinstance(change, RenameTable):
                         # Renames are not transactional: commit the data with a marker, then rename.
                         tx = tx or current.transaction()
+                        if fills:  # ALTER TABLE t ADD c ... DEFAULT 1, RENAME TO u
+                            yield from self._fill(current, tx, fills, run)
+                            fills = {}
                         tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}"})
                         props = tx.table_metadata.properties
                         if CREATED_AT not in props and WATERMARK not in props:
@@ -210,7 +226,11 @@ class TableCommitter:
                         current = self._rename(current, change, run)
                         continue
                     tx = tx or current.transaction()
+                    fields = {f.name: f for f in tx.table_metadata.schema().fields}
+                    added = isinstance(change, AddColumn) and _field_name(fields, change.column.name) is None
                     self._schema_change(current, tx, change, step)
+                    if added:
+                        fills.update(self._existing_rows_fill(current, tx, change, step))  # type: ignore[arg-type]
             else:
                 if current is None:
                     if not step.upserts:
@@ -223,6 +243,8 @@ class TableCommitter:
                     # saw created is made by its rows.
                     tx.remove_properties(DROPPED)
                 yield from self._write_rows(current, tx, plan, step, run, fold)
+        if fills:
+            yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
@@ -382,6 +404,64 @@ class TableCommitter:
         # CREATE TABLE ... LIKE this table, later in the run, checks this (see _like_schema).
         tx.set_properties({SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)})
 
+    def _existing_rows_fill(self, table: Table, tx: Transaction, change: AddColumn, step: SchemaStep) -> dict[int, Any]:
+        """{field id: value} for a column ``change`` just added, when MySQL gives the rows the table
+        holds a value other than NULL (its DEFAULT, explicit or implicit; ``existing_rows_value``);
+        {} for NULL (what a column added to Iceberg reads in older files) or a table without rows.
+
+        Raises:
+            UnsupportedSchemaChange: the table holds rows and their value cannot be known.
+        """
+        head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
+        live = live_files(table.io, head) if head is not None else LiveFiles((), {})
+        if not live.data:
+            return {}  # an empty table: nothing to fill, whatever the default
+        ddl = step.ddl
+        topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
+        try:
+            value = existing_rows_value(change.column, change.default, _statement_ms(ddl, topic),
+                                        parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC"))
+        except ValueNotReproducible as exc:
+            # Files whose rows are all deleted hold no row to fill (our delete files name a position once).
+            if sum(f.record_count for f in live.data) <= sum(d.record_count for f in live.data for d in live.deletes_of(f)):
+                return {}
+            name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
+            raise UnsupportedSchemaChange(
+                f"{name}: {ddl.sql!r} at commitTs {ddl.commit_ts} adds column {change.column.name!r} to a table holding rows, "
+                f"and the value MySQL gave those rows cannot be known: {exc}. Re-create the table from a snapshot "
+                "that includes the column"
+            ) from None
+        if value is None:
+            return {}
+        field = next(f for f in tx.table_metadata.schema().fields if f.name == change.column.name)
+        return {field.field_id: value}
+
+    def _fill(self, table: Table, tx: Transaction, fills: dict[int, Any],
+              run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
+        """Give every row the table holds the ``fills`` (field id -> value) of the columns a statement
+        added: MySQL gives them the column's default. The executors rewrite the live data files with
+        them, staged in the table's transaction after the run's rows before the statement (so those
+        get it too) and before the rows after it (which carry their own values). Iceberg v3's
+        ``initial-default`` would say it in metadata, but pyiceberg 0.12 writes no v3 table and
+        Iceberg Java refuses the field on a v2 one."""
+        metadata = tx.table_metadata
+        columns = [f for f in metadata.schema().fields if f.field_id in fills]  # by id: a later clause may rename
+        if not columns:
+            return  # dropped again by the same statement
+        head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+        assert head is not None  # fills are only made for a table with rows
+        live = live_files(table.io, head)
+        values = arrow_table(Schema(*columns), [{f.name: fills[f.field_id] for f in columns}])
+        target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
+        deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
+        rewrites = yield FillRequest(*cat.upstream_name(table), target, live.data, deletes, values)
+        internals.stage_overwrite(
+            tx, target.name, expected_snapshot_id=head.snapshot_id,
+            removed=[r.removed for r in rewrites if r.removed is not None], added=[f for r in rewrites for f in r.added],
+            deletes_removed=[d for r in rewrites for d in r.deletes_removed],
+            snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
+        )
+
     def _rename(self, table: Table, change: RenameTable, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
         try:
@@ -454,6 +534,15 @@ class TableCommitter:
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
         tx.commit_transaction()
+
+
+def _statement_ms(ddl: DdlChange, topic: TopicConfig | None) -> int:
+    """When the statement ran (epoch ms): its commitTs's physical part where the protocol carries
+    TiDB's commitTs, else its binlog event time (the statement's start, which MySQL's NOW() returns)."""
+    derived = topic is not None and not protocol_spec(topic.protocol).has_commit_ts
+    if (derived or ddl.commit_ts is None) and ddl.event_time_ms is not None:
+        return ddl.event_time_ms
+    return (ddl.commit_ts or 0) >> 18
 
 
 def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, step: DataStep, fold: Fold) -> Table:

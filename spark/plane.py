@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.manifest import DataFile
 
 from cdc_codecs import ColumnType
 from spark import credentials, layout
@@ -27,7 +28,8 @@ from spark.config import PipelineConfig
 from spark.decode.changelog import decode_schema
 from spark.fold.select import FoldWindow
 from spark.fold.slices import EVERYTHING, NetSummary, Slice, add_counts, fold_slice, merge_summaries, net_groups, read_slice
-from spark.iceberg.rewrite import FileRewrite
+from spark.iceberg.rewrite import FileRewrite, fill_columns
+from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
 from spark.storage import Storage, open_storage
 from spark.tasks import no_cyclic_gc
@@ -53,10 +55,39 @@ class RewriteRequest:
     target: UpsertTarget
 
 
+@dataclass(frozen=True)
+class FillRequest:
+    """Set columns to constants in every row of one table (``ADD COLUMN ... DEFAULT``): each live
+    data file is rewritten, its position deletes applied, by one task (``rewrite.fill_columns``)."""
+
+    database: str
+    table: str
+    target: TableTarget
+    files: tuple[DataFile, ...]
+    deletes: tuple[tuple[DataFile, ...], ...]  # each file's position delete files (empty: none)
+    values: pa.Table  # one row: each filled column's value, in the table's Arrow type
+
+    def tasks(self) -> list[FillTask]:
+        return [(self.target, f, self.values, self.deletes[i] if self.deletes else ()) for i, f in enumerate(self.files)]
+
+
+FillTask = tuple[TableTarget, DataFile, pa.Table, tuple[DataFile, ...]]
+
+
+def fill_file(task: FillTask) -> FileRewrite:
+    """Executor side of a ``FillRequest``: one data file."""
+    return fill_columns(*task)
+
+
+def _fills(requests: Sequence[RewriteRequest | FillRequest]) -> list[tuple[int, FillTask]]:
+    """Every file task of the ``FillRequest``s among ``requests``, with the request's index."""
+    return [(i, task) for i, r in enumerate(requests) if isinstance(r, FillRequest) for task in r.tasks()]
+
+
 class Fold(Protocol):
     outcome: FoldOutcome
 
-    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
+    def rewrite(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
         """Each request's file rewrites, all requests in one pass over the executors."""
         ...
 
@@ -112,13 +143,20 @@ class LocalFold(_NetSchemas):
         self.net = folded.net
         self.outcome = FoldOutcome(folded.summaries, pending, skipped, applied)
 
-    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
-        index = {(r.database, r.table, r.segment): i for i, r in enumerate(requests)}
-        routed = list(_routed(self.net, index, [r.target for r in requests])) if self.net is not None else []
+    def rewrite(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
+        out = self._upserts(requests)
+        for i, task in _fills(requests):
+            out[i].append(fill_file(task))
+        return out
+
+    def _upserts(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
+        index = {(r.database, r.table, r.segment): i for i, r in enumerate(requests) if isinstance(r, RewriteRequest)}
+        targets = [r.target if isinstance(r, RewriteRequest) else None for r in requests]
+        routed = list(_routed(self.net, index, targets)) if self.net is not None and index else []  # type: ignore[arg-type]
         if not routed:
             return [[] for _ in requests]
         packed = group_sorted(pa.concat_tables(routed))
-        return results(run_groups(packed.to_batches(), [r.target for r in requests]), len(requests))
+        return results(run_groups(packed.to_batches(), targets), len(requests))  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.net = None
@@ -181,13 +219,24 @@ class SparkFold(_NetSchemas):
         pending, skipped, applied = add_counts(counts for _, _, counts, _ in reports)
         self.outcome = FoldOutcome(merge_summaries(summaries), pending, skipped, applied)
 
-    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[FileRewrite]]:
-        """One Spark job for every request: each slice's net change is read back and routed per
-        request, shuffled by (request, group) and each group rewritten by one task."""
-        if not self.net_paths or not requests:
+    def rewrite(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
+        """One Spark job for every net change: each slice's net change is read back and routed per
+        request, shuffled by (request, group) and each group rewritten by one task. Fills are one
+        more job, a task per data file."""
+        out = self._upserts(requests)
+        fills = _fills(requests)
+        if fills:
+            sc = self.plane.context
+            slices = min(len(fills), self.plane.parallelism * 4)
+            for i, rewrite in sc.parallelize(fills, slices).map(lambda pair: (pair[0], fill_file(pair[1]))).collect():
+                out[i].append(rewrite)
+        return out
+
+    def _upserts(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
+        index = {(r.database, r.table, r.segment): i for i, r in enumerate(requests) if isinstance(r, RewriteRequest)}
+        if not self.net_paths or not index:
             return [[] for _ in requests]
-        index = {(r.database, r.table, r.segment): i for i, r in enumerate(requests)}
-        targets = [r.target for r in requests]
+        targets = [r.target if isinstance(r, RewriteRequest) else None for r in requests]
         config = self.config
 
         def routed(path: str) -> Iterator[tuple[tuple[int, str], bytes]]:

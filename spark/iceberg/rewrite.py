@@ -98,6 +98,22 @@ def delete_keys(
                        deletes_removed=tuple(deletes))
 
 
+def fill_columns(target: TableTarget, data_file: DataFile, values: pa.Table, deletes: Sequence[DataFile] = ()) -> FileRewrite:
+    """Rewrite ``data_file`` with each column of ``values`` (one row) set to its value in every row:
+    the rows a table holds when ``ADD COLUMN`` gives them the column's default. ``deletes`` (the
+    file's position delete files) are applied and go with the file."""
+    metadata, io = target.metadata(), target.io()
+    rows = internals.read_data_file(io, metadata, data_file, deletes)
+    for name in values.column_names:
+        at = rows.schema.get_field_index(name)
+        if at < 0:
+            raise RowsDoNotFitTable(f"{target.name}: the table has no column {name!r} to fill")
+        field = rows.schema.field(at)
+        rows = rows.set_column(at, field, pa.repeat(values.column(name)[0].cast(field.type), rows.num_rows))
+    added = internals.write_data_files(io, metadata, rows) if rows.num_rows else []
+    return FileRewrite(data_file, tuple(added), rows.num_rows, 0, deletes_removed=tuple(deletes))
+
+
 def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:
     """Write new and updated rows as new data files, sorted by key (so each file's key bounds
     are tight and later plans touch few files)."""

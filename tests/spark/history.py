@@ -72,7 +72,13 @@ class Upstream(Workload):
             t = self.rng.choice(sorted(plain))
             before, after = self.schemas[t], table_schema(self.spec.database, t, with_note=True)
             self.schemas[t] = after
-            self._ddl(t, f"ALTER TABLE {_ident(self.spec.database, t)} ADD COLUMN `note` text", "ALTER", before, after)
+            # Every other one with a DEFAULT, which MySQL gives the rows the table holds (chosen
+            # without the random generator, so that seeded histories stay as they were).
+            default = "n/a" if len(self.history) % 2 else None
+            clause = " DEFAULT ('n/a')" if default else ""
+            self._ddl(t, f"ALTER TABLE {_ident(self.spec.database, t)} ADD COLUMN `note` text{clause}", "ALTER", before, after)
+            if default:  # new dicts: the old ones are the images of changes already in the history
+                self.rows[t] = {k: {**row, "note": default} for k, row in self.rows[t].items()}
 
     def rename(self) -> None:
         if self.schemas:

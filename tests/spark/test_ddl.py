@@ -9,7 +9,9 @@ RENAME TABLE, 15.1.37 TRUNCATE TABLE, 15.1.32 DROP TABLE; TiDB SQL statement ref
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pytest
 
@@ -22,6 +24,9 @@ from spark.ddl import (
     CreateTable,
     CreateTableLike,
     DdlParseError,
+    DefaultLiteral,
+    DefaultNow,
+    DefaultUnknown,
     DropColumn,
     DropTable,
     MoveColumn,
@@ -29,12 +34,15 @@ from spark.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
+    ValueNotReproducible,
+    existing_rows_value,
     parse_ddl,
 )
 
 DB = "shop"
 T = (DB, "t")
 NOOP: list = []
+GENERATED = DefaultUnknown("a generated column computes the existing rows' values from columns tidelake may not hold")
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,8 @@ def col(name: str, mysql_type: str, nullable: bool = True) -> Column:
     return Column(name, parse_mysql_type(mysql_type), nullable)
 
 
-def add(name: str, mysql_type: str, nullable: bool = True, if_not_exists: bool = False) -> AddColumn:
-    return AddColumn(col(name, mysql_type, nullable), if_not_exists)
+def add(name: str, mysql_type: str, nullable: bool = True, if_not_exists: bool = False, default=None) -> AddColumn:
+    return AddColumn(col(name, mysql_type, nullable), if_not_exists, default)
 
 
 def modify(name: str, mysql_type: str) -> ChangeColumnType:
@@ -78,13 +86,13 @@ CORPUS: list[tuple[str, list | Fails]] = [
     # ---- ALTER TABLE ... ADD [COLUMN] col_name column_definition [FIRST | AFTER col_name]
     ("ALTER TABLE t ADD COLUMN a INT", [add("a", "int")]),
     ("ALTER TABLE t ADD a INT", [add("a", "int")]),
-    ("alter table t add column a bigint unsigned not null default 0", [add("a", "bigint unsigned", nullable=False)]),
+    ("alter table t add column a bigint unsigned not null default 0", [add("a", "bigint unsigned", nullable=False, default=DefaultLiteral("0"))]),
     ("ALTER TABLE t ADD COLUMN price DECIMAL(12,2) NULL COMMENT 'gross, in EUR'", [add("price", "decimal(12,2)")]),
-    ("ALTER TABLE t ADD COLUMN s ENUM('a','b,c') DEFAULT 'a'", [add("s", "enum('a','b,c')")]),
+    ("ALTER TABLE t ADD COLUMN s ENUM('a','b,c') DEFAULT 'a'", [add("s", "enum('a','b,c')", default=DefaultLiteral("a", True))]),
     ("ALTER TABLE t ADD COLUMN name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", [add("name", "varchar(64)")]),
-    ("ALTER TABLE t ADD COLUMN at DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6)", [add("at", "datetime(6)")]),
+    ("ALTER TABLE t ADD COLUMN at DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6)", [add("at", "datetime(6)", default=DefaultNow(6))]),
     ("ALTER TABLE t ADD COLUMN doc JSON", [add("doc", "json")]),
-    ("ALTER TABLE t ADD COLUMN total INT AS (a + b) STORED", [add("total", "int")]),
+    ("ALTER TABLE t ADD COLUMN total INT AS (a + b) STORED", [add("total", "int", default=GENERATED)]),
     # types are read as written, by the protocols' type parser (sqlglot would make REAL a FLOAT)
     ("ALTER TABLE t ADD COLUMN r REAL, ADD d DOUBLE PRECISION", [add("r", "double"), add("d", "double")]),
     ("ALTER TABLE t ADD COLUMN g POINT NOT NULL SRID 4326", [add("g", "point", nullable=False)]),
@@ -92,7 +100,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ADD COLUMN u INT(11) UNSIGNED ZEROFILL NOT NULL", [add("u", "int(11) unsigned zerofill", nullable=False)]),
     ("ALTER TABLE t ADD COLUMN a INT FIRST", [add("a", "int"), first("a")]),
     ("ALTER TABLE t ADD COLUMN a INT AFTER id", [add("a", "int"), after("a", "id")]),
-    ("ALTER TABLE t ADD COLUMN a INT NOT NULL DEFAULT 0 COMMENT 'x' AFTER b", [add("a", "int", nullable=False), after("a", "b")]),
+    ("ALTER TABLE t ADD COLUMN a INT NOT NULL DEFAULT 0 COMMENT 'x' AFTER b", [add("a", "int", nullable=False, default=DefaultLiteral("0")), after("a", "b")]),
     ("ALTER TABLE t ADD COLUMN (a INT, b VARCHAR(10))", [add("a", "int"), add("b", "varchar(10)")]),
     ("ALTER TABLE t ADD (a INT, b INT, INDEX ia (a))", [add("a", "int"), add("b", "int")]),
     ("ALTER TABLE t ADD COLUMN a INT, ADD COLUMN b INT AFTER a", [add("a", "int"), add("b", "int"), after("b", "a")]),
@@ -314,3 +322,68 @@ def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
         f"{DB}.u: data(1 upserts, 0 deletes)",
     ]
     assert [s.segment for s in plans[1].steps if not hasattr(s, "changes")] == [0, 1]
+
+
+# ---- the value ADD COLUMN gives the rows a table holds (MySQL 8.0 manual, 13.6 Data Type Default Values)
+UTC8 = dt.timezone(dt.timedelta(hours=8))
+AT_MS = 1_700_000_000_123  # 2023-11-14 22:13:20.123 UTC
+EXISTING_ROWS = [
+    ("ADD c INT NOT NULL DEFAULT 7", 7),
+    ("ADD c INT DEFAULT '7'", 7),
+    ("ADD c INT DEFAULT 7.5", 8),
+    ("ADD c INT DEFAULT -3", -3),
+    ("ADD c INT DEFAULT (7)", 7),
+    ("ADD c INT", None),
+    ("ADD c INT NOT NULL", 0),
+    ("ADD c BIGINT UNSIGNED NOT NULL", 0),
+    ("ADD c DECIMAL(6,2) DEFAULT 1.555", Decimal("1.56")),
+    ("ADD c DECIMAL(6,2) NOT NULL", Decimal("0.00")),
+    ("ADD c DOUBLE NOT NULL", 0.0),
+    ("ADD c VARCHAR(8) NOT NULL", ""),
+    ("ADD c VARCHAR(8) DEFAULT 'it''s'", "it's"),
+    ("ADD c VARCHAR(8) DEFAULT _utf8mb4'x'", "x"),
+    ("ADD c TEXT DEFAULT ('n/a')", "n/a"),
+    ("ADD c VARBINARY(4) DEFAULT 0x4142", b"AB"),
+    ("ADD c BINARY(3) NOT NULL", b"\0\0\0"),
+    ("ADD c BINARY(3) DEFAULT 'a'", b"a\0\0"),
+    ("ADD c BIT(3) DEFAULT b'101'", 5),
+    ("ADD c TINYINT(1) NOT NULL DEFAULT TRUE", 1),
+    ("ADD c ENUM('x','y') NOT NULL", "x"),
+    ("ADD c ENUM('1','2') DEFAULT '2'", "2"),
+    ("ADD c SET('a','b') DEFAULT 'b,a'", "a,b"),
+    ("ADD c SET('a','b') NOT NULL", ""),
+    ("ADD c DATE NOT NULL", None),  # the zero date reads as NULL
+    ("ADD c DATETIME NOT NULL DEFAULT '2020-01-02 03:04:05'", dt.datetime(2020, 1, 2, 3, 4, 5)),
+    ("ADD c TIMESTAMP DEFAULT '2020-01-02 03:04:05'", dt.datetime(2020, 1, 1, 19, 4, 5, tzinfo=dt.timezone.utc)),
+    ("ADD c TIME NOT NULL", dt.timedelta(0)),
+    ("ADD c DATETIME DEFAULT CURRENT_TIMESTAMP", dt.datetime(2023, 11, 15, 6, 13, 20)),
+    ("ADD c DATETIME(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)", dt.datetime(2023, 11, 15, 6, 13, 20, 123000)),
+    ("ADD c DATETIME(6) DEFAULT NOW(6)", dt.datetime(2023, 11, 15, 6, 13, 20, 123000)),
+    ("ADD c TIMESTAMP NOT NULL DEFAULT LOCALTIMESTAMP", dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)),
+    ("ADD c DATE DEFAULT (CURRENT_DATE)", dt.date(2023, 11, 15)),
+    ("ADD c VARCHAR(36) DEFAULT (UUID())", Fails("expression default UUID()")),
+    ("ADD c DOUBLE DEFAULT (RAND())", Fails("expression default RAND()")),
+    ("ADD c INT DEFAULT (a + 1)", Fails(r"expression default \(?a \+ 1")),
+    ("ADD c INT NOT NULL AUTO_INCREMENT PRIMARY KEY", Fails("AUTO_INCREMENT")),
+    ("ADD c INT AS (a + 1) STORED", Fails("generated column")),
+    ("ADD c JSON NOT NULL", Fails("implicit default of a NOT NULL json")),
+    ("ADD c INT DEFAULT 'abc'", Fails("does not fit")),
+]
+
+
+@pytest.mark.parametrize("clause, expected", EXISTING_ROWS, ids=[c for c, _ in EXISTING_ROWS])
+def test_the_value_add_column_gives_existing_rows(clause: str, expected) -> None:
+    (_, change), *_ = parse_ddl(f"ALTER TABLE t {clause}", DB)
+    assert isinstance(change, AddColumn)
+    if isinstance(expected, Fails):
+        with pytest.raises(ValueNotReproducible, match=expected.pattern):
+            existing_rows_value(change.column, change.default, AT_MS, UTC8)
+    else:
+        got = existing_rows_value(change.column, change.default, AT_MS, UTC8)
+        assert got == expected and type(got) is type(expected)
+
+
+def test_schema_after_keeps_the_statements_default() -> None:
+    after = TableSchema(DB, "t", (col("id", "int", False), col("c", "bigint", False)), ("id",))
+    ddl = DdlChange(DB, "t", "ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 7", 1, P, "ALTER", None, after)
+    assert ddl_changes(ddl) == _normalised([add("c", "bigint", nullable=False, default=DefaultLiteral("7"))])
