@@ -57,7 +57,8 @@ from spark.manifest import Manifest, list_manifests, read_manifest
 from spark.net_change import Order, change_order
 from spark.plane import FillRequest, Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.publish import (
-    CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,
+    CONFIRMATION_REPORT, CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark,
+    published_path,
 )
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
@@ -230,7 +231,8 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     if target <= base:  # an interval whose W is published and every table past it: confirmed
         cp = checkpoints.get(target) or _read_checkpoint(storage, config.name, chain[target])
         previous = _read_checkpoint(storage, config.name, chain[target - 1]) if target else None
-        assert cp is not None
+        if cp is None:
+            return _confirm_landed_late(config, storage, catalog, chain, target)
         return _confirm(config, storage, catalog, chain[target], cp, previous)
     # Every run leaves main at the latest published W at least: a table behind it is replayed.
     last_published = max((i for i, cp in checkpoints.items() if i > base and done(cp)), default=-1)
@@ -257,6 +259,25 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     return result
 
 
+def _confirm_landed_late(config: PipelineConfig, storage: Storage, catalog: Any, chain: list[_Interval],
+                         target: int) -> ApplyResult:
+    """An interval landed after a later one was applied (a backfill of 05:00, then of 04:00):
+    the later interval's offsets began where the one before this ended, so this one holds no
+    message and has nothing to apply. It is confirmed at the W of the newest applied interval
+    before it -- what the pipeline held at its end."""
+    iv = chain[target]
+    manifest = read_manifest(storage, iv.manifest_path)
+    if any(p.end > p.start for p in manifest.partitions):
+        raise ApplyError(f"interval {iv.name} was landed after a later interval was applied, yet holds messages "
+                         f"({iv.manifest_path}); its offsets overlap the later interval's: re-land it")
+    before = next((cp for cp in (_read_checkpoint(storage, config.name, chain[i]) for i in range(target - 1, -1, -1))
+                   if cp is not None), None)
+    cp = before or Checkpoint(iv.start, iv.end, 0, {}, {})
+    return _confirm(config, storage, catalog, iv, cp, before,
+                    note="landed after a later interval that took its offsets: it holds no message; confirmed at the W "
+                         "of the interval before it")
+
+
 def _is_published(storage: Storage, pipeline: str, watermark: int) -> bool:
     return storage.exists(published_path(pipeline, watermark))
 
@@ -267,7 +288,7 @@ def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoi
 
 
 def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interval, cp: Checkpoint,
-             previous: Checkpoint | None) -> ApplyResult:
+             previous: Checkpoint | None, note: str | None = None) -> ApplyResult:
     """The interval's W is published and every table is at or past it: nothing to write."""
     w = cp.watermark
     # A W the retention policy retired has no tags by design: confirmed as published, not re-derived.
@@ -282,11 +303,20 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
         "interval": {"start": iv.start.isoformat(), "end": iv.end.isoformat()},
         "watermark": w, "previous_watermark": previous.watermark if previous else 0,
         "watermark_time": _w_time(w),
-        "note": "already published by an earlier run; tables and tags left as they are"
+        "note": (note or "already published by an earlier run; tables and tags left as they are")
                 + ("; W is retired by the retention policy (its tags are gone)" if retired else ""),
+        "confirmed_at": dt.datetime.now(dt.UTC).isoformat(),
     }
-    storage.write(layout.report_path(config.name, iv.start, iv.end, "apply"), orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    _write_confirmation(storage, config.name, iv, report)
     return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(catalog, config)), report)
+
+
+def _write_confirmation(storage: Storage, pipeline: str, iv: _Interval, report: dict[str, Any]) -> None:
+    """The report of a run that only confirmed: beside the report of the run that applied the
+    interval (``apply.json`` keeps its counts and timings), as ``apply.confirmed.json``."""
+    applied = layout.report_path(pipeline, iv.start, iv.end, "apply")
+    path = layout.report_path(pipeline, iv.start, iv.end, CONFIRMATION_REPORT) if storage.exists(applied) else applied
+    storage.write(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
 
 
 def _existed_at(table: Any, watermark: int) -> bool:
@@ -539,17 +569,22 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
                 for t in tables if DROPPED not in t.properties]
         new = publish_watermark(storage, config.name, w, interval, view)
         outcome = PUBLISHED if new else CONFIRMED
+    starts = {(p.topic, p.partition): p.start for p in manifest.partitions}
     report = {
         "step": "apply",
         "pipeline": config.name,
         "outcome": outcome,
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(),
         "interval": {"start": manifest.interval_start.isoformat(), "end": manifest.interval_end.isoformat()},
         "watermark": w,
         "previous_watermark": w_prev,
         "watermark_time": _w_time(w),
         "lag_seconds": round(manifest.interval_end.timestamp() - (w >> 18) / 1000, 3) if w else None,
-        "messages_decoded": sum(side.messages for _, side in sides),
-        "events_decoded": sum(side.events for _, side in sides),
+        # This interval's messages; segments of earlier intervals read again for their pending
+        # changes are counted apart, so "decoded" matches what the interval landed.
+        "messages_decoded": sum(side.messages for key, side in sides if side.start >= starts.get(key, 0)),
+        "events_decoded": sum(side.events for key, side in sides if side.start >= starts.get(key, 0)),
+        "messages_reread": sum(side.messages for key, side in sides if side.start < starts.get(key, 0)),
         "already_applied_skipped": skipped,
         "quarantined": len(quarantine.new),
         "bad_messages_accepted": len(quarantine.accepted),

@@ -42,6 +42,9 @@ from spark.storage import AlreadyExists, Storage, open_storage
 PUBLISHED = "published"  # this run published W for the first time
 CONFIRMED = "confirmed"  # W was already published; the run found every table consistent with it
 NOT_CONSISTENT = "not-consistent"  # W = 0: some partition has not reported a watermark yet
+# A run that only confirms an applied interval reports beside the applying run's report
+# (``reports/<interval>/apply.json``), in ``apply.confirmed.json``: the latest confirmation.
+CONFIRMATION_REPORT = "apply.confirmed"
 
 
 # The status of a repair record.
@@ -220,6 +223,13 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
     if w and read_published(storage, config.name, w) is None:
         raise NotPublishedError(f"watermark {w} is checkpointed but not published; rerun the apply task")
     outcome = report.get("outcome")
+    confirmed = layout.report_path(config.name, interval_start, interval_end, CONFIRMATION_REPORT)
+    if storage.exists(confirmed):
+        # The last apply run confirmed what an earlier one applied: nothing new to announce.
+        # (A repair that applies the interval again writes apply.json after it.)
+        at = orjson.loads(storage.read(confirmed)).get("confirmed_at", "")
+        if at >= report.get("finished_at", ""):
+            return None
     if outcome == PUBLISHED:
         repairs = _claim_repairs(storage, config.name, w)
         if repairs:

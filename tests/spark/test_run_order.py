@@ -257,3 +257,66 @@ def test_a_scheduled_run_reads_its_own_manifest_and_the_last_checkpoint_not_the_
     # Nothing of the change log older than what the previous checkpoint carried is read.
     sides = {p for p in reads if "/changelog/" in p}
     assert len(sides) <= 2 * 2 * 3, sides  # per partition: the state anchor, pending and this interval's segments
+
+
+def test_an_interval_landed_after_a_later_one_was_applied_is_confirmed_not_an_assertion(tmp_path: Path) -> None:
+    """Backfill 05:00, then 04:00: 05:00's offsets began where 03:00 ended, so 04:00 lands empty."""
+    from spark.manifest import Manifest, PartitionRange
+    from spark.publish import announcement
+
+    up = Upstream(seed=5, tables=("t0",))
+    chunks = []
+    for _ in range(5):
+        up.changes(4)
+        up.resolved()
+        chunks.append(len(up.history))
+    records = get_encoder("canal-json").encode_all(up.history, 1)
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    writer = ArchiveWriter(config, storage, {"cdc": 1})
+    per = len(records) // 5
+    for i in range(4):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records[i * per:(i + 1) * per]])
+    ws = [apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR).watermark for i in range(4)]
+    before_gap = writer.previous
+    writer.interval(T0 + 5 * HOUR, T0 + 6 * HOUR, [("cdc", r) for r in records[4 * per:]])
+    late = apply_interval(config, T0 + 5 * HOUR, T0 + 6 * HOUR)
+    assert late.outcome == "published" and late.watermark > ws[3]
+    ends = before_gap.ends()
+    empty = Manifest(config.name, T0 + 4 * HOUR, T0 + 5 * HOUR,
+                     tuple(PartitionRange(t, p, end, end) for (t, p), end in sorted(ends.items())), before_gap.path)
+    storage.create(empty.path, empty.to_json())
+    result = apply_interval(config, T0 + 4 * HOUR, T0 + 5 * HOUR)
+    assert (result.outcome, result.watermark) == ("confirmed", ws[3])
+    assert "holds no message" in result.report["note"]
+    assert announcement(config, T0 + 4 * HOUR, T0 + 5 * HOUR, storage) is None
+    again = apply_interval(config, T0 + 4 * HOUR, T0 + 5 * HOUR)  # a retry says the same
+    assert (again.outcome, again.watermark) == ("confirmed", ws[3])
+
+
+def test_a_confirming_rerun_keeps_the_applying_run_s_report_and_announces_nothing(tmp_path: Path) -> None:
+    import orjson
+
+    from spark import layout
+    from spark.publish import announcement
+
+    up = Upstream(seed=6, tables=("t0",))
+    up.changes(8)
+    up.resolved()
+    records = get_encoder("canal-json").encode_all(up.history, 1)
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    ArchiveWriter(config, storage, {"cdc": 1}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+    first = apply_interval(config, T0, T0 + HOUR)
+    assert first.outcome == "published"
+    path = layout.report_path(config.name, T0, T0 + HOUR, "apply")
+    applied = storage.read(path)
+    assert orjson.loads(applied)["messages_decoded"] == len(records)
+    announced = announcement(config, T0, T0 + HOUR, storage)
+    assert announced is not None and announced.watermark == first.watermark
+    rerun = apply_interval(config, T0, T0 + HOUR)
+    assert rerun.outcome == "confirmed"
+    assert storage.read(path) == applied  # the counts and timings of the run that applied it stay
+    confirmation = orjson.loads(storage.read(layout.report_path(config.name, T0, T0 + HOUR, "apply.confirmed")))
+    assert (confirmation["outcome"], confirmation["watermark"]) == ("confirmed", first.watermark)
+    assert announcement(config, T0, T0 + HOUR, storage) is None  # a rerun announces nothing
