@@ -367,3 +367,39 @@ def test_a_replace_keeps_the_rows_less_the_deletes_it_folds(catalog):
     table = catalog.load_table("ns.t")
     assert table.current_snapshot().summary.operation.value == "replace"
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, *range(4, 10)]
+
+
+# -- file statistics: every bound bounds every row group; string upper bounds stay valid UTF-8
+
+
+def test_a_column_some_row_group_holds_without_min_max_gets_no_bounds(catalog):
+    """pyarrow keeps no min/max for a row group holding a value over 4 KiB; pyiceberg took the
+    file's bounds from the other row groups, so the long value lay outside them."""
+    import pyarrow.parquet as pq
+
+    table = catalog.create_table("ns.long", schema=SCHEMA, properties={"write.parquet.row-group-limit": "2"})
+    batch = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "name": ["a", "b", "z" * 5000, None]})
+    [data_file] = internals.write_data_files(table.io, table.metadata, batch)
+    with table.io.new_input(data_file.file_path).open() as f:
+        metadata = pq.read_metadata(f)
+    assert metadata.num_row_groups == 2 and not metadata.row_group(1).column(1).statistics.has_min_max
+    assert internals.unbounded_columns(metadata, {"id": 1, "name": 2}) == {2}
+    assert 2 not in data_file.lower_bounds and 2 not in data_file.upper_bounds
+    assert data_file.upper_bounds[1] == (4).to_bytes(8, "little")  # the other columns keep theirs
+    assert data_file.null_value_counts[2] == 1
+    nulls = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", None, None]})  # a group of NULLs only bounds nothing
+    [data_file] = internals.write_data_files(table.io, table.metadata, nulls)
+    assert data_file.upper_bounds[2] == b"a"
+
+
+@pytest.mark.parametrize(("value", "bound"), [
+    ("short", "short"),
+    ("a" * 15 + "\ud7ff" + "x", "a" * 15 + "\ue000"),
+    ("a" * 15 + "b" + "x", "a" * 15 + "c"),
+    ("a" * 14 + "b\U0010ffff" + "x", "a" * 14 + "c"),
+    ("\U0010ffff" * 17, None),
+])
+def test_text_upper_bound_skips_the_surrogates(value: str, bound: str | None):
+    assert internals.text_upper_bound(value, 16) == bound
+    if bound is not None:
+        assert bound >= value and bound.encode("utf-8")
