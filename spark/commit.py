@@ -44,6 +44,7 @@ from spark.ddl import (
 )
 from spark.iceberg import internals
 from spark.iceberg.files import LiveFiles, live_files
+from spark.iceberg.layout import lay_out
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
@@ -253,7 +254,9 @@ class TableCommitter:
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or table.transaction()
         _remove_all_rows(table, tx)
+        lay_out(tx, (), 0)  # the old key's columns may go
         _reset_columns(tx, iceberg_schema(table_columns(schema)))
+        lay_out(tx, schema.key_columns, self.config.layout.buckets)  # as a new table with this key
         stale = [k for k in tx.table_metadata.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
             tx.remove_properties(*stale)
@@ -326,13 +329,15 @@ class TableCommitter:
             column = _field_name(fields, change.name)
             if column is None:
                 return  # DROP COLUMN IF EXISTS, or a column the lake never had
-            _stop_laying_out_by(tx, fields[column].field_id, name, sql)
+            _stop_laying_out_by(table, tx, fields[column].field_id, name, sql)
             with tx.update_schema() as u:
                 u.delete_column((column,))
             if f"{UPSTREAM_TYPE_PREFIX}{column}" in props:
                 tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{column}")
             if column in keys:  # MySQL drops a dropped column from the primary key too
-                tx.set_properties({cat.KEY_COLUMNS: json.dumps([k for k in keys if k != column])})
+                remaining = [k for k in keys if k != column]
+                tx.set_properties({cat.KEY_COLUMNS: json.dumps(remaining)})
+                lay_out(tx, remaining, self.config.layout.buckets)  # new files follow the new key
         elif isinstance(change, RenameColumn):
             old = field(change.old)
             clash = _field_name(fields, change.new)
@@ -368,7 +373,10 @@ class TableCommitter:
                 else:
                     u.move_after((column,), (field(change.after),))
         elif isinstance(change, SetKeyColumns):
-            tx.set_properties({cat.KEY_COLUMNS: json.dumps([field(k) for k in change.columns])})
+            new_keys = [field(k) for k in change.columns]
+            tx.set_properties({cat.KEY_COLUMNS: json.dumps(new_keys)})
+            if tuple(new_keys) != keys:
+                lay_out(tx, new_keys, self.config.layout.buckets)  # new files follow the new key
         elif isinstance(change, TruncateTable):
             _remove_all_rows(table, tx)
             return
@@ -492,12 +500,16 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
             head.snapshot_id if head is not None else None)
 
 
-def _stop_laying_out_by(tx: Transaction, field_id: int, name: str, sql: str) -> None:
+def _stop_laying_out_by(table: Table, tx: Transaction, field_id: int, name: str, sql: str) -> None:
     """Before a column goes: a sort order using it goes first (Iceberg cannot drop a column the
-    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go:
+    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go,
+    in the default spec nor in the spec of a live file (an older key's, before a key change):
     pyiceberg 0.12's overwrite cannot read manifests of a spec whose source column is gone."""
     metadata = tx.table_metadata
-    if any(f.source_id == field_id for f in metadata.spec().fields):
+    head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    in_use = {metadata.default_spec_id} | ({f.spec_id for f in live_files(table.io, head).data} if head else set())
+    specs = metadata.specs()
+    if any(f.source_id == field_id for spec_id in in_use for f in specs[spec_id].fields):
         raise UnsupportedSchemaChange(
             f"{name}: {sql!r} drops the column the table is bucketed by ([layout] buckets); pyiceberg 0.12 cannot "
             "write the table after that. Rebuild the pipeline under a new name with [layout] buckets = 0 over the same "

@@ -41,7 +41,17 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
-from pyiceberg.table.update import AddSnapshotUpdate, AddSortOrderUpdate, SetCurrentSchemaUpdate, SetDefaultSortOrderUpdate, TableUpdate
+from pyiceberg.partitioning import PARTITION_FIELD_ID_START, PartitionField, PartitionSpec
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import (
+    AddPartitionSpecUpdate,
+    AddSnapshotUpdate,
+    AddSortOrderUpdate,
+    SetCurrentSchemaUpdate,
+    SetDefaultSortOrderUpdate,
+    SetDefaultSpecUpdate,
+    TableUpdate,
+)
 from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import StringType
@@ -600,3 +610,51 @@ def unsort(tx: Transaction) -> None:
     if not any(order.order_id == UNSORTED_SORT_ORDER_ID for order in metadata.sort_orders):
         updates = (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER), *updates)
     stage(updates)
+
+
+def set_layout(tx: Transaction, spec: PartitionSpec, sort_order: SortOrder) -> None:
+    """Stage ``spec``'s fields and ``sort_order``'s as the table's default partition spec and sort
+    order: an existing spec or order of the same fields is made the default, else one is added
+    (new spec, partition field and order ids; ``spec``'s and ``sort_order``'s own ids are ignored).
+
+    Written for pyiceberg 0.12.0: its ``UpdateSpec``/``UpdateSortOrder`` assert the default ids
+    the transaction has, which the catalog checks against the committed table, so two of them
+    in one transaction (clear the layout, drop and add columns, lay the table out again) can
+    never commit. The updates are staged with ``Transaction._stage``, as ``unsort`` stages its own;
+    the transaction's other requirements (the branch head) still guard the commit.
+
+    Raises:
+        InternalsChanged: pyiceberg's internals changed.
+    """
+    stage = getattr(tx, "_stage", None)
+    if stage is None:
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
+                               "for this pyiceberg version")
+    metadata = tx.table_metadata
+    updates: list[Any] = []
+
+    def spec_shape(s: PartitionSpec) -> list[tuple[int, str, str]]:
+        return [(f.source_id, repr(f.transform), f.name) for f in s.fields]
+
+    found = next((s for s in metadata.partition_specs if spec_shape(s) == spec_shape(spec)), None)
+    if found is None:
+        last = metadata.last_partition_id or PARTITION_FIELD_ID_START - 1
+        found = PartitionSpec(*(PartitionField(source_id=f.source_id, field_id=last + 1 + i, transform=f.transform, name=f.name)
+                                for i, f in enumerate(spec.fields)),
+                              spec_id=max(s.spec_id for s in metadata.partition_specs) + 1)
+        updates.append(AddPartitionSpecUpdate(spec=found))
+    if found.spec_id != metadata.default_spec_id:
+        updates.append(SetDefaultSpecUpdate(spec_id=found.spec_id))
+
+    def order_shape(o: SortOrder) -> list[tuple[int, str, str, str]]:
+        return [(f.source_id, repr(f.transform), str(f.direction), str(f.null_order)) for f in o.fields]
+
+    order = next((o for o in metadata.sort_orders if order_shape(o) == order_shape(sort_order)), None)
+    if order is None:
+        order = SortOrder(*sort_order.fields, order_id=max(o.order_id for o in metadata.sort_orders) + 1) if sort_order.fields \
+            else UNSORTED_SORT_ORDER
+        updates.append(AddSortOrderUpdate(sort_order=order))
+    if order.order_id != metadata.default_sort_order_id:
+        updates.append(SetDefaultSortOrderUpdate(sort_order_id=order.order_id))
+    if updates:
+        stage(tuple(updates))
