@@ -222,9 +222,9 @@ def per_mark(events: list) -> list[list]:
 
 
 def upstream_columns(table) -> list[str]:
-    from spark.schema_map import METADATA_COLUMNS
+    from spark.schema_map import metadata_columns
 
-    return [f.name for f in table.schema().fields if f.name not in METADATA_COLUMNS]
+    return [f.name for f in table.schema().fields if f.name not in metadata_columns(table.schema(), table.properties).names]
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
@@ -474,6 +474,74 @@ def test_a_key_change_lays_a_bucketed_table_out_for_the_new_key(tmp_path: Path) 
     h.mark()
     with pytest.raises(UnsupportedSchemaChange, match="drops the column the table is bucketed by"):
         run(tmp_path / "again", "canal-json", [h.events[:n1], h.events[n1:n2], h.events[n2:]], {}, buckets=4)
+
+
+# -- upstream columns named like tidelake's metadata columns (names are data: they never collide)
+
+
+def rows_at(config, table: str, w: int, metadata: bool = False) -> list[dict]:  # noqa: ANN001
+    return sorted(read_table(config, "shop", table, w, metadata=metadata).to_pylist(), key=repr)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_upstream_columns_named_like_the_metadata_columns_at_create(tmp_path: Path, keyed: bool) -> None:
+    """CREATE with columns `_tidelake_op` and `_TIDELAKE_COMMIT_TS` failed the run ('Invalid schema,
+    multiple fields for name'); the metadata columns now take another leading underscore."""
+    h = History()
+    cols = [("id", "int"), ("_tidelake_op", "varchar(8)"), ("_TIDELAKE_COMMIT_TS", "bigint")]
+    s = schema("shop", "m", cols, keys=("id",) if keyed else ())
+    key = " primary key" if keyed else ""
+    h.ddl("shop", "m", f"CREATE TABLE shop.m (id int{key}, `_tidelake_op` varchar(8), `_TIDELAKE_COMMIT_TS` bigint)",
+          s, kind="CREATE")
+    one, two = {"id": 1, "_tidelake_op": "x", "_TIDELAKE_COMMIT_TS": 7}, {"id": 2, "_tidelake_op": "y", "_TIDELAKE_COMMIT_TS": 8}
+    h.row(Op.INSERT, s, None, one)
+    h.row(Op.INSERT, s, None, two)
+    w1 = h.mark()
+    h.row(Op.UPDATE, s, one, {**one, "_tidelake_op": "z"})
+    h.row(Op.DELETE, s, two, None)
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert results[-1].watermark == w2
+    assert rows_at(config, "m", w1) == [one, two]
+    assert rows_at(config, "m", w2) == [{**one, "_tidelake_op": "z"}]
+    [row] = rows_at(config, "m", w2, metadata=True)
+    assert row["__tidelake_op"] == "update" and row["__tidelake_commit_ts"] > w1 and row["_tidelake_op"] == "z"
+    table = iceberg_table(config, "shop", "m")
+    assert [f.name for f in table.schema().fields] == ["id", "_tidelake_op", "_TIDELAKE_COMMIT_TS", "__tidelake_commit_ts",
+                                                         "__tidelake_op"]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_an_added_or_renamed_column_named_like_a_metadata_column_renames_the_metadata_column(
+        tmp_path: Path, keyed: bool) -> None:
+    """ADD COLUMN `_tidelake_op` (and RENAME COLUMN to `_tidelake_commit_ts`) failed the run; the
+    metadata column is renamed by field id first, and earlier Ws keep reading it by its name then."""
+    h = History()
+    keys = ("id",) if keyed else ()
+    v1 = schema("shop", "a", [("id", "int"), ("v", "int")], keys=keys)
+    h.ddl("shop", "a", f"CREATE TABLE shop.a (id int{' primary key' if keyed else ''}, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    v2 = schema("shop", "a", [("id", "int"), ("v", "int"), ("_tidelake_op", "varchar(8)")], keys=keys)
+    h.ddl("shop", "a", "ALTER TABLE shop.a ADD COLUMN `_tidelake_op` varchar(8)", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 2, "v": 2, "_tidelake_op": "mine"})
+    w2 = h.mark()
+    v3 = schema("shop", "a", [("id", "int"), ("_tidelake_commit_ts", "int"), ("_tidelake_op", "varchar(8)")], keys=keys)
+    h.ddl("shop", "a", "ALTER TABLE shop.a RENAME COLUMN v TO `_tidelake_commit_ts`", v3, v2, kind="ALTER")
+    h.row(Op.DELETE, v3, {"id": 2, "_tidelake_commit_ts": 2, "_tidelake_op": "mine"}, None)
+    h.row(Op.UPDATE, v3, {"id": 1, "_tidelake_commit_ts": 1, "_tidelake_op": None}, {"id": 1, "_tidelake_commit_ts": 5, "_tidelake_op": "u"})
+    w3 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert results[-1].watermark == w3
+    [at1] = rows_at(config, "a", w1, metadata=True)
+    assert at1["_tidelake_op"] == "insert" and at1["_tidelake_commit_ts"] < w1  # the metadata columns at W1
+    assert rows_at(config, "a", w2) == [{"id": 1, "v": 1, "_tidelake_op": None}, {"id": 2, "v": 2, "_tidelake_op": "mine"}]
+    assert rows_at(config, "a", w3) == [{"id": 1, "_tidelake_commit_ts": 5, "_tidelake_op": "u"}]
+    [at3] = rows_at(config, "a", w3, metadata=True)
+    assert at3["__tidelake_op"] == "update" and w2 < at3["__tidelake_commit_ts"] < w3
+    table = iceberg_table(config, "shop", "a")
+    assert [f.name for f in table.schema().fields] == ["id", "_tidelake_commit_ts", "_tidelake_op", "__tidelake_commit_ts",
+                                                         "__tidelake_op"]
 
 
 # -- keys that differ only past the 28th digit (a review found them folded as one key)
