@@ -403,3 +403,33 @@ def test_text_upper_bound_skips_the_surrogates(value: str, bound: str | None):
     assert internals.text_upper_bound(value, 16) == bound
     if bound is not None:
         assert bound >= value and bound.encode("utf-8")
+
+
+def test_the_statistics_hook_is_where_pyiceberg_looks_it_up():
+    """internals rebinds pyiceberg.io.pyarrow.data_file_statistics_from_parquet_metadata, which the
+    Parquet writer looks up at each call, and relies on StatsAggregator's attributes."""
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
+    from pyiceberg.io.pyarrow import StatsAggregator
+
+    assert pyiceberg_arrow.data_file_statistics_from_parquet_metadata is internals._bounding_file_statistics
+    assert list(inspect.signature(internals._pyiceberg_file_statistics).parameters) == [
+        "parquet_metadata", "stats_columns", "parquet_column_mapping"]
+    assert "data_file_statistics_from_parquet_metadata" in inspect.getsource(pyiceberg_arrow.ParquetFormatWriter.close)
+    aggregate = StatsAggregator(StringType(), "BYTE_ARRAY", 16)
+    assert {"primitive_type", "trunc_length", "current_max"} <= set(vars(aggregate))
+
+
+def test_pyiceberg_own_writes_get_the_bounding_statistics_too(catalog):
+    """Repair writes through pyiceberg's overwrite: its files must be bounded the same way."""
+    table = catalog.create_table("ns.own", schema=SCHEMA, properties={"write.parquet.row-group-limit": "2"})
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "z" * 5000]}))
+    [task] = table.scan().plan_files()
+    assert 2 not in task.file.upper_bounds and task.file.upper_bounds[1] == (3).to_bytes(8, "little")
+
+
+def test_without_bounds_copies_a_data_file(catalog):
+    table = table_with_files(catalog, "wb", SCHEMA, [rows(0, 3)])
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    copy = internals.without_bounds(data_file, [2])
+    assert 2 not in copy.lower_bounds and 2 not in copy.upper_bounds and copy.lower_bounds[1] == data_file.lower_bounds[1]
+    assert 2 in data_file.lower_bounds and copy.spec_id == data_file.spec_id and copy == data_file  # same file (path)
