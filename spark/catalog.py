@@ -44,6 +44,7 @@ from cdc_codecs import ConfigError
 from spark import layout
 from spark.config import PipelineConfig
 from spark.iceberg.layout import table_layout
+from spark.schema_map import metadata_property
 
 UPSTREAM_DATABASE = "tidelake.upstream.database"
 UPSTREAM_TABLE = "tidelake.upstream.table"
@@ -197,7 +198,8 @@ def load_table(catalog: Catalog, config: PipelineConfig, database: str, table: s
 
 def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...],
                  buckets: int | None = None) -> Table:
-    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``).
+    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``);
+    ``schema`` is an ``iceberg_schema`` (its metadata columns last, recorded in the table's properties).
 
     Raises:
         LayoutUnavailable: a bucketed layout without pyiceberg-core; nothing is created.
@@ -216,6 +218,7 @@ def create_table(catalog: Catalog, config: PipelineConfig, database: str, table:
             KEY_COLUMNS: json.dumps(list(keys)),
             PIPELINE: config.name,
             "format-version": "2",
+            **metadata_property(schema),
         },
     )
 

@@ -48,11 +48,23 @@ from spark.ddl import (
 )
 from spark.iceberg import internals
 from spark.iceberg.files import LiveFiles, live_files
+from spark.iceberg.layout import lay_out
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
 from spark.plane import FillRequest, RewriteRequest
-from spark.schema_map import COMMIT_TS, METADATA_COLUMNS, OP, arrow_table, iceberg_schema, iceberg_type, table_columns
+from spark.schema_map import (
+    COMMIT_TS,
+    METADATA_PROPERTY,
+    OP,
+    arrow_table,
+    iceberg_schema,
+    iceberg_type,
+    metadata_columns,
+    metadata_field_ids,
+    metadata_name,
+    table_columns,
+)
 from spark.watermark import tag_name
 
 if TYPE_CHECKING:
@@ -106,22 +118,58 @@ def _key_columns(properties: dict[str, str]) -> tuple[str, ...]:
 
 
 def _field_name(fields: dict[str, Any], column: str) -> str | None:
-    """The table's name for upstream column ``column``: MySQL column names ignore case."""
+    """The table's name for upstream column ``column`` among ``fields`` (upstream columns): MySQL
+    column names ignore case."""
     if column in fields:
         return column
-    folded = [n for n in fields if n.casefold() == column.casefold() and n not in METADATA_COLUMNS]
+    folded = [n for n in fields if n.casefold() == column.casefold()]
     return folded[0] if len(folded) == 1 else None
 
 
+def _upstream_fields(metadata: Any) -> dict[str, Any]:
+    """The table's upstream columns (its metadata columns left out), by name."""
+    meta = metadata_columns(metadata.schema(), metadata.properties).names
+    return {f.name: f for f in metadata.schema().fields if f.name not in meta}
+
+
+def _metadata_aside(tx: Transaction, upstream: list[str], *, new_table: bool = False) -> None:
+    """Rename the metadata columns (by field id) that an upstream column of ``upstream`` (the
+    table's upstream columns after a change) names, and record their ids (see ``schema_map``).
+    A metadata column keeps a derived name once it has one (its name at earlier Ws stays its
+    name), except for ``new_table`` (CREATE over an old table), named as a new table would be."""
+    metadata = tx.table_metadata
+    schema = metadata.schema()
+    ids = metadata_field_ids(schema, metadata.properties)
+    taken = {u.casefold() for u in upstream}
+    renames = {}
+    for field_id, base in zip(ids, (COMMIT_TS, OP)):
+        if field_id is None:
+            continue
+        name = schema.find_column_name(field_id)
+        if new_table or name.casefold() in taken:
+            wanted = metadata_name(base, upstream)
+            if name != wanted:
+                renames[name] = wanted
+    if renames:
+        with tx.update_schema() as u:
+            for old, new in renames.items():
+                u.rename_column((old,), new)
+    if METADATA_PROPERTY not in metadata.properties and None not in ids:
+        tx.set_properties({METADATA_PROPERTY: json.dumps(list(ids))})
+
+
 def _reset_columns(tx: Transaction, wanted: Schema) -> None:
-    """Give an emptied table exactly ``wanted``'s columns, in its order (CREATE over an old table)."""
-    have = {f.name: f for f in tx.table_metadata.schema().fields}
-    kept = {f.name for f in wanted.fields if f.name in have and have[f.name].field_type == f.field_type}
+    """Give an emptied table exactly ``wanted``'s columns, in its order (CREATE over an old table):
+    upstream columns of the same name and type stay, the metadata columns stay (renamed as ``wanted`` names them)."""
+    have = _upstream_fields(tx.table_metadata)
+    wanted_upstream = list(wanted.fields[:-2])  # an iceberg_schema: the metadata columns last
+    kept = {f.name for f in wanted_upstream if f.name in have and have[f.name].field_type == f.field_type}
     if set(have) - kept:
         with tx.update_schema(allow_incompatible_changes=True) as u:
             for name in set(have) - kept:
                 u.delete_column((name,))
-    added = [f for f in wanted.fields if f.name not in kept]
+    _metadata_aside(tx, [f.name for f in wanted_upstream], new_table=True)
+    added = [f for f in wanted_upstream if f.name not in kept]
     if added:
         with tx.update_schema(allow_incompatible_changes=True) as u:
             for f in added:
@@ -275,7 +323,9 @@ class TableCommitter:
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or table.transaction()
         _remove_all_rows(table, tx)
+        lay_out(tx, (), 0)  # the old key's columns may go
         _reset_columns(tx, iceberg_schema(table_columns(schema)))
+        lay_out(tx, schema.key_columns, self.config.layout.buckets)  # as a new table with this key
         stale = [k for k in tx.table_metadata.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
             tx.remove_properties(*stale)
@@ -303,9 +353,7 @@ class TableCommitter:
             )
         types = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in source.properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
         columns = []
-        for f in source.schema().fields:
-            if f.name in METADATA_COLUMNS:
-                continue
+        for f in _upstream_fields(source.metadata).values():
             if f.name not in types:
                 raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
             columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
@@ -317,7 +365,7 @@ class TableCommitter:
         Iceberg paths (`a.b` is a column, not field b of a), matched as MySQL does: without case."""
         name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
         sql = step.ddl.sql
-        fields = {f.name: f for f in tx.table_metadata.schema().fields}
+        fields = _upstream_fields(tx.table_metadata)
         props = tx.table_metadata.properties
         keys = _key_columns(props)
 
@@ -326,7 +374,7 @@ class TableCommitter:
             if found is None:
                 raise UnsupportedSchemaChange(
                     f"{name}: {sql!r} names column {column!r}, which the table does not have "
-                    f"(it has {', '.join(repr(n) for n in fields if n not in METADATA_COLUMNS)})"
+                    f"(it has {', '.join(repr(n) for n in fields)})"
                 )
             return found
 
@@ -339,27 +387,32 @@ class TableCommitter:
                 if fields[existing].field_type != iceberg_type(change.column.type):
                     raise UnsupportedSchemaChange(f"{name}: {sql!r} adds column {column!r}, which the table already has as {fields[existing].field_type}")
             else:
+                _metadata_aside(tx, [*fields, column])
+                first_metadata = metadata_columns(tx.table_metadata.schema(), tx.table_metadata.properties).commit_ts
                 with tx.update_schema() as u:
                     u.add_column((column,), iceberg_type(change.column.type))
-                    if COMMIT_TS in fields:  # last of the upstream columns, as MySQL adds it
-                        u.move_before((column,), (COMMIT_TS,))
+                    if first_metadata is not None:  # last of the upstream columns, as MySQL adds it
+                        u.move_before((column,), (first_metadata,))
             tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{existing or column}": str(change.column.type)})
         elif isinstance(change, DropColumn):
             column = _field_name(fields, change.name)
             if column is None:
                 return  # DROP COLUMN IF EXISTS, or a column the lake never had
-            _stop_laying_out_by(tx, fields[column].field_id, name, sql)
+            _stop_laying_out_by(table, tx, fields[column].field_id, name, sql)
             with tx.update_schema() as u:
                 u.delete_column((column,))
             if f"{UPSTREAM_TYPE_PREFIX}{column}" in props:
                 tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{column}")
             if column in keys:  # MySQL drops a dropped column from the primary key too
-                tx.set_properties({cat.KEY_COLUMNS: json.dumps([k for k in keys if k != column])})
+                remaining = [k for k in keys if k != column]
+                tx.set_properties({cat.KEY_COLUMNS: json.dumps(remaining)})
+                lay_out(tx, remaining, self.config.layout.buckets)  # new files follow the new key
         elif isinstance(change, RenameColumn):
             old = field(change.old)
             clash = _field_name(fields, change.new)
             if clash is not None and clash != old:
                 raise UnsupportedSchemaChange(f"{name}: {sql!r} renames {old!r} to {change.new!r}, but the table has column {clash!r}")
+            _metadata_aside(tx, [change.new if n == old else n for n in fields])
             with tx.update_schema() as u:
                 u.rename_column((old,), change.new)
             old_type = props.get(f"{UPSTREAM_TYPE_PREFIX}{old}")
@@ -390,7 +443,10 @@ class TableCommitter:
                 else:
                     u.move_after((column,), (field(change.after),))
         elif isinstance(change, SetKeyColumns):
-            tx.set_properties({cat.KEY_COLUMNS: json.dumps([field(k) for k in change.columns])})
+            new_keys = [field(k) for k in change.columns]
+            tx.set_properties({cat.KEY_COLUMNS: json.dumps(new_keys)})
+            if tuple(new_keys) != keys:
+                lay_out(tx, new_keys, self.config.layout.buckets)  # new files follow the new key
         elif isinstance(change, TruncateTable):
             _remove_all_rows(table, tx)
             return
@@ -570,7 +626,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
     if not keys:  # without a key the whole row is the key: rows equal in every column are one
-        keys = tuple(f.name for f in metadata.schema().fields if f.name not in (COMMIT_TS, OP))
+        keys = tuple(_upstream_fields(metadata))
     upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
     head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
     live = live_files(table.io, head) if head is not None else LiveFiles((), {})
@@ -581,12 +637,16 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
             head.snapshot_id if head is not None else None)
 
 
-def _stop_laying_out_by(tx: Transaction, field_id: int, name: str, sql: str) -> None:
+def _stop_laying_out_by(table: Table, tx: Transaction, field_id: int, name: str, sql: str) -> None:
     """Before a column goes: a sort order using it goes first (Iceberg cannot drop a column the
-    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go:
+    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go,
+    in the default spec nor in the spec of a live file (an older key's, before a key change):
     pyiceberg 0.12's overwrite cannot read manifests of a spec whose source column is gone."""
     metadata = tx.table_metadata
-    if any(f.source_id == field_id for f in metadata.spec().fields):
+    head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    in_use = {metadata.default_spec_id} | ({f.spec_id for f in live_files(table.io, head).data} if head else set())
+    specs = metadata.specs()
+    if any(f.source_id == field_id for spec_id in in_use for f in specs[spec_id].fields):
         raise UnsupportedSchemaChange(
             f"{name}: {sql!r} drops the column the table is bucketed by ([layout] buckets); pyiceberg 0.12 cannot "
             "write the table after that. Rebuild the pipeline under a new name with [layout] buckets = 0 over the same "

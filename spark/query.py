@@ -43,7 +43,7 @@ from cdc_codecs import TidelakeError
 from spark import catalog as cat
 from spark import publish
 from spark.config import PipelineConfig
-from spark.schema_map import METADATA_COLUMNS
+from spark.schema_map import metadata_columns
 from spark.storage import Storage, open_storage
 from spark.watermark import tag_name
 
@@ -138,9 +138,10 @@ class View:
         schema = table.scan(snapshot_id=self.snapshot_id(name)).projection()
         if metadata:
             return schema
-        return Schema(*[f for f in schema.fields if f.name not in METADATA_COLUMNS], schema_id=schema.schema_id,
+        meta = metadata_columns(schema, table.properties).names
+        return Schema(*[f for f in schema.fields if f.name not in meta], schema_id=schema.schema_id,
                       identifier_field_ids=[i for i in schema.identifier_field_ids
-                                            if schema.find_field(i).name not in METADATA_COLUMNS])
+                                            if schema.find_field(i).name not in meta])
 
     def scan(self, name: tuple[str, str], wanted: TableScan | None = None, *, metadata: bool = False) -> pa.Table:
         """The rows of one table at W: ``wanted``'s columns (all when None) of the rows passing its filter."""
@@ -151,7 +152,8 @@ class View:
             columns = wanted.columns or (self.schema(name, metadata=metadata).fields[0].name,)  # keeps the row count
         data = table.scan(snapshot_id=self.snapshot_id(name), row_filter=wanted.row_filter, selected_fields=columns).to_arrow()
         if not metadata:
-            data = data.drop_columns([c for c in METADATA_COLUMNS if c in data.column_names])
+            meta = metadata_columns(self.schema(name, metadata=True), table.properties).names
+            data = data.drop_columns([c for c in meta if c in data.column_names])
         return data
 
 
@@ -394,7 +396,8 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
 
     Each pipeline table is a view ``"<database>"."<table>"``; only the tables the SQL names are
     read, each with only the columns it uses and the rows its simple WHERE conditions keep
-    (``plan_scans``). With ``metadata``, ``_tidelake_commit_ts`` and ``_tidelake_op`` are columns too.
+    (``plan_scans``). With ``metadata``, ``_tidelake_commit_ts`` and ``_tidelake_op`` are columns too
+    (named with more leading underscores in a table whose upstream columns have those names: ``schema_map``).
 
     Raises:
         QueryError: the SQL does not parse, or names an unknown table or column (nothing is read then).

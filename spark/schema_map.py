@@ -4,12 +4,23 @@ The mapping is the one in ``cdc_codecs.types`` (and the README): unsigned bigint
 decimal(20, 0), datetime -> timestamp, timestamp -> timestamptz, time -> long
 microseconds, enum/set/json -> string, decimal(p > 38) -> string. Every Iceberg table
 also carries two metadata columns: the commitTs and the op of the last change of the row.
+
+Upstream names are data and never collide with the metadata columns. These are named
+``_tidelake_commit_ts`` and ``_tidelake_op`` unless an upstream column of the table has that name
+(ignoring case, as MySQL, Spark and DuckDB match names): then the metadata column takes one more
+leading underscore per colliding name (``__tidelake_op``). The table property
+``tidelake.metadata-columns`` records their field ids (JSON ``[commit_ts id, op id]``), so the
+metadata columns are found in the table's schema at any W, and an ADD or RENAME COLUMN that
+takes a metadata column's name renames the metadata column (by field id) first. Tables made
+before the property have no upstream column of those names (it could not be created).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import struct
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -36,7 +47,8 @@ from cdc_codecs.types import ColumnValueError, EnumIndex, SetMask, member_label,
 
 COMMIT_TS = "_tidelake_commit_ts"
 OP = "_tidelake_op"
-METADATA_COLUMNS = (COMMIT_TS, OP)
+METADATA_COLUMNS = (COMMIT_TS, OP)  # their names where no upstream column has them (see metadata_columns)
+METADATA_PROPERTY = "tidelake.metadata-columns"  # table property: JSON [commit_ts field id, op field id]
 # The Open protocol carries no DECIMAL precision; without the table's DDL we keep 38 digits.
 UNKNOWN_DECIMAL = (38, 10)
 
@@ -98,11 +110,58 @@ _ARROW: dict[type, pa.DataType] = {
 
 
 def iceberg_schema(columns: Sequence[tuple[str, ColumnType]]) -> Schema:
+    """A new table's schema: the upstream columns, then the metadata columns (named by ``metadata_name``)."""
     fields = [NestedField(i + 1, name, iceberg_type(ct), required=False) for i, (name, ct) in enumerate(columns)]
     n = len(fields)
-    fields.append(NestedField(n + 1, COMMIT_TS, LongType(), required=False))
-    fields.append(NestedField(n + 2, OP, StringType(), required=False))
+    upstream = [name for name, _ in columns]
+    fields.append(NestedField(n + 1, metadata_name(COMMIT_TS, upstream), LongType(), required=False))
+    fields.append(NestedField(n + 2, metadata_name(OP, upstream), StringType(), required=False))
     return Schema(*fields)
+
+
+def metadata_name(name: str, upstream: Iterable[str]) -> str:
+    """Metadata column ``name`` (``COMMIT_TS`` or ``OP``) with one more leading underscore per
+    upstream column that has it, ignoring case."""
+    taken = {u.casefold() for u in upstream}
+    while name.casefold() in taken:
+        name = "_" + name
+    return name
+
+
+def metadata_property(schema: Schema) -> dict[str, str]:
+    """The ``METADATA_PROPERTY`` of a table made with ``schema`` (an ``iceberg_schema``: the metadata columns last)."""
+    commit_ts, op = schema.fields[-2:]
+    return {METADATA_PROPERTY: json.dumps([commit_ts.field_id, op.field_id])}
+
+
+@dataclass(frozen=True)
+class MetadataColumns:
+    """A table's metadata columns as one of its schemas names them (None: not in that schema)."""
+
+    commit_ts: str | None
+    op: str | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.commit_ts, self.op) if n is not None)
+
+
+def metadata_field_ids(schema: Schema, properties: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """The field ids of a table's metadata columns: from its ``METADATA_PROPERTY``, or for a table
+    made before it, of the fields named ``COMMIT_TS`` and ``OP`` in ``schema``."""
+    raw = properties.get(METADATA_PROPERTY)
+    if raw is not None:
+        commit_ts, op = json.loads(raw)
+        return int(commit_ts), int(op)
+    names = {f.name: f.field_id for f in schema.fields}
+    return names.get(COMMIT_TS), names.get(OP)
+
+
+def metadata_columns(schema: Schema, properties: Mapping[str, str]) -> MetadataColumns:
+    """The names of a table's metadata columns in ``schema`` (the table's schema at any W)."""
+    ids = {f.field_id: f.name for f in schema.fields}
+    commit_ts, op = metadata_field_ids(schema, properties)
+    return MetadataColumns(ids.get(commit_ts) if commit_ts is not None else None, ids.get(op) if op is not None else None)
 
 
 def table_columns(schema: TableSchema) -> list[tuple[str, ColumnType]]:

@@ -16,6 +16,13 @@ holds a key, and is exact at the level of ranges: a file is left out iff no key 
 Missing bounds or counts (metrics off, other writers) count as "anything". Floating-point key
 columns are not pruned on (NaN is outside every min/max yet can be a key).
 
+A file's bounds must bound every row group: Parquet writers keep no min/max for a row group
+holding a value over the statistics size limit (4 KiB), and a bound taken from the other row
+groups would prune the file for that row group's keys. tidelake's writer leaves such bounds out
+(``internals.unbounded_columns``); for files of more than one row group, whoever wrote them,
+``live_files`` reads the Parquet footer once per file and process and drops the bounds it does
+not confirm.
+
 Values are compared through dense ranks (one Arrow sort of keys and bounds together), so every
 orderable Arrow type works the same; the keys are sorted once and each file takes a binary search
 on the first test plus a vectorised check of the others over the keys in that range.
@@ -31,10 +38,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform, TruncateTransform
@@ -122,7 +130,42 @@ def live_files(io: FileIO, snapshot: Snapshot) -> LiveFiles:
                 deletes.setdefault(named, []).append(entry.data_file)
             continue
         files.extend(e.data_file for e in live)
-    return LiveFiles(tuple(files), {path: tuple(ds) for path, ds in deletes.items()})
+    return LiveFiles(tuple(_bounding(io, files)), {path: tuple(ds) for path, ds in deletes.items()})
+
+
+# Per data file path (files never change): the field ids its footer shows its bounds do not bound.
+_UNBOUNDED_BY_FOOTER: dict[str, frozenset[int]] = {}
+_FOOTER_CACHE_LIMIT = 100_000
+
+
+def _bounding(io: FileIO, files: list[DataFile]) -> list[DataFile]:
+    """``files``, each without the bounds of a column one of its row groups holds values of
+    without min/max (see the module doc). Only files of more than one row group (or an unknown
+    number) with bounds can be wrong: a single row group without min/max gives no bounds."""
+    doubtful = [f for f in files if f.file_format == FileFormat.PARQUET and (f.lower_bounds or f.upper_bounds)
+                and len(f.split_offsets or ()) != 1 and f.file_path not in _UNBOUNDED_BY_FOOTER]
+    if doubtful:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(pool.map(lambda f: _footer_unbounded(io, f.file_path), doubtful))
+        if len(_UNBOUNDED_BY_FOOTER) + len(found) > _FOOTER_CACHE_LIMIT:
+            _UNBOUNDED_BY_FOOTER.clear()
+        _UNBOUNDED_BY_FOOTER.update((f.file_path, u) for f, u in zip(doubtful, found))
+    out = []
+    for f in files:
+        unbounded = _UNBOUNDED_BY_FOOTER.get(f.file_path, frozenset()) & (set(f.lower_bounds or ()) | set(f.upper_bounds or ()))
+        out.append(internals.without_bounds(f, unbounded) if unbounded else f)
+    return out
+
+
+def _footer_unbounded(io: FileIO, path: str) -> frozenset[int]:
+    with io.new_input(path).open() as stream:
+        metadata = pq.read_metadata(stream)
+    field_ids = {}
+    for field in metadata.schema.to_arrow_schema():
+        field_id = (field.metadata or {}).get(b"PARQUET:field_id")
+        if field_id is not None:
+            field_ids[field.name] = int(field_id)
+    return frozenset(internals.unbounded_columns(metadata, field_ids))
 
 
 def live_data_files(io: FileIO, snapshot: Snapshot) -> list[DataFile]:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import pyiceberg.io.pyarrow as pyiceberg_arrow
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,9 +41,20 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
-from pyiceberg.table.update import AddSnapshotUpdate, AddSortOrderUpdate, SetCurrentSchemaUpdate, SetDefaultSortOrderUpdate, TableUpdate
+from pyiceberg.partitioning import PARTITION_FIELD_ID_START, PartitionField, PartitionSpec
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import (
+    AddPartitionSpecUpdate,
+    AddSnapshotUpdate,
+    AddSortOrderUpdate,
+    SetCurrentSchemaUpdate,
+    SetDefaultSortOrderUpdate,
+    SetDefaultSpecUpdate,
+    TableUpdate,
+)
 from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import StringType
 
 from spark.iceberg.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
 
@@ -53,6 +66,110 @@ POSITION_DELETE_ARROW = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(DELETE_FILE_PATH_ID).encode()}),
     pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(DELETE_POS_ID).encode()}),
 ])
+
+
+def unbounded_columns(parquet_metadata: pq.FileMetaData, field_ids: Mapping[str, int]) -> set[int]:
+    """The field ids (``field_ids``: Parquet column path -> field id) of the columns that some row
+    group holds values of without a min/max: the file's statistics do not bound them.
+
+    Parquet writers leave out a row group's min/max when a value is too long for the statistics
+    (pyarrow 26: over 4096 bytes; parquet-mr likewise); pyiceberg (and Iceberg Java reading a
+    footer) then takes the file's bounds from the other row groups, which a value of that row
+    group can lie outside of. A row group of NULLs only has no min/max and bounds nothing: fine.
+    """
+    out: set[int] = set()
+    for r in range(parquet_metadata.num_row_groups):
+        row_group = parquet_metadata.row_group(r)
+        for pos in range(row_group.num_columns):
+            column = row_group.column(pos)
+            field_id = field_ids.get(column.path_in_schema)
+            if field_id is None or field_id in out:
+                continue
+            stats = column.statistics if column.is_stats_set else None
+            if stats is not None and stats.has_min_max:
+                continue
+            if stats is not None and stats.has_null_count and stats.null_count >= column.num_values:
+                continue  # NULLs only
+            out.add(field_id)
+    return out
+
+
+def text_upper_bound(value: str, length: int | None) -> str | None:
+    """An upper bound of ``value`` of at most ``length`` characters, as Iceberg truncates string
+    bounds (None: there is none, every kept character is U+10FFFF).
+
+    pyiceberg's ``truncate_upper_bound_text_string`` increments the last kept character by one
+    code point, which turns U+D7FF into a lone surrogate that UTF-8 cannot encode (the write
+    fails). Here the increment skips the surrogates (U+D7FF -> U+E000): in code point order,
+    which is UTF-8 byte order and the order bounds compare in, nothing lies between them.
+    """
+    kept = value if length is None else value[:length]
+    if kept == value:
+        return value
+    for i in range(len(kept) - 1, -1, -1):
+        following = ord(kept[i]) + 1
+        if 0xD800 <= following <= 0xDFFF:
+            following = 0xE000
+        if following <= 0x10FFFF:
+            return kept[:i] + chr(following)
+    return None
+
+
+_pyiceberg_file_statistics = pyiceberg_arrow.data_file_statistics_from_parquet_metadata
+
+
+def _bounding_file_statistics(parquet_metadata: pq.FileMetaData, stats_columns: dict[int, Any],
+                              parquet_column_mapping: dict[str, int]) -> Any:
+    """pyiceberg's statistics of a written Parquet file, with only bounds that bound every row:
+    no bounds for a column ``unbounded_columns`` names, string upper bounds from ``text_upper_bound``."""
+    statistics = _pyiceberg_file_statistics(parquet_metadata, stats_columns, parquet_column_mapping)
+    for field_id in unbounded_columns(parquet_metadata, parquet_column_mapping):
+        statistics.column_aggregates.pop(field_id, None)
+    for aggregate in statistics.column_aggregates.values():
+        if aggregate.primitive_type == StringType() and aggregate.current_max is not None:
+            # Bounded here: pyiceberg keeps a string of at most trunc_length characters as it is.
+            aggregate.current_max = text_upper_bound(aggregate.current_max, aggregate.trunc_length)
+    return statistics
+
+
+def _install_bounding_file_statistics() -> None:
+    """Every Parquet data file pyiceberg writes in this process (``write_data_files``, and
+    pyiceberg's own append/overwrite that repair and tagging use) gets its statistics from
+    ``_bounding_file_statistics``.
+
+    Written for pyiceberg 0.12.0: its Parquet writer (``ParquetFormatWriter.close``) looks
+    ``data_file_statistics_from_parquet_metadata`` up in ``pyiceberg.io.pyarrow`` at each call;
+    the name is rebound there, once per process. The planner trusts a file's key bounds to hold
+    every key of the file: a bound that misses a row group loses that row group's deletes.
+    """
+    if not callable(getattr(pyiceberg_arrow, "data_file_statistics_from_parquet_metadata", None)):
+        raise InternalsChanged("pyiceberg.io.pyarrow has no data_file_statistics_from_parquet_metadata(): "
+                               "spark/iceberg/internals.py needs updating for this pyiceberg")
+    pyiceberg_arrow.data_file_statistics_from_parquet_metadata = _bounding_file_statistics
+
+
+_install_bounding_file_statistics()
+
+_LOWER_BOUNDS, _UPPER_BOUNDS = 10, 11  # DataFile's struct positions (Iceberg spec field ids 125, 128)
+
+
+def without_bounds(data_file: DataFile, field_ids: Iterable[int]) -> DataFile:
+    """A copy of ``data_file`` without lower and upper bounds for ``field_ids`` (the planner then
+    treats it as holding any value there).
+
+    Raises:
+        InternalsChanged: ``DataFile``'s struct positions changed.
+    """
+    gone = set(field_ids)
+    lower = {k: v for k, v in (data_file.lower_bounds or {}).items() if k not in gone}
+    upper = {k: v for k, v in (data_file.upper_bounds or {}).items() if k not in gone}
+    copy = DataFile(*(data_file[i] for i in range(len(data_file))))
+    copy[_LOWER_BOUNDS], copy[_UPPER_BOUNDS] = lower, upper
+    if copy.lower_bounds is not lower or copy.upper_bounds is not upper:
+        raise InternalsChanged("pyiceberg's DataFile moved lower_bounds/upper_bounds: spark/iceberg/internals.py needs updating")
+    if hasattr(data_file, "_spec_id"):
+        copy.spec_id = data_file.spec_id
+    return copy
 
 
 def pyiceberg_core_available() -> bool:
@@ -493,3 +610,51 @@ def unsort(tx: Transaction) -> None:
     if not any(order.order_id == UNSORTED_SORT_ORDER_ID for order in metadata.sort_orders):
         updates = (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER), *updates)
     stage(updates)
+
+
+def set_layout(tx: Transaction, spec: PartitionSpec, sort_order: SortOrder) -> None:
+    """Stage ``spec``'s fields and ``sort_order``'s as the table's default partition spec and sort
+    order: an existing spec or order of the same fields is made the default, else one is added
+    (new spec, partition field and order ids; ``spec``'s and ``sort_order``'s own ids are ignored).
+
+    Written for pyiceberg 0.12.0: its ``UpdateSpec``/``UpdateSortOrder`` assert the default ids
+    the transaction has, which the catalog checks against the committed table, so two of them
+    in one transaction (clear the layout, drop and add columns, lay the table out again) can
+    never commit. The updates are staged with ``Transaction._stage``, as ``unsort`` stages its own;
+    the transaction's other requirements (the branch head) still guard the commit.
+
+    Raises:
+        InternalsChanged: pyiceberg's internals changed.
+    """
+    stage = getattr(tx, "_stage", None)
+    if stage is None:
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
+                               "for this pyiceberg version")
+    metadata = tx.table_metadata
+    updates: list[Any] = []
+
+    def spec_shape(s: PartitionSpec) -> list[tuple[int, str, str]]:
+        return [(f.source_id, repr(f.transform), f.name) for f in s.fields]
+
+    found = next((s for s in metadata.partition_specs if spec_shape(s) == spec_shape(spec)), None)
+    if found is None:
+        last = metadata.last_partition_id or PARTITION_FIELD_ID_START - 1
+        found = PartitionSpec(*(PartitionField(source_id=f.source_id, field_id=last + 1 + i, transform=f.transform, name=f.name)
+                                for i, f in enumerate(spec.fields)),
+                              spec_id=max(s.spec_id for s in metadata.partition_specs) + 1)
+        updates.append(AddPartitionSpecUpdate(spec=found))
+    if found.spec_id != metadata.default_spec_id:
+        updates.append(SetDefaultSpecUpdate(spec_id=found.spec_id))
+
+    def order_shape(o: SortOrder) -> list[tuple[int, str, str, str]]:
+        return [(f.source_id, repr(f.transform), str(f.direction), str(f.null_order)) for f in o.fields]
+
+    order = next((o for o in metadata.sort_orders if order_shape(o) == order_shape(sort_order)), None)
+    if order is None:
+        order = SortOrder(*sort_order.fields, order_id=max(o.order_id for o in metadata.sort_orders) + 1) if sort_order.fields \
+            else UNSORTED_SORT_ORDER
+        updates.append(AddSortOrderUpdate(sort_order=order))
+    if order.order_id != metadata.default_sort_order_id:
+        updates.append(SetDefaultSortOrderUpdate(sort_order_id=order.order_id))
+    if updates:
+        stage(tuple(updates))

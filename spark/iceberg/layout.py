@@ -12,8 +12,12 @@ buckets uneven; put the most selective column first upstream or keep the table u
 Key-less tables and first key columns bucket cannot hash (float, double, boolean) stay
 unpartitioned. ``buckets = 0`` (the default) is today's layout: unpartitioned and unsorted.
 
-Caveat: Iceberg refuses to drop a column a partition spec or sort order uses; a DDL that drops
-or stops using the first key column of a bucketed table needs the spec evolved first.
+A table whose key changes (CREATE TABLE over a dropped one, ALTER TABLE ... PRIMARY KEY) is laid
+out again for the new key (``lay_out``): new files follow the new spec and sort order, files
+already written keep theirs. Caveat: Iceberg refuses to drop a column the default partition spec
+or sort order uses, and pyiceberg 0.12 cannot read manifests of a spec whose source column is gone
+while they hold live files: dropping a column a bucket spec of live files uses is refused
+(``commit._stop_laying_out_by``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table import Transaction
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 
@@ -53,3 +58,17 @@ def table_layout(schema: Schema, key_columns: Sequence[str], buckets: int) -> tu
     spec = PartitionSpec(PartitionField(source_id=fields[0].field_id, field_id=_FIRST_PARTITION_FIELD_ID,
                                         transform=BucketTransform(buckets), name=BUCKET_FIELD))
     return spec, sort_order
+
+
+
+def lay_out(tx: Transaction, key_columns: Sequence[str], buckets: int) -> None:
+    """Stage the default partition spec and sort order ``table_layout`` gives a new table of ``tx``'s
+    current schema with ``key_columns`` (nothing staged when the table has them already).
+    ``key_columns`` empty clears the layout (unpartitioned, unsorted), e.g. before the columns of
+    the old key go.
+
+    Raises:
+        LayoutUnavailable: see ``table_layout``.
+    """
+    spec, order = table_layout(tx.table_metadata.schema(), key_columns, buckets)
+    internals.set_layout(tx, spec, order)

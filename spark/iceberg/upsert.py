@@ -36,7 +36,7 @@ from spark.decode.effect import CorruptChangeValue
 from spark.iceberg.files import _transformed, key_file_pairs
 from spark.iceberg.rewrite import FileRewrite, delete_keys, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
-from spark.schema_map import COMMIT_TS, OP, arrow_table
+from spark.schema_map import arrow_table, metadata_columns
 
 GROUP, ROLE = "_tidelake_group", "_tidelake_role"
 DROP, WRITE = 0, 1
@@ -69,6 +69,8 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     """The net change's rows in the table's columns (deleted keys as key-only rows) and which write."""
     images = []
     writes = np.zeros(net.num_rows, dtype=bool)
+    metadata = target.table.metadata()
+    names = metadata_columns(metadata.schema(), metadata.properties)  # upstream names are data: never these
     for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
                                                 net.column("ts").to_pylist())):
         try:
@@ -78,10 +80,10 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
             raise CorruptChangeValue(f"change log of {target.table.name} at {where}: {exc}") from None
         if not deletes:
             writes[i] = True
-            row[COMMIT_TS] = ts
-            row[OP] = op.value
+            row[names.commit_ts] = ts
+            row[names.op] = op.value
         images.append(row)
-    return arrow_table(target.table.metadata().schema(), images, target.upstream_types), writes
+    return arrow_table(metadata.schema(), images, target.upstream_types), writes
 
 
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:

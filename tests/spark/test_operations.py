@@ -50,7 +50,7 @@ from spark.maintain.run import STEPS as MAINTENANCE_STEPS
 from spark.maintain.run import maintain
 from spark.publish import published_watermarks, retired_watermarks
 from spark.query import RetiredWatermark, read_pipeline
-from spark.schema_map import METADATA_COLUMNS
+from spark.schema_map import metadata_columns
 from spark.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
@@ -308,7 +308,7 @@ class PipelineMachine(RuleBasedStateMachine):
                 continue
             name = cat.upstream_name(table)
             rows = [] if DROPPED in table.properties else normalise(
-                table.scan().to_arrow().drop_columns(list(METADATA_COLUMNS)).to_pylist())
+                table.scan().to_arrow().drop_columns(list(metadata_columns(table.schema(), table.properties).names)).to_pylist())
             assert rows == self.model_at[w].get(name, []), f"main of {name} at {w}"
 
     def _mid_rename(self, table, published: set[int]) -> bool:  # noqa: ANN001

@@ -14,6 +14,7 @@ from cdc_codecs.workload import quote_ident
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
 from spark.config import LayoutConfig
+from spark.iceberg.files import live_data_files
 from spark.query import NoSuchWatermark, read_pipeline, read_table
 from spark.storage import open_storage
 
@@ -221,9 +222,9 @@ def per_mark(events: list) -> list[list]:
 
 
 def upstream_columns(table) -> list[str]:
-    from spark.schema_map import METADATA_COLUMNS
+    from spark.schema_map import metadata_columns
 
-    return [f.name for f in table.schema().fields if f.name not in METADATA_COLUMNS]
+    return [f.name for f in table.schema().fields if f.name not in metadata_columns(table.schema(), table.properties).names]
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
@@ -375,10 +376,11 @@ def test_thousands_of_touched_keys_in_one_run(tmp_path: Path, keys: tuple[str, .
     assert got == [{**r, "v": -r["v"] if r["id"] < 2500 else r["v"]} for r in rows]
 
 
-def test_dropping_the_bucketed_key_column_fails_clearly_and_a_sorted_one_is_unsorted(tmp_path: Path) -> None:
+def test_dropping_the_bucketed_key_column_fails_clearly_and_a_sorted_one_leaves_the_rest_of_the_key(tmp_path: Path) -> None:
     """A bucketed table's partition field and sort order use its first key column. Dropping a
-    column the table is only sorted by makes it unsorted; dropping the bucket's column fails the
-    table with what to do (pyiceberg 0.12 cannot write it after that)."""
+    column the table is only sorted by leaves it sorted by the rest of the key (MySQL drops the
+    column from the key); dropping the bucket's column fails the table with what to do
+    (pyiceberg 0.12 cannot write it after that)."""
     h = History()
     v1 = schema("shop", "b", [("id", "int"), ("code", "varchar(8)"), ("v", "int")], keys=("id", "code"))
     h.ddl("shop", "b", "CREATE TABLE shop.b (id int, code varchar(8), v int, primary key (id, code))", kind="CREATE")
@@ -396,12 +398,150 @@ def test_dropping_the_bucketed_key_column_fails_clearly_and_a_sorted_one_is_unso
     assert sorted(read_table(config, "shop", "b", w2).to_pylist(), key=lambda r: r["id"]) == [
         {"id": i, "v": 10 if i == 1 else i} for i in range(6)]
     table = iceberg_table(config, "shop", "b")
-    assert [f.name for f in table.spec().fields] == ["_tidelake_key_bucket"] and table.sort_order().fields == []
+    assert [f.name for f in table.spec().fields] == ["_tidelake_key_bucket"]
+    assert [table.schema().find_column_name(f.source_id) for f in table.sort_order().fields] == ["id"]
 
     h.ddl("shop", "b", "ALTER TABLE shop.b DROP COLUMN id", kind="ALTER")
     h.mark()
     with pytest.raises(UnsupportedSchemaChange, match="drops the column the table is bucketed by.*buckets = 0"):
         run(tmp_path / "again", "canal-json", [h.events[:first], h.events[first:]], {}, buckets=4)
+
+
+def layout_columns(table) -> tuple[list[str], list[str]]:  # noqa: ANN001
+    """The columns of a table's default partition spec and sort order."""
+    schema = table.schema()
+    return ([schema.find_column_name(f.source_id) for f in table.spec().fields],
+            [schema.find_column_name(f.source_id) for f in table.sort_order().fields])
+
+
+def test_drop_and_create_with_another_key_lays_a_bucketed_table_out_for_the_new_key(tmp_path: Path) -> None:
+    """CREATE TABLE over a dropped bucketed table with another key (its old bucket column gone)
+    failed: 'Cannot find source column for partition field'."""
+    h = History()
+    v1 = schema("shop", "b", [("id", "int"), ("v", "int")], keys=("id",))
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", kind="CREATE")
+    for i in range(4):
+        h.row(Op.INSERT, v1, None, {"id": i, "v": i})
+    w1 = h.mark()
+    n1 = len(h.events)
+    v2 = schema("shop", "b", [("code", "varchar(8)"), ("n", "int")], keys=("code",))
+    h.ddl("shop", "b", "DROP TABLE shop.b", kind="ERASE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (code varchar(8) primary key, n int)", kind="CREATE")
+    for i in range(3):
+        h.row(Op.INSERT, v2, None, {"code": f"c{i}", "n": i})
+    w2 = h.mark()
+    n2 = len(h.events)
+    h.row(Op.UPDATE, v2, {"code": "c1", "n": 1}, {"code": "c1", "n": 10})
+    h.row(Op.DELETE, v2, {"code": "c2", "n": 2}, None)
+    w3 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:n1], h.events[n1:n2], h.events[n2:]], {}, buckets=4)
+    assert results[-1].watermark == w3
+    assert sorted(r["id"] for r in read_table(config, "shop", "b", w1).to_pylist()) == [0, 1, 2, 3]
+    assert sorted(read_table(config, "shop", "b", w2).to_pylist(), key=lambda r: r["code"]) == [
+        {"code": f"c{i}", "n": i} for i in range(3)]
+    assert sorted(read_table(config, "shop", "b", w3).to_pylist(), key=lambda r: r["code"]) == [
+        {"code": "c0", "n": 0}, {"code": "c1", "n": 10}]
+    table = iceberg_table(config, "shop", "b")
+    assert layout_columns(table) == (["code"], ["code"])
+    assert {f.spec_id for f in live_data_files(table.io, table.current_snapshot())} == {table.spec().spec_id}
+
+
+def test_a_key_change_lays_a_bucketed_table_out_for_the_new_key(tmp_path: Path) -> None:
+    """ALTER ... PRIMARY KEY: new files are bucketed and sorted by the new key; files of the old
+    key's spec stay, so the old bucket column still cannot be dropped while they live."""
+    h = History()
+    v1 = schema("shop", "k", [("id", "int"), ("code", "varchar(8)"), ("v", "int")], keys=("id",))
+    h.ddl("shop", "k", "CREATE TABLE shop.k (id int primary key, code varchar(8), v int)", kind="CREATE")
+    for i in range(4):
+        h.row(Op.INSERT, v1, None, {"id": i, "code": f"c{i}", "v": i})
+    h.mark()
+    n1 = len(h.events)
+    v2 = schema("shop", "k", [("id", "int"), ("code", "varchar(8)"), ("v", "int")], keys=("code",))
+    h.ddl("shop", "k", "ALTER TABLE shop.k DROP PRIMARY KEY, ADD PRIMARY KEY (code)", kind="ALTER")
+    h.row(Op.UPDATE, v2, {"id": 1, "code": "c1", "v": 1}, {"id": 1, "code": "c1", "v": 10})
+    h.row(Op.INSERT, v2, None, {"id": 1, "code": "c9", "v": 9})  # id is no key any more
+    w2 = h.mark()
+    n2 = len(h.events)
+    config, results = run(tmp_path, "canal-json", [h.events[:n1], h.events[n1:]], {}, buckets=4)
+    assert results[-1].watermark == w2
+    assert sorted(read_table(config, "shop", "k", w2).to_pylist(), key=lambda r: r["code"]) == [
+        {"id": 0, "code": "c0", "v": 0}, {"id": 1, "code": "c1", "v": 10}, {"id": 2, "code": "c2", "v": 2},
+        {"id": 3, "code": "c3", "v": 3}, {"id": 1, "code": "c9", "v": 9}]
+    table = iceberg_table(config, "shop", "k")
+    assert layout_columns(table) == (["code"], ["code"])
+
+    h.ddl("shop", "k", "ALTER TABLE shop.k DROP COLUMN id", kind="ALTER")
+    h.mark()
+    with pytest.raises(UnsupportedSchemaChange, match="drops the column the table is bucketed by"):
+        run(tmp_path / "again", "canal-json", [h.events[:n1], h.events[n1:n2], h.events[n2:]], {}, buckets=4)
+
+
+# -- upstream columns named like tidelake's metadata columns (names are data: they never collide)
+
+
+def rows_at(config, table: str, w: int, metadata: bool = False) -> list[dict]:  # noqa: ANN001
+    return sorted(read_table(config, "shop", table, w, metadata=metadata).to_pylist(), key=repr)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_upstream_columns_named_like_the_metadata_columns_at_create(tmp_path: Path, keyed: bool) -> None:
+    """CREATE with columns `_tidelake_op` and `_TIDELAKE_COMMIT_TS` failed the run ('Invalid schema,
+    multiple fields for name'); the metadata columns now take another leading underscore."""
+    h = History()
+    cols = [("id", "int"), ("_tidelake_op", "varchar(8)"), ("_TIDELAKE_COMMIT_TS", "bigint")]
+    s = schema("shop", "m", cols, keys=("id",) if keyed else ())
+    key = " primary key" if keyed else ""
+    h.ddl("shop", "m", f"CREATE TABLE shop.m (id int{key}, `_tidelake_op` varchar(8), `_TIDELAKE_COMMIT_TS` bigint)",
+          s, kind="CREATE")
+    one, two = {"id": 1, "_tidelake_op": "x", "_TIDELAKE_COMMIT_TS": 7}, {"id": 2, "_tidelake_op": "y", "_TIDELAKE_COMMIT_TS": 8}
+    h.row(Op.INSERT, s, None, one)
+    h.row(Op.INSERT, s, None, two)
+    w1 = h.mark()
+    h.row(Op.UPDATE, s, one, {**one, "_tidelake_op": "z"})
+    h.row(Op.DELETE, s, two, None)
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert results[-1].watermark == w2
+    assert rows_at(config, "m", w1) == [one, two]
+    assert rows_at(config, "m", w2) == [{**one, "_tidelake_op": "z"}]
+    [row] = rows_at(config, "m", w2, metadata=True)
+    assert row["__tidelake_op"] == "update" and row["__tidelake_commit_ts"] > w1 and row["_tidelake_op"] == "z"
+    table = iceberg_table(config, "shop", "m")
+    assert [f.name for f in table.schema().fields] == ["id", "_tidelake_op", "_TIDELAKE_COMMIT_TS", "__tidelake_commit_ts",
+                                                         "__tidelake_op"]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_an_added_or_renamed_column_named_like_a_metadata_column_renames_the_metadata_column(
+        tmp_path: Path, keyed: bool) -> None:
+    """ADD COLUMN `_tidelake_op` (and RENAME COLUMN to `_tidelake_commit_ts`) failed the run; the
+    metadata column is renamed by field id first, and earlier Ws keep reading it by its name then."""
+    h = History()
+    keys = ("id",) if keyed else ()
+    v1 = schema("shop", "a", [("id", "int"), ("v", "int")], keys=keys)
+    h.ddl("shop", "a", f"CREATE TABLE shop.a (id int{' primary key' if keyed else ''}, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    v2 = schema("shop", "a", [("id", "int"), ("v", "int"), ("_tidelake_op", "varchar(8)")], keys=keys)
+    h.ddl("shop", "a", "ALTER TABLE shop.a ADD COLUMN `_tidelake_op` varchar(8)", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 2, "v": 2, "_tidelake_op": "mine"})
+    w2 = h.mark()
+    v3 = schema("shop", "a", [("id", "int"), ("_tidelake_commit_ts", "int"), ("_tidelake_op", "varchar(8)")], keys=keys)
+    h.ddl("shop", "a", "ALTER TABLE shop.a RENAME COLUMN v TO `_tidelake_commit_ts`", v3, v2, kind="ALTER")
+    h.row(Op.DELETE, v3, {"id": 2, "_tidelake_commit_ts": 2, "_tidelake_op": "mine"}, None)
+    h.row(Op.UPDATE, v3, {"id": 1, "_tidelake_commit_ts": 1, "_tidelake_op": None}, {"id": 1, "_tidelake_commit_ts": 5, "_tidelake_op": "u"})
+    w3 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert results[-1].watermark == w3
+    [at1] = rows_at(config, "a", w1, metadata=True)
+    assert at1["_tidelake_op"] == "insert" and at1["_tidelake_commit_ts"] < w1  # the metadata columns at W1
+    assert rows_at(config, "a", w2) == [{"id": 1, "v": 1, "_tidelake_op": None}, {"id": 2, "v": 2, "_tidelake_op": "mine"}]
+    assert rows_at(config, "a", w3) == [{"id": 1, "_tidelake_commit_ts": 5, "_tidelake_op": "u"}]
+    [at3] = rows_at(config, "a", w3, metadata=True)
+    assert at3["__tidelake_op"] == "update" and w2 < at3["__tidelake_commit_ts"] < w3
+    table = iceberg_table(config, "shop", "a")
+    assert [f.name for f in table.schema().fields] == ["id", "_tidelake_commit_ts", "_tidelake_op", "__tidelake_commit_ts",
+                                                         "__tidelake_op"]
 
 
 # -- keys that differ only past the 28th digit (a review found them folded as one key)

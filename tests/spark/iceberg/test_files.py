@@ -158,3 +158,19 @@ def _in_box(rows: pa.Table, keys: list[str], key: dict) -> bool:
             if not present or not min(present) <= key[k] <= max(present):
                 return False
     return True
+
+
+def test_bounds_another_writer_took_from_some_row_groups_only_are_not_trusted(catalog, monkeypatch):
+    """A file of several row groups written with pyiceberg's own statistics (as another engine
+    may): its footer shows a row group without min/max, so its bounds do not prune it."""
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
+
+    monkeypatch.setattr(pyiceberg_arrow, "data_file_statistics_from_parquet_metadata", internals._pyiceberg_file_statistics)
+    table = catalog.create_table("ns.other", schema=ID, properties={"write.parquet.row-group-limit": "2"})
+    long = "z" * 5000
+    table.append(pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "v": ["a", "b", long, "c"]}))
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    assert data_file.upper_bounds[2] == b"b" and len(data_file.split_offsets) == 2  # the other writer's bound
+    touched = pa.table({"v": [long]})
+    assert [f.file_path for f in plan(table, ["v"], touched).candidates] == [data_file.file_path]
+    assert plan(table, ["id"], pa.table({"id": pa.array([9], pa.int64())})).candidates == ()  # id still prunes

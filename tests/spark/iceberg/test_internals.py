@@ -367,3 +367,69 @@ def test_a_replace_keeps_the_rows_less_the_deletes_it_folds(catalog):
     table = catalog.load_table("ns.t")
     assert table.current_snapshot().summary.operation.value == "replace"
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, *range(4, 10)]
+
+
+# -- file statistics: every bound bounds every row group; string upper bounds stay valid UTF-8
+
+
+def test_a_column_some_row_group_holds_without_min_max_gets_no_bounds(catalog):
+    """pyarrow keeps no min/max for a row group holding a value over 4 KiB; pyiceberg took the
+    file's bounds from the other row groups, so the long value lay outside them."""
+    import pyarrow.parquet as pq
+
+    table = catalog.create_table("ns.long", schema=SCHEMA, properties={"write.parquet.row-group-limit": "2"})
+    batch = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "name": ["a", "b", "z" * 5000, None]})
+    [data_file] = internals.write_data_files(table.io, table.metadata, batch)
+    with table.io.new_input(data_file.file_path).open() as f:
+        metadata = pq.read_metadata(f)
+    assert metadata.num_row_groups == 2 and not metadata.row_group(1).column(1).statistics.has_min_max
+    assert internals.unbounded_columns(metadata, {"id": 1, "name": 2}) == {2}
+    assert 2 not in data_file.lower_bounds and 2 not in data_file.upper_bounds
+    assert data_file.upper_bounds[1] == (4).to_bytes(8, "little")  # the other columns keep theirs
+    assert data_file.null_value_counts[2] == 1
+    nulls = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", None, None]})  # a group of NULLs only bounds nothing
+    [data_file] = internals.write_data_files(table.io, table.metadata, nulls)
+    assert data_file.upper_bounds[2] == b"a"
+
+
+@pytest.mark.parametrize(("value", "bound"), [
+    ("short", "short"),
+    ("a" * 15 + "\ud7ff" + "x", "a" * 15 + "\ue000"),
+    ("a" * 15 + "b" + "x", "a" * 15 + "c"),
+    ("a" * 14 + "b\U0010ffff" + "x", "a" * 14 + "c"),
+    ("\U0010ffff" * 17, None),
+])
+def test_text_upper_bound_skips_the_surrogates(value: str, bound: str | None):
+    assert internals.text_upper_bound(value, 16) == bound
+    if bound is not None:
+        assert bound >= value and bound.encode("utf-8")
+
+
+def test_the_statistics_hook_is_where_pyiceberg_looks_it_up():
+    """internals rebinds pyiceberg.io.pyarrow.data_file_statistics_from_parquet_metadata, which the
+    Parquet writer looks up at each call, and relies on StatsAggregator's attributes."""
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
+    from pyiceberg.io.pyarrow import StatsAggregator
+
+    assert pyiceberg_arrow.data_file_statistics_from_parquet_metadata is internals._bounding_file_statistics
+    assert list(inspect.signature(internals._pyiceberg_file_statistics).parameters) == [
+        "parquet_metadata", "stats_columns", "parquet_column_mapping"]
+    assert "data_file_statistics_from_parquet_metadata" in inspect.getsource(pyiceberg_arrow.ParquetFormatWriter.close)
+    aggregate = StatsAggregator(StringType(), "BYTE_ARRAY", 16)
+    assert {"primitive_type", "trunc_length", "current_max"} <= set(vars(aggregate))
+
+
+def test_pyiceberg_own_writes_get_the_bounding_statistics_too(catalog):
+    """Repair writes through pyiceberg's overwrite: its files must be bounded the same way."""
+    table = catalog.create_table("ns.own", schema=SCHEMA, properties={"write.parquet.row-group-limit": "2"})
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "z" * 5000]}))
+    [task] = table.scan().plan_files()
+    assert 2 not in task.file.upper_bounds and task.file.upper_bounds[1] == (3).to_bytes(8, "little")
+
+
+def test_without_bounds_copies_a_data_file(catalog):
+    table = table_with_files(catalog, "wb", SCHEMA, [rows(0, 3)])
+    [data_file] = [t.file for t in table.scan().plan_files()]
+    copy = internals.without_bounds(data_file, [2])
+    assert 2 not in copy.lower_bounds and 2 not in copy.upper_bounds and copy.lower_bounds[1] == data_file.lower_bounds[1]
+    assert 2 in data_file.lower_bounds and copy.spec_id == data_file.spec_id and copy == data_file  # same file (path)

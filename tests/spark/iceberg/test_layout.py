@@ -68,3 +68,29 @@ def test_a_bucketed_table_is_partitioned_by_the_first_key_column_and_sorted_by_t
     [field] = table.spec().fields
     assert (field.source_id, field.transform, field.name) == (1, BucketTransform(8), BUCKET_FIELD)
     assert [f.source_id for f in table.sort_order().fields] == [1, 2]
+
+
+def test_lay_out_moves_a_table_to_a_new_key_and_back_reusing_specs_and_orders(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark.iceberg.layout import lay_out
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "w").as_uri())
+    catalog.create_namespace("ns")
+    spec, order = table_layout(SCHEMA, ("tenant",), 4)
+    table = catalog.create_table("ns.t", schema=SCHEMA, partition_spec=spec, sort_order=order)
+    shape = lambda t: ([f.source_id for f in t.spec().fields], [f.source_id for f in t.sort_order().fields])  # noqa: E731
+    with table.transaction() as tx:  # cleared, then laid out again, in one transaction
+        lay_out(tx, (), 0)
+        lay_out(tx, ("id", "tenant"), 4)
+    table = catalog.load_table("ns.t")
+    assert shape(table) == ([2], [2, 1])
+    assert [f.name for f in table.spec().fields] == [BUCKET_FIELD]
+    with table.transaction() as tx:
+        lay_out(tx, ("tenant",), 4)
+    table = catalog.load_table("ns.t")
+    assert shape(table) == ([1], [1]) and table.spec().spec_id == 0  # the first spec again, not a copy
+    before = table.metadata_location
+    with table.transaction() as tx:
+        lay_out(tx, ("tenant",), 4)  # already laid out so: nothing staged
+    assert catalog.load_table("ns.t").metadata_location == before

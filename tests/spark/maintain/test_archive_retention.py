@@ -10,7 +10,7 @@ from spark.commit import DROPPED, WATERMARK
 from spark.decode.changelog import decoder_version
 from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
 from spark.manifest import list_manifests, read_manifest
-from spark.schema_map import METADATA_COLUMNS
+from spark.schema_map import metadata_columns
 from spark.storage import open_storage
 from spark.watermark import tag_name
 
@@ -50,7 +50,7 @@ def main_rows(config) -> dict:
     out = {}
     for table in cat.pipeline_tables(catalog, config):
         if DROPPED not in table.properties:
-            out[cat.upstream_name(table)] = normalise(table.scan().to_arrow().drop_columns(list(METADATA_COLUMNS)).to_pylist())
+            out[cat.upstream_name(table)] = normalise(table.scan().to_arrow().drop_columns(list(metadata_columns(table.schema(), table.properties).names)).to_pylist())
     return out
 
 
