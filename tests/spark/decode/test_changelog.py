@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from cdc_codecs import (
+    DECODER_VERSION,
     PROTOCOLS,
     Column,
     DdlChange,
@@ -190,7 +191,7 @@ def test_one_row_per_key_effect_for_insert_update_key_change_and_delete(tmp_path
         assert [d.commit_ts for d in side.ddl] == [derived_commit_ts(1000)]
         assert side.state.clock == derived_commit_ts(1004)
     assert (side.messages, side.rows, side.errors) == (len(records), 5, ())
-    assert side.decoder == f"{protocol}-1-f{CHANGE_LOG_FORMAT}"
+    assert side.decoder == f"{protocol}-{DECODER_VERSION}-f{CHANGE_LOG_FORMAT}"
     assert (side.topic, side.partition, side.start, side.end) == (TOPIC, 0, 0, len(records))
 
 
@@ -338,9 +339,9 @@ def test_a_decoder_version_change_derives_the_change_log_again_under_a_new_direc
     segments = write_segments(storage, config, [encode("canal-json", CHANGES)])
     ensure(config, storage, segments)
     old = decoder_version("canal-json")
-    monkeypatch.setattr("spark.decode.changelog.DECODER_VERSION", "2")
+    monkeypatch.setattr("spark.decode.changelog.DECODER_VERSION", "next")
     new = decoder_version("canal-json")
-    assert new == f"canal-json-2-f{CHANGE_LOG_FORMAT}" and old != new
+    assert new == f"canal-json-next-f{CHANGE_LOG_FORMAT}" and old != new
     runner = PicklingRunner()
     (side,) = ensure(config, storage, segments, runner)
     assert len(runner.tasks) == 1 and side.decoder == new
