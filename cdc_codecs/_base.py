@@ -159,6 +159,12 @@ class Decoder(_Configurable, abc.ABC):
                 self.protocol, msg.position, None, f"internal error (please report it with this message): {type(exc).__name__}: {exc}", raw=msg
             ) from exc
 
+    @property
+    def carries_commit_ts(self) -> bool:
+        """Whether the events of a protocol with commitTs carry it in this decoder's configuration
+        (TiCDC's Canal-JSON does only with its TiDB extension); ``ProtocolSpec.carries_commit_ts``."""
+        return True
+
     def finish(self) -> list[DecodeError]:
         """Messages held back that can no longer be decoded (end of the stream)."""
         return []

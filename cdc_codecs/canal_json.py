@@ -19,8 +19,14 @@ Differences handled here:
   ENUM is sent as its 1-based index and SET as a bit mask; both become labels when
   ``mysqlType`` lists the members (Canal, content-compatible TiCDC), and otherwise stay
   ``EnumIndex`` / ``SetMask`` text for the table's DDL to map (types.EnumIndex).
-- ``_tidb.commitTs`` orders TiCDC events; without it (official Canal, CloudCanal)
-  ``commit_ts`` is None and order is the partition offset.
+- ``_tidb.commitTs`` orders TiCDC events when the changefeed has ``enable-tidb-extension=true``
+  (option ``enable_tidb_extension``, default true): a row or DDL without it is then a
+  DecodeError naming the two settings that fix it. TiCDC's default (``false``) sends no
+  ``_tidb`` and no WATERMARK: with ``enable_tidb_extension=false`` every event's ``commit_ts``
+  is None and the derived clock orders the topic from ``es`` (TiCDC writes the commitTs'
+  physical milliseconds there), as for official Canal and CloudCanal (``CanalFlatDecoder``).
+  One clock per topic, never per message: in derived order ``_tidb.commitTs`` is ignored and a
+  ``TIDB_WATERMARK`` is the wall-clock heartbeat its TSO's milliseconds are.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from cdc_codecs._base import CLAIM_CHECK_OPTION, TIMEZONE_OPTION, Decoder, Encod
 from cdc_codecs._fields import FieldError
 from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError
 from cdc_codecs.events import (
+    Clock,
     Column,
     DdlChange,
     Event,
@@ -61,20 +68,35 @@ WATERMARK_TYPE = "TIDB_WATERMARK"
 _DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
 
 
+TIDB_EXTENSION_OPTION = "enable_tidb_extension"
+
+
 class CanalJsonDecoder(Decoder):
+    """TiCDC's Canal-JSON; ``CanalFlatDecoder`` reads official Canal's and CloudCanal's."""
+
     protocol: ClassVar[str] = "canal-json"
     options_spec: ClassVar[dict[str, Option]] = {
         "timezone": TIMEZONE_OPTION,
         "claim_check_reader": CLAIM_CHECK_OPTION,
+        TIDB_EXTENSION_OPTION: Option(
+            parse_bool, True,
+            "the changefeed's enable-tidb-extension: true orders by _tidb.commitTs and its TIDB_WATERMARK events; "
+            "false (TiCDC's default: no _tidb) orders by the derived clock from es",
+        ),
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        self._commit_ts: bool = bool(self.options.get(TIDB_EXTENSION_OPTION, False))
         self._tz: dt.tzinfo = self.options["timezone"]
         # mysqlType of a table rarely changes: cache the row converter per mysqlType mapping.
         self._converters: dict[tuple[tuple[str, str], ...], tuple[dict[str, ColumnType], RowConverter]] = {}
         self._current: dict[tuple[str, str], tuple[dict[str, Any], tuple[dict[str, ColumnType], RowConverter]]] = {}
         self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    @property
+    def carries_commit_ts(self) -> bool:
+        return self._commit_ts
 
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         value = msg.value
@@ -113,9 +135,10 @@ class CanalJsonDecoder(Decoder):
                         "the row was too large and TiCDC sent only its handle key; it cannot be applied from the "
                         "archive. Set the changefeed's large-message-handle-option to claim-check",
                     )
-            commit_ts = tidb.get("commitTs")
-            if type(commit_ts) is not int or commit_ts < 0:
-                commit_ts = self._ts(tidb, "commitTs")
+            if self._commit_ts:
+                commit_ts = tidb.get("commitTs")
+                if type(commit_ts) is not int or commit_ts < 0:
+                    commit_ts = self._ts(tidb, "commitTs")
         kind = get("type")
         if type(kind) is not str:
             kind = f.require(doc, "type", str)
@@ -129,7 +152,17 @@ class CanalJsonDecoder(Decoder):
             ts = self._ts(tidb, "watermarkTs")
             if ts is None:
                 raise FieldError("_tidb.watermarkTs", "missing when 'type' is 'TIDB_WATERMARK'")
+            if not self._commit_ts:  # every change after it commits at or after its millisecond
+                return [Watermark(ts >> 18, msg.position.with_index(first_index), Clock.EPOCH_MS)]
             return [Watermark(ts, msg.position.with_index(first_index))]
+        if commit_ts is None and self._commit_ts:
+            raise FieldError(
+                "_tidb.commitTs",
+                "missing: the changefeed sends Canal-JSON without the TiDB extension (enable-tidb-extension=false, "
+                "TiCDC's default), so nothing gives this change's commitTs. Set enable-tidb-extension=true in the "
+                f"changefeed's sink URI (exact commit order), or the topic's option {TIDB_EXTENSION_OPTION} = false "
+                "(derived order from 'es', README 'Derived watermarks')",
+            )
         database = get("database")
         if type(database) is not str:
             database = f.require(doc, "database", str, nullable=True) or ""
@@ -298,6 +331,15 @@ class CanalJsonDecoder(Decoder):
         return self._decode_document(doc, inner, index)
 
 
+class CanalFlatDecoder(CanalJsonDecoder):
+    """Official Canal's flat message and CloudCanal's Canal JSON: no commitTs, the derived clock orders them."""
+
+    protocol: ClassVar[str] = "canal"
+    options_spec: ClassVar[dict[str, Option]] = {
+        name: option for name, option in CanalJsonDecoder.options_spec.items() if name != TIDB_EXTENSION_OPTION
+    }
+
+
 def canal_type(text: str) -> ColumnType:
     """A ``mysqlType`` entry. TiCDC (without content-compatible) drops every type parameter,
     so a bare ``decimal`` has an unknown precision and scale, not MySQL's default (10, 0):
@@ -396,8 +438,12 @@ class CanalJsonEncoder(Encoder):
         self._tz = self.options["timezone"]
         self._compatible = self._full_types or self.options["content_compatible"]
 
+    def _execution_time(self, event: RowChange | DdlChange) -> int:
+        """``es``: TiCDC writes its commitTs' physical milliseconds, with or without the TiDB extension."""
+        return event.commit_ts >> 18 if event.commit_ts is not None else event.event_time_ms or 0
+
     def _base(self, event: RowChange | DdlChange, kind: str) -> dict[str, Any]:
-        es = event.event_time_ms or 0
+        es = self._execution_time(event)
         doc: dict[str, Any] = {
             "id": 0,
             "database": event.database,
@@ -476,6 +522,9 @@ class CanalFlatEncoder(CanalJsonEncoder):
         "timezone": TIMEZONE_OPTION,
         "rows_per_message": Option(int, 4, "rows Canal puts in one flat message (one binlog event)"),
     }
+
+    def _execution_time(self, event: RowChange | DdlChange) -> int:
+        return event.event_time_ms or 0  # the binlog event's time
 
     def encode_rows(self, rows: list[RowChange]) -> tuple[bytes | None, bytes | None]:
         return None, dumps(self.row_document(rows))

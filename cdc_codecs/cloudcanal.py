@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 from cdc_codecs import _fields as f
 from cdc_codecs._base import TIMEZONE_OPTION, Decoder, Encoder, Option, dumps, loads
 from cdc_codecs._fields import FieldError
-from cdc_codecs.canal_json import CanalJsonDecoder, _table_changes_schema, java_sql_type
+from cdc_codecs.canal_json import CanalFlatDecoder, _table_changes_schema, java_sql_type
 from cdc_codecs.events import DdlChange, Event, Op, RawMessage, RowChange
 from cdc_codecs.types import ColumnType, to_text
 
@@ -36,7 +36,7 @@ class CloudCanalJsonDecoder(Decoder):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         # Value typing is Canal's: reuse its cached converters.
-        self._canal = CanalJsonDecoder(timezone=self.options["timezone"])
+        self._canal = CanalFlatDecoder(timezone=self.options["timezone"])
 
     def _decode(self, msg: RawMessage) -> Iterable[Event]:
         doc = f.as_object(loads(msg.value), "value")

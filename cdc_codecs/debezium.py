@@ -136,6 +136,8 @@ class DebeziumDecoder(Decoder):
         table = f.require(source, "table", str, "payload.source.")
         known = self._tables.get((database, table))
         codec = self._codec(schema, database, table, known)
+        if codec.decimals and _inexact_decimals(payload, codec.decimals):
+            payload = _exact_decimals(payload, msg.value, codec.decimals)
         if codec.envelope is not None and not payload.keys() <= codec.envelope:
             undescribed = next(n for n in payload if n not in codec.envelope)
             raise FieldError(f"payload.{undescribed}", "not described by the message's schema (its fields are "
@@ -280,6 +282,41 @@ def _members(data: bytes, what: str) -> dict[str, Any] | None:
     return {name: orjson.dumps(value) for name, value in doc.items()} if type(doc) is dict else None
 
 
+# JSON numbers with a fraction or an exponent as Decimal, from their text: exact at any precision.
+_EXACT = msgspec.json.Decoder(float_hook=Decimal)
+
+
+def _inexact_decimals(payload: Mapping[str, Any], decimals: tuple[str, ...]) -> bool:
+    """Whether a decimal column of the row images was parsed as a float (a rounded binary number).
+
+    JsonConverter's ``decimal.format=NUMERIC`` (and ``decimal.handling.mode=double``) write
+    decimals as JSON numbers; orjson reads those, and integers beyond 64 bits, as floats.
+    """
+    for part in ("before", "after"):
+        row = payload.get(part)
+        if type(row) is dict:
+            for name in decimals:
+                if type(row.get(name)) is float:
+                    return True
+    return False
+
+
+def _exact_decimals(payload: dict[str, Any], value: bytes, decimals: tuple[str, ...]) -> dict[str, Any]:
+    """``payload`` with its decimal columns' numbers parsed again from the message's text, as Decimal.
+
+    Only those columns: every other number keeps the fast parse (a double stays a float).
+    """
+    top = _members(value, "value")
+    raw = top.get("payload") if top is not None else None
+    exact = _EXACT.decode(memoryview(raw)) if raw is not None else {n: _EXACT.decode(r) for n, r in (top or {}).items()}
+    out = dict(payload)
+    for part in ("before", "after"):
+        row, exact_row = payload.get(part), exact.get(part)
+        if type(row) is dict and type(exact_row) is dict:
+            out[part] = {**row, **{n: exact_row[n] for n in decimals if type(row.get(n)) is float}}
+    return out
+
+
 def _envelope(value: bytes) -> tuple[dict[str, Any], bytes | None]:
     """The payload of a Connect JSON envelope, parsed, and its schema's text (the converter cache key).
 
@@ -306,6 +343,7 @@ class _RowCodec(NamedTuple):
     order: list[str]
     envelope: frozenset[str] | None  # payload members the schema describes; None: no schema
     required: tuple[str, ...]  # row columns the schema says are not optional
+    decimals: tuple[str, ...]  # columns typed decimal: a JSON number there is read again exactly
 
     @staticmethod
     def compile(
@@ -325,7 +363,8 @@ class _RowCodec(NamedTuple):
             if declared is not None:
                 types[name] = declared
         required = tuple(n for n, fs in field_schemas.items() if fs.get("optional") is False)
-        return _RowCodec(converters, types, list(types) if len(types) == len(names) else [], envelope, required)
+        decimals = tuple(n for n, t in types.items() if t.kind is TypeKind.DECIMAL)
+        return _RowCodec(converters, types, list(types) if len(types) == len(names) else [], envelope, required, decimals)
 
     def types_of(self, raw_image: Mapping[str, Any]) -> dict[str, ColumnType]:
         """Declared types, inferred from the JSON value where neither schema nor DDL gives one."""
@@ -474,6 +513,10 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
     decode = _CONNECT.get(logical) if isinstance(logical, str) else None
     if decode is None and connect == "bytes":
         decode = _connect_bytes
+    if logical == "org.apache.kafka.connect.data.Decimal" and allowed is not None:
+        # JsonConverter's decimal.format=NUMERIC writes the decimal as a JSON number, though
+        # its Connect type stays bytes (decimal.format=BASE64, the default, writes base64 text).
+        allowed = (*allowed, int, Decimal)
 
     def check(value: Any) -> None:
         if type(value) not in allowed:  # type: ignore[operator]
@@ -566,8 +609,8 @@ _JSON_KINDS = (dict, list, str, int, float, bool)
 # Connect schema type -> the JSON value types its JsonConverter writes.
 _CONNECT_JSON: dict[str, tuple[type, ...]] = {
     "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,),
-    "float": (int, float), "float32": (int, float), "double": (int, float), "float64": (int, float),
-    "boolean": (bool,), "string": (str,), "bytes": (str,),
+    "float": (int, float, Decimal), "float32": (int, float, Decimal), "double": (int, float, Decimal),
+    "float64": (int, float, Decimal), "boolean": (bool,), "string": (str,), "bytes": (str,),
     "struct": (dict,), "array": (list,), "map": (dict, list),
 }
 
@@ -669,12 +712,27 @@ def _zoned(value: Any) -> dt.datetime:
 
 
 def _connect_decimal(value: Any, scale: int) -> Decimal:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        return _at_scale(Decimal(value), scale)  # decimal.format=NUMERIC
+    if isinstance(value, float):
+        raise ColumnValueError(f"decimal {value!r} was read as a float")  # unreachable: _exact_decimals
     unscaled = int.from_bytes(_b64(value), "big", signed=True)
     # Built from its digits, not by scaleb: arithmetic rounds to the context's 28 digits.
     digits = Decimal(unscaled).as_tuple()
     return Decimal((digits.sign, digits.digits, -scale))
+
+
+def _at_scale(value: Decimal, scale: int) -> Decimal:
+    """A NUMERIC decimal with its schema's scale (Jackson may write 1E-7 for 0.0000001), never rounded:
+    Connect's Decimal carries exactly the schema's scale, so more fraction digits are an error."""
+    if not value.is_finite():
+        raise ColumnValueError(f"expected a finite decimal, found {value}")
+    sign, digits, exponent = value.as_tuple()
+    if exponent == -scale:  # type: ignore[operator]
+        return value
+    if exponent < -scale:  # type: ignore[operator]
+        raise ColumnValueError(f"decimal {value} has more fraction digits than the schema's scale {scale}")
+    return Decimal((sign, digits + (0,) * (exponent + scale), -scale))  # type: ignore[operator]
 
 
 # ---------------------------------------------------------------- encoding

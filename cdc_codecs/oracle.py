@@ -218,7 +218,8 @@ def _implicit_default(ct: ColumnType) -> Any:
 
 @dataclass
 class BinlogOracle(Oracle):
-    """The reference model for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
+    """The reference model for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS,
+    TiCDC's Canal-JSON without its TiDB extension).
 
     What a derived watermark W means, step by step:
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from cdc_codecs._base import Decoder, Encoder
-from cdc_codecs.canal_json import CanalFlatEncoder, CanalJsonDecoder, CanalJsonEncoder
+from cdc_codecs.canal_json import CanalFlatDecoder, CanalFlatEncoder, CanalJsonDecoder, CanalJsonEncoder
 from cdc_codecs.cloudcanal import CloudCanalJsonDecoder, CloudCanalJsonEncoder
 from cdc_codecs.debezium import DebeziumDecoder, DebeziumEncoder
 from cdc_codecs.dts_avro import DtsAvroDecoder, DtsAvroEncoder
@@ -33,13 +33,21 @@ class ProtocolSpec:
     # below the greatest coordinates its partition showed is a redelivery after a restart.
     binlog_ordered: bool = False
 
+    def carries_commit_ts(self, options: Mapping[str, Any] | None = None) -> bool:
+        """Whether a topic of this protocol, read with these decoder options, is ordered by its
+        commitTs; otherwise by the derived clock (README, "Derived watermarks"). TiCDC's
+        Canal-JSON carries one only with the changefeed's enable-tidb-extension=true, which
+        the topic's option ``enable_tidb_extension`` states (default true)."""
+        return self.has_commit_ts and self.decoder(**dict(options or {})).carries_commit_ts
+
 
 PROTOCOLS: dict[str, ProtocolSpec] = {
     spec.name: spec
     for spec in (
-        ProtocolSpec("canal-json", CanalJsonDecoder, CanalJsonEncoder, True, "TiCDC Canal-JSON (with or without the _tidb extension)"),
-        ProtocolSpec("canal", CanalJsonDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON"),
-        ProtocolSpec("cloudcanal-canal-json", CanalJsonDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
+        ProtocolSpec("canal-json", CanalJsonDecoder, CanalJsonEncoder, True,
+                     "TiCDC Canal-JSON (option enable_tidb_extension=false: without _tidb, in derived order)"),
+        ProtocolSpec("canal", CanalFlatDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON"),
+        ProtocolSpec("cloudcanal-canal-json", CanalFlatDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
         ProtocolSpec("open-protocol", OpenProtocolDecoder, OpenProtocolEncoder, True, "TiCDC Open Protocol (binary-framed batches)"),
         ProtocolSpec("debezium", DebeziumDecoder, DebeziumEncoder, True, "TiCDC Debezium (commit_ts, watermarks)"),
         ProtocolSpec("debezium-mysql", DebeziumDecoder, DebeziumEncoder, False, "Debezium MySQL connector envelopes", (("flavor", "mysql"),),

@@ -411,7 +411,7 @@ def _apply_one(
     w = compute_watermark(marks, partitions, w_prev)
 
     protocols = {t.name: t.protocol for t in config.topics}
-    derived_topics = frozenset(t for t, p in protocols.items() if not protocol_spec(p).has_commit_ts)
+    derived_topics = frozenset(t.name for t in config.topics if not protocol_spec(t.protocol).carries_commit_ts(t.options))
     ddls: list[DdlChange] = []
     pending: dict[PKey, int] = {}
     seen_ddl: set[tuple[Any, ...]] = set(previous.ddl_applied) if previous else set()

@@ -21,6 +21,7 @@ only), as do the progress bars of ``run`` and ``backfill``. Lags and ages read `
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import logging
 import os
@@ -280,7 +281,7 @@ def write_result(table: Any, fmt: str, out: Any) -> None:
     """A query result as an aligned table, JSON lines or CSV (with a header)."""
     if fmt == "json":
         for row in table.to_pylist():
-            out.write(orjson.dumps(row, default=str).decode() + "\n")
+            out.write(orjson.dumps(row, default=_json_value).decode() + "\n")
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 
@@ -289,6 +290,14 @@ def write_result(table: Any, fmt: str, out: Any) -> None:
         out.buffer.flush()
     else:
         _print_table(table, out)
+
+
+def _json_value(value: Any) -> Any:
+    """A value JSON has no type for, wherever it is (nested in lists and structs too): binary as
+    base64 text (RFC 4648, padded), anything else as its text (a decimal keeps every digit)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
 
 
 def _print_table(table: Any, out: Any = None) -> None:
@@ -459,7 +468,7 @@ def parser() -> argparse.ArgumentParser:
     q = with_config(command("query", "DuckDB SQL over the pipeline's tables at one consistent watermark"))
     q.add_argument("--at", default="latest", help="latest (default), a TSO, or an ISO time (greatest published W <= it)")
     q.add_argument("--format", choices=("table", "json", "csv"), default="table",
-                   help="an aligned table (default), JSON lines, or CSV with a header")
+                   help="an aligned table (default), JSON lines (binary values as base64 text), or CSV with a header")
     q.add_argument("--json", action="store_true", help="the same as --format json")
     q.add_argument("--with-metadata", action="store_true",
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")

@@ -394,7 +394,8 @@ def _one_line(exc: Exception) -> str:
 def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: bool = False) -> tuple[int, pa.Table]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, result).
 
-    Each pipeline table is a view ``"<database>"."<table>"``; only the tables the SQL names are
+    Each pipeline table is a view ``"<database>"."<table>"`` (a database named like one of DuckDB's
+    catalogs or system schemas under a stand-in schema the SQL is rewritten to, ``_duckdb_schemas``); only the tables the SQL names are
     read, each with only the columns it uses and the rows its simple WHERE conditions keep
     (``plan_scans``). With ``metadata``, ``_tidelake_commit_ts`` and ``_tidelake_op`` are columns too
     (named with more leading underscores in a table whose upstream columns have those names: ``schema_map``).
@@ -426,11 +427,17 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     # bound each is empty, and only the tables it names are then read.
     order = sorted(plan) + sorted(set(view.tables) - set(plan))  # a named table wins a case clash
     stand_ins = {name: f"__tidelake_{i}" for i, name in enumerate(order)}
+    catalog, schema_of = _duckdb_schemas(con, {db for db, _ in view.tables})
+    sql = _with_duckdb_schemas(sql, schemas, schema_of)
+
+    def view_name(name: tuple[str, str]) -> str:
+        return f"{quote_ident(catalog)}.{quote_ident(schema_of[name[0]])}.{quote_ident(name[1])}"
+
     for name, stand_in in stand_ins.items():
         con.register(stand_in, schema_to_pyarrow(schemas[name]).empty_table())
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(name[0])}")
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(catalog)}.{quote_ident(schema_of[name[0]])}")
         try:
-            con.execute(f"CREATE VIEW {quote_ident(name[0])}.{quote_ident(name[1])} AS SELECT * FROM {stand_in}")
+            con.execute(f"CREATE VIEW {view_name(name)} AS SELECT * FROM {stand_in}")
         except duckdb.CatalogException:
             if name in plan:
                 raise QueryError(f"{name[0]}.{name[1]} has the name of another table but for case, "
@@ -442,7 +449,7 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
         raise QueryError(_one_line(exc)) from exc
     for name in plan:  # the same view names over the rows read (their columns narrowed to what the query uses)
         con.register(f"{stand_ins[name]}_rows", view.scan(name, plan[name], metadata=metadata))
-        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(name[0])}.{quote_ident(name[1])} AS SELECT * FROM {stand_ins[name]}_rows")
+        con.execute(f"CREATE OR REPLACE VIEW {view_name(name)} AS SELECT * FROM {stand_ins[name]}_rows")
     try:
         result = con.sql(sql)
         return view.watermark, result.to_arrow_table() if result is not None else pa.table({})
@@ -454,3 +461,71 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_<n>``: the first that none of ``taken`` (lowercase) is, as DuckDB compares names."""
+    candidate, n = name, 0
+    while candidate.lower() in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    taken.add(candidate.lower())
+    return candidate
+
+
+def _duckdb_schemas(con: Any, databases: set[str]) -> tuple[str, dict[str, str]]:
+    """The catalog the views live in (the connection's only one of its own), and each upstream database's schema in it.
+
+    A database is the schema of its own name, so ``"db"."t"`` reads it -- except a name DuckDB
+    resolves elsewhere or refuses as a schema: its other catalogs (``system``, ``temp``) and the
+    system catalog's schemas (``information_schema``, ``pg_catalog``). Such a database gets a
+    stand-in schema (``_system``, ...) that ``_with_duckdb_schemas`` puts into the query in its
+    place; only ``information_schema`` and ``DESCRIBE`` show the stand-in.
+    """
+    taken = {db.lower() for db in databases}
+    default = con.sql("SELECT current_database()").fetchone()[0]
+    catalog = _fresh("tidelake", taken)  # no upstream database's name: "<catalog>"."t" is never ambiguous
+    con.execute(f"ATTACH ':memory:' AS {quote_ident(catalog)}")
+    con.execute(f"USE {quote_ident(catalog)}")
+    con.execute(f"DETACH {quote_ident(default)}")  # a database named "memory" is then a schema like any other
+    elsewhere = {r[0].lower() for r in con.sql("SELECT database_name FROM duckdb_databases() UNION ALL "
+                                                "SELECT schema_name FROM duckdb_schemas() WHERE database_name = 'system'").fetchall()}
+    elsewhere -= {catalog.lower(), "main"}  # main: the schema DuckDB looks in first, this catalog's own
+    return catalog, {db: _fresh(f"_{db}", taken) if db.lower() in elsewhere else db for db in sorted(databases)}
+
+
+def _with_duckdb_schemas(sql: str, schemas: dict[tuple[str, str], Schema], schema_of: dict[str, str]) -> str:
+    """``sql`` with the database part of each reference to a table whose database has a stand-in schema
+    (``_duckdb_schemas``) replaced by the stand-in: table references and columns qualified by
+    database and table. Only those identifiers change, in place; the rest of the text is the user's.
+    SQL that sqlglot cannot parse is left as it is (DuckDB then names the ambiguity)."""
+    moved = {name for name in schemas if schema_of[name[0]] != name[0]}
+    if not moved:
+        return sql
+    sqlglot_log = logging.getLogger("sqlglot")
+    level = sqlglot_log.level
+    sqlglot_log.setLevel(logging.ERROR)
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
+    except sqlglot.errors.SqlglotError:
+        return sql
+    finally:
+        sqlglot_log.setLevel(level)
+    edits: list[tuple[exp.Identifier, str]] = []
+    for ast in statements:
+        for node in ast.find_all(exp.Table):
+            name = _resolve(node, schemas)
+            if name in moved:
+                edits.append((node.args["db"], schema_of[name[0]]))  # type: ignore[index]
+        for column in ast.find_all(exp.Column):
+            db, table = column.args.get("db"), column.args.get("table")
+            if column.args.get("catalog") or not isinstance(db, exp.Identifier) or not isinstance(table, exp.Identifier):
+                continue
+            found = [n for n in moved if _same(n[0], db) and _same(n[1], table)]
+            if len(found) == 1:
+                edits.append((db, schema_of[found[0][0]]))
+    if any("start" not in ident.meta or "end" not in ident.meta for ident, _ in edits):
+        return sql
+    for ident, schema in sorted(edits, key=lambda e: e[0].meta["start"], reverse=True):
+        sql = sql[: ident.meta["start"]] + quote_ident(schema) + sql[ident.meta["end"] + 1:]
+    return sql

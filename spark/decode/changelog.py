@@ -231,7 +231,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
     if carries_schemas and state.schemas:
         options["schemas"] = state.schemas
     decoder = get_decoder(topic.protocol, **options)
-    clock = (CommitTsClock() if spec.has_commit_ts
+    clock = (CommitTsClock(topic.protocol) if spec.carries_commit_ts(topic.options)
              else DerivedClock(topic.protocol, state.clock, state.binlog, spec.binlog_ordered))
     version = decoder_version(topic.protocol)
     parquet, _ = layout.changelog_paths(task.config.name, version, task.topic, task.partition, segment.start, segment.end)
@@ -329,6 +329,7 @@ def ensure_change_log(
         ChangeLogError: a needed segment is not in the partition's history, or its topic is not configured.
     """
     protocols = {t.name: t.protocol for t in config.topics}
+    options = {t.name: t.options for t in config.topics}
     carried = credentials.task_config(config)
     result: dict[PartitionKey, list[SideOutput]] = {}
     tasks: list[ChangeLogTask] = []
@@ -348,7 +349,7 @@ def ensure_change_log(
         undecoded = segments[len(decoded):]
         known = list(history.get((topic, partition), ()))
         _require_known(topic, partition, known, undecoded)
-        if not segments_carry_state(protocols[topic]):
+        if not segments_carry_state(protocols[topic], options[topic]):
             # Nothing passes from one segment to the next: a task per segment, so decoding spreads
             # over every executor whatever the topic's partition count, and a lagging partition's
             # backlog decodes side by side. Segments decoded already (after a missing one) are read here.
@@ -379,12 +380,12 @@ def _carries_schemas(protocol: str) -> bool:
     return "schemas" in protocol_spec(protocol).decoder.options_spec
 
 
-def segments_carry_state(protocol: str) -> bool:
-    """Whether decoding a segment of this protocol needs the ``DecoderState`` the segment before it
-    left: announced schemas, or the derived clock of a protocol without commitTs. TiCDC's
-    canal-json and open protocol need neither (every message names its commitTs and column
-    types), so their segments decode independently."""
-    return _carries_schemas(protocol) or not protocol_spec(protocol).has_commit_ts
+def segments_carry_state(protocol: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether decoding a segment of this protocol (with these decoder options) needs the
+    ``DecoderState`` the segment before it left: announced schemas, or the derived clock of a
+    stream without commitTs. TiCDC's canal-json (with its TiDB extension) and open protocol need
+    neither (every message names its commitTs and column types), so their segments decode independently."""
+    return _carries_schemas(protocol) or not protocol_spec(protocol).carries_commit_ts(options)
 
 
 def _start_of_decoding(pipeline: str, storage: Storage, version: str, topic: str, partition: int, known: list[SegmentRef],

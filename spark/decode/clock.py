@@ -21,17 +21,30 @@ class CommitTsClock:
     value = 0
     binlog: BinlogMark | None = None
 
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
+
     def stamp(self, events: list[Event]) -> tuple[list[Event], int | None]:
-        """The events as they are, and the greatest watermark among them (None without one)."""
+        """The events as they are, and the greatest watermark among them (None without one).
+
+        Raises:
+            DecodeError: a change without a commitTs (a message of another producer or
+                configuration), which nothing in a commitTs-ordered topic could order.
+        """
         mark = None
         for e in events:
-            if isinstance(e, Watermark) and (mark is None or e.ts > mark):
-                mark = e.ts
+            if isinstance(e, Watermark):
+                if mark is None or e.ts > mark:
+                    mark = e.ts
+            elif isinstance(e, (RowChange, DdlChange)) and e.commit_ts is None:
+                raise DecodeError(self.protocol, e.position, None,
+                                  "no commitTs: the topic's protocol orders changes by it and this message carries none")
         return events, mark
 
 
 class DerivedClock:
-    """Commit order for protocols without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS).
+    """Commit order for streams without commitTs (official Canal, CloudCanal, Debezium MySQL, DTS,
+    TiCDC's Canal-JSON without its TiDB extension).
 
     Binlog event times are statement start times and can go backwards within a partition, so
     time cannot say what is applied; the partition's offset order can (every key lives in one

@@ -71,7 +71,8 @@ def test_usage_errors(args: list[str], message: str, capsysbinary) -> None:
 
 def test_bad_message_names_the_file(tmp_path: Path, capsysbinary) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"type": "UPDATE", "database": "d", "isDdl": false, "data": [{"id": "1"}], "mysqlType": {"id": "int"}}')
+    bad.write_text('{"type": "UPDATE", "database": "d", "isDdl": false, "data": [{"id": "1"}], "mysqlType": {"id": "int"}, '
+                   '"_tidb": {"commitTs": 1}}')
     code, _, err = run(["decode", "--protocol", "canal-json", str(bad)], capsysbinary)
     assert code == 2
     assert err == f"error: {bad}: canal-json bad.json/0@0[0]: old: missing when 'type' is 'UPDATE'\n"

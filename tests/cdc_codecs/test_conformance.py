@@ -68,18 +68,37 @@ def test_ticdc_canal_json_docs(conformance: Path) -> None:
     assert watermark == [Watermark(429918007904436226, SourcePosition("t", 0, 0), Clock.TSO)]
 
 
+def test_ticdc_canal_json_in_derived_order_ignores_commit_ts_and_reads_a_watermark_as_its_millisecond(conformance: Path) -> None:
+    """enable_tidb_extension=false: one clock for the topic, the derived one, even where _tidb is present."""
+    docs = conformance / "ticdc-canal-json/docs"
+    (row,) = decode_file("canal-json", docs / "docs-cn__L91__dml-insert.json", enable_tidb_extension="false")
+    assert row.commit_ts is None and row.event_time_ms == 1639633141221
+    # Every change after the watermark commits at or after its TSO's millisecond: a heartbeat of it.
+    assert decode_file("canal-json", docs / "docs-cn__L145__watermark.json", enable_tidb_extension="false") == [
+        Watermark(429918007904436226 >> 18, SourcePosition("t", 0, 0), Clock.EPOCH_MS)]
+
+
+def test_ticdc_canal_json_without_tidb_under_the_extensions_option_names_the_settings(conformance: Path) -> None:
+    (msg,) = [p for p in files(conformance, "ticdc-canal-json/unit/*__msg*.json") if p.name.endswith("__msg1.json")]
+    with pytest.raises(DecodeError) as info:
+        decode_file("canal-json", msg)
+    assert info.value.field == "_tidb.commitTs"
+    assert "enable-tidb-extension=true" in str(info.value) and "enable_tidb_extension = false" in str(info.value)
+
+
 def test_ticdc_canal_json_newline_batch(conformance: Path) -> None:
     (batch,) = files(conformance, "ticdc-canal-json/unit/*batch-with-newline-terminator.txt")
-    events = decode_file("canal-json", batch)
+    events = decode_file("canal-json", batch, enable_tidb_extension="false")
     assert [e.op for e in events] == [Op.INSERT, Op.UPDATE, Op.DELETE]
     assert [e.position.index for e in events] == [0, 1, 2]
     ins, upd, dele = events
-    assert ins.commit_ts is None  # no _tidb extension: ordered by offset
+    assert ins.commit_ts is None and ins.event_time_ms == 1668067205238  # no _tidb extension: the derived clock orders
     assert ins.after == {"FirstName": "Bob", "HireDate": dt.date(2014, 6, 4), "LastName": "Smith", "OfficeLocation": "New York", "id": 101}
     assert upd.before["HireDate"] == dt.date(2014, 6, 4) and upd.after["HireDate"] == dt.date(2015, 10, 8)
     assert upd.before["OfficeLocation"] == "New York" and upd.after["OfficeLocation"] == "Los Angeles"
     assert dele.before["id"] == 101 and dele.after is None
-    singles = [decode_file("canal-json", p)[0] for p in files(conformance, "ticdc-canal-json/unit/*__msg*.json")]
+    singles = [decode_file("canal-json", p, enable_tidb_extension="false")[0]
+               for p in files(conformance, "ticdc-canal-json/unit/*__msg*.json")]
     # msg1..3 are the three lines of the batch, one message each.
     assert sorted((e.op.value, e.event_time_ms) for e in singles) == sorted((e.op.value, e.event_time_ms) for e in events)
 

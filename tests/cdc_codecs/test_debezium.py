@@ -129,3 +129,73 @@ def test_a_schema_that_does_not_describe_its_envelope_is_a_decode_error(message:
 def test_a_schema_that_describes_its_envelope_decodes() -> None:
     event = _decode(_insert({"id": 7, "name": None}, _schema([INT_ID, {"field": "name", "type": "string", "optional": True}])))
     assert event.after == {"id": 7, "name": None}
+
+
+# ---------------------------------------------------------------- JsonConverter decimal.format and decimal.handling.mode
+
+
+def _decimal_column(scale: int, precision: int = 38) -> dict:
+    return {"field": "d", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+            "version": 1, "parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)}}
+
+
+def _raw_insert(after_json: str, schema: dict | None, decoder=None):
+    """A message whose row is written as JSON text: numbers exactly as Kafka Connect's JsonConverter writes them."""
+    payload = ('{"op":"c","before":null,"after":%s,"source":%s,"ts_ms":0}' % (after_json, orjson.dumps(SOURCE).decode()))
+    value = payload if schema is None else '{"schema":%s,"payload":%s}' % (orjson.dumps(schema).decode(), payload)
+    (event,) = (decoder or get_decoder("debezium")).decode(RawMessage(None, value.encode(), SourcePosition("t", 0, 0)))
+    return event
+
+
+@pytest.mark.parametrize("text, scale, expected", [
+    ("1234567890123456789012345678.9012345678", 10, "1234567890123456789012345678.9012345678"),
+    ("-99999999999999999999999999999999999999", 0, "-99999999999999999999999999999999999999"),
+    ("0.10", 2, "0.10"),
+    ("1E-7", 7, "0.0000001"),  # Jackson writes BigDecimal.toString()
+    ("12", 2, "12.00"),
+    ("0.1", 1, "0.1"),
+])
+def test_decimal_format_numeric_is_a_json_number_decoded_exactly(text: str, scale: int, expected: str) -> None:
+    """decimal.format=NUMERIC: the schema says bytes (logical Decimal), the value is a JSON number."""
+    event = _raw_insert('{"id":1,"d":%s,"x":0.1}' % text, _schema([INT_ID, _decimal_column(scale), {"field": "x", "type": "double"}]))
+    assert event.after["d"] == Decimal(expected)
+    assert event.after["d"].as_tuple() == Decimal(expected).as_tuple()  # every digit, the schema's scale
+    assert event.after["x"] == 0.1 and type(event.after["x"]) is float  # other numbers are untouched
+
+
+def test_decimal_format_numeric_with_more_digits_than_its_scale_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError) as info:
+        _raw_insert('{"id":1,"d":1.234}', _schema([INT_ID, _decimal_column(2)]))
+    assert info.value.field == "payload.after.d" and "more fraction digits than the schema's scale 2" in str(info.value)
+
+
+def test_decimal_format_base64_still_decodes() -> None:
+    raw = base64.b64encode((-1234567).to_bytes(4, "big", signed=True)).decode()
+    event = _raw_insert('{"id":1,"d":"%s"}' % raw, _schema([INT_ID, _decimal_column(2)]))
+    assert event.after["d"] == Decimal("-12345.67")
+
+
+def _decoder_knowing_decimal_column() -> object:
+    decoder = get_decoder("debezium")
+    ddl = {"payload": {"ddl": "CREATE TABLE t (id INT, d DECIMAL(38,10))", "databaseName": "d", "source": SOURCE,
+                       "tableChanges": [{"type": "CREATE", "table": {"primaryKeyColumnNames": ["id"], "columns": [
+                           {"name": "id", "typeName": "INT"}, {"name": "d", "typeName": "DECIMAL", "length": 38, "scale": 10}]}}]}}
+    decoder.decode(RawMessage(None, orjson.dumps(ddl), SourcePosition("t", 0, 0)))
+    return decoder
+
+
+def test_decimal_handling_mode_string() -> None:
+    schema = _schema([INT_ID, {"field": "d", "type": "string", "optional": True}])
+    assert _raw_insert('{"id":1,"d":"12345.6700000000"}', schema).after["d"] == "12345.6700000000"  # nothing says decimal
+    event = _raw_insert('{"id":1,"d":"1234567890123456789012345678.9012345678"}', schema, _decoder_knowing_decimal_column())
+    assert event.after["d"] == Decimal("1234567890123456789012345678.9012345678")
+
+
+def test_decimal_handling_mode_double() -> None:
+    """The upstream rounded the decimal to a double; its JSON text is read as written, not rounded again."""
+    schema = _schema([INT_ID, {"field": "d", "type": "double", "optional": True}])
+    assert _raw_insert('{"id":1,"d":12345.67}', schema).after["d"] == 12345.67  # nothing says decimal: a double
+    event = _raw_insert('{"id":1,"d":12345678901234567.5}', schema, _decoder_knowing_decimal_column())
+    assert event.after["d"] == Decimal("12345678901234567.5")
+    schemaless = _raw_insert('{"id":1,"d":12345678901234567.5}', None, _decoder_knowing_decimal_column())
+    assert schemaless.after["d"] == Decimal("12345678901234567.5")

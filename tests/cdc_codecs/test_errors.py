@@ -250,7 +250,7 @@ class TestConfiguration:
             get_decoder("canal-xml")
 
     def test_unknown_option(self) -> None:
-        with pytest.raises(ConfigError, match="canal-json: unknown option\\(s\\) colour; known options: claim_check_reader, timezone"):
+        with pytest.raises(ConfigError, match="canal-json: unknown option\\(s\\) colour; known options: claim_check_reader, enable_tidb_extension, timezone"):
             get_decoder("canal-json", colour="blue")
 
     def test_bad_option_value(self) -> None:

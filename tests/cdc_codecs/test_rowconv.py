@@ -118,7 +118,7 @@ def test_a_decoder_past_its_cache_of_table_schemas_still_decodes() -> None:
     decoder = get_decoder("canal-json")
     assert isinstance(decoder, CanalJsonDecoder)
     decoder._converters.update({(("c", str(i)),): ({}, row_converter({})) for i in range(1024)})  # full
-    value = b'{"database":"d","table":"t","isDdl":false,"type":"INSERT","mysqlType":{"id":"int"},"data":[{"id":"5"}]}'
+    value = b'{"database":"d","table":"t","isDdl":false,"type":"INSERT","mysqlType":{"id":"int"},"data":[{"id":"5"}],"_tidb":{"commitTs":1}}'
     [event] = decoder.decode(RawMessage(None, value, SourcePosition("t", 0, 0)))
     assert event.after == {"id": 5}
     assert decoder._current[("d", "t")][1][1].convert.__name__ == "per_column"  # not compiled: it could not be kept

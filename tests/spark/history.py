@@ -123,8 +123,9 @@ class Changefeed:
     test releases records in their order, so ``released[p]`` is what partition p holds.
     """
 
-    def __init__(self, protocol: str, partitions: int, seed: int) -> None:
+    def __init__(self, protocol: str, partitions: int, seed: int, options: dict[str, str] | None = None) -> None:
         self.protocol, self.partitions = protocol, partitions
+        self.options = dict(options or {})  # the upstream's configuration: its encoder's and the topic's decoder's
         self.rng = random.Random(seed)
         self.records: list[ProducerRecord] = []
         self.sent = 0  # records of ``records`` released so far
@@ -132,8 +133,8 @@ class Changefeed:
         self.lagging: int | None = None  # a partition whose watermark records are being lost
 
     def encode(self, history: list[Event]) -> None:
-        self.records = get_encoder(self.protocol).encode_all(history, self.partitions)
-        self.watermarks = {i for i, r in enumerate(self.records) if _is_watermark(self.protocol, r)}
+        self.records = get_encoder(self.protocol, **self.options).encode_all(history, self.partitions)
+        self.watermarks = {i for i, r in enumerate(self.records) if _is_watermark(self.protocol, r, self.options)}
 
     def deliver(self, n: int) -> int:
         """Release the next ``n`` records in order; the lagging partition loses its watermarks."""
@@ -163,6 +164,6 @@ class Changefeed:
         self.released[p].append(ProducerRecord(p, b"k", GARBAGE))
 
 
-def _is_watermark(protocol: str, record: ProducerRecord) -> bool:
-    decoded = get_decoder(protocol).decode(RawMessage(record.key, record.value, SourcePosition("x", 0, 0)))
+def _is_watermark(protocol: str, record: ProducerRecord, options: dict[str, str]) -> bool:
+    decoded = get_decoder(protocol, **options).decode(RawMessage(record.key, record.value, SourcePosition("x", 0, 0)))
     return bool(decoded) and all(isinstance(e, Watermark) for e in decoded)

@@ -56,7 +56,12 @@ from spark.storage import open_storage
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 from .history import Changefeed, Upstream
 
-PROTOCOL_NAMES = sorted(PROTOCOLS)
+# Configurations of a protocol the machine also runs, by name: (protocol, topic options, which
+# the changefeed's encoder and the model's decoder take too).
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "canal-json-without-tidb-extension": ("canal-json", {"enable_tidb_extension": "false"}),  # TiCDC's default
+}
+PROTOCOL_NAMES = sorted(PROTOCOLS) + sorted(VARIANTS)
 # "staged" and "renamed" stand for every table's: a crash between a table's data files and its
 # commit, and between the catalog's rename of a table and the commit naming its upstream table.
 CRASH_STEPS = ["decoded", "staged", "renamed", "committed:0", "tagged", "checkpointed", "published"]
@@ -69,6 +74,8 @@ class Crash(Exception):
 
 class PipelineMachine(RuleBasedStateMachine):
     protocol = "canal-json"
+    options: dict[str, str] = {}  # the topic's decoder options (VARIANTS)
+    name = "canal-json"  # the protocol, or the variant's name
     runner = None  # None: the in-process plane; a SparkRunner: the same operations on Spark executors
 
     def __init__(self) -> None:
@@ -80,7 +87,7 @@ class PipelineMachine(RuleBasedStateMachine):
         counter = os.environ.get("TIDELAKE_HISTORY_COUNTER")
         if counter:  # python -m bench consistency counts the histories it ran
             with open(counter, "a") as f:
-                f.write(f"{self.protocol}\n")
+                f.write(f"{self.name}\n")
 
     # -- the upstream and its changefeed, written once per history
 
@@ -88,7 +95,7 @@ class PipelineMachine(RuleBasedStateMachine):
                 ddl_rate=st.sampled_from([0.0, 0.3, 0.6]), write_mode=st.sampled_from(WRITE_MODES))
     def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float, write_mode: str) -> None:
         rng = random.Random(seed)
-        derived = not PROTOCOLS[self.protocol].has_commit_ts
+        derived = not PROTOCOLS[self.protocol].carries_commit_ts(self.options)
         upstream = Upstream(seed, skew_ms=rng.choice([0, 5, 40]) if derived else 0)
         for _ in range(chunks):
             upstream.changes(rng.randint(2, 8))
@@ -101,16 +108,17 @@ class PipelineMachine(RuleBasedStateMachine):
 
     def begin(self, history: list, partitions: int, seed: int = 0, write_mode: str = LayoutConfig.write_mode) -> None:
         """A pipeline over one topic whose changefeed will deliver ``history`` (scripted tests call this)."""
-        self.feed = Changefeed(self.protocol, partitions, seed)
+        self.feed = Changefeed(self.protocol, partitions, seed, self.options)
         self.feed.encode(history)
-        config = make_config(self.tmp, self.protocol)
+        config = make_config(self.tmp, self.protocol, self.options)
         self.config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode))
         self.storage = open_storage(self.config.storage)
         self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
         self.landed_upto = [0] * partitions  # records of each partition already in the archive
         spec = PROTOCOLS[self.protocol]
-        self.oracle = Oracle() if spec.has_commit_ts else BinlogOracle(binlog_events=spec.binlog_ordered)
-        self.decoders = [get_decoder(self.protocol) for _ in range(partitions)]
+        self.oracle = (Oracle() if spec.carries_commit_ts(self.options)
+                       else BinlogOracle(binlog_events=spec.binlog_ordered))
+        self.decoders = [get_decoder(self.protocol, **self.options) for _ in range(partitions)]
         self.intervals: list[tuple[int, dict]] = []  # (W, tables) of the model after each landed interval
         self.model_at: dict[int, dict] = {0: {}}
         self.garbage: list[tuple[int, int, int]] = []  # (interval, partition, offset) of undecodable messages
@@ -332,8 +340,11 @@ class PipelineMachine(RuleBasedStateMachine):
         assert held is None or not held.live(time.time()), held
 
 
-def machine_for(protocol: str, runner: Any = None) -> type[PipelineMachine]:
-    return type(f"PipelineMachine_{protocol.replace('-', '_')}", (PipelineMachine,), {"protocol": protocol, "runner": runner})
+def machine_for(name: str, runner: Any = None) -> type[PipelineMachine]:
+    """The machine of a protocol (its default configuration) or of a VARIANTS name."""
+    protocol, options = VARIANTS.get(name, (name, {}))
+    return type(f"PipelineMachine_{name.replace('-', '_')}", (PipelineMachine,),
+                {"protocol": protocol, "options": options, "name": name, "runner": runner})
 
 
 def run_machine(protocol: str, examples: int, steps: int, runner: Any = None) -> None:

@@ -24,7 +24,8 @@ from .archive import HOUR, T0, make_config
 def archive_with_garbage(tmp: Path, policy: str) -> PipelineConfig:
     history = list(Workload(WorkloadSpec(tables=1, events=40, seed=2, watermark_every=10)).events())
     records = get_encoder("canal-json").encode_all(history, 2)
-    garbage = ProducerRecord(1, b"k", b'{"type": "UPDATE", "database": "shop", "isDdl": false, "data": [{"id": "x"}]}')
+    garbage = ProducerRecord(1, b"k", b'{"type": "UPDATE", "database": "shop", "isDdl": false, "data": [{"id": "x"}], '
+                                     b'"_tidb": {"commitTs": 1}}')
     base = make_config(tmp, "canal-json")
     config = PipelineConfig.from_mapping({
         "name": base.name, "kafka": {"bootstrap_servers": "unused:9092"},

@@ -220,3 +220,69 @@ def test_a_closed_pipe_is_one_line_and_exit_1(pipeline) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 1
     assert "Traceback" not in err and err.splitlines()[-1] == "error: the output was closed before everything was written"
+
+
+# Upstream databases DuckDB names otherwise: its catalogs, the system catalog's schemas, its
+# default catalog and schema; one named like tidelake's own catalog and one like a stand-in schema.
+RESERVED_DBS = ["system", "temp", "information_schema", "pg_catalog", "main", "memory", "tidelake", "_system",
+                'we"ird.db', "shop"]
+
+
+@pytest.fixture(scope="module")
+def reserved(tmp_path_factory):
+    """A table "t" in each of RESERVED_DBS: (id, b varbinary, db) with id 1 and 2."""
+    from cdc_codecs import Op
+
+    from .test_schema_evolution import History, run, schema
+
+    tmp = tmp_path_factory.mktemp("reserved")
+    h = History()
+    for db in RESERVED_DBS:
+        t = schema(db, "t", [("id", "int"), ("b", "varbinary(8)"), ("db", "varchar(32)")])
+        quoted = db.replace("`", "``")
+        h.ddl(db, "t", f"CREATE TABLE `{quoted}`.`t` (id int primary key, b varbinary(8), db varchar(32))", t, kind="CREATE")
+        for i in (1, 2):
+            h.row(Op.INSERT, t, None, {"id": i, "b": bytes([0, 255, i]) + b'"\n', "db": db})
+    w = h.mark()
+    config, _ = run(tmp, "canal-json", [list(h.events)])
+    path = tmp / "pipeline.toml"
+    path.write_text(f'name = "shop"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
+                    f'protocol = "canal-json"\n[storage]\nurl = "{tmp / "archive"}"\n')
+    return config, w, path
+
+
+def _sql_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@pytest.mark.parametrize("db", RESERVED_DBS)
+def test_a_database_with_a_name_duckdb_reserves_is_queryable_quoted(reserved, db: str) -> None:
+    config, w, _ = reserved
+    q = _sql_ident(db)
+    _, got = run_query(config, f"SELECT {q}.t.id, t.db, b FROM {q}.t WHERE id = 2", w)
+    assert got.to_pylist() == [{"id": 2, "db": db, "b": b'\x00\xff\x02"\n'}]
+    # Beside another database's table, in a join and a subquery, in any case when unquoted.
+    _, got = run_query(config, f"SELECT s.db, x.db AS other FROM {q}.\"t\" s JOIN shop.T x USING (id) "
+                               f"WHERE s.id IN (SELECT max(id) FROM {q}.t)", w)
+    assert got.to_pylist() == [{"db": db, "other": "shop"}]
+
+
+def test_every_database_is_listed_and_duckdbs_own_schemas_still_answer(reserved) -> None:
+    config, w, _ = reserved
+    _, got = run_query(config, "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 't'", w)
+    assert got.to_pylist() == [{"n": len(RESERVED_DBS)}]
+    _, got = run_query(config, "SELECT count(*) > 0 AS some FROM pg_catalog.pg_namespace", w)
+    assert got.to_pylist() == [{"some": True}]
+    total = " UNION ALL ".join(f"SELECT db FROM {_sql_ident(db)}.t WHERE id = 1" for db in RESERVED_DBS)
+    _, got = run_query(config, f"SELECT db FROM ({total}) ORDER BY db", w)
+    assert [r["db"] for r in got.to_pylist()] == sorted(RESERVED_DBS)
+
+
+def test_json_output_writes_binary_as_base64_also_nested(reserved, capsys) -> None:
+    import base64
+
+    _, w, path = reserved
+    sql = 'SELECT id, b, [b, NULL] AS l, {\'inner\': b, \'n\': 1} AS s FROM "system"."t" WHERE id = 1'
+    assert main(["query", "--config", str(path), "--at", str(w), "--format", "json", sql]) == 0
+    b64 = base64.b64encode(b'\x00\xff\x01"\n').decode()
+    assert json.loads(capsys.readouterr().out) == {"id": 1, "b": b64, "l": [b64, None], "s": {"inner": b64, "n": 1}}

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from cdc_codecs import (
+    DECODER_VERSION,
     PROTOCOLS,
     Column,
     DdlChange,
@@ -478,6 +479,7 @@ def test_protocols_whose_segments_carry_state_are_the_schema_announcing_and_deri
     carry = {p for p in PROTOCOLS if segments_carry_state(p)}
     assert carry == {"canal", "cloudcanal-canal-json", "debezium", "debezium-mysql", "cloudcanal-debezium", "simple",
                      "cloudcanal-json", "dts-avro"}  # TiCDC canal-json and open protocol do not
+    assert segments_carry_state("canal-json", {"enable_tidb_extension": "false"})  # the derived clock, carried
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "open-protocol"])

@@ -18,8 +18,14 @@ def insert(ms: int | None, commit_ts: int | None = None) -> RowChange:
 
 def test_commit_ts_protocols_keep_their_commit_ts_and_mark_with_the_greatest_watermark() -> None:
     events = [insert(5, commit_ts=77), Watermark(100, POS), Watermark(90, POS)]
-    assert CommitTsClock().stamp(events) == (events, 100)
-    assert CommitTsClock().stamp([insert(5, commit_ts=77)]) == ([insert(5, commit_ts=77)], None)
+    assert CommitTsClock("debezium").stamp(events) == (events, 100)
+    assert CommitTsClock("debezium").stamp([insert(5, commit_ts=77)]) == ([insert(5, commit_ts=77)], None)
+
+
+def test_a_change_without_commit_ts_in_a_commit_ts_topic_is_a_decode_error() -> None:
+    """A Debezium MySQL connector's message in a TiCDC Debezium topic: rejected, not a crash in the fold."""
+    with pytest.raises(DecodeError, match="debezium cdc/0@9.*no commitTs: the topic's protocol orders changes by it"):
+        CommitTsClock("debezium").stamp([insert(5, commit_ts=None)])
 
 
 def test_the_derived_clock_is_a_running_maximum_from_its_carried_value() -> None:

@@ -1,0 +1,100 @@
+"""TiCDC's default Canal-JSON (``enable-tidb-extension=false``): no ``_tidb``, no commitTs, no WATERMARK.
+
+Messages are written by hand as docs/ticdc-canal-json.md shows them (``es``: the commitTs'
+physical milliseconds, ``mysqlType`` without parameters, DDL to partition 0 only) and run
+through the pipeline in process. A topic with ``enable_tidb_extension = false`` is ordered by
+the derived clock and must equal, at every published W, the derived-order reference model
+(``BinlogOracle``) fed with the same messages; a topic left at the default (extension on)
+rejects them with an error naming the settings that fix it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder
+from cdc_codecs.oracle import BinlogOracle
+from spark.apply import BadMessagesError, apply_interval
+from spark.query import read_pipeline
+from spark.storage import open_storage
+
+from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+
+OPTIONS = {"enable_tidb_extension": "false"}
+TYPES = {"id": "int", "name": "varchar", "price": "decimal"}
+SQL_TYPES = {"id": 4, "name": 12, "price": 3}
+
+
+def ddl(es: int, sql: str, table: str = "items") -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": table, "pkNames": None, "isDdl": True, "type": "CREATE", "es": es,
+           "ts": es + 700, "sql": sql, "sqlType": None, "mysqlType": None, "data": None, "old": None}
+    return ProducerRecord(0, None, orjson.dumps(doc))  # TiCDC sends DDL to partition 0
+
+
+def row(partition: int, kind: str, es: int, data: dict, old: dict | None = None) -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": "items", "pkNames": ["id"], "isDdl": False, "type": kind, "es": es,
+           "ts": es + 900, "sql": "", "sqlType": SQL_TYPES, "mysqlType": TYPES, "data": [data],
+           "old": [old] if old is not None else None}
+    return ProducerRecord(partition, None, orjson.dumps(doc))
+
+
+def item(i: int, name: str, price: str) -> dict:
+    return {"id": str(i), "name": name, "price": price}
+
+
+CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
+# Two intervals of one changefeed, two partitions (a key stays in its partition). Within a
+# millisecond several transactions commit; TiCDC writes each partition in commit order.
+INTERVALS = [
+    [ddl(1000, CREATE),
+     row(0, "INSERT", 1001, item(1, "a", "1.50")), row(1, "INSERT", 1001, item(2, "b", "2.00")),
+     row(0, "UPDATE", 1003, item(1, "a2", "1.75"), item(1, "a", "1.50")),
+     row(1, "DELETE", 1005, item(2, "b", "2.00")), row(1, "INSERT", 1006, item(3, "c", "3.00")),
+     row(0, "INSERT", 1008, item(4, "d", "4.00"))],
+    [row(1, "UPDATE", 1009, item(3, "c2", "3.25"), item(3, "c", "3.00")),
+     row(0, "DELETE", 1010, item(1, "a2", "1.75")), row(0, "INSERT", 1012, item(5, "e", "5.00")),
+     row(1, "INSERT", 1012, item(6, "f", "6.00"))],
+]
+
+
+def _archive(tmp_path: Path, options: dict) -> tuple:
+    config = make_config(tmp_path, "canal-json", options)
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    for i, records in enumerate(INTERVALS):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
+    return config
+
+
+def test_rows_at_every_derived_w_equal_the_model(tmp_path: Path) -> None:
+    config = _archive(tmp_path, OPTIONS)
+    decoders = [get_decoder("canal-json", **OPTIONS) for _ in range(2)]
+    oracle, offsets = BinlogOracle(), [0, 0]
+    for i, records in enumerate(INTERVALS):
+        result = apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
+        for r in records:
+            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition("cdc", r.partition, offsets[r.partition]))))
+            offsets[r.partition] += 1
+        w = oracle.cut([("cdc", 0), ("cdc", 1)])
+        assert result.watermark == w
+        _, tables = read_pipeline(config, w)
+        assert normalise(tables[("shop", "items")].to_pylist()) == oracle_rows(oracle, ("shop", "items")), w
+    # Written out, what the two Ws hold: every commit before the millisecond the slower
+    # partition reached (1006, then 1012), none at or after it, whatever the partition.
+    assert [r["id"] for r in oracle_rows(oracle, ("shop", "items"))] == [3, 4]
+    _, first = read_pipeline(config, (1006 << 18) - 1)
+    assert sorted(r["id"] for r in first[("shop", "items")].to_pylist()) == [1]
+
+
+def test_a_topic_left_at_the_extensions_default_rejects_them_naming_the_settings(tmp_path: Path) -> None:
+    config = _archive(tmp_path, {})
+    with pytest.raises(BadMessagesError) as info:
+        apply_interval(config, T0, T0 + HOUR)
+    quarantined = [orjson.loads(open_storage(config.storage).read(p)) for p in
+                   open_storage(config.storage).list("shop/quarantine")]
+    assert quarantined and all(q["field"] == "_tidb.commitTs" for q in quarantined)
+    reason = quarantined[0]["reason"]
+    assert "enable-tidb-extension=true" in reason and "enable_tidb_extension = false" in reason, reason
+    assert "_tidb.commitTs: missing" in str(info.value)
