@@ -78,6 +78,15 @@ class SegmentChecksum:
         return zlib.crc32(b"".join(c.to_bytes(4, "big") for c in self._crcs))
 
 
+def range_checksum(chunk_digests: Iterable[int]) -> str:
+    """A partition range's checksum in its manifest: CRC-32 of its chunks' ``SegmentChecksum``
+    digests (4 bytes big-endian each, in offset order), as 8 hex digits."""
+    checksum = 0
+    for digest in chunk_digests:
+        checksum = zlib.crc32(digest.to_bytes(4, "big"), checksum)
+    return f"{checksum:08x}"
+
+
 def segment_table(
     topic: str, partition: int, offsets: list[int], timestamps: list[int | None], timestamp_types: list[int],
     keys: list[bytes | None], values: list[bytes | None], headers: list[Any],
@@ -249,14 +258,11 @@ def land_interval(
     partitions = []
     for r in ranges:
         got = sorted(by_partition.get((r.topic, r.partition), []), key=lambda c: c.segment.start if c.segment else 0)
-        checksum = 0
-        for c in got:
-            checksum = zlib.crc32(c.checksum.to_bytes(4, "big"), checksum)
         partitions.append(
             PartitionRange(
                 r.topic, r.partition, r.start, r.end, r.gap,
                 tuple(c.segment for c in got if c.segment is not None),
-                sum(c.messages for c in got), f"{checksum:08x}",
+                sum(c.messages for c in got), range_checksum(c.checksum for c in got),
             )
         )
     manifest = Manifest(config.name, interval_start, interval_end, tuple(partitions), previous.path if previous else None)

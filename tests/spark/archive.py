@@ -17,7 +17,7 @@ from cdc_codecs.oracle import Oracle
 from cdc_codecs.workload import Workload, WorkloadSpec
 from spark import layout
 from spark.config import PipelineConfig
-from spark.land import open_segment_writer, segment_table
+from spark.land import SegmentChecksum, open_segment_writer, range_checksum, segment_table
 from spark.manifest import Manifest, PartitionRange, Segment
 from spark.storage import Storage, open_storage
 
@@ -40,18 +40,24 @@ class ArchiveWriter:
             rs = by_part.get(key, [])
             first = self.next_offset[key]
             segments: tuple[Segment, ...] = ()
+            checksum = SegmentChecksum()
             if rs:
                 offsets = list(range(first, first + len(rs)))
                 path = layout.segment_path(self.config.name, topic, p, first, first + len(rs))
                 out, writer = open_segment_writer(self.storage, path)
                 at = int(start.timestamp() * 1000)
-                writer.write_table(segment_table(topic, p, offsets, [at] * len(rs), [1] * len(rs),
-                                                 [r.key for r in rs], [r.value for r in rs], [None] * len(rs)))
+                table = segment_table(topic, p, offsets, [at] * len(rs), [1] * len(rs),
+                                      [r.key for r in rs], [r.value for r in rs], [None] * len(rs))
+                writer.write_table(table)
                 writer.close()
                 out.close()
-                segments = (Segment(path, first, first + len(rs), len(rs), 0),)
+                checksum.update(table)
+                size = self.storage.arrow_fs.get_file_info(self.storage.arrow_path(path)).size
+                segments = (Segment(path, first, first + len(rs), len(rs), size),)
             self.next_offset[key] = first + len(rs)
-            parts.append(PartitionRange(topic, p, first, first + len(rs), None, segments, len(rs), ""))
+            # One chunk per partition and interval, summed up as landing sums its chunks.
+            parts.append(PartitionRange(topic, p, first, first + len(rs), None, segments, len(rs),
+                                        range_checksum([checksum.digest()] if rs else [])))
         manifest = Manifest(self.config.name, start, end, tuple(parts), self.previous.path if self.previous else None)
         self.storage.create(manifest.path, manifest.to_json())
         self.previous = manifest
