@@ -28,7 +28,6 @@ from cdc_codecs import (
     parse_mysql_type,
 )
 from cdc_codecs.workload import tso
-from cdc_codecs.registry import DECODER_VERSION
 from spark import credentials, layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import (
