@@ -101,9 +101,16 @@ def maintenance_dag_id_of(pipeline: str) -> str:
     return f"tidelake-maintenance-{pipeline}"
 
 
+# The maintain job's "now": a scheduled run's interval end, so a retry decides the same; a run
+# triggered without a logical date has no interval (the variable is undefined, not None), and
+# takes the time it was triggered to run after.
+MAINTENANCE_NOW = ("{{ (data_interval_end if data_interval_end is defined and data_interval_end "
+                   "else dag_run.run_after).isoformat() }}")
+
+
 def maintain_args(path: Path) -> list[str]:
-    """The maintain job's arguments: the run's logical time is its interval end, so a retry decides the same."""
-    return ["--config", str(path), "--now", "{{ data_interval_end.isoformat() }}"]
+    """The maintain job's arguments (``MAINTENANCE_NOW``)."""
+    return ["--config", str(path), "--now", MAINTENANCE_NOW]
 
 
 def spark_submit_args(config: PipelineConfig, environ: dict[str, str] | os._Environ = os.environ) -> dict[str, Any]:
@@ -221,7 +228,9 @@ def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
         description=f"maintenance of tidelake pipeline {config.name}: retention, snapshot expiry, file deletion",
         schedule=CronDataIntervalTimetable(config.maintenance.schedule, timezone="UTC"),
         start_date=pendulum.parse(schedule.start_date),
-        end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
+        # No end_date: a bounded pipeline's tables still age through the retention tiers and
+        # need expiry after its last interval (and Airflow gives a run past a DAG's end_date no
+        # tasks, so a trigger would do nothing).
         catchup=False,  # missed maintenance runs are not owed: the next one does their work
         max_active_runs=1,
         default_args={

@@ -76,13 +76,13 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
 def test_every_pipeline_has_a_maintenance_dag_on_its_own_schedule(pipelines: Path, tmp_path: Path) -> None:
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    from dags.tidelake_pipelines import maintain_args
+    from dags.tidelake_pipelines import MAINTENANCE_NOW, maintain_args
 
     path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path,
                                                           extra='[maintenance]\n    schedule = "15 4 * * 6"\n'))
     write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     # The argv the maintain task passes, exactly: the run's logical time is its interval end.
-    assert maintain_args(path) == ["--config", str(path), "--now", "{{ data_interval_end.isoformat() }}"]
+    assert maintain_args(path) == ["--config", str(path), "--now", MAINTENANCE_NOW]
     bag = dagbag()
     assert bag.import_errors == {}
     dag, default = bag.dags["tidelake-maintenance-shop"], bag.dags["tidelake-maintenance-crm"]
@@ -93,6 +93,39 @@ def test_every_pipeline_has_a_maintenance_dag_on_its_own_schedule(pipelines: Pat
     assert task.task_id == "maintain" and task.application.endswith("spark/jobs/maintain.py")
     assert task.application_args == maintain_args(path)
     assert "tidelake_shop" in bag.dags and "maintain" not in {t.task_id for t in bag.dags["tidelake_shop"].tasks}
+
+
+def test_maintenance_now_renders_for_scheduled_runs_and_runs_triggered_without_a_logical_date() -> None:
+    """Airflow renders templates with StrictUndefined: a triggered run has no data_interval_end."""
+    import datetime as dt
+
+    import jinja2
+
+    from dags.tidelake_pipelines import MAINTENANCE_NOW
+
+    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
+    end, after = dt.datetime(2024, 6, 2, 3, tzinfo=dt.UTC), dt.datetime(2024, 8, 1, 9, 30, tzinfo=dt.UTC)
+
+    class DagRun:
+        run_after = after
+
+    render = env.from_string(MAINTENANCE_NOW).render
+    assert render(data_interval_end=end, dag_run=DagRun) == end.isoformat()
+    assert render(dag_run=DagRun) == after.isoformat()
+    assert render(data_interval_end=None, dag_run=DagRun) == after.isoformat()
+    with pytest.raises(jinja2.UndefinedError):  # what the old template did in such a run
+        env.from_string("{{ data_interval_end.isoformat() }}").render(dag_run=DagRun)
+
+
+def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: Path, tmp_path: Path) -> None:
+    body = VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+    write_pipeline(pipelines, "shop", body + '    end_date = "2024-01-02T00:00:00Z"\n')
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert bag.dags["tidelake_shop"].end_date is not None  # the pipeline's intervals stop
+    maintenance = bag.dags["tidelake-maintenance-shop"]
+    (task,) = maintenance.tasks
+    assert maintenance.end_date is None and task.end_date is None  # a run after it still has its task
 
 
 def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
