@@ -31,10 +31,20 @@ Decisions:
   (``()`` = no key: the whole row is the key). MySQL validated the new key upstream, so
   the rows already in the lake are unique by it. Dropping a key column removes it from the
   key (MySQL's rule), which the committer applies.
+- Table-level primary keys are read from the tokens (``[CONSTRAINT [s]] PRIMARY KEY [USING
+  t] (a(10) DESC, b) [index options]``), so TiDB's ``CLUSTERED`` / ``NONCLUSTERED`` (bare or
+  in ``/*T![clustered_index] */``), prefix lengths and ASC / DESC give the key columns.
+  Partition options (RANGE / LIST [COLUMNS], HASH, KEY, TiDB's INTERVAL) and generated
+  columns (``AS (expr) VIRTUAL | STORED``: row events carry their values) change no columns.
 - **Statements that remove or bring rows without row events fail**: ``DROP / TRUNCATE /
   EXCHANGE PARTITION``, ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS
-  THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``, ``CREATE TABLE ... SELECT``. The lake
-  cannot know which rows changed; re-create the table from a snapshot instead.
+  THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``. The lake cannot know which rows changed;
+  re-create the table from a snapshot instead.
+- ``CREATE TABLE ... SELECT`` as written fails too: MySQL logs it so only in STATEMENT /
+  MIXED binlog format, where its rows are no row events. In ROW format (every supported
+  protocol reads row events) MySQL logs the ``CREATE TABLE`` it generated (``... START
+  TRANSACTION`` since 8.0.21) and then insert row events, which are applied as usual
+  (MySQL 8.0 manual 19.5.1.7). TiDB does not support the statement.
 - ``CREATE TABLE x LIKE y`` is ``CreateTableLike(y)``: the committer copies y's columns,
   upstream types and key as they are in the lake when the statement applies.
 - ``IF NOT EXISTS`` / ``IF EXISTS`` are kept on the changes whose effect they change
@@ -172,9 +182,10 @@ _ROWS_WITHOUT_EVENTS = {
 }
 _NO_ROW_EVENTS = "without row events, so tidelake cannot tell which rows changed; re-create the table from a snapshot"
 # Column attributes sqlglot does not know and that change no column type, with how many
-# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5), MySQL 8's
-# SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
-_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0}
+# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5) and
+# `PRIMARY KEY [NON]CLUSTERED`, MySQL 8's SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
+_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0,
+                                              "CLUSTERED": 0, "NONCLUSTERED": 0}
 _NO_OP_ELEMENTS = (exp.IndexColumnConstraint, exp.UniqueColumnConstraint, exp.ForeignKey, exp.CheckColumnConstraint, exp.Constraint)
 
 
@@ -370,17 +381,25 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     like = _like_source(rest)
     if like is not None:
         return [(ref, CreateTableLike(ref, _table_ref(sql, _text(sql, like), default_db), if_not_exists))]
-    if not rest or rest[0].token_type != TokenType.L_PAREN:
-        raise DdlParseError(f"{text!r}: CREATE TABLE without a column list (CREATE TABLE ... SELECT) is not supported: "
-                            f"its rows arrive {_NO_ROW_EVENTS}")
+    if not rest or rest[0].token_type != TokenType.L_PAREN or _words(rest[1:2])[:1] in (["SELECT"], ["WITH"], ["TABLE"], ["VALUES"]):
+        raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
     close = _closing_paren(rest, 0)
     if close < 0:
         raise DdlParseError(f"{text!r}: unbalanced parentheses")
-    # What follows the column list is table options and partitioning, unless rows come with it.
-    tail_words = set(_words(rest[close + 1 :]))
-    if tail_words & {"SELECT", "TABLE", "VALUES", "WITH"}:
-        raise DdlParseError(f"{text!r}: CREATE TABLE ... SELECT is not supported: its rows arrive {_NO_ROW_EVENTS}")
+    # What follows the column list is table options and partition options (their VALUES LESS
+    # THAN / VALUES IN are inside parentheses), unless a query follows them.
+    if _query_follows(rest[close + 1 :]):
+        raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
     elements = _split(rest[1:close], TokenType.COMMA)
+    keys: tuple[str, ...] = ()
+    columns_and_indexes = []
+    for e in elements:
+        table_key = _table_primary_key(sql, text, e)
+        if table_key is None:
+            columns_and_indexes.append(e)
+        else:
+            keys = table_key
+    elements = columns_and_indexes
     # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
     spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
     types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
@@ -392,7 +411,6 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     if not isinstance(statement, exp.Create) or not isinstance(statement.this, exp.Schema):
         raise DdlParseError(f"{text!r}: cannot parse the column list")
     columns: list[Column] = []
-    keys: tuple[str, ...] = ()
     coldefs = [e for e in statement.this.expressions if isinstance(e, exp.ColumnDef)]
     if len(coldefs) != len(types):
         raise DdlParseError(f"{text!r}: cannot tell the columns apart in the column list")
@@ -402,13 +420,85 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
             columns.append(_column(text, e, column_types[id(e)]))
             if _has_primary_key(e):
                 keys = (e.name,)
-        elif _primary_key(e) is not None:
-            keys = _primary_key(e)  # type: ignore[assignment]
         elif not isinstance(e, _NO_OP_ELEMENTS):
             raise DdlParseError(f"{text!r}: cannot tell what {e.sql(dialect='mysql')!r} does to the table")
     if not columns:
         raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
     return [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+
+
+# MySQL logs CREATE TABLE ... SELECT as written only in STATEMENT / MIXED binlog format; in ROW
+# format (which every supported protocol needs) it logs the CREATE TABLE it made from the result
+# -- `CREATE TABLE t (...) START TRANSACTION` since 8.0.21 -- then the rows as insert row events,
+# which are applied like any. TiDB does not support the statement (MySQL compatibility, #4754).
+_CREATE_SELECT = ("CREATE TABLE ... SELECT as written reaches the log only with binlog_format STATEMENT or MIXED, where "
+                  "its rows are no row events, so tidelake cannot see them (with binlog_format=ROW, MySQL logs the CREATE "
+                  "TABLE it generated and the rows as row events, which tidelake applies); re-create the table from a snapshot")
+_QUERY_WORDS = frozenset({"SELECT", "WITH", "TABLE", "VALUES"})
+
+
+def _query_follows(tail: Sequence[Token]) -> bool:
+    """Whether the text after a CREATE TABLE's column list holds a query (``[IGNORE | REPLACE]
+    [AS] SELECT ...``, ``(SELECT ...)``, ``TABLE t``, ``VALUES ROW(...)``) rather than only
+    table options and partition options."""
+    depth = 0
+    for i, t in enumerate(tail):
+        if t.token_type == TokenType.L_PAREN:
+            if depth == 0 and _words(tail[i + 1 : i + 2])[:1] in (["SELECT"], ["WITH"]):
+                return True
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _word(t) in _QUERY_WORDS:
+            return True
+    return False
+
+
+# Index options that may follow a primary key's key parts: MySQL 8's index_option and TiDB's
+# CLUSTERED / NONCLUSTERED (bare or in `/*T![clustered_index] ... */`) and GLOBAL / LOCAL.
+_INDEX_OPTION_WORDS = frozenset({
+    "KEY_BLOCK_SIZE", "USING", "BTREE", "HASH", "RTREE", "WITH", "PARSER", "COMMENT", "VISIBLE", "INVISIBLE",
+    "ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE", "CLUSTERED", "NONCLUSTERED", "GLOBAL", "LOCAL",
+})
+
+
+def _table_primary_key(sql: str, text: str, element: Sequence[Token]) -> tuple[str, ...] | None:
+    """The key columns of ``[CONSTRAINT [symbol]] PRIMARY KEY [name] [USING type] (key_part, ...)
+    [index_option ...]`` (a CREATE TABLE element, or what follows ADD); None for other elements.
+
+    Read from the tokens: sqlglot knows neither TiDB's CLUSTERED / NONCLUSTERED nor ASC / DESC
+    in a key part."""
+    open_at = next((i for i, t in enumerate(element) if t.token_type == TokenType.L_PAREN), len(element))
+    head = _words(element[:open_at])
+    at = 0
+    if head[:1] == ["CONSTRAINT"]:
+        at = 1 if head[1:3] == ["PRIMARY", "KEY"] else 2
+    if head[at : at + 2] != ["PRIMARY", "KEY"]:
+        return None
+    where = _text(sql, element)
+    close = _closing_paren(element, open_at) if open_at < len(element) else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: no key parts in {where!r}")
+    names = []
+    for part in _split(element[open_at + 1 : close], TokenType.COMMA):
+        # key_part: col_name [(length)] [ASC | DESC]; MySQL refuses a functional (expr) part in a primary key
+        end = 1
+        if len(part) > 1 and part[1].token_type == TokenType.L_PAREN:
+            end = _closing_paren(part, 1) + 1
+        if end > len(part) or end <= 0 or part[0].token_type == TokenType.L_PAREN or _words(part[end:]) not in ([], ["ASC"], ["DESC"]):
+            raise DdlParseError(f"{text!r}: cannot read the key part {_text(sql, part)!r} of {where!r}")
+        names.append(part[0].text)
+    if not names:
+        raise DdlParseError(f"{text!r}: no key parts in {where!r}")
+    options = element[close + 1 :]
+    i = 0
+    while i < len(options):
+        word = _word(options[i])
+        if options[i].token_type in (TokenType.STRING, TokenType.NUMBER, TokenType.EQ) or word in _INDEX_OPTION_WORDS:
+            i += 2 if word == "PARSER" else 1  # WITH PARSER <name>
+            continue
+        raise DdlParseError(f"{text!r}: cannot tell what {_text(sql, options[i:])!r} does to the primary key {where!r}")
+    return tuple(names)
 
 
 def _like_source(rest: list[Token]) -> list[Token] | None:
@@ -489,21 +579,6 @@ def _has_primary_key(coldef: exp.ColumnDef) -> bool:
     return any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in coldef.constraints)
 
 
-def _primary_key(e: exp.Expression) -> tuple[str, ...] | None:
-    """The columns of a table-level ``[CONSTRAINT name] PRIMARY KEY (a, b(10), ...)``."""
-    if isinstance(e, exp.Constraint):
-        inner = [x for x in e.expressions if isinstance(x, exp.PrimaryKey)]
-        return _primary_key(inner[0]) if inner else None
-    if not isinstance(e, exp.PrimaryKey):
-        return None
-    names = []
-    for part in e.expressions:
-        while not isinstance(part, (exp.Identifier, exp.Column)) and part.this is not None:
-            part = part.this  # ColumnPrefix a(10), Ordered a DESC
-        names.append(part.name)
-    return tuple(names)
-
-
 def _position(name: str, coldef: exp.ColumnDef) -> list[Change]:
     position = coldef.args.get("position")
     if position is None:
@@ -547,6 +622,9 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
     if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION") or words[:2] == ["REMOVE", "PARTITIONING"]:
         return []
     if words[0] == "ADD":
+        keys = _table_primary_key(sql, text, clause[1:])
+        if keys is not None:
+            return [SetKeyColumns(keys)]
         group = _add_group(clause)
         if group is not None:
             return _group_changes(sql, text, clause, group, ref)
@@ -654,15 +732,10 @@ def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str
         raise DdlParseError(f"{text!r}: cannot tell what {clause!r} drops")
     if isinstance(action, exp.DropPrimaryKey):
         return [SetKeyColumns(())]
-    if isinstance(action, exp.AddConstraint):
-        out = []
-        for e in action.expressions:
-            keys = _primary_key(e)
-            if keys is not None:
-                out.append(SetKeyColumns(keys))
-            elif not isinstance(e, _NO_OP_ELEMENTS):
-                raise DdlParseError(f"{text!r}: cannot tell what {clause!r} adds")
-        return out
+    if isinstance(action, exp.AddConstraint):  # ADD PRIMARY KEY is read before sqlglot
+        if not all(isinstance(e, _NO_OP_ELEMENTS) and not e.find(exp.PrimaryKey) for e in action.expressions):
+            raise DdlParseError(f"{text!r}: cannot tell what {clause!r} adds")
+        return []
     if isinstance(action, exp.AlterRename):
         raise DdlParseError(f"{text!r}: cannot read {clause!r}")  # RENAME [TO|AS] is read before sqlglot
     if isinstance(action, exp.AlterColumn):

@@ -321,6 +321,37 @@ def test_primary_key_changes_follow_upstream(tmp_path: Path) -> None:
     assert iceberg_table(config, "shop", "k").properties["tidelake.key-columns"] == '["id", "region"]'
 
 
+def test_tidb_keys_partitioned_and_generated_tables_and_row_format_create_select(tmp_path: Path) -> None:
+    """DDL as TiDB and MySQL 8 write it: bare NONCLUSTERED keys with an order, RANGE / LIST
+    partitioned tables, a generated column, and what ROW binlog logs for CREATE TABLE ... SELECT."""
+    h = History()
+    sales = schema("shop", "sales", [("id", "int"), ("region", "varchar(2)"), ("v", "int")], keys=("id", "region"))
+    h.ddl("shop", "sales", "CREATE TABLE shop.sales (id int, region varchar(2), v int, PRIMARY KEY (id DESC, region(1)) "
+          "NONCLUSTERED) PARTITION BY LIST COLUMNS (region) (PARTITION p_eu VALUES IN ('de', 'fr'), PARTITION p_us VALUES IN ('us'))",
+          kind="CREATE")
+    h.row(Op.INSERT, sales, None, {"id": 1, "region": "de", "v": 1})
+    h.row(Op.INSERT, sales, None, {"id": 1, "region": "us", "v": 2})
+    log = schema("shop", "log", [("id", "int"), ("at", "int"), ("day", "int")], keys=())
+    h.ddl("shop", "log", "CREATE TABLE shop.log (id int, at int, day int AS (at DIV 86400) STORED) "
+          "PARTITION BY RANGE (at) (PARTITION p0 VALUES LESS THAN (86400), PARTITION pmax VALUES LESS THAN MAXVALUE)", kind="CREATE")
+    h.row(Op.INSERT, log, None, {"id": 7, "at": 90000, "day": 1})
+    keyed = schema("shop", "log", [("id", "int"), ("at", "int"), ("day", "int")])
+    h.ddl("shop", "log", "ALTER TABLE shop.log ADD PRIMARY KEY (id) NONCLUSTERED", kind="ALTER")
+    h.row(Op.UPDATE, keyed, {"id": 7, "at": 90000, "day": 1}, {"id": 7, "at": 5, "day": 0})
+    copy = schema("shop", "copy", [("id", "int"), ("v", "int")], keys=())
+    h.ddl("shop", "copy", "CREATE TABLE `copy` (\n  `id` int DEFAULT NULL,\n  `v` int DEFAULT NULL\n) START TRANSACTION", kind="CREATE")
+    h.row(Op.INSERT, copy, None, {"id": 1, "v": 2})
+    w = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events])
+    assert results[-1].watermark == w
+    assert sorted(read_table(config, "shop", "sales", w).to_pylist(), key=lambda r: r["region"]) == [
+        {"id": 1, "region": "de", "v": 1}, {"id": 1, "region": "us", "v": 2}]
+    assert iceberg_table(config, "shop", "sales").properties["tidelake.key-columns"] == '["id", "region"]'
+    assert read_table(config, "shop", "log", w).to_pylist() == [{"id": 7, "at": 5, "day": 0}]
+    assert iceberg_table(config, "shop", "log").properties["tidelake.key-columns"] == '["id"]'
+    assert read_table(config, "shop", "copy", w).to_pylist() == [{"id": 1, "v": 2}]
+
+
 def test_if_not_exists_case_folding_and_unknown_drops(tmp_path: Path) -> None:
     h = History()
     v1 = schema("shop", "t", [("id", "int"), ("Qty", "int")])
