@@ -7,6 +7,8 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
 - a cut applies exactly the rows with ``previous < commit_ts <= watermark``, ordered by
   commitTs, then partition offset, then index in the message;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
+- ``DROP DATABASE d`` drops every table of d (MySQL 8 manual, DROP DATABASE); ``CREATE
+  DATABASE`` changes no table;
 - an update that changes the key deletes the old key and writes the new one;
 - a table without a primary key uses the whole row as its key.
 """
@@ -26,6 +28,7 @@ Key = tuple[Any, ...]
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
 _RENAME = re.compile(rf"^RENAME TABLE {_NAME} TO {_NAME}$", re.IGNORECASE)
 _TABLE_DDL = re.compile(rf"^(DROP|TRUNCATE|CREATE) TABLE {_NAME}", re.IGNORECASE)
+_DROP_DATABASE = re.compile(r"^DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?(?:`((?:[^`]|``)*)`|(\w+))$", re.IGNORECASE)
 
 
 def _name(db: str, table: str) -> TableName:
@@ -90,6 +93,13 @@ class Oracle:
             self.tables[new] = self.tables.pop(old, {})
             if old in self.schemas:
                 self.schemas[new] = self.schemas.pop(old)
+            return
+        drop_database = _DROP_DATABASE.match(sql)
+        if drop_database:
+            database = drop_database.group(2) or _name(drop_database.group(1) or "", "")[0]
+            for name in self.tables:
+                if name[0] == database:
+                    self.tables[name] = {}
             return
         table_ddl = _TABLE_DDL.match(sql)
         if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):

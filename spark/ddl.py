@@ -51,13 +51,15 @@ Decisions:
   (CREATE TABLE, ADD COLUMN); DROP COLUMN / DROP TABLE of a missing object is already a
   no-op in the committer.
 - Temporary tables are never replicated (binlog and TiCDC skip them): no-ops.
-- ``DROP DATABASE`` names no table, so it is ``[]`` here: its tables keep their last rows
-  until a CREATE TABLE re-makes them. Dropping every table of a database needs a step over
-  the pipeline's tables, which per-table plans cannot express yet (known gap).
+- ``DROP {DATABASE | SCHEMA} [IF EXISTS] d`` is ``DropDatabase(d)``: the run's plans turn it
+  into a ``DropTable`` of every table of d that exists when it applies (the lake's, and those
+  created, renamed into d or written earlier in the run: ``spark.apply_plan.UpstreamTables``).
+  ``CREATE DATABASE`` changes no table: ``[]``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -145,9 +147,17 @@ class DropTable:
     pass
 
 
+@dataclass(frozen=True)
+class DropDatabase:
+    """``DROP {DATABASE | SCHEMA} database``: every table of the database goes. Its ref is
+    ``(database, "")``; the run's plans name the tables (``spark.apply_plan.UpstreamTables``)."""
+
+    database: str
+
+
 Change = (
     CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
-    | SetKeyColumns | RenameTable | TruncateTable | DropTable
+    | SetKeyColumns | RenameTable | TruncateTable | DropTable | DropDatabase
 )
 TableRef = tuple[str, str]
 
@@ -254,7 +264,10 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list
     if first == "DROP":
         if words[1] in ("TABLE", "TABLES"):
             return [(ref, DropTable()) for ref in _table_list(sql, text, tokens[2:], default_db)]
-        return []  # DROP TEMPORARY TABLE, INDEX, VIEW, DATABASE (see the module docstring)...
+        if words[1] in ("DATABASE", "SCHEMA"):
+            database = _database_name(sql, text, tokens[2:])
+            return [((database, ""), DropDatabase(database))]
+        return []  # DROP TEMPORARY TABLE, INDEX, VIEW, USER...
     if first == "TRUNCATE":
         rest = tokens[2:] if words[1] == "TABLE" else tokens[1:]
         return [(ref, TruncateTable()) for ref in _table_list(sql, text, rest, default_db)]
@@ -336,6 +349,14 @@ def _skip_if_exists(tokens: Sequence[Token], at: int, negated: bool) -> tuple[in
     if words[: len(wanted)] == wanted:
         return at + len(wanted), True
     return at, False
+
+
+def _database_name(sql: str, text: str, tokens: list[Token]) -> str:
+    """``[IF EXISTS] name`` (DROP DATABASE)."""
+    at, _ = _skip_if_exists(tokens, 0, negated=False)
+    if len(tokens) != at + 1 or not (tokens[at].token_type == TokenType.IDENTIFIER or re.fullmatch(r"[\w$]+", tokens[at].text)):
+        raise DdlParseError(f"{text!r}: cannot read the database name {_text(sql, tokens[at:])!r}")
+    return tokens[at].text
 
 
 def _table_list(sql: str, text: str, tokens: list[Token], default_db: str) -> list[TableRef]:

@@ -2,7 +2,7 @@
 
 ``Upstream`` is a TiDB-like database whose history the test writes step by step: row
 changes (inserts, updates, key changes, deletes), ADD COLUMN, RENAME / DROP / CREATE /
-TRUNCATE TABLE, and resolved timestamps. ``Changefeed`` encodes that history once per
+TRUNCATE TABLE, DROP DATABASE, and resolved timestamps. ``Changefeed`` encodes that history once per
 protocol and lets the test deliver it the way real changefeeds do: in order, with a whole
 range sent again after a restart from an older checkpoint, single duplicates, a partition
 whose watermarks lag, and undecodable messages.
@@ -99,6 +99,16 @@ class Upstream(Workload):
         schema = table_schema(self.spec.database, t)
         self.schemas[t], self.rows[t] = schema, {}
         self._ddl(t, create_sql(schema), "CREATE", None, schema)
+
+    def drop_database(self) -> None:
+        """DROP DATABASE (as TiCDC sends it: table ""): every table goes; the database and a table
+        are made again so that the history goes on."""
+        self.dropped += sorted(self.schemas)
+        self.schemas.clear()
+        self.rows.clear()
+        self._ddl("", f"DROP DATABASE IF EXISTS {quote_ident(self.spec.database)}", "QUERY", None, None)
+        self._ddl("", f"CREATE DATABASE {quote_ident(self.spec.database)}", "QUERY", None, None)
+        self.create()
 
 
 class Changefeed:

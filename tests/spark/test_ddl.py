@@ -15,7 +15,7 @@ import pytest
 
 from cdc_codecs import Column, DdlChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
-from spark.apply_plan import build_apply_plans, ddl_changes
+from spark.apply_plan import SchemaStep, build_apply_plans, ddl_changes
 from spark.ddl import (
     AddColumn,
     ChangeColumnType,
@@ -23,6 +23,7 @@ from spark.ddl import (
     CreateTableLike,
     DdlParseError,
     DropColumn,
+    DropDatabase,
     DropTable,
     MoveColumn,
     RenameColumn,
@@ -286,7 +287,13 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("DROP TABLE shop.a, other.b RESTRICT", [on(DB, "a", DropTable()), on("other", "b", DropTable())]),
     ("DROP TEMPORARY TABLE t", NOOP),
     ("DROP INDEX i ON t", NOOP),
-    ("drop database if exists test", NOOP),
+    # DROP DATABASE: every table of the database goes (the plans name them); CREATE DATABASE: none
+    ("drop database if exists test", [on("test", "", DropDatabase("test"))]),
+    ("DROP SCHEMA `my db`", [on("my db", "", DropDatabase("my db"))]),
+    ("DROP DATABASE `we``ird`", [on("we`ird", "", DropDatabase("we`ird"))]),
+    ("DROP DATABASE shop; CREATE DATABASE shop", [on(DB, "", DropDatabase(DB))]),
+    ("CREATE SCHEMA IF NOT EXISTS d DEFAULT CHARACTER SET utf8mb4", NOOP),
+    ("DROP DATABASE", Fails("cannot read the database name")),
     ("TRUNCATE TABLE t", [TruncateTable()]),
     ("TRUNCATE t", [TruncateTable()]),
     ("TRUNCATE TABLE other.t", [on("other", "t", TruncateTable())]),
@@ -326,7 +333,7 @@ def test_corpus_is_large_and_covers_every_change() -> None:
     assert len(CORPUS) >= 80
     seen = {type(c) for _, e in CORPUS if not isinstance(e, Fails) for _, c in _normalised(e)}
     assert seen == {AddColumn, DropColumn, RenameColumn, ChangeColumnType, MoveColumn, SetKeyColumns, RenameTable,
-                    CreateTable, CreateTableLike, TruncateTable, DropTable}
+                    CreateTable, CreateTableLike, TruncateTable, DropTable, DropDatabase}
 
 
 def test_errors_name_the_statement() -> None:
@@ -373,3 +380,43 @@ def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
         f"{DB}.u: data(1 upserts, 0 deletes)",
     ]
     assert [s.segment for s in plans[1].steps if not hasattr(s, "changes")] == [0, 1]
+
+
+def test_plans_drop_every_table_a_dropped_database_has_at_that_point() -> None:
+    """The lake's tables of the database, one created, one renamed into it and one made by rows
+    earlier in the run; not one renamed out of it or dropped before, nor another database's."""
+    from spark.plane import NetSummary
+
+    def ddl(sql: str, ts: int, table: str = "") -> DdlChange:
+        return DdlChange(DB, table, sql, ts, P, "QUERY")
+
+    ddls = [
+        ddl("CREATE TABLE shop.new (id int)", 2, "new"),
+        ddl("RENAME TABLE other.x TO shop.x", 3, "x"),
+        ddl("RENAME TABLE shop.out TO other.out", 4, "out"),
+        ddl("DROP TABLE shop.gone", 5, "gone"),
+        ddl("DROP DATABASE shop", 10),
+        ddl("CREATE DATABASE shop", 11),
+        ddl("CREATE TABLE shop.lake (id int)", 12, "lake"),
+    ]
+    rows = NetSummary(DB, "rows", 0, keys=1, deletes=0, first=(6, "topic", 0, 1, 0))
+    reads = []
+
+    def lake() -> list[tuple[str, str]]:
+        reads.append(1)
+        return [(DB, "lake"), (DB, "out"), (DB, "gone"), ("other", "x"), ("other", "y")]
+
+    plans = build_apply_plans(ddls, [rows], lake)
+    assert len(reads) == 1
+    assert [p.summary() for p in plans] == [
+        f"{DB}.new: schema(CreateTable); schema(DropTable)",
+        "other.x: schema(RenameTable)",
+        f"{DB}.out: schema(RenameTable)",
+        f"{DB}.gone: schema(DropTable)",
+        f"{DB}.rows: data(1 upserts, 0 deletes); schema(DropTable)",
+        f"{DB}.lake: schema(DropTable); schema(CreateTable)",
+        f"{DB}.x: schema(DropTable)",  # after other.x's plan renames it
+    ]
+    dropped_at = {p.ref: s.ddl.commit_ts for p in plans for s in p.steps if isinstance(s, SchemaStep) and s.changes == (DropTable(),)}
+    assert dropped_at == {(DB, "new"): 10, (DB, "x"): 10, (DB, "gone"): 5, (DB, "rows"): 10, (DB, "lake"): 10}
+    assert build_apply_plans(ddls[:4], [rows], lake) and len(reads) == 1  # no DROP DATABASE: the lake is not listed

@@ -138,6 +138,84 @@ def test_drop_and_rename_table(tmp_path: Path) -> None:
     assert w1 < w2  # the rename happened inside one run; the renamed table holds both rows before the drop
 
 
+def published(config, w: int) -> dict:  # noqa: ANN001
+    """The published record of W: {(database, table): rows}, rows as the reference model keeps them."""
+    from .archive import normalise
+
+    return {name: normalise(t.to_pylist()) for name, t in read_pipeline(config, w)[1].items()}
+
+
+def model_at(events: list) -> dict[int, dict]:
+    """The reference model's tables (empty ones left out) at each watermark of ``events``."""
+    from cdc_codecs.oracle import Oracle
+
+    oracle, out = Oracle(), {}
+    for batch in per_mark(events):
+        oracle.add(batch)
+        w = oracle.cut([(P.topic, P.partition)])
+        out[w] = {name: oracle.rows(*name) for name in oracle.tables if oracle.rows(*name)}
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple", "debezium", "open-protocol"])
+def test_drop_database_drops_every_table_it_has_at_its_commit_ts(tmp_path: Path, protocol: str) -> None:
+    """DROP DATABASE drops the lake's tables of the database, one created earlier in the run and
+    one renamed into it; tables of other databases stay; CREATE DATABASE + CREATE TABLE start empty."""
+    h = History()
+    a = schema("shop", "a", [("id", "int"), ("v", "int")])
+    m = schema("other", "m", [("id", "int"), ("v", "int")])
+    keep = schema("other", "keep", [("id", "int"), ("v", "int")])
+    for s_ in (a, m, keep):
+        h.ddl(s_.database, s_.table, f"CREATE TABLE `{s_.database}`.`{s_.table}` (id int primary key, v int)", s_, kind="CREATE")
+        h.row(Op.INSERT, s_, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    h.row(Op.INSERT, a, None, {"id": 2, "v": 2})
+    b = schema("shop", "b", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 1, "v": 1})
+    h.ddl("other", "m", "RENAME TABLE `other`.`m` TO `shop`.`m`", dataclasses.replace(m, database="shop"), m, kind="RENAME")
+    h.row(Op.INSERT, dataclasses.replace(m, database="shop"), None, {"id": 2, "v": 2})
+    h.ddl("shop", "", "DROP DATABASE IF EXISTS `shop`", kind="QUERY")  # TiCDC's Canal-JSON: table ""
+    h.row(Op.INSERT, keep, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    h.ddl("shop", "", "CREATE DATABASE `shop`", kind="QUERY")
+    a2 = schema("shop", "a", [("id", "int"), ("w", "varchar(3)")])
+    h.ddl("shop", "a", "CREATE TABLE `shop`.`a` (id int primary key, w varchar(3))", a2, kind="CREATE")
+    h.row(Op.INSERT, a2, None, {"id": 9, "w": "new"})
+    w3 = h.mark()
+    config, results = run(tmp_path, protocol, per_mark(h.events))
+    assert [r.watermark for r in results] == [w1, w2, w3]
+    model = model_at(h.events)
+    assert published(config, w2) == model[w2] == {("other", "keep"): [{"id": 1, "v": 1}, {"id": 2, "v": 2}]}
+    assert published(config, w3) == model[w3] == {("other", "keep"): [{"id": 1, "v": 1}, {"id": 2, "v": 2}],
+                                                  ("shop", "a"): [{"id": 9, "w": "new"}]}
+    assert published(config, w1) == model[w1]
+    for name in ("a", "b", "m"):
+        with pytest.raises(NoSuchWatermark, match=f"shop.{name} is not a table"):
+            read_table(config, "shop", name, w2)
+
+
+def test_drop_database_and_its_tables_made_again_in_one_run(tmp_path: Path) -> None:
+    h = History()
+    a = schema("shop", "a", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "a", "CREATE TABLE `shop`.`a` (id int primary key, v int)", a, kind="CREATE")
+    h.row(Op.INSERT, a, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    b = schema("shop", "b", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, a, None, {"id": 2, "v": 2})
+    h.ddl("shop", "", "DROP SCHEMA shop", kind="QUERY")
+    h.ddl("shop", "", "CREATE SCHEMA IF NOT EXISTS shop", kind="QUERY")
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:3], h.events[3:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert published(config, w2) == model_at(h.events)[w2] == {("shop", "b"): [{"id": 2, "v": 2}]}
+    assert published(config, w1) == {("shop", "a"): [{"id": 1, "v": 1}]}
+
+
 @pytest.mark.parametrize("crash_at", ["renamed:shop.b", "committed:0", "staged:shop.b"])
 @pytest.mark.parametrize("retry", ["same", "next"])
 def test_a_run_that_dies_inside_a_rename_is_finished_by_its_retry_or_the_next_run(
