@@ -4,10 +4,10 @@ Protocols that carry only SQL (Canal, Open protocol, DTS) need this; protocols t
 carry the schema after the change (Simple, Debezium, CloudCanal) get the same changes,
 and the schema they carry fixes the exact column types (``spark.apply_plan.ddl_changes``).
 
-The rule: a statement that changes a table's columns, key, name or rows yields the
-changes, in the order MySQL applies them; a statement that changes none of these (indexes,
-constraints other than the primary key, comments, table options, partitioning layout,
-statements about databases, users, views...) yields ``[]``; anything in between raises
+The rule: a statement that changes a table's columns, key, name, rows or partitioning yields
+the changes, in the order MySQL applies them; a statement that changes none of these (indexes,
+constraints other than the primary key, comments, table options, partition maintenance that
+keeps rows and bounds, statements about users, views...) yields ``[]``; anything in between raises
 ``DdlParseError`` naming the statement and the part not understood. Nothing that could
 change columns is dropped silently.
 
@@ -34,12 +34,17 @@ Decisions:
 - Table-level primary keys are read from the tokens (``[CONSTRAINT [s]] PRIMARY KEY [USING
   t] (a(10) DESC, b) [index options]``), so TiDB's ``CLUSTERED`` / ``NONCLUSTERED`` (bare or
   in ``/*T![clustered_index] */``), prefix lengths and ASC / DESC give the key columns.
-  Partition options (RANGE / LIST [COLUMNS], HASH, KEY, TiDB's INTERVAL) and generated
-  columns (``AS (expr) VIRTUAL | STORED``: row events carry their values) change no columns.
-- **Statements that remove or bring rows without row events fail**: ``DROP / TRUNCATE /
-  EXCHANGE PARTITION``, ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS
-  THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``. The lake cannot know which rows changed;
-  re-create the table from a snapshot instead.
+  Generated columns (``AS (expr) VIRTUAL | STORED``) are columns: row events carry their values.
+- **Partitioning is followed** (``spark.partitioning``): ``PARTITION BY`` in CREATE or ALTER
+  TABLE is ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds; HASH, KEY and TiDB's
+  INTERVAL without), ``REMOVE PARTITIONING`` ``SetPartitioning(None)``, ``ADD PARTITION (...)``
+  and ``REORGANIZE PARTITION ... INTO (...)`` change the bounds. ``TRUNCATE PARTITION`` and
+  ``DROP PARTITION`` delete rows without row events: the committer deletes the rows the bounds
+  hold, or fails the table (``UnsupportedSchemaChange``) naming why it cannot tell which.
+- **Statements that remove or bring rows without row events fail**: ``EXCHANGE PARTITION``,
+  ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS THAN``, ``FLASHBACK TABLE`` /
+  ``RECOVER TABLE``. The lake cannot know which rows changed; re-create the table from a
+  snapshot instead.
 - ``CREATE TABLE ... SELECT`` as written fails too: MySQL logs it so only in STATEMENT /
   MIXED binlog format, where its rows are no row events. In ROW format (every supported
   protocol reads row events) MySQL logs the ``CREATE TABLE`` it generated (``... START
@@ -72,6 +77,7 @@ from sqlglot.tokens import Token, TokenType
 from cdc_codecs import ColumnType, TableSchema, TidelakeError
 from cdc_codecs.events import Column
 from cdc_codecs.types import ColumnValueError, parse_mysql_type
+from spark.partitioning import MAXVALUE, NULL, Literal, PartitionDef, Partitioning
 
 
 class DdlParseError(TidelakeError):
@@ -155,9 +161,46 @@ class DropDatabase:
     database: str
 
 
+@dataclass(frozen=True)
+class SetPartitioning:
+    """The table's partitioning is now this (``PARTITION BY`` in CREATE or ALTER TABLE); None:
+    ``REMOVE PARTITIONING``. Rows stay where they are: the lake keeps the definition only to
+    know which rows a later TRUNCATE / DROP PARTITION deletes."""
+
+    partitioning: Partitioning | None
+
+
+@dataclass(frozen=True)
+class AddPartitions:
+    partitions: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class ReorganizePartitions:
+    """``REORGANIZE PARTITION names INTO (...)``: the rows stay, the bounds change."""
+
+    names: tuple[str, ...]
+    into: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class DropPartitions:
+    """``DROP PARTITION names``: the partitions and their rows go, without row events."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TruncatePartitions:
+    """``TRUNCATE PARTITION names | ALL`` (``names`` None): the rows go, without row events."""
+
+    names: tuple[str, ...] | None
+
+
 Change = (
     CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
     | SetKeyColumns | RenameTable | TruncateTable | DropTable | DropDatabase
+    | SetPartitioning | AddPartitions | ReorganizePartitions | DropPartitions | TruncatePartitions
 )
 TableRef = tuple[str, str]
 
@@ -177,14 +220,15 @@ _OPTION_WORDS = frozenset({
     "NOCACHE", "PLACEMENT", "PRE_SPLIT_REGIONS", "SET", "SHARD_ROW_ID_BITS", "STATS_BUCKETS", "STATS_COL_CHOICE",
     "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
 })
-# Partition maintenance that keeps every row: `<word> PARTITION ...`.
+# Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (COALESCE:
+# HASH / KEY only; LAST: TiDB's INTERVAL partitioning, whose partitions are not listed).
 _PARTITION_KEEPS_ROWS = frozenset({
-    "ADD", "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REORGANIZE", "REPAIR",
+    "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REPAIR",
 })
-# Clauses that delete or bring rows without row events (`DROP PARTITION p` etc.).
+# Partition maintenance whose clause lists partition names: `DROP PARTITION p0, p1` is one clause.
+_PARTITION_LISTS = _PARTITION_KEEPS_ROWS | {"DROP", "TRUNCATE", "REORGANIZE", "DISCARD", "IMPORT"}
+# Clauses that delete or bring rows without row events, whatever the lake knows.
 _ROWS_WITHOUT_EVENTS = {
-    ("DROP", "PARTITION"): "drops a partition's rows",
-    ("TRUNCATE", "PARTITION"): "deletes a partition's rows",
     ("EXCHANGE", "PARTITION"): "swaps a partition's rows with another table's",
     ("FIRST", "PARTITION"): "drops the first partitions and their rows (TiDB interval partitioning)",
     ("DISCARD", None): "discards the table's tablespace and its rows",
@@ -445,7 +489,11 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
             raise DdlParseError(f"{text!r}: cannot tell what {e.sql(dialect='mysql')!r} does to the table")
     if not columns:
         raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
-    return [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+    out: list[tuple[TableRef, Change]] = [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+    partition_by = _partition_by_at(rest[close + 1 :])
+    if partition_by is not None:
+        out.append((ref, SetPartitioning(_partition_options(sql, text, rest[close + 1 + partition_by :]))))
+    return out
 
 
 # MySQL logs CREATE TABLE ... SELECT as written only in STATEMENT / MIXED binlog format; in ROW
@@ -620,8 +668,14 @@ def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> l
     if end > len(tokens):
         raise DdlParseError(f"{text!r}: no table name")
     ref = _table_ref(sql, _text(sql, tokens[2:end]), default_db)
-    changes: list[Change] = []
+    clauses: list[list[Token]] = []
     for clause in _split(tokens[end:], TokenType.COMMA):
+        if clauses and _continues_partition_list(clauses[-1], clause):
+            clauses[-1] = clauses[-1] + clause  # `DROP PARTITION p0, p1`: the names of one clause
+        else:
+            clauses.append(clause)
+    changes: list[Change] = []
+    for clause in clauses:
         changes += _alter_clause(sql, text, clause, ref)
     # MySQL changes the columns first, then builds the indexes (a new primary key may name a
     # column added by a later clause), and renames the table last; the changes of the
@@ -634,13 +688,19 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
     """The changes of one ALTER TABLE clause (tokens of the statement between commas)."""
     words = _words(clause[:5]) + [None] * 5
     # partition_options may follow the last clause without a comma: they change no rows.
+    if words[:2] == ["PARTITION", "BY"]:
+        return [SetPartitioning(_partition_options(sql, text, clause))]
+    if words[:2] == ["REMOVE", "PARTITIONING"]:
+        return [SetPartitioning(None)]
     for i in range(1, len(clause)):
         if _words(clause[i : i + 2])[:2] in (["PARTITION", "BY"], ["REMOVE", "PARTITIONING"]):
-            return _alter_clause(sql, text, clause[:i], ref)
+            return _alter_clause(sql, text, clause[:i], ref) + _alter_clause(sql, text, clause[i:], ref)
     for (first, second), what in _ROWS_WITHOUT_EVENTS.items():
         if words[0] == first and (second is None or words[1] == second):
             raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
-    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION") or words[:2] == ["REMOVE", "PARTITIONING"]:
+    if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE"):
+        return _partition_maintenance(sql, text, clause)
+    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):
         return []
     if words[0] == "ADD":
         keys = _table_primary_key(sql, text, clause[1:])
@@ -675,6 +735,144 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
         out += _alter_action(text, clause_text, action, type_text)
     # parsed.args["options"] holds table options (ENGINE=, COMMENT=...): no change.
     return out
+
+
+def _continues_partition_list(previous: list[Token], clause: list[Token]) -> bool:
+    """Whether ``clause`` (after a comma) goes on naming the partitions of ``previous``:
+    ``DROP PARTITION p0, p1``, ``REORGANIZE PARTITION p0, p1 INTO (...)``."""
+    words = _words(previous[:2])
+    return (words[:1] != [None] and words[0] in _PARTITION_LISTS and words[1:2] == ["PARTITION"]
+            and "INTO" not in _words(previous) and _is_name(clause[0])
+            and (len(clause) == 1 or _word(clause[1]) in ("INTO", "TABLESPACE")))
+
+
+def _is_name(token: Token) -> bool:
+    return token.token_type == TokenType.IDENTIFIER or bool(re.fullmatch(r"[\w$]+", token.text))
+
+
+def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Change]:
+    """``ADD PARTITION (...)``, ``DROP PARTITION names``, ``TRUNCATE PARTITION names | ALL``,
+    ``REORGANIZE PARTITION [names INTO (...)]`` (MySQL 15.1.9.1 ALTER TABLE Partition Operations)."""
+    verb = _word(clause[0])
+    rest = clause[2:] if _words(clause[:1]) == [verb] else clause[1:]  # `ADD PARTITION` may be one token
+    where = _text(sql, clause)
+    if verb == "ADD":
+        if rest and rest[0].token_type == TokenType.L_PAREN and _closing_paren(rest, 0) == len(rest) - 1:
+            return [AddPartitions(_partition_defs(sql, text, rest[1:-1]))]
+        return []  # ADD PARTITION PARTITIONS n: HASH / KEY, rows stay
+    into = next((i for i, t in enumerate(rest) if _word(t) == "INTO"), len(rest))
+    names = rest[:into]
+    if not all(_is_name(t) for t in names) or (verb != "REORGANIZE" and not names):
+        raise DdlParseError(f"{text!r}: cannot read the partition names in {where!r}")
+    listed = tuple(t.text for t in names)
+    if verb == "TRUNCATE":
+        return [TruncatePartitions(None if [n.upper() for n in listed] == ["ALL"] else listed)]
+    if verb == "DROP":
+        return [DropPartitions(listed)]
+    if not listed:
+        return []  # REORGANIZE PARTITION (HASH / KEY): rows stay
+    defs = rest[into + 1 :]
+    if not defs or defs[0].token_type != TokenType.L_PAREN or _closing_paren(defs, 0) != len(defs) - 1:
+        raise DdlParseError(f"{text!r}: cannot read the new partitions in {where!r}")
+    return [ReorganizePartitions(listed, _partition_defs(sql, text, defs[1:-1]))]
+
+
+def _partition_by_at(tokens: Sequence[Token]) -> int | None:
+    """Where ``PARTITION BY`` starts outside parentheses."""
+    depth = 0
+    for i, t in enumerate(tokens):
+        if t.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _words(tokens[i : i + 2])[:2] == ["PARTITION", "BY"]:
+            return i
+    return None
+
+
+def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitioning:
+    """``PARTITION BY {[LINEAR] HASH (expr) | [LINEAR] KEY [ALGORITHM = n] (cols) | {RANGE | LIST}
+    {(expr) | COLUMNS (cols)}} [PARTITIONS n] [SUBPARTITION BY ...] [(partition_definition, ...)]``,
+    and TiDB's ``INTERVAL (...)`` (MySQL 15.1.20 partition_options)."""
+    where = _text(sql, tokens)
+    at = 1 if _words(tokens[:1])[:2] == ["PARTITION", "BY"] else 2
+    if _word(tokens[at]) == "LINEAR":
+        at += 1
+    method = _word(tokens[at]) if at < len(tokens) else None
+    if method not in ("HASH", "KEY", "RANGE", "LIST"):
+        raise DdlParseError(f"{text!r}: cannot read the partitioning method in {where!r}")
+    at += 1
+    if method == "KEY" and at < len(tokens) and _word(tokens[at]) == "ALGORITHM":
+        at += 3  # ALGORITHM = 1 | 2
+    columns_listed = method == "KEY"
+    if method in ("RANGE", "LIST") and at < len(tokens) and _word(tokens[at]) == "COLUMNS":
+        columns_listed, at = True, at + 1
+    close = _closing_paren(tokens, at) if at < len(tokens) and tokens[at].token_type == TokenType.L_PAREN else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: cannot read the partitioning expression in {where!r}")
+    inner = tokens[at + 1 : close]
+    if columns_listed:
+        parts = _split(inner, TokenType.COMMA)
+        if not all(len(p) == 1 and _is_name(p[0]) for p in parts):
+            raise DdlParseError(f"{text!r}: cannot read the partitioning columns in {where!r}")
+        columns = tuple(p[0].text for p in parts)
+    else:
+        columns = (inner[0].text,) if len(inner) == 1 and _is_name(inner[0]) else ()
+    partitions = None
+    rest = tokens[close + 1 :]
+    if method in ("RANGE", "LIST") and "INTERVAL" not in _words(rest):
+        group = next((i for i, t in enumerate(rest) if t.token_type == TokenType.L_PAREN and _words(rest[i + 1 : i + 2]) == ["PARTITION"]), None)
+        if group is None:
+            raise DdlParseError(f"{text!r}: {method} partitioning without partition definitions in {where!r}")
+        partitions = _partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)])
+    return Partitioning(method, _text(sql, inner), columns, partitions)
+
+
+def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:
+    """``PARTITION name [VALUES {LESS THAN {(values) | MAXVALUE} | IN (values)}] [options]
+    [(subpartitions)], ...``"""
+    out = []
+    for part in _split(tokens, TokenType.COMMA):
+        if _words(part[:1]) != ["PARTITION"] or len(part) < 2 or not _is_name(part[1]):
+            raise DdlParseError(f"{text!r}: cannot read the partition definition {_text(sql, part)!r}")
+        name, words = part[1].text, _words(part[2:5])
+        if words[:3] == ["VALUES", "LESS", "THAN"]:
+            bound = part[5:6] if _word(part[5]) == "MAXVALUE" else _paren_items(sql, text, part, 5)[0]
+            out.append(PartitionDef(name, less_than=tuple(_literal(sql, b) for b in _split(bound, TokenType.COMMA))))
+        elif words[:2] == ["VALUES", "IN"]:
+            values = []
+            for item in _split(_paren_items(sql, text, part, 4)[0], TokenType.COMMA):
+                is_tuple = item[0].token_type == TokenType.L_PAREN and _closing_paren(item, 0) == len(item) - 1
+                values.append(tuple(_literal(sql, v) for v in _split(item[1:-1], TokenType.COMMA)) if is_tuple else (_literal(sql, item),))
+            if [v for v in values if v == (("default",),)]:
+                out.append(PartitionDef(name, default=True))
+            else:
+                out.append(PartitionDef(name, values_in=tuple(values)))
+        else:
+            out.append(PartitionDef(name))  # HASH / KEY: named, no bounds
+    return tuple(out)
+
+
+def _paren_items(sql: str, text: str, part: Sequence[Token], at: int) -> tuple[Sequence[Token], int]:
+    """The tokens inside the parentheses opening at ``part[at]``, and the index past them."""
+    close = _closing_paren(part, at) if at < len(part) and part[at].token_type == TokenType.L_PAREN else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: cannot read the values of {_text(sql, part)!r}")
+    return part[at + 1 : close], close + 1
+
+
+def _literal(sql: str, tokens: Sequence[Token]) -> Literal:
+    """A partition bound or list value: an integer, a string, NULL, MAXVALUE, DEFAULT, or an
+    expression kept as text (not computed)."""
+    words = _words(tokens)
+    if len(tokens) == 1 and words[0] in ("MAXVALUE", "NULL", "DEFAULT"):
+        return MAXVALUE if words[0] == "MAXVALUE" else NULL if words[0] == "NULL" else ("default",)
+    if len(tokens) == 1 and tokens[0].token_type == TokenType.STRING:
+        return ("str", tokens[0].text)
+    number = "".join(t.text for t in tokens)
+    if re.fullmatch(r"[-+]?\d+", number) and all(t.token_type in (TokenType.NUMBER, TokenType.DASH, TokenType.PLUS) for t in tokens):
+        return ("int", number)
+    return ("expr", _text(sql, tokens))
 
 
 def _column_type_at(clause: list[Token]) -> int | None:

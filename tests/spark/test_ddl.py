@@ -32,6 +32,8 @@ from spark.ddl import (
     TruncateTable,
     parse_ddl,
 )
+from spark.ddl import AddPartitions, DropPartitions, ReorganizePartitions, SetPartitioning, TruncatePartitions
+from spark.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"
 T = (DB, "t")
@@ -73,6 +75,31 @@ def create(table: str, columns: list[Column], key: tuple[str, ...] = (), db: str
 
 def on(db: str, table: str, change):
     return ((db, table), change)
+
+
+@dataclass(frozen=True)
+class Expr:
+    text: str
+
+
+def lit(value) -> tuple[str, ...]:  # noqa: ANN001
+    if value is MAXVALUE or value is None:
+        return MAXVALUE if value is MAXVALUE else NULL
+    if isinstance(value, Expr):
+        return ("expr", value.text)
+    return ("int", str(value)) if isinstance(value, int) else ("str", value)
+
+
+def less(name: str, *bound) -> PartitionDef:  # noqa: ANN002
+    return PartitionDef(name, less_than=tuple(lit(b) for b in bound))
+
+
+def values(name: str, *items) -> PartitionDef:  # noqa: ANN002
+    return PartitionDef(name, values_in=tuple(tuple(lit(v) for v in (i if isinstance(i, tuple) else (i,))) for i in items))
+
+
+def by(method: str, expression: str, columns: tuple[str, ...] = (), *partitions: PartitionDef, listed: bool = True) -> SetPartitioning:
+    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None))
 
 
 CORPUS: list[tuple[str, list | Fails]] = [
@@ -123,7 +150,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t DROP COLUMN a, ADD COLUMN a VARCHAR(5) FIRST", [DropColumn("a"), add("a", "varchar(5)"), first("a")]),
     ("ALTER TABLE t ADD COLUMN c INT, ALGORITHM=INPLACE, LOCK=NONE", [add("c", "int")]),
     ("ALTER TABLE t ADD COLUMN c INT, ADD INDEX ic (c), COMMENT = 'new c'", [add("c", "int")]),
-    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int")]),
+    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int"), by("HASH", "id", ("id",), listed=False)]),
     # ---- primary key: followed (the table's key columns); applied after the column changes
     ("ALTER TABLE t ADD PRIMARY KEY (a)", [keys("a")]),
     ("ALTER TABLE t ADD CONSTRAINT pk PRIMARY KEY (a, b)", [keys("a", "b")]),
@@ -167,13 +194,19 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ROW_FORMAT=COMPRESSED, KEY_BLOCK_SIZE=8", NOOP),
     ("ALTER TABLE t FORCE", NOOP),
     ("ALTER TABLE t ORDER BY a", NOOP),
-    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", NOOP),
-    ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)", NOOP),
-    ("ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", NOOP),
-    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))", NOOP),
+    # partitioning: kept, so that TRUNCATE / DROP PARTITION know which rows go (spark.partitioning)
+    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", [by("HASH", "id", ("id",), listed=False)]),
+    ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+     [by("RANGE", "id", ("id",), less("p0", 10), less("p1", MAXVALUE))]),
+    ("ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", [AddPartitions((less("p2", 30),))]),
+    ("ALTER TABLE t ADD PARTITION PARTITIONS 2", NOOP),
+    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))",
+     [ReorganizePartitions(("p0",), (less("a", 5), less("b", 10)))]),
+    ("ALTER TABLE t REORGANIZE PARTITION `a`, b INTO (PARTITION ab VALUES IN (1, NULL, -2))", [ReorganizePartitions(("a", "b"), (values("ab", 1, None, -2),))]),
     ("ALTER TABLE t COALESCE PARTITION 2", NOOP),
     ("ALTER TABLE t ANALYZE PARTITION p0", NOOP),
-    ("ALTER TABLE t REMOVE PARTITIONING", NOOP),
+    ("ALTER TABLE t OPTIMIZE PARTITION p0, p1", NOOP),
+    ("ALTER TABLE t REMOVE PARTITIONING", [SetPartitioning(None)]),
     ("ALTER TABLE t", NOOP),
     # TiDB table options
     ("ALTER TABLE t SET TIFLASH REPLICA 1", NOOP),
@@ -184,8 +217,11 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t CACHE", NOOP),
     ("ALTER TABLE t LAST PARTITION LESS THAN (100)", NOOP),
     # ---- rows removed or brought without row events: fail
-    ("ALTER TABLE t DROP PARTITION p0", Fails("drops a partition's rows without row events")),
-    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", Fails("deletes a partition's rows")),
+    # partitions' rows deleted without row events: by the bounds where the lake knows them (commit)
+    ("ALTER TABLE t DROP PARTITION p0", [DropPartitions(("p0",))]),
+    ("ALTER TABLE t DROP PARTITION p0, `p 1`", [DropPartitions(("p0", "p 1"))]),
+    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", [TruncatePartitions(("p0", "p1"))]),
+    ("ALTER TABLE t TRUNCATE PARTITION ALL", [TruncatePartitions(None)]),
     ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE t2", Fails("swaps a partition's rows")),
     ("ALTER TABLE t DISCARD TABLESPACE", Fails("discards the table's tablespace")),
     ("ALTER TABLE t IMPORT TABLESPACE", Fails("imports rows")),
@@ -208,7 +244,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
       "g INT AS (id + 1) STORED, PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */, KEY k (c), UNIQUE KEY u (c), "
       "CONSTRAINT fk FOREIGN KEY (c) REFERENCES x (c), CHECK (id > 0)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
      [create("t", [col("id", "bigint", False), col("c", "varchar(10)"), col("g", "int")], ("id",))]),
-    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")])]),
+    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")]), (T, by("HASH", "id", ("id",), listed=False))]),
     ("CREATE TABLE t (id BIGINT AUTO_RANDOM(5) PRIMARY KEY, v INT) SHARD_ROW_ID_BITS=4 PRE_SPLIT_REGIONS=2",
      [create("t", [col("id", "bigint", False), col("v", "int")], ("id",))]),
     ("CREATE TABLE t (g POINT NOT NULL SRID 0, r REAL, `key` INT, PRIMARY KEY (`key`))",
@@ -240,23 +276,33 @@ CORPUS: list[tuple[str, list | Fails]] = [
     # partition options (MySQL 15.1.20.x partition_options, TiDB interval partitioning): no change to columns
     ("CREATE TABLE t (id INT, created DATE) PARTITION BY RANGE (YEAR(created)) "
      "(PARTITION p2023 VALUES LESS THAN (2024), PARTITION pmax VALUES LESS THAN MAXVALUE)",
-     [create("t", [col("id", "int"), col("created", "date")])]),
+     [create("t", [col("id", "int"), col("created", "date")]), (T, by("RANGE", "YEAR(created)", (), less("p2023", 2024), less("pmax", MAXVALUE)))]),
     ("CREATE TABLE t (id INT NOT NULL, region CHAR(2)) PARTITION BY LIST COLUMNS (region) "
      "(PARTITION p_eu VALUES IN ('de', 'fr'), PARTITION p_us VALUES IN ('us'))",
-     [create("t", [col("id", "int", False), col("region", "char(2)")])]),
+     [create("t", [col("id", "int", False), col("region", "char(2)")]),
+      (T, by("LIST", "region", ("region",), values("p_eu", "de", "fr"), values("p_us", "us")))]),
     ("CREATE TABLE t (id INT) PARTITION BY LIST (id) (PARTITION odd VALUES IN (1, 3, 5), PARTITION even VALUES IN (2, 4, 6))",
-     [create("t", [col("id", "int")])]),
-    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY KEY (id) PARTITIONS 8", [create("t", [col("id", "int", False)], ("id",))]),
-    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY LINEAR KEY ALGORITHM=2 () PARTITIONS 3", [create("t", [col("id", "int", False)], ("id",))]),
+     [create("t", [col("id", "int")]), (T, by("LIST", "id", ("id",), values("odd", 1, 3, 5), values("even", 2, 4, 6)))]),
+    ("CREATE TABLE t (a INT, b INT) PARTITION BY LIST COLUMNS (a, `b`) (PARTITION p VALUES IN ((1, NULL), (2, 3)), "
+     "PARTITION rest VALUES IN (DEFAULT))",
+     [create("t", [col("a", "int"), col("b", "int")]),
+      (T, by("LIST", "a, `b`", ("a", "b"), values("p", (1, None), (2, 3)), PartitionDef("rest", default=True)))]),
+    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY KEY (id) PARTITIONS 8",
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "id", ("id",), listed=False))]),
+    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY LINEAR KEY ALGORITHM=2 () PARTITIONS 3",
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "", (), listed=False))]),
     ("CREATE TABLE t (a INT, b DATETIME) ENGINE=InnoDB PARTITION BY RANGE COLUMNS (a, b) "
      "(PARTITION p0 VALUES LESS THAN (0, '2020-01-01 00:00:00'), PARTITION p1 VALUES LESS THAN (MAXVALUE, MAXVALUE))",
-     [create("t", [col("a", "int"), col("b", "datetime")])]),
+     [create("t", [col("a", "int"), col("b", "datetime")]),
+      (T, by("RANGE", "a, b", ("a", "b"), less("p0", 0, "2020-01-01 00:00:00"), less("p1", MAXVALUE, MAXVALUE)))]),
     ("CREATE TABLE t (id INT, d DATE) PARTITION BY RANGE (TO_DAYS(d)) SUBPARTITION BY HASH (id) SUBPARTITIONS 2 "
      "(PARTITION p0 VALUES LESS THAN (738000) ENGINE = InnoDB, PARTITION p1 VALUES LESS THAN MAXVALUE)",
-     [create("t", [col("id", "int"), col("d", "date")])]),
+     [create("t", [col("id", "int"), col("d", "date")]), (T, by("RANGE", "TO_DAYS(d)", (), less("p0", 738000), less("p1", MAXVALUE)))]),
+    ("CREATE TABLE t (d DATE) PARTITION BY RANGE COLUMNS (d) (PARTITION p0 VALUES LESS THAN (TO_DAYS('2020-01-01')))",
+     [create("t", [col("d", "date")]), (T, by("RANGE", "d", ("d",), less("p0", Expr("TO_DAYS('2020-01-01')"))))]),
     ("CREATE TABLE t (id BIGINT PRIMARY KEY) PARTITION BY RANGE (id) INTERVAL (1000) "
      "FIRST PARTITION LESS THAN (1000) LAST PARTITION LESS THAN (10000) MAXVALUE PARTITION",
-     [create("t", [col("id", "bigint", False)], ("id",))]),
+     [create("t", [col("id", "bigint", False)], ("id",)), (T, by("RANGE", "id", ("id",), listed=False))]),
     # generated columns are columns: row events carry their values
     ("CREATE TABLE t (qty INT, price DECIMAL(8,2), doc JSON, sku VARCHAR(32) AS (doc->>'$.sku') VIRTUAL, "
      "total DECIMAL(10,2) GENERATED ALWAYS AS (qty * price) STORED NOT NULL)",
@@ -333,7 +379,8 @@ def test_corpus_is_large_and_covers_every_change() -> None:
     assert len(CORPUS) >= 80
     seen = {type(c) for _, e in CORPUS if not isinstance(e, Fails) for _, c in _normalised(e)}
     assert seen == {AddColumn, DropColumn, RenameColumn, ChangeColumnType, MoveColumn, SetKeyColumns, RenameTable,
-                    CreateTable, CreateTableLike, TruncateTable, DropTable, DropDatabase}
+                    CreateTable, CreateTableLike, TruncateTable, DropTable, DropDatabase, SetPartitioning, AddPartitions,
+                    ReorganizePartitions, DropPartitions, TruncatePartitions}
 
 
 def test_errors_name_the_statement() -> None:

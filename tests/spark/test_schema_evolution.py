@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from cdc_codecs.types import parse_mysql_type
 from cdc_codecs.workload import quote_ident
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
-from spark.config import LayoutConfig
+from spark.config import WRITE_MODES, LayoutConfig
 from spark.query import NoSuchWatermark, read_pipeline, read_table
 from spark.storage import open_storage
 
@@ -214,6 +215,78 @@ def test_drop_database_and_its_tables_made_again_in_one_run(tmp_path: Path) -> N
     assert [r.watermark for r in results] == [w1, w2]
     assert published(config, w2) == model_at(h.events)[w2] == {("shop", "b"): [{"id": 2, "v": 2}]}
     assert published(config, w1) == {("shop", "a"): [{"id": 1, "v": 1}]}
+
+
+def partitioned(h: History, table: str, by: str) -> TableSchema:
+    t = schema("shop", table, [("id", "int"), ("k", "int"), ("v", "varchar(5)")])
+    h.ddl("shop", table, f"CREATE TABLE `shop`.`{table}` (id int primary key, k int, v varchar(5)) PARTITION BY {by}", t, kind="CREATE")
+    return t
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+@pytest.mark.parametrize("write_mode", WRITE_MODES)
+def test_truncate_and_drop_partition_delete_the_rows_the_bounds_hold(tmp_path: Path, protocol: str, write_mode: str) -> None:
+    """Upstream sends no row events for a truncated or dropped partition: its rows go by the
+    partition's bounds, kept from the CREATE TABLE in an earlier run (NULL lives in the first RANGE
+    partition; after DROP PARTITION the next RANGE partition holds the dropped range)."""
+    h = History()
+    r = partitioned(h, "r", "RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), "
+                    "PARTITION p2 VALUES LESS THAN MAXVALUE)")
+    for i, k in enumerate([None, -5, 0, 9, 10, 15, 19, 20, 1000]):
+        h.row(Op.INSERT, r, None, {"id": i, "k": k, "v": "a"})
+    li = partitioned(h, "l", "LIST (`k`) (PARTITION odd VALUES IN (1, 3), PARTITION even VALUES IN (2, 4, NULL))")
+    for i, k in enumerate([1, 2, 3, 4, None]):
+        h.row(Op.INSERT, li, None, {"id": i, "k": k, "v": "a"})
+    w1 = h.mark()
+    h.row(Op.INSERT, r, None, {"id": 20, "k": 12, "v": "b"})  # before the TRUNCATE: goes with p1
+    h.row(Op.UPDATE, r, {"id": 8, "k": 1000, "v": "a"}, {"id": 8, "k": 11, "v": "a"})  # moved into p1: goes too
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` TRUNCATE PARTITION p1", r, r, kind="ALTER")
+    h.row(Op.INSERT, r, None, {"id": 21, "k": 11, "v": "c"})  # after it: stays
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` TRUNCATE PARTITION odd", li, li, kind="ALTER")
+    w2 = h.mark()
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` DROP PARTITION p0", r, r, kind="ALTER")
+    h.row(Op.INSERT, r, None, {"id": 22, "k": 3, "v": "d"})  # lives in p1 now
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` ADD PARTITION (PARTITION five VALUES IN (5))", li, li, kind="ALTER")
+    h.row(Op.INSERT, li, None, {"id": 9, "k": 5, "v": "e"})
+    h.row(Op.INSERT, li, None, {"id": 10, "k": 2, "v": "e"})
+    w3 = h.mark()
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` TRUNCATE PARTITION p1", r, r, kind="ALTER")
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` DROP PARTITION five, even", li, li, kind="ALTER")
+    w4 = h.mark()
+    config = dataclasses.replace(make_config(tmp_path, protocol), layout=LayoutConfig(write_mode=write_mode))
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    for j, batch in enumerate(per_mark(h.events)):
+        writer.interval(T0 + j * HOUR, T0 + (j + 1) * HOUR, [("cdc", rec) for rec in get_encoder(protocol).encode_all(batch, 2)])
+        assert apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR).watermark == [w1, w2, w3, w4][j]
+    model = model_at(h.events)
+    for w in (w1, w2, w3, w4):
+        assert {name: rows for name, rows in published(config, w).items() if rows} == model[w], f"W {w}"
+    assert [row["id"] for row in model[w2][("shop", "r")]] == [0, 1, 2, 21, 3, 7]  # sorted by repr
+    assert sorted(row["id"] for row in model[w3][("shop", "r")]) == [7, 21, 22]
+    assert sorted(row["id"] for row in model[w4][("shop", "r")]) == [7]
+    assert ("shop", "l") not in model[w4]  # every row was in `five` or `even`
+    table = iceberg_table(config, "shop", "l")
+    assert [p["name"] for p in json.loads(table.properties["tidelake.partitioning"])["partitions"]] == ["odd"]
+
+
+@pytest.mark.parametrize("create, why", [
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int)", "the stream never defined the table's partitioning"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY HASH (k) PARTITIONS 4", "MySQL's hash"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY RANGE (k DIV 10) (PARTITION p0 VALUES LESS THAN (1))",
+     r"the expression k DIV 10"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k varchar(2)) PARTITION BY LIST COLUMNS (k) (PARTITION p0 VALUES IN ('a'))",
+     "compared by its collation"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY RANGE (k) (PARTITION p1 VALUES LESS THAN (1))",
+     "has no partition 'p0'"),
+])
+def test_truncating_a_partition_tidelake_cannot_compute_fails_naming_the_table_and_why(tmp_path: Path, create: str, why: str) -> None:
+    h = History()
+    h.ddl("shop", "t", create, kind="CREATE")
+    h.ddl("shop", "t", "ALTER TABLE `shop`.`t` TRUNCATE PARTITION p0", kind="ALTER")
+    h.mark()
+    with pytest.raises(UnsupportedSchemaChange, match=rf"shop.t: 'ALTER TABLE `shop`.`t` TRUNCATE PARTITION p0' deletes the rows of "
+                                                      rf"partition\(s\) p0 without row events.*{why}"):
+        run(tmp_path, "canal-json", [h.events])
 
 
 @pytest.mark.parametrize("crash_at", ["renamed:shop.b", "committed:0", "staged:shop.b"])
@@ -456,9 +529,9 @@ def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
 
     h = History()
     h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, v int)", kind="CREATE")
-    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN w int, TRUNCATE PARTITION p0", kind="ALTER")
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN w int, EXCHANGE PARTITION p0 WITH TABLE shop.u", kind="ALTER")
     h.mark()
-    with pytest.raises(DdlParseError, match="TRUNCATE PARTITION p0.*without row events"):
+    with pytest.raises(DdlParseError, match="EXCHANGE PARTITION p0 WITH TABLE shop.u.*without row events"):
         run(tmp_path, "canal-json", [h.events])
 
 
