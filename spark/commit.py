@@ -195,8 +195,8 @@ class TableCommitter:
                     if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, run)
                         continue
-                    if current is None and isinstance(change, (DropTable, TruncateTable)):
-                        continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had
+                    if current is None and isinstance(change, (DropTable, TruncateTable, TruncatePartitions, DropPartitions)):
+                        continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had: no rows to delete
                     if current is None:
                         raise UnsupportedSchemaChange(
                             f"{plan.database}.{plan.table}: {step.ddl.sql!r} at commitTs {step.ddl.commit_ts} changes a table "
@@ -241,8 +241,12 @@ class TableCommitter:
     # -- steps
 
     def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable | CreateTableLike, step: SchemaStep, run: RunContext):
+        copied: dict[str, str] = {}
         if isinstance(change, CreateTableLike):
-            change = CreateTable(self._like_schema(change, step, run), change.if_not_exists)
+            like, partitioning = self._like_schema(change, step, run)
+            change = CreateTable(like, change.if_not_exists)
+            if partitioning is not None:  # LIKE copies the source's partitioning too
+                copied[PARTITIONING] = partitioning
         schema = change.schema
         types = {f"{UPSTREAM_TYPE_PREFIX}{c.name}": str(c.type) for c in schema.columns}
         changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
@@ -250,7 +254,7 @@ class TableCommitter:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
                                      iceberg_schema(table_columns(schema)), schema.key_columns)
             tx = table.transaction()
-            tx.set_properties({**types, **changed_at, CREATED_AT: str(run.watermark)})
+            tx.set_properties({**types, **changed_at, **copied, CREATED_AT: str(run.watermark)})
             return table, tx
         props = (tx.table_metadata if tx is not None else table.metadata).properties
         # Upstream has the table if an earlier run committed it (a crashed attempt of this run
@@ -265,11 +269,12 @@ class TableCommitter:
         stale = [k for k in tx.table_metadata.properties if k in (DROPPED, PARTITIONING) or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
             tx.remove_properties(*stale)
-        tx.set_properties({**types, **changed_at, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
+        tx.set_properties({**types, **changed_at, **copied, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
         return table, tx
 
-    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> TableSchema:
-        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds them."""
+    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> tuple[TableSchema, str | None]:
+        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds
+        them, and its partitioning (JSON, None if unknown)."""
         where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
         src = f"{change.source[0]}.{change.source[1]}"
         source = cat.load_table(self.catalog, self.config, *change.source)
@@ -296,7 +301,7 @@ class TableCommitter:
                 raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
             columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
         keys = _key_columns(source.properties)
-        return TableSchema(change.table[0], change.table[1], tuple(columns), keys)
+        return TableSchema(change.table[0], change.table[1], tuple(columns), keys), source.properties.get(PARTITIONING)
 
     def _schema_change(self, table: Table, tx: Transaction, change: Any, step: SchemaStep) -> None:
         """Stage one column, key, truncate or drop change. Upstream names are single-element

@@ -269,6 +269,21 @@ def test_truncate_and_drop_partition_delete_the_rows_the_bounds_hold(tmp_path: P
     assert [p["name"] for p in json.loads(table.properties["tidelake.partitioning"])["partitions"]] == ["odd"]
 
 
+def test_create_table_like_copies_the_partitioning(tmp_path: Path) -> None:
+    h = History()
+    partitioned(h, "r", "LIST (k) (PARTITION a VALUES IN (1), PARTITION b VALUES IN (2))")
+    w1 = h.mark()
+    copy = schema("shop", "c", [("id", "int"), ("k", "int"), ("v", "varchar(5)")])
+    h.ddl("shop", "c", "CREATE TABLE shop.c LIKE shop.r", kind="CREATE")
+    h.row(Op.INSERT, copy, None, {"id": 1, "k": 1, "v": "x"})
+    h.row(Op.INSERT, copy, None, {"id": 2, "k": 2, "v": "y"})
+    h.ddl("shop", "c", "ALTER TABLE shop.c TRUNCATE PARTITION a", kind="ALTER")
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:2], h.events[2:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert read_table(config, "shop", "c", w2).to_pylist() == [{"id": 2, "k": 2, "v": "y"}]
+
+
 @pytest.mark.parametrize("create, why", [
     ("CREATE TABLE `shop`.`t` (id int primary key, k int)", "the stream never defined the table's partitioning"),
     ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY HASH (k) PARTITIONS 4", "MySQL's hash"),
