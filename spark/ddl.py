@@ -219,6 +219,7 @@ _OPTION_WORDS = frozenset({
     "TABLESPACE", "UNION", "WITH", "WITHOUT", "ATTRIBUTES", "AUTO_ID_CACHE", "AUTO_RANDOM_BASE", "CACHE", "COMPACT",
     "NOCACHE", "PLACEMENT", "PRE_SPLIT_REGIONS", "SET", "SHARD_ROW_ID_BITS", "STATS_BUCKETS", "STATS_COL_CHOICE",
     "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
+    "REMOVE",  # TiDB's REMOVE TTL (REMOVE PARTITIONING is read before)
 })
 # Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (COALESCE:
 # HASH / KEY only; LAST: TiDB's INTERVAL partitioning, whose partitions are not listed).
@@ -315,8 +316,10 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list
     if first == "TRUNCATE":
         rest = tokens[2:] if words[1] == "TABLE" else tokens[1:]
         return [(ref, TruncateTable()) for ref in _table_list(sql, text, rest, default_db)]
-    if first in ("FLASHBACK", "RECOVER") and words[1] == "TABLE":
-        raise DdlParseError(f"{sql!r}: restores a dropped table's rows {_NO_ROW_EVENTS}")
+    if (first == "RECOVER" and words[1] == "TABLE") or (first == "FLASHBACK" and words[1] in ("TABLE", "DATABASE", "SCHEMA")):
+        raise DdlParseError(f"{sql!r}: restores a dropped {words[1].lower()}'s rows {_NO_ROW_EVENTS}")  # type: ignore[union-attr]
+    if first == "FLASHBACK":  # TiDB's FLASHBACK CLUSTER [TABLE ...] TO TIMESTAMP | TSO
+        raise DdlParseError(f"{sql!r}: puts rows back as they were at a past time {_NO_ROW_EVENTS}")
     return []
 
 
@@ -464,7 +467,9 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
             columns_and_indexes.append(e)
         else:
             keys = table_key
-    elements = columns_and_indexes
+    # Indexes and constraints other than the primary key change no column: sqlglot sees the columns
+    # only (it knows neither TiDB's GLOBAL indexes nor its VECTOR / COLUMNAR indexes).
+    elements = [e for e in columns_and_indexes if not _is_index_or_constraint(e)]
     # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
     spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
     types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
@@ -577,6 +582,17 @@ def _like_source(rest: list[Token]) -> list[Token] | None:
     if len(rest) > 2 and rest[0].token_type == TokenType.L_PAREN and _word(rest[1]) == "LIKE" and rest[-1].token_type == TokenType.R_PAREN:
         return rest[2:-1]
     return None
+
+
+def _is_index_or_constraint(tokens: Sequence[Token]) -> bool:
+    """``{INDEX | KEY | UNIQUE | FULLTEXT | SPATIAL | FOREIGN | CHECK} ...``, ``CONSTRAINT [s]
+    {UNIQUE | FOREIGN | CHECK} ...``, TiDB's ``{VECTOR | COLUMNAR} INDEX ...`` (the primary key
+    is read apart): a column's name in these words is quoted, so it cannot start with them."""
+    words = _words(tokens[:3])
+    if words[:1] == ["CONSTRAINT"]:
+        words = words[1:] if words[1:2] in (["UNIQUE"], ["FOREIGN"], ["CHECK"]) else words[2:]
+    return words[:1] in (["INDEX"], ["KEY"], ["UNIQUE"], ["FULLTEXT"], ["SPATIAL"], ["FOREIGN"], ["CHECK"]) or (
+        words[:1] in (["VECTOR"], ["COLUMNAR"]) and words[1:2] in (["INDEX"], ["KEY"]))
 
 
 # Words that start a CREATE TABLE element that is not a column.
@@ -706,6 +722,8 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
         keys = _table_primary_key(sql, text, clause[1:])
         if keys is not None:
             return [SetKeyColumns(keys)]
+        if _is_index_or_constraint(clause[1:]):
+            return []
         group = _add_group(clause)
         if group is not None:
             return _group_changes(sql, text, clause, group, ref)
@@ -753,8 +771,8 @@ def _is_name(token: Token) -> bool:
 def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Change]:
     """``ADD PARTITION (...)``, ``DROP PARTITION names``, ``TRUNCATE PARTITION names | ALL``,
     ``REORGANIZE PARTITION [names INTO (...)]`` (MySQL 15.1.9.1 ALTER TABLE Partition Operations)."""
-    verb = _word(clause[0])
-    rest = clause[2:] if _words(clause[:1]) == [verb] else clause[1:]  # `ADD PARTITION` may be one token
+    verb = _words(clause[:1])[0]
+    rest = clause[1:] if len(_words(clause[:1])) == 2 else clause[2:]  # `ADD PARTITION` may be one token
     where = _text(sql, clause)
     if verb == "ADD":
         if rest and rest[0].token_type == TokenType.L_PAREN and _closing_paren(rest, 0) == len(rest) - 1:

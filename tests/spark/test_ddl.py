@@ -216,6 +216,15 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t TTL = created_at + INTERVAL 1 DAY", NOOP),
     ("ALTER TABLE t CACHE", NOOP),
     ("ALTER TABLE t LAST PARTITION LESS THAN (100)", NOOP),
+    ("ALTER TABLE t REMOVE TTL", NOOP),
+    ("ALTER TABLE t ADD UNIQUE KEY ub (b) GLOBAL", NOOP),
+    ("ALTER TABLE t ADD VECTOR INDEX iv ((VEC_COSINE_DISTANCE(emb))) USING HNSW", NOOP),
+    ("ALTER TABLE t ADD CONSTRAINT positive CHECK (qty >= 0) NOT ENFORCED", NOOP),
+    ("ALTER TABLE t PARTITION p1 ATTRIBUTES = 'merge_option=allow'", NOOP),
+    ("CREATE GLOBAL TEMPORARY TABLE t (id INT PRIMARY KEY) ON COMMIT DELETE ROWS", NOOP),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY AUTO_RANDOM(5, 54), b INT, UNIQUE KEY ub (b) GLOBAL, "
+     "VECTOR INDEX iv ((VEC_L2_DISTANCE(emb))), emb VECTOR(3), CONSTRAINT CHECK (b > 0) NOT ENFORCED)",
+     [create("t", [col("id", "bigint", False), col("b", "int"), col("emb", "vector(3)")], ("id",))]),
     # ---- rows removed or brought without row events: fail
     # partitions' rows deleted without row events: by the bounds where the lake knows them (commit)
     ("ALTER TABLE t DROP PARTITION p0", [DropPartitions(("p0",))]),
@@ -227,6 +236,8 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t IMPORT TABLESPACE", Fails("imports rows")),
     ("ALTER TABLE t FIRST PARTITION LESS THAN (10)", Fails("drops the first partitions")),
     ("FLASHBACK TABLE t TO t2", Fails("restores a dropped table's rows")),
+    ("FLASHBACK DATABASE shop TO shop_old", Fails("restores a dropped database's rows")),
+    ("FLASHBACK CLUSTER TO TIMESTAMP '2024-05-01 10:00:00'", Fails("as they were at a past time without row events")),
     ("RECOVER TABLE t", Fails("restores a dropped table's rows")),
     # ---- not understood: fail, naming the clause
     ("ALTER TABLE t ADD COLUMN c INT, FROBNICATE c", Fails(r"cannot tell what 'FROBNICATE c' does")),
