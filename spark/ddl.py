@@ -836,6 +836,10 @@ def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitio
         columns = tuple(p[0].text for p in parts)
     else:
         columns = (inner[0].text,) if len(inner) == 1 and _is_name(inner[0]) else ()
+    function = None
+    if (len(inner) == 4 and _word(inner[0]) in ("YEAR", "TO_DAYS") and inner[1].token_type == TokenType.L_PAREN
+            and _is_name(inner[2]) and inner[3].token_type == TokenType.R_PAREN):
+        columns, function = (inner[2].text,), _word(inner[0])
     partitions = None
     rest = tokens[close + 1 :]
     if method in ("RANGE", "LIST") and "INTERVAL" not in _words(rest):
@@ -843,7 +847,7 @@ def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitio
         if group is None:
             raise DdlParseError(f"{text!r}: {method} partitioning without partition definitions in {where!r}")
         partitions = _partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)])
-    return Partitioning(method, _text(sql, inner), columns, partitions)
+    return Partitioning(method, _text(sql, inner), columns, partitions, function)
 
 
 def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:

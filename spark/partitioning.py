@@ -14,9 +14,10 @@ rules of the MySQL 8 manual (26.2 Partitioning Types, 26.2.7 How MySQL Partition
 - LIST and LIST COLUMNS: the rows whose value (tuple) is one of the partition's ``VALUES IN``;
   NULL only where the list names NULL. TiDB's ``VALUES IN (DEFAULT)`` partition holds the rest.
 
-Computed only for partitioning by columns (``RANGE (col)``, ``RANGE COLUMNS (a, b)``...) of
-integer, DATE or DATETIME type, with literal bounds. Everything else -- HASH / KEY (MySQL's
-hash), expressions such as ``YEAR(d)``, string columns (compared by a collation the stream does
+Computed for partitioning by columns (``RANGE (col)``, ``RANGE COLUMNS (a, b)``...) of integer,
+DATE or DATETIME type, and by ``YEAR(col)`` or ``TO_DAYS(col)`` of a DATE or DATETIME column
+(the manual's examples), with literal bounds or ``TO_DAYS('date')``. Everything else -- HASH /
+KEY (MySQL's hash), other expressions, string columns (compared by a collation the stream does
 not carry), TiDB's INTERVAL partitioning (partitions it names itself), a table whose
 partitioning the stream never showed -- raises ``UnknownPartitionRows`` naming why.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -37,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_codecs import ColumnType, TidelakeError
-from cdc_codecs.types import TypeKind
+from cdc_codecs.types import TypeKind, parse_mysql_type
 
 # A literal of a partition definition: ("int", "-5"), ("str", "2020-01-01"), ("null",),
 # ("max",) for MAXVALUE, ("expr", text) for anything else (not computed).
@@ -64,17 +66,19 @@ class PartitionDef:
 @dataclass(frozen=True)
 class Partitioning:
     """``PARTITION BY method (expression)``: ``columns`` are the partitioning columns when the
-    expression is columns (``()`` for an expression such as ``YEAR(d)``); ``partitions`` in
-    definition order, None where MySQL / TiDB name them (HASH, KEY, TiDB's INTERVAL)."""
+    expression is columns, or ``function`` of one column (``YEAR(d)``, ``TO_DAYS(d)``), ``()``
+    for other expressions; ``partitions`` in definition order, None where MySQL / TiDB name them
+    (HASH, KEY, TiDB's INTERVAL)."""
 
     method: str  # RANGE | LIST | HASH | KEY
     expression: str
     columns: tuple[str, ...]
     partitions: tuple[PartitionDef, ...] | None
+    function: str | None = None  # YEAR | TO_DAYS
 
     def to_json(self) -> str:
         return json.dumps({
-            "method": self.method, "expression": self.expression, "columns": list(self.columns),
+            "method": self.method, "expression": self.expression, "columns": list(self.columns), "function": self.function,
             "partitions": None if self.partitions is None else [
                 {"name": p.name, "less_than": None if p.less_than is None else [list(v) for v in p.less_than],
                  "values_in": None if p.values_in is None else [[list(v) for v in t] for t in p.values_in],
@@ -89,7 +93,7 @@ class Partitioning:
                          None if p["values_in"] is None else tuple(tuple(tuple(v) for v in t) for t in p["values_in"]),
                          p["default"])
             for p in d["partitions"])
-        return Partitioning(d["method"], d["expression"], tuple(d["columns"]), parts)
+        return Partitioning(d["method"], d["expression"], tuple(d["columns"]), parts, d.get("function"))
 
     def describe(self) -> str:
         return f"PARTITION BY {self.method} ({self.expression})"
@@ -150,12 +154,20 @@ class Partitioning:
         if why:
             raise UnknownPartitionRows(f"{self.describe()}: {why}")
         wanted = {p.name.casefold() for p in self.named(names)}
-        for p in self.partitions or ():  # every bound converts to its column's type
+        compared = [_INTEGER if self.function else types[c] for c in self.columns]  # what a bound is compared with
+        for p in self.partitions or ():  # every bound converts to it
             for bound in [p.less_than or (), *(p.values_in or ())]:
-                for literal, c in zip(bound, self.columns):
+                for literal, column_type in zip(bound, compared):
                     if literal not in (MAXVALUE, NULL):
-                        _value(literal, types[c])
-        return lambda rows: self._mask(wanted, [(rows.column(columns[c]).combine_chunks(), types[c]) for c in self.columns])
+                        _value(literal, column_type)
+
+        def mask(rows: pa.Table) -> pa.Array:
+            values = [rows.column(columns[c]).combine_chunks() for c in self.columns]
+            if self.function:
+                values = [_apply(self.function, v) for v in values]
+            return self._mask(wanted, list(zip(values, compared)))
+
+        return mask
 
     def _mask(self, wanted: set[str], values: list[tuple[pa.Array, ColumnType]]) -> pa.Array:
         n = len(values[0][0])
@@ -181,6 +193,8 @@ class Partitioning:
             return f"the rows of a partition are decided by {what}, which tidelake does not compute"
         if not self.columns:
             return f"the rows of a partition are decided by the expression {self.expression}, which tidelake does not compute"
+        if self.function and (types[self.columns[0]].kind if self.columns[0] in types else None) not in (TypeKind.DATE, TypeKind.TIMESTAMP):
+            return f"{self.function}() of column {self.columns[0]!r} is computed for DATE and DATETIME columns only"
         for c in self.columns:
             if c not in columns:
                 return f"the table has no column {c!r}"
@@ -190,7 +204,7 @@ class Partitioning:
                 return f"column {c!r} ({types[c].mysql_type if c in types else 'type unknown'}) is {why}"
         for p in self.partitions:
             for literal in [*(p.less_than or ()), *(v for t in p.values_in or () for v in t)]:
-                if literal[0] == "expr":
+                if literal[0] == "expr" and not _TO_DAYS.fullmatch(literal[1]):
                     return f"partition {p.name} is bounded by the expression {literal[1]}, which tidelake does not compute"
         return None
 
@@ -198,9 +212,32 @@ class Partitioning:
 _COMPUTED_KINDS = frozenset({TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.DATE, TypeKind.TIMESTAMP})
 
 
+_INTEGER = parse_mysql_type("bigint")
+_TO_DAYS = re.compile(r"TO_DAYS\s*\(\s*'(\d{4}-\d{2}-\d{2})'\s*\)", re.IGNORECASE)
+_DAYS_BEFORE_1970 = 719528  # TO_DAYS('1970-01-01')
+
+
+def _to_days(day: dt.date) -> int:
+    """MySQL's TO_DAYS: days since year 0 (TO_DAYS('0001-01-01') = 366)."""
+    return day.toordinal() + 365
+
+
+def _apply(function: str, column: pa.Array) -> pa.Array:
+    """``YEAR(col)`` or ``TO_DAYS(col)`` of a DATE or DATETIME column, as int64 (NULL stays NULL)."""
+    if function == "YEAR":
+        return pc.cast(pc.year(column), pa.int64())
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(pc.floor_temporal(column, unit="day"), pa.date32())
+    return pc.add(pc.cast(pc.cast(column, pa.int32()), pa.int64()), _DAYS_BEFORE_1970)
+
+
 def _value(literal: Literal, column_type: ColumnType) -> Any:
     """A literal as a value of the column's Arrow type (MySQL converts the bound to the column's type)."""
     kind, text = literal[0], literal[1] if len(literal) > 1 else ""
+    to_days = _TO_DAYS.fullmatch(text) if kind == "expr" else None
+    if to_days and column_type.kind in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG):
+        value = _to_days(dt.date.fromisoformat(to_days.group(1)))
+        return Decimal(value) if column_type.kind is TypeKind.UNSIGNED_LONG else value
     try:
         if column_type.kind is TypeKind.DATE:
             return dt.date.fromisoformat(text.strip())

@@ -98,8 +98,9 @@ def values(name: str, *items) -> PartitionDef:  # noqa: ANN002
     return PartitionDef(name, values_in=tuple(tuple(lit(v) for v in (i if isinstance(i, tuple) else (i,))) for i in items))
 
 
-def by(method: str, expression: str, columns: tuple[str, ...] = (), *partitions: PartitionDef, listed: bool = True) -> SetPartitioning:
-    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None))
+def by(method: str, expression: str, columns: tuple[str, ...] = (), *partitions: PartitionDef, listed: bool = True,
+       function: str | None = None) -> SetPartitioning:
+    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None, function))
 
 
 CORPUS: list[tuple[str, list | Fails]] = [
@@ -287,7 +288,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     # partition options (MySQL 15.1.20.x partition_options, TiDB interval partitioning): no change to columns
     ("CREATE TABLE t (id INT, created DATE) PARTITION BY RANGE (YEAR(created)) "
      "(PARTITION p2023 VALUES LESS THAN (2024), PARTITION pmax VALUES LESS THAN MAXVALUE)",
-     [create("t", [col("id", "int"), col("created", "date")]), (T, by("RANGE", "YEAR(created)", (), less("p2023", 2024), less("pmax", MAXVALUE)))]),
+     [create("t", [col("id", "int"), col("created", "date")]), (T, by("RANGE", "YEAR(created)", ("created",), less("p2023", 2024), less("pmax", MAXVALUE), function="YEAR"))]),
     ("CREATE TABLE t (id INT NOT NULL, region CHAR(2)) PARTITION BY LIST COLUMNS (region) "
      "(PARTITION p_eu VALUES IN ('de', 'fr'), PARTITION p_us VALUES IN ('us'))",
      [create("t", [col("id", "int", False), col("region", "char(2)")]),
@@ -308,7 +309,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
       (T, by("RANGE", "a, b", ("a", "b"), less("p0", 0, "2020-01-01 00:00:00"), less("p1", MAXVALUE, MAXVALUE)))]),
     ("CREATE TABLE t (id INT, d DATE) PARTITION BY RANGE (TO_DAYS(d)) SUBPARTITION BY HASH (id) SUBPARTITIONS 2 "
      "(PARTITION p0 VALUES LESS THAN (738000) ENGINE = InnoDB, PARTITION p1 VALUES LESS THAN MAXVALUE)",
-     [create("t", [col("id", "int"), col("d", "date")]), (T, by("RANGE", "TO_DAYS(d)", (), less("p0", 738000), less("p1", MAXVALUE)))]),
+     [create("t", [col("id", "int"), col("d", "date")]), (T, by("RANGE", "TO_DAYS(d)", ("d",), less("p0", 738000), less("p1", MAXVALUE), function="TO_DAYS"))]),
     ("CREATE TABLE t (d DATE) PARTITION BY RANGE COLUMNS (d) (PARTITION p0 VALUES LESS THAN (TO_DAYS('2020-01-01')))",
      [create("t", [col("d", "date")]), (T, by("RANGE", "d", ("d",), less("p0", Expr("TO_DAYS('2020-01-01')"))))]),
     ("CREATE TABLE t (id BIGINT PRIMARY KEY) PARTITION BY RANGE (id) INTERVAL (1000) "

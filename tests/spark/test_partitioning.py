@@ -10,7 +10,7 @@ import pytest
 
 from cdc_codecs.types import parse_mysql_type
 from spark.ddl import SetPartitioning, parse_ddl
-from spark.partitioning import Partitioning, UnknownPartitionRows
+from spark.partitioning import Partitioning, UnknownPartitionRows, _to_days
 
 
 def partitioning(create: str) -> Partitioning:
@@ -69,15 +69,34 @@ def test_reorganize_puts_the_new_partitions_in_place_of_the_old() -> None:
     assert Partitioning.from_json(p.to_json()) == p
 
 
+def test_year_and_to_days_of_date_and_datetime_columns() -> None:
+    """The manual's partitioning by YEAR(d) and TO_DAYS(d), bounds as integers or TO_DAYS('date')."""
+    p = partitioning("CREATE TABLE t (d DATETIME) PARTITION BY RANGE (TO_DAYS(d)) ("
+                     "PARTITION old VALUES LESS THAN (TO_DAYS('2020-01-01')), PARTITION new VALUES LESS THAN MAXVALUE)")
+    rows = {"d": pa.array([None, dt.datetime(1960, 5, 1, 12), dt.datetime(2019, 12, 31, 23, 59), dt.datetime(2020, 1, 1)],
+                          pa.timestamp("us"))}
+    assert held(p, ("old",), rows, {"d": "datetime"}) == [True, True, True, False]
+    assert _to_days(dt.date(2007, 10, 7)) == 733321  # the manual's example of TO_DAYS
+    p = partitioning("CREATE TABLE t (d DATE) PARTITION BY LIST (YEAR(d)) (PARTITION y19 VALUES IN (2019), "
+                     "PARTITION y20 VALUES IN (2020, NULL))")
+    rows = {"d": pa.array([dt.date(2019, 12, 31), dt.date(2020, 1, 1), None, dt.date(1999, 1, 1)], pa.date32())}
+    assert held(p, ("y20",), rows, {"d": "date"}) == [False, True, True, False]
+    assert held(p, ("y19",), rows, {"d": "date"}) == [True, False, False, False]
+
+
 @pytest.mark.parametrize("create, types, why", [
     ("CREATE TABLE t (k INT) PARTITION BY HASH (k) PARTITIONS 2", {"k": "int"}, "MySQL's hash"),
     ("CREATE TABLE t (k INT) PARTITION BY KEY () PARTITIONS 2", {"k": "int"}, "MySQL's hash"),
     ("CREATE TABLE t (k INT) PARTITION BY RANGE (k) INTERVAL (10) FIRST PARTITION LESS THAN (10) LAST PARTITION LESS THAN (30)",
      {"k": "int"}, "TiDB names itself"),
-    ("CREATE TABLE t (d DATE) PARTITION BY RANGE (TO_DAYS(d)) (PARTITION p0 VALUES LESS THAN (700000))", {"d": "date"},
-     "the expression TO_DAYS"),
+    ("CREATE TABLE t (d DATE) PARTITION BY RANGE (MONTH(d)) (PARTITION p0 VALUES LESS THAN (6))", {"d": "date"},
+     r"the expression MONTH\(d\)"),
+    ("CREATE TABLE t (k INT) PARTITION BY RANGE (TO_DAYS(k)) (PARTITION p0 VALUES LESS THAN (6))", {"k": "int"},
+     "DATE and DATETIME columns only"),
+    ("CREATE TABLE t (k INT) PARTITION BY RANGE (k) (PARTITION p0 VALUES LESS THAN (6 * 2))", {"k": "int"},
+     r"bounded by the expression 6 \* 2"),
     ("CREATE TABLE t (d DATE) PARTITION BY RANGE COLUMNS (d) (PARTITION p0 VALUES LESS THAN (TO_DAYS('2020-01-01')))",
-     {"d": "date"}, "bounded by the expression"),
+     {"d": "date"}, "is not a date"),
     ("CREATE TABLE t (s CHAR(2)) PARTITION BY LIST COLUMNS (s) (PARTITION p0 VALUES IN ('a'))", {"s": "char(2)"}, "collation"),
     ("CREATE TABLE t (d DATE) PARTITION BY RANGE COLUMNS (d) (PARTITION p0 VALUES LESS THAN ('soon'))", {"d": "date"},
      "'soon' is not a date"),

@@ -269,6 +269,24 @@ def test_truncate_and_drop_partition_delete_the_rows_the_bounds_hold(tmp_path: P
     assert [p["name"] for p in json.loads(table.properties["tidelake.partitioning"])["partitions"]] == ["odd"]
 
 
+def test_truncate_partition_by_year_of_a_datetime(tmp_path: Path) -> None:
+    import datetime as dt
+
+    h = History()
+    t = schema("shop", "ev", [("id", "int"), ("at", "datetime")])
+    h.ddl("shop", "ev", "CREATE TABLE shop.ev (id int primary key, at datetime) PARTITION BY RANGE (YEAR(at)) "
+          "(PARTITION p2019 VALUES LESS THAN (2020), PARTITION p2020 VALUES LESS THAN (2021), PARTITION pmax VALUES LESS THAN MAXVALUE)",
+          t, kind="CREATE")
+    for i, at in enumerate([None, dt.datetime(2019, 12, 31, 23, 59), dt.datetime(2020, 1, 1), dt.datetime(2020, 12, 31, 23), dt.datetime(2021, 1, 1)]):
+        h.row(Op.INSERT, t, None, {"id": i, "at": at})
+    w1 = h.mark()
+    h.ddl("shop", "ev", "ALTER TABLE shop.ev TRUNCATE PARTITION p2020, p2019", t, t, kind="ALTER")
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert [r.watermark for r in results] == [w1, w2]
+    assert read_table(config, "shop", "ev", w2).to_pylist() == [{"id": 4, "at": dt.datetime(2021, 1, 1)}]
+
+
 def test_create_table_like_copies_the_partitioning(tmp_path: Path) -> None:
     h = History()
     partitioned(h, "r", "LIST (k) (PARTITION a VALUES IN (1), PARTITION b VALUES IN (2))")
