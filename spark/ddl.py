@@ -401,7 +401,7 @@ def _skip_if_exists(tokens: Sequence[Token], at: int, negated: bool) -> tuple[in
 def _database_name(sql: str, text: str, tokens: list[Token]) -> str:
     """``[IF EXISTS] name`` (DROP DATABASE)."""
     at, _ = _skip_if_exists(tokens, 0, negated=False)
-    if len(tokens) != at + 1 or not (tokens[at].token_type == TokenType.IDENTIFIER or re.fullmatch(r"[\w$]+", tokens[at].text)):
+    if len(tokens) != at + 1 or not _is_name(tokens[at]):
         raise DdlParseError(f"{text!r}: cannot read the database name {_text(sql, tokens[at:])!r}")
     return tokens[at].text
 
@@ -765,6 +765,7 @@ def _continues_partition_list(previous: list[Token], clause: list[Token]) -> boo
 
 
 def _is_name(token: Token) -> bool:
+    """A quoted name, or a word that can be an unquoted one (MySQL: letters, digits, ``$``, ``_``)."""
     return token.token_type == TokenType.IDENTIFIER or bool(re.fullmatch(r"[\w$]+", token.text))
 
 
