@@ -714,6 +714,8 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
     for (first, second), what in _ROWS_WITHOUT_EVENTS.items():
         if words[0] == first and (second is None or words[1] == second):
             raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
+    if words[0] == "ALTER" and words[1] in ("CHECK", "CONSTRAINT"):
+        return []  # ALTER {CHECK | CONSTRAINT} c [NOT] ENFORCED (MySQL 8.0.16)
     if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE"):
         return _partition_maintenance(sql, text, clause)
     if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):

@@ -218,6 +218,8 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t CACHE", NOOP),
     ("ALTER TABLE t LAST PARTITION LESS THAN (100)", NOOP),
     ("ALTER TABLE t REMOVE TTL", NOOP),
+    ("ALTER TABLE t ALTER CHECK qty_positive NOT ENFORCED", NOOP),
+    ("ALTER TABLE t ALTER CONSTRAINT qty_positive ENFORCED", NOOP),
     ("ALTER TABLE t ADD UNIQUE KEY ub (b) GLOBAL", NOOP),
     ("ALTER TABLE t ADD VECTOR INDEX iv ((VEC_COSINE_DISTANCE(emb))) USING HNSW", NOOP),
     ("ALTER TABLE t ADD CONSTRAINT positive CHECK (qty >= 0) NOT ENFORCED", NOOP),
@@ -323,6 +325,11 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ADD COLUMN yr SMALLINT GENERATED ALWAYS AS (YEAR(created)) VIRTUAL AFTER created",
      [add("yr", "smallint"), after("yr", "created")]),
     ("ALTER TABLE t MODIFY COLUMN total BIGINT AS (a * b) STORED", [modify("total", "bigint")]),
+    # MySQL 8: invisible columns are in row events; expression defaults; SERIAL
+    ("ALTER TABLE t ADD COLUMN hidden INT INVISIBLE, ADD COLUMN tags JSON DEFAULT (JSON_ARRAY())",
+     [add("hidden", "int"), add("tags", "json")]),
+    ("CREATE TABLE t (id BINARY(16) DEFAULT (UUID_TO_BIN(UUID())) PRIMARY KEY, n SERIAL)",
+     [create("t", [col("id", "binary(16)", False), col("n", "bigint unsigned")], ("id",))]),
     # CREATE TABLE ... SELECT: with binlog_format=ROW MySQL logs the CREATE TABLE it made (with
     # START TRANSACTION since 8.0.21) and then row events; the statement as written means rows
     # without row events (STATEMENT / MIXED format); TiDB does not support it.
