@@ -14,7 +14,9 @@ change columns is dropped silently.
 How the statement is read:
 
 - sqlglot's tokenizer splits the text (quotes, backticks, ``/* */``, ``#`` and ``--``
-  comments, TiDB's ``/*T! ... */``), so upstream names are data whatever they contain.
+  comments), so upstream names are data whatever they contain. Comments the server executes
+  -- MySQL's ``/*!50100 ... */``, TiDB's ``/*T![feature] ... */`` -- are read as their content,
+  as the server does.
 - ``ALTER TABLE`` is split into its comma-separated clauses and each clause is parsed by
   sqlglot on its own, so one clause sqlglot does not know (``RENAME AS``, ``ADD COLUMN
   (a INT, b INT)``, ``PARTITION BY``, TiDB options) cannot hide the others. Clauses sqlglot
@@ -263,11 +265,12 @@ def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
         DdlParseError: a statement that could change a table's columns, key, name or rows
             and is not understood, or whose row changes cannot be replicated.
     """
+    shown, sql = sql, _executed_comments(sql)
     try:
         tokens = _MYSQL.tokenize(sql)
     except TokenError as exc:
         if _looks_like_table_ddl(sql):
-            raise DdlParseError(f"cannot read {sql!r}: {exc}") from None
+            raise DdlParseError(f"cannot read {shown!r}: {exc}") from None
         return []
     out: list[tuple[TableRef, Change]] = []
     start = 0
@@ -275,9 +278,55 @@ def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
         if t is None or t.token_type == TokenType.SEMICOLON:
             if i > start:
                 end = t.start if t is not None else len(sql)
-                out += _statement(sql, tokens[start:i], end, default_db)
+                out += _statement(sql, tokens[start:i], end, default_db, shown)
             start = i + 1
     return out
+
+
+# The opening of a comment the server executes: MySQL's `/*!` [version], TiDB's `/*T!` [[feature]].
+_EXECUTED_COMMENT = re.compile(r"/\*(?:!\d*|T!(?:\[[^\]]*\])?)")
+
+
+def _executed_comments(sql: str) -> str:
+    """``sql`` with the markers of comments the server executes blanked out, so their content is
+    read as the server reads it: ``/*!50100 PARTITION BY ... */`` (mysqldump, pt-online-schema-change),
+    ``/*T![clustered_index] CLUSTERED */``. Positions are kept (markers become spaces); quoted
+    text and other comments are left alone. MySQL 8 and TiDB run every such comment they write."""
+    out = list(sql)
+    quote: str | None = None
+    inside = False  # in an executed comment: its `*/` closes it
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if quote is not None:
+            if c == "\\" and quote != "`":
+                i += 2
+                continue
+            if c == quote:
+                if sql.startswith(quote * 2, i):  # a doubled quote
+                    i += 2
+                    continue
+                quote = None
+            i += 1
+        elif c in "'\"`":
+            quote, i = c, i + 1
+        elif c == "#" or (sql.startswith("--", i) and sql[i + 2 : i + 3] in ("", " ", "\t", "\n", "\r")):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end
+        elif inside and sql.startswith("*/", i):
+            out[i] = out[i + 1] = " "
+            inside, i = False, i + 2
+        elif sql.startswith("/*", i):
+            opening = _EXECUTED_COMMENT.match(sql, i)
+            if opening is not None and not inside:
+                out[i : opening.end()] = " " * (opening.end() - i)
+                inside, i = True, opening.end()
+            else:
+                end = sql.find("*/", i + 2)
+                i = n if end < 0 else end + 2
+        else:
+            i += 1
+    return "".join(out)
 
 
 def _looks_like_table_ddl(sql: str) -> bool:
@@ -285,10 +334,11 @@ def _looks_like_table_ddl(sql: str) -> bool:
     return len(words) >= 2 and words[0] in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME") and "TABLE" in words[1:4]
 
 
-def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list[tuple[TableRef, Change]]:
-    """One statement: ``tokens`` of ``sql``, whose text ends at ``end``."""
+def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: str) -> list[tuple[TableRef, Change]]:
+    """One statement: ``tokens`` of ``sql``, whose text ends at ``end``; ``shown`` is ``sql`` as
+    the protocol carried it (errors name the statement so)."""
     words = _words(tokens[:4]) + [None] * 4
-    text = sql[tokens[0].start : end].strip()
+    text = shown[tokens[0].start : end].strip()
     first = words[0]
     if first == "ALTER" and words[1] == "TABLE":
         return _alter_table(sql, text, tokens, default_db)

@@ -378,6 +378,19 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE `we``ird`.`sel.ect` ADD COLUMN `ünï` INT FIRST", [on("we`ird", "sel.ect", add("ünï", "int")), on("we`ird", "sel.ect", first("ünï"))]),
     ("ALTER TABLE `table` ADD COLUMN `order` INT AFTER `select`", [on(DB, "table", add("order", "int")), on(DB, "table", after("order", "select"))]),
     ("ALTER TABLE t ADD COLUMN a INT; ALTER TABLE u DROP COLUMN b;", [add("a", "int"), on(DB, "u", DropColumn("b"))]),
+    # comments the server executes are read as their content (MySQL's /*!version ... */, TiDB's /*T![feature] ... */)
+    ("CREATE TABLE `_t_new` (`id` int NOT NULL, `k` int DEFAULT NULL, PRIMARY KEY (`id`)) ENGINE=InnoDB "
+     "/*!50100 PARTITION BY RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10) ENGINE = InnoDB, "
+     "PARTITION p1 VALUES LESS THAN MAXVALUE ENGINE = InnoDB) */",
+     [create("_t_new", [col("id", "int", False), col("k", "int")], ("id",)),
+      on(DB, "_t_new", by("RANGE", "`k`", ("k",), less("p0", 10), less("p1", MAXVALUE)))]),
+    ("ALTER TABLE t ADD COLUMN c INT /*!80023 INVISIBLE */ /* a plain comment */", [add("c", "int")]),
+    ("CREATE TABLE t (id BIGINT /*T![auto_rand] AUTO_RANDOM(5) */ PRIMARY KEY /*T![clustered_index] NONCLUSTERED */)",
+     [create("t", [col("id", "bigint", False)], ("id",))]),
+    ("ALTER TABLE t ADD COLUMN c VARCHAR(10) COMMENT 'not /*!executed*/ here', ADD `/*!d*/` INT",
+     [add("c", "varchar(10)"), add("/*!d*/", "int")]),
+    ("/*!40101 SET NAMES utf8mb4 */", NOOP),
+    ("ALTER TABLE t /*!50100 TRUNCATE PARTITION p0 */", [TruncatePartitions(("p0",))]),
 ]
 
 
