@@ -7,6 +7,13 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
 - a cut applies exactly the rows with ``previous < commit_ts <= watermark``, ordered by
   commitTs, then partition offset, then index in the message;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
+- ``DROP DATABASE d`` drops every table of d (MySQL 8 manual, DROP DATABASE); ``CREATE
+  DATABASE`` changes no table;
+- ``ALTER TABLE t TRUNCATE / DROP PARTITION p`` deletes the rows that live in p (no row events
+  come for them). A row lives in the partition its value selects (MySQL 8 manual, 26.2): RANGE,
+  the first partition whose ``LESS THAN`` bound is above the value (NULL: the first partition);
+  LIST, the partition that lists the value. Only ``PARTITION BY RANGE | LIST (`column`)`` with
+  integer bounds, in CREATE TABLE, is followed (with ADD and DROP PARTITION);
 - an update that changes the key deletes the old key and writes the new one;
 - a table without a primary key uses the whole row as its key;
 - ``ALTER TABLE ... ADD COLUMN`` gives every row the table holds the column's default, as MySQL 8
@@ -37,10 +44,25 @@ Key = tuple[Any, ...]
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
 _RENAME = re.compile(rf"^RENAME TABLE {_NAME} TO {_NAME}$", re.IGNORECASE)
 _TABLE_DDL = re.compile(rf"^(DROP|TRUNCATE|CREATE) TABLE {_NAME}", re.IGNORECASE)
+_PARTITION_BY = re.compile(r"PARTITION BY (RANGE|LIST) \(`([^`]+)`\) \((.*)\)$", re.IGNORECASE | re.DOTALL)
+_PARTITION = re.compile(r"PARTITION (\w+) VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\))", re.IGNORECASE)
+_PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} (TRUNCATE|DROP|ADD) PARTITION (.*)$", re.IGNORECASE | re.DOTALL)
+_DROP_DATABASE = re.compile(r"^DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?(?:`((?:[^`]|``)*)`|(\w+))$", re.IGNORECASE)
 
 
 def _name(db: str, table: str) -> TableName:
     return db.replace("``", "`"), table.replace("``", "`")
+
+
+def _partitions(text: str) -> list[tuple[str, Any]]:
+    """``PARTITION p VALUES LESS THAN (n) | MAXVALUE`` -> (p, n or None); ``VALUES IN (a, b)`` -> (p, {a, b})."""
+    out: list[tuple[str, Any]] = []
+    for name, bound, listed in _PARTITION.findall(text):
+        if listed:
+            out.append((name, {None if v.strip().upper() == "NULL" else int(v) for v in listed.split(",")}))
+        else:
+            out.append((name, None if bound.upper() == "MAXVALUE" else int(bound)))
+    return out
 
 
 def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
@@ -55,6 +77,8 @@ class Oracle:
 
     tables: dict[TableName, dict[Key, dict[str, Any]]] = field(default_factory=dict)
     schemas: dict[TableName, TableSchema] = field(default_factory=dict)
+    # (RANGE | LIST, column, [(partition, bound or values)]) of the tables CREATE TABLE partitioned
+    partitioning: dict[TableName, tuple[str, str, list[tuple[str, Any]]]] = field(default_factory=dict)
     watermark: int = 0
     timezone: dt.tzinfo = dt.timezone.utc  # upstream's time zone: what DATETIME DEFAULT CURRENT_TIMESTAMP reads in
     _pending: list[RowChange | DdlChange] = field(default_factory=list)
@@ -102,6 +126,19 @@ class Oracle:
             self.tables[new] = self.tables.pop(old, {})
             if old in self.schemas:
                 self.schemas[new] = self.schemas.pop(old)
+            if old in self.partitioning:
+                self.partitioning[new] = self.partitioning.pop(old)
+            return
+        partition_ddl = _PARTITION_DDL.match(sql)
+        if partition_ddl:
+            self._partition_ddl(_name(*partition_ddl.group(1, 2)), partition_ddl.group(3).upper(), partition_ddl.group(4))
+            return
+        drop_database = _DROP_DATABASE.match(sql)
+        if drop_database:
+            database = drop_database.group(2) or _name(drop_database.group(1) or "", "")[0]
+            for name in self.tables:
+                if name[0] == database:
+                    self.tables[name] = {}
             return
         table_ddl = _TABLE_DDL.match(sql)
         if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):
@@ -110,6 +147,11 @@ class Oracle:
         name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
         if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)
             self.tables[name] = {}
+            self.partitioning.pop(name, None)
+            partition_by = _PARTITION_BY.search(sql)
+            if partition_by:
+                kind, column, text = partition_by.groups()
+                self.partitioning[name] = (kind.upper(), column, _partitions(text))
         keyless = {k for k, row in self.tables.get(name, {}).items() if k == row_key((), row)}
         had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
@@ -180,6 +222,29 @@ class Oracle:
         if ct.kind is TypeKind.BINARY:
             return text.encode("utf-8")
         return from_text(ct, text, self.timezone)
+
+    def _partition_ddl(self, name: TableName, verb: str, rest: str) -> None:
+        kind, column, partitions = self.partitioning[name]
+        if verb == "ADD":
+            partitions.extend(_partitions(rest))
+            return
+        names = {n.strip().lower() for n in rest.split(",")}
+        table = self.tables.get(name, {})
+        every = names == {"all"} and verb == "TRUNCATE"  # TRUNCATE PARTITION ALL
+        for key in [k for k, row in table.items() if every or self._partition_of(kind, partitions, row.get(column)) in names]:
+            del table[key]
+        if verb == "DROP":
+            partitions[:] = [p for p in partitions if p[0].lower() not in names]
+
+    @staticmethod
+    def _partition_of(kind: str, partitions: list[tuple[str, Any]], value: Any) -> str | None:
+        """The partition a row with partitioning value ``value`` lives in (lower-cased name)."""
+        for partition, bound in partitions:
+            if kind == "RANGE" and (value is None or bound is None or value < bound):
+                return partition.lower()
+            if kind == "LIST" and value in bound:
+                return partition.lower()
+        return None
 
     def _apply_row(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})

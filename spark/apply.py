@@ -43,7 +43,7 @@ import orjson
 from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
-from spark.apply_plan import SchemaStep, TablePlan, build_apply_plans, ddl_tables
+from spark.apply_plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans
 from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, RenameTable
@@ -202,6 +202,11 @@ def apply_interval(
     with held:
         return _bring_forward(config, storage, catalog, runner, chain, target, held, fault or (lambda step: None),
                               progress or (lambda step, done, total: None))
+
+
+def _lake_tables(catalog: Any, config: PipelineConfig) -> list[TableRef]:
+    """The upstream names of the tables the lake holds, dropped ones left out."""
+    return [cat.upstream_name(t) for t in cat.pipeline_tables(catalog, config) if DROPPED not in t.properties]
 
 
 def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
@@ -448,9 +453,11 @@ def _apply_one(
             "continue, then rerun the interval"
         )
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
+    # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
     ddl_orders: dict[tuple[str, str], list[Order]] = {}
+    upstream = UpstreamTables(lambda: _lake_tables(catalog, config))
     for e in ddls:
-        for ref in ddl_tables(e):
+        for ref in {ref for ref, _ in upstream.changes(e)}:
             ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
     window = FoldWindow(w_prev, w, offsets, derived_topics, {ref: tuple(sorted(o)) for ref, o in ddl_orders.items()})
     version = {t.name: decoder_version(t.protocol) for t in config.topics}
@@ -539,7 +546,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
-    plans = build_apply_plans(ddls, fold.outcome.summaries)
+    plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(catalog, config))
     committing = time.perf_counter()
     _commit_plans(committer, plans, run, fold, step, progress)
     tables = cat.pipeline_tables(catalog, config)

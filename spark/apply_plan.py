@@ -5,17 +5,31 @@ placed at their first row) in commit order. A table's net change waits until a D
 table closes it into a ``DataStep`` and adds a ``SchemaStep``, so rows before a DDL use the old
 schema and rows after it the new one. The rows themselves stay on the executors (the fold's
 ``rewrite`` writes them); nothing here touches a catalog.
+
+A statement about a database names no table: ``UpstreamTables`` follows which tables exist
+as the walk goes (the lake's when the run starts, then the run's creates, renames, drops and
+rows), so ``DROP DATABASE d`` becomes a ``DropTable`` of each table of d existing at its commitTs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, Union
 
 from cdc_codecs import DdlChange, TableSchema
-from spark.ddl import AddColumn, Change, ChangeColumnType, CreateTable, CreateTableLike, RenameTable, parse_ddl
+from spark.ddl import (
+    AddColumn,
+    Change,
+    ChangeColumnType,
+    CreateTable,
+    CreateTableLike,
+    DropDatabase,
+    DropTable,
+    RenameTable,
+    parse_ddl,
+)
 from spark.net_change import Order, change_order
 
 TableRef = tuple[str, str]
@@ -73,11 +87,6 @@ class TablePlan:
         return f"{self.database}.{self.table}: " + "; ".join(parts)
 
 
-def ddl_tables(ddl: DdlChange) -> set[TableRef]:
-    """The tables a DDL changes: a table's rows are folded only between two of these."""
-    return {ref for ref, _ in ddl_changes(ddl)}
-
-
 def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
     """The table changes of a DDL, with exact types from the schema the protocol carries.
 
@@ -116,10 +125,63 @@ def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Cha
     return change
 
 
-def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary]) -> list[TablePlan]:
-    """Plans for every table the run changes, in the order they must execute."""
+class UpstreamTables:
+    """The upstream tables that exist as a run's DDL and rows apply in commit order, so that a
+    statement about a database reaches the tables it has at that point.
+
+    ``lake`` lists the tables the lake holds (not dropped) when the run starts; it is read only
+    when a statement needs it (a catalog listing)."""
+
+    def __init__(self, lake: Callable[[], Iterable[TableRef]]) -> None:
+        self._lake = lake
+        self._live: set[TableRef] | None = None
+        self._created: set[TableRef] = set()  # made before the lake was read
+        self._gone: set[TableRef] = set()
+
+    def changes(self, ddl: DdlChange) -> list[tuple[TableRef, Change]]:
+        """``ddl_changes(ddl)``, with ``DropDatabase(d)`` as a ``DropTable`` of each table of d that exists."""
+        out: list[tuple[TableRef, Change]] = []
+        for ref, change in ddl_changes(ddl):
+            if isinstance(change, DropDatabase):
+                out += [(t, DropTable()) for t in sorted(self._tables()) if t[0] == change.database]
+                continue
+            out.append((ref, change))
+            if isinstance(change, (CreateTable, CreateTableLike)):
+                self.exists(ref)
+            elif isinstance(change, RenameTable):
+                self._drop(ref)
+                self.exists((change.database, change.table))
+        for ref, change in out:
+            if isinstance(change, DropTable):
+                self._drop(ref)
+        return out
+
+    def exists(self, ref: TableRef) -> None:
+        """``ref`` exists from here on (created, renamed to, or written by rows)."""
+        self._gone.discard(ref)
+        (self._live if self._live is not None else self._created).add(ref)
+
+    def _drop(self, ref: TableRef) -> None:
+        self._gone.add(ref)
+        if self._live is not None:
+            self._live.discard(ref)
+        self._created.discard(ref)
+
+    def _tables(self) -> set[TableRef]:
+        if self._live is None:
+            self._live = (set(self._lake()) - self._gone) | self._created
+        return self._live
+
+
+def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
+                      lake: Callable[[], Iterable[TableRef]] = lambda: ()) -> list[TablePlan]:
+    """Plans for every table the run changes, in the order they must execute.
+
+    ``lake``: the upstream names of the tables the lake holds when the run starts (not dropped);
+    read only for a ``DROP DATABASE``."""
     events: list[tuple[Order, int, DdlChange | NetSummary]] = [(change_order(d), 1, d) for d in ddls]  # type: ignore[arg-type]
     events += [(s.first, 0, s) for s in net]
+    tables = UpstreamTables(lake)
     plans: dict[TableRef, TablePlan] = {}
     finished: list[TablePlan] = []
     pending: dict[TableRef, NetSummary] = {}
@@ -143,8 +205,10 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary]) -> l
             plan(ref)
             assert ref not in pending, f"{ref}: two net changes without a DDL between them"
             pending[ref] = e
+            if e.keys > e.deletes:  # rows make a table the lake does not have (create_from_rows)
+                tables.exists(ref)
             continue
-        for ref, change in ddl_changes(e):
+        for ref, change in tables.changes(e):
             flush(ref)
             p = plan(ref)
             p.steps.append(SchemaStep((change,), e))

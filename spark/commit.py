@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
@@ -33,15 +34,20 @@ from spark.apply_plan import DataStep, SchemaStep, TablePlan
 from spark.config import PipelineConfig, TopicConfig
 from spark.ddl import (
     AddColumn,
+    AddPartitions,
     ChangeColumnType,
     CreateTable,
     CreateTableLike,
     DropColumn,
+    DropPartitions,
     DropTable,
     MoveColumn,
     RenameColumn,
     RenameTable,
+    ReorganizePartitions,
     SetKeyColumns,
+    SetPartitioning,
+    TruncatePartitions,
     TruncateTable,
     ValueNotReproducible,
     existing_rows_value,
@@ -52,6 +58,7 @@ from spark.iceberg.layout import lay_out
 from spark.iceberg.rewrite import FileRewrite
 from spark.iceberg.target import TableTarget
 from spark.iceberg.upsert import UpsertTarget
+from spark.partitioning import Partitioning, UnknownPartitionRows
 from spark.plane import FillRequest, RewriteRequest
 from spark.schema_map import (
     COMMIT_TS,
@@ -79,6 +86,7 @@ RENAMED_FROM = "tidelake.renamed-from"
 CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
+PARTITIONING = "tidelake.partitioning"  # the upstream table's partitioning as the stream defined it (JSON)
 
 
 # Iceberg's table properties for how updates, deletes and merges drop old rows.
@@ -248,8 +256,8 @@ class TableCommitter:
                     if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, run)
                         continue
-                    if current is None and isinstance(change, (DropTable, TruncateTable)):
-                        continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had
+                    if current is None and isinstance(change, (DropTable, TruncateTable, TruncatePartitions, DropPartitions)):
+                        continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had: no rows to delete
                     if current is None:
                         raise UnsupportedSchemaChange(
                             f"{plan.database}.{plan.table}: {step.ddl.sql!r} at commitTs {step.ddl.commit_ts} changes a table "
@@ -303,8 +311,12 @@ class TableCommitter:
     # -- steps
 
     def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable | CreateTableLike, step: SchemaStep, run: RunContext):
+        copied: dict[str, str] = {}
         if isinstance(change, CreateTableLike):
-            change = CreateTable(self._like_schema(change, step, run), change.if_not_exists)
+            like, partitioning = self._like_schema(change, step, run)
+            change = CreateTable(like, change.if_not_exists)
+            if partitioning is not None:  # LIKE copies the source's partitioning too
+                copied[PARTITIONING] = partitioning
         schema = change.schema
         types = {f"{UPSTREAM_TYPE_PREFIX}{c.name}": str(c.type) for c in schema.columns}
         changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
@@ -312,7 +324,7 @@ class TableCommitter:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
                                      iceberg_schema(table_columns(schema)), schema.key_columns)
             tx = table.transaction()
-            tx.set_properties({**types, **changed_at, CREATED_AT: str(run.watermark)})
+            tx.set_properties({**types, **changed_at, **copied, CREATED_AT: str(run.watermark)})
             return table, tx
         props = (tx.table_metadata if tx is not None else table.metadata).properties
         # Upstream has the table if an earlier run committed it (a crashed attempt of this run
@@ -326,14 +338,15 @@ class TableCommitter:
         lay_out(tx, (), 0)  # the old key's columns may go
         _reset_columns(tx, iceberg_schema(table_columns(schema)))
         lay_out(tx, schema.key_columns, self.config.layout.buckets)  # as a new table with this key
-        stale = [k for k in tx.table_metadata.properties if k == DROPPED or k.startswith(UPSTREAM_TYPE_PREFIX)]
+        stale = [k for k in tx.table_metadata.properties if k in (DROPPED, PARTITIONING) or k.startswith(UPSTREAM_TYPE_PREFIX)]
         if stale:
             tx.remove_properties(*stale)
-        tx.set_properties({**types, **changed_at, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
+        tx.set_properties({**types, **changed_at, **copied, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
         return table, tx
 
-    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> TableSchema:
-        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds them."""
+    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> tuple[TableSchema, str | None]:
+        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds
+        them, and its partitioning (JSON, None if unknown)."""
         where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
         src = f"{change.source[0]}.{change.source[1]}"
         source = cat.load_table(self.catalog, self.config, *change.source)
@@ -358,7 +371,7 @@ class TableCommitter:
                 raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
             columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
         keys = _key_columns(source.properties)
-        return TableSchema(change.table[0], change.table[1], tuple(columns), keys)
+        return TableSchema(change.table[0], change.table[1], tuple(columns), keys), source.properties.get(PARTITIONING)
 
     def _schema_change(self, table: Table, tx: Transaction, change: Any, step: SchemaStep) -> None:
         """Stage one column, key, truncate or drop change. Upstream names are single-element
@@ -447,8 +460,11 @@ class TableCommitter:
             tx.set_properties({cat.KEY_COLUMNS: json.dumps(new_keys)})
             if tuple(new_keys) != keys:
                 lay_out(tx, new_keys, self.config.layout.buckets)  # new files follow the new key
-        elif isinstance(change, TruncateTable):
-            _remove_all_rows(table, tx)
+        elif isinstance(change, TruncateTable) or (isinstance(change, TruncatePartitions) and change.names is None):
+            _remove_all_rows(table, tx)  # TRUNCATE TABLE, TRUNCATE PARTITION ALL
+            return
+        elif isinstance(change, (SetPartitioning, AddPartitions, ReorganizePartitions, DropPartitions, TruncatePartitions)):
+            self._partition_change(table, tx, change, name, sql, fields)
             return
         elif isinstance(change, DropTable):
             # Kept, empty and marked, so tags before the drop stay readable and backfills can restore.
@@ -517,6 +533,44 @@ class TableCommitter:
             deletes_removed=[d for r in rewrites for d in r.deletes_removed],
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
+
+    def _partition_change(self, table: Table, tx: Transaction, change: Any, name: str, sql: str, fields: dict[str, Any]) -> None:
+        """Keep the table's partitioning as the stream defines it; delete the rows of a truncated or
+        dropped partition by its bounds (upstream sends no row events for them)."""
+        props = tx.table_metadata.properties
+        known = Partitioning.from_json(props[PARTITIONING]) if PARTITIONING in props else None
+        if isinstance(change, SetPartitioning):
+            if change.partitioning is not None:
+                tx.set_properties({PARTITIONING: change.partitioning.to_json()})
+            elif known is not None:
+                tx.remove_properties(PARTITIONING)
+            return
+        if isinstance(change, (AddPartitions, ReorganizePartitions)):
+            if known is None:
+                return  # still unknown: a later TRUNCATE / DROP PARTITION says so
+            try:
+                known = known.with_added(change.partitions) if isinstance(change, AddPartitions) else known.reorganized(change.names, change.into)
+            except UnknownPartitionRows:
+                tx.remove_properties(PARTITIONING)  # the stream and the lake disagree: forget the bounds
+                return
+            tx.set_properties({PARTITIONING: known.to_json()})
+            return
+        names = change.names
+        what = (f"{name}: {sql!r} deletes the rows of partition(s) {', '.join(names)} without row events, and tidelake "
+                "cannot tell which rows those are")
+        if known is None:
+            raise UnsupportedSchemaChange(
+                f"{what}: the stream never defined the table's partitioning (CREATE TABLE or ALTER TABLE ... PARTITION BY "
+                "after the pipeline's start). Re-create the table from a snapshot")
+        columns = {c: f for c in known.columns if (f := _field_name(fields, c)) is not None}
+        types = {c: parse_mysql_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
+                 if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
+        try:
+            _remove_partition_rows(table, tx, known.holding(names, columns, types))
+        except UnknownPartitionRows as exc:
+            raise UnsupportedSchemaChange(f"{what}: {exc}. Re-create the table from a snapshot") from None
+        if isinstance(change, DropPartitions):
+            tx.set_properties({PARTITIONING: known.without(names).to_json()})
 
     def _rename(self, table: Table, change: RenameTable, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
@@ -664,6 +718,27 @@ def _remove_all_rows(table: Table, tx: Transaction) -> None:
     live = live_files(table.io, head)
     internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id,
                               removed=live.data, added=[], deletes_removed=live.delete_files)
+
+
+def _remove_partition_rows(table: Table, tx: Transaction, held: Callable[[pa.Table], pa.Array]) -> None:
+    """Stage a snapshot without the rows ``held`` marks (TRUNCATE / DROP PARTITION): every data
+    file is read on the driver (a rare statement), and the files holding such rows are rewritten
+    without them (their position deletes applied)."""
+    head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    if head is None:
+        return
+    live = live_files(table.io, head)
+    removed, added, deletes_removed = [], [], []
+    for data_file in live.data:
+        rows = internals.read_data_file(table.io, tx.table_metadata, data_file, live.deletes_of(data_file))
+        hit = held(rows)
+        if not pc.any(hit).as_py():
+            continue
+        removed.append(data_file)
+        deletes_removed += live.deletes_of(data_file)
+        added += internals.write_data_files(table.io, tx.table_metadata, rows.filter(pc.invert(hit)))
+    internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id, removed=removed,
+                              added=added, deletes_removed=deletes_removed)
 
 
 def tag_table(table: Table, watermark: int) -> None:

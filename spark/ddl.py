@@ -4,17 +4,19 @@ Protocols that carry only SQL (Canal, Open protocol, DTS) need this; protocols t
 carry the schema after the change (Simple, Debezium, CloudCanal) get the same changes,
 and the schema they carry fixes the exact column types (``spark.apply_plan.ddl_changes``).
 
-The rule: a statement that changes a table's columns, key, name or rows yields the
-changes, in the order MySQL applies them; a statement that changes none of these (indexes,
-constraints other than the primary key, comments, table options, partitioning layout,
-statements about databases, users, views...) yields ``[]``; anything in between raises
+The rule: a statement that changes a table's columns, key, name, rows or partitioning yields
+the changes, in the order MySQL applies them; a statement that changes none of these (indexes,
+constraints other than the primary key, comments, table options, partition maintenance that
+keeps rows and bounds, statements about users, views...) yields ``[]``; anything in between raises
 ``DdlParseError`` naming the statement and the part not understood. Nothing that could
 change columns is dropped silently.
 
 How the statement is read:
 
 - sqlglot's tokenizer splits the text (quotes, backticks, ``/* */``, ``#`` and ``--``
-  comments, TiDB's ``/*T! ... */``), so upstream names are data whatever they contain.
+  comments), so upstream names are data whatever they contain. Comments the server executes
+  -- MySQL's ``/*!50100 ... */``, TiDB's ``/*T![feature] ... */`` -- are read as their content,
+  as the server does.
 - ``ALTER TABLE`` is split into its comma-separated clauses and each clause is parsed by
   sqlglot on its own, so one clause sqlglot does not know (``RENAME AS``, ``ADD COLUMN
   (a INT, b INT)``, ``PARTITION BY``, TiDB options) cannot hide the others. Clauses sqlglot
@@ -31,10 +33,25 @@ Decisions:
   (``()`` = no key: the whole row is the key). MySQL validated the new key upstream, so
   the rows already in the lake are unique by it. Dropping a key column removes it from the
   key (MySQL's rule), which the committer applies.
-- **Statements that remove or bring rows without row events fail**: ``DROP / TRUNCATE /
-  EXCHANGE PARTITION``, ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS
-  THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``, ``CREATE TABLE ... SELECT``. The lake
-  cannot know which rows changed; re-create the table from a snapshot instead.
+- Table-level primary keys are read from the tokens (``[CONSTRAINT [s]] PRIMARY KEY [USING
+  t] (a(10) DESC, b) [index options]``), so TiDB's ``CLUSTERED`` / ``NONCLUSTERED`` (bare or
+  in ``/*T![clustered_index] */``), prefix lengths and ASC / DESC give the key columns.
+  Generated columns (``AS (expr) VIRTUAL | STORED``) are columns: row events carry their values.
+- **Partitioning is followed** (``spark.partitioning``): ``PARTITION BY`` in CREATE or ALTER
+  TABLE is ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds; HASH, KEY and TiDB's
+  INTERVAL without), ``REMOVE PARTITIONING`` ``SetPartitioning(None)``, ``ADD PARTITION (...)``
+  and ``REORGANIZE PARTITION ... INTO (...)`` change the bounds. ``TRUNCATE PARTITION`` and
+  ``DROP PARTITION`` delete rows without row events: the committer deletes the rows the bounds
+  hold, or fails the table (``UnsupportedSchemaChange``) naming why it cannot tell which.
+- **Statements that remove or bring rows without row events fail**: ``EXCHANGE PARTITION``,
+  ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS THAN``, ``FLASHBACK TABLE`` /
+  ``RECOVER TABLE``. The lake cannot know which rows changed; re-create the table from a
+  snapshot instead.
+- ``CREATE TABLE ... SELECT`` as written fails too: MySQL logs it so only in STATEMENT /
+  MIXED binlog format, where its rows are no row events. In ROW format (every supported
+  protocol reads row events) MySQL logs the ``CREATE TABLE`` it generated (``... START
+  TRANSACTION`` since 8.0.21) and then insert row events, which are applied as usual
+  (MySQL 8.0 manual 19.5.1.7). TiDB does not support the statement.
 - ``CREATE TABLE x LIKE y`` is ``CreateTableLike(y)``: the committer copies y's columns,
   upstream types and key as they are in the lake when the statement applies.
 - ``IF NOT EXISTS`` / ``IF EXISTS`` are kept on the changes whose effect they change
@@ -44,14 +61,16 @@ Decisions:
   table holds, and ``existing_rows_value`` says which value that is once the column's exact type
   is known; ``ALTER COLUMN ... SET / DROP DEFAULT`` change no row and are no-ops.
 - Temporary tables are never replicated (binlog and TiCDC skip them): no-ops.
-- ``DROP DATABASE`` names no table, so it is ``[]`` here: its tables keep their last rows
-  until a CREATE TABLE re-makes them. Dropping every table of a database needs a step over
-  the pipeline's tables, which per-table plans cannot express yet (known gap).
+- ``DROP {DATABASE | SCHEMA} [IF EXISTS] d`` is ``DropDatabase(d)``: the run's plans turn it
+  into a ``DropTable`` of every table of d that exists when it applies (the lake's, and those
+  created, renamed into d or written earlier in the run: ``spark.apply_plan.UpstreamTables``).
+  ``CREATE DATABASE`` changes no table: ``[]``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -74,6 +93,7 @@ from cdc_codecs.types import (
     parse_mysql_type,
     to_int,
 )
+from spark.partitioning import MAXVALUE, NULL, Literal, PartitionDef, Partitioning
 
 
 class DdlParseError(TidelakeError):
@@ -182,9 +202,54 @@ class DropTable:
     pass
 
 
+@dataclass(frozen=True)
+class DropDatabase:
+    """``DROP {DATABASE | SCHEMA} database``: every table of the database goes. Its ref is
+    ``(database, "")``; the run's plans name the tables (``spark.apply_plan.UpstreamTables``)."""
+
+    database: str
+
+
+@dataclass(frozen=True)
+class SetPartitioning:
+    """The table's partitioning is now this (``PARTITION BY`` in CREATE or ALTER TABLE); None:
+    ``REMOVE PARTITIONING``. Rows stay where they are: the lake keeps the definition only to
+    know which rows a later TRUNCATE / DROP PARTITION deletes."""
+
+    partitioning: Partitioning | None
+
+
+@dataclass(frozen=True)
+class AddPartitions:
+    partitions: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class ReorganizePartitions:
+    """``REORGANIZE PARTITION names INTO (...)``: the rows stay, the bounds change."""
+
+    names: tuple[str, ...]
+    into: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class DropPartitions:
+    """``DROP PARTITION names``: the partitions and their rows go, without row events."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TruncatePartitions:
+    """``TRUNCATE PARTITION names | ALL`` (``names`` None): the rows go, without row events."""
+
+    names: tuple[str, ...] | None
+
+
 Change = (
     CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
-    | SetKeyColumns | RenameTable | TruncateTable | DropTable
+    | SetKeyColumns | RenameTable | TruncateTable | DropTable | DropDatabase
+    | SetPartitioning | AddPartitions | ReorganizePartitions | DropPartitions | TruncatePartitions
 )
 TableRef = tuple[str, str]
 
@@ -203,15 +268,17 @@ _OPTION_WORDS = frozenset({
     "TABLESPACE", "UNION", "WITH", "WITHOUT", "ATTRIBUTES", "AUTO_ID_CACHE", "AUTO_RANDOM_BASE", "CACHE", "COMPACT",
     "NOCACHE", "PLACEMENT", "PRE_SPLIT_REGIONS", "SET", "SHARD_ROW_ID_BITS", "STATS_BUCKETS", "STATS_COL_CHOICE",
     "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
+    "REMOVE",  # TiDB's REMOVE TTL (REMOVE PARTITIONING is read before)
 })
-# Partition maintenance that keeps every row: `<word> PARTITION ...`.
+# Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (COALESCE:
+# HASH / KEY only; LAST: TiDB's INTERVAL partitioning, whose partitions are not listed).
 _PARTITION_KEEPS_ROWS = frozenset({
-    "ADD", "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REORGANIZE", "REPAIR",
+    "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REPAIR",
 })
-# Clauses that delete or bring rows without row events (`DROP PARTITION p` etc.).
+# Partition maintenance whose clause lists partition names: `DROP PARTITION p0, p1` is one clause.
+_PARTITION_LISTS = _PARTITION_KEEPS_ROWS | {"DROP", "TRUNCATE", "REORGANIZE", "DISCARD", "IMPORT"}
+# Clauses that delete or bring rows without row events, whatever the lake knows.
 _ROWS_WITHOUT_EVENTS = {
-    ("DROP", "PARTITION"): "drops a partition's rows",
-    ("TRUNCATE", "PARTITION"): "deletes a partition's rows",
     ("EXCHANGE", "PARTITION"): "swaps a partition's rows with another table's",
     ("FIRST", "PARTITION"): "drops the first partitions and their rows (TiDB interval partitioning)",
     ("DISCARD", None): "discards the table's tablespace and its rows",
@@ -219,9 +286,10 @@ _ROWS_WITHOUT_EVENTS = {
 }
 _NO_ROW_EVENTS = "without row events, so tidelake cannot tell which rows changed; re-create the table from a snapshot"
 # Column attributes sqlglot does not know and that change no column type, with how many
-# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5), MySQL 8's
-# SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
-_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0}
+# tokens follow them ("(" = an optional parenthesised list): TiDB's AUTO_RANDOM(5) and
+# `PRIMARY KEY [NON]CLUSTERED`, MySQL 8's SRID 4326, STORAGE DISK, COLUMN_FORMAT FIXED, VISIBLE.
+_UNKNOWN_ATTRIBUTES: dict[str, int | str] = {"AUTO_RANDOM": "(", "SRID": 1, "STORAGE": 1, "COLUMN_FORMAT": 1, "VISIBLE": 0,
+                                              "CLUSTERED": 0, "NONCLUSTERED": 0}
 _NO_OP_ELEMENTS = (exp.IndexColumnConstraint, exp.UniqueColumnConstraint, exp.ForeignKey, exp.CheckColumnConstraint, exp.Constraint)
 
 
@@ -244,11 +312,12 @@ def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
         DdlParseError: a statement that could change a table's columns, key, name or rows
             and is not understood, or whose row changes cannot be replicated.
     """
+    shown, sql = sql, _executed_comments(sql)
     try:
         tokens = _MYSQL.tokenize(sql)
     except TokenError as exc:
         if _looks_like_table_ddl(sql):
-            raise DdlParseError(f"cannot read {sql!r}: {exc}") from None
+            raise DdlParseError(f"cannot read {shown!r}: {exc}") from None
         return []
     out: list[tuple[TableRef, Change]] = []
     start = 0
@@ -256,9 +325,55 @@ def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
         if t is None or t.token_type == TokenType.SEMICOLON:
             if i > start:
                 end = t.start if t is not None else len(sql)
-                out += _statement(sql, tokens[start:i], end, default_db)
+                out += _statement(sql, tokens[start:i], end, default_db, shown)
             start = i + 1
     return out
+
+
+# The opening of a comment the server executes: MySQL's `/*!` [version], TiDB's `/*T!` [[feature]].
+_EXECUTED_COMMENT = re.compile(r"/\*(?:!\d*|T!(?:\[[^\]]*\])?)")
+
+
+def _executed_comments(sql: str) -> str:
+    """``sql`` with the markers of comments the server executes blanked out, so their content is
+    read as the server reads it: ``/*!50100 PARTITION BY ... */`` (mysqldump, pt-online-schema-change),
+    ``/*T![clustered_index] CLUSTERED */``. Positions are kept (markers become spaces); quoted
+    text and other comments are left alone. MySQL 8 and TiDB run every such comment they write."""
+    out = list(sql)
+    quote: str | None = None
+    inside = False  # in an executed comment: its `*/` closes it
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if quote is not None:
+            if c == "\\" and quote != "`":
+                i += 2
+                continue
+            if c == quote:
+                if sql.startswith(quote * 2, i):  # a doubled quote
+                    i += 2
+                    continue
+                quote = None
+            i += 1
+        elif c in "'\"`":
+            quote, i = c, i + 1
+        elif c == "#" or (sql.startswith("--", i) and sql[i + 2 : i + 3] in ("", " ", "\t", "\n", "\r")):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end
+        elif inside and sql.startswith("*/", i):
+            out[i] = out[i + 1] = " "
+            inside, i = False, i + 2
+        elif sql.startswith("/*", i):
+            opening = _EXECUTED_COMMENT.match(sql, i)
+            if opening is not None and not inside:
+                out[i : opening.end()] = " " * (opening.end() - i)
+                inside, i = True, opening.end()
+            else:
+                end = sql.find("*/", i + 2)
+                i = n if end < 0 else end + 2
+        else:
+            i += 1
+    return "".join(out)
 
 
 def _looks_like_table_ddl(sql: str) -> bool:
@@ -266,10 +381,11 @@ def _looks_like_table_ddl(sql: str) -> bool:
     return len(words) >= 2 and words[0] in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME") and "TABLE" in words[1:4]
 
 
-def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list[tuple[TableRef, Change]]:
-    """One statement: ``tokens`` of ``sql``, whose text ends at ``end``."""
+def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: str) -> list[tuple[TableRef, Change]]:
+    """One statement: ``tokens`` of ``sql``, whose text ends at ``end``; ``shown`` is ``sql`` as
+    the protocol carried it (errors name the statement so)."""
     words = _words(tokens[:4]) + [None] * 4
-    text = sql[tokens[0].start : end].strip()
+    text = shown[tokens[0].start : end].strip()
     first = words[0]
     if first == "ALTER" and words[1] == "TABLE":
         return _alter_table(sql, text, tokens, default_db)
@@ -290,12 +406,17 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str) -> list
     if first == "DROP":
         if words[1] in ("TABLE", "TABLES"):
             return [(ref, DropTable()) for ref in _table_list(sql, text, tokens[2:], default_db)]
-        return []  # DROP TEMPORARY TABLE, INDEX, VIEW, DATABASE (see the module docstring)...
+        if words[1] in ("DATABASE", "SCHEMA"):
+            database = _database_name(sql, text, tokens[2:])
+            return [((database, ""), DropDatabase(database))]
+        return []  # DROP TEMPORARY TABLE, INDEX, VIEW, USER...
     if first == "TRUNCATE":
         rest = tokens[2:] if words[1] == "TABLE" else tokens[1:]
         return [(ref, TruncateTable()) for ref in _table_list(sql, text, rest, default_db)]
-    if first in ("FLASHBACK", "RECOVER") and words[1] == "TABLE":
-        raise DdlParseError(f"{sql!r}: restores a dropped table's rows {_NO_ROW_EVENTS}")
+    if (first == "RECOVER" and words[1] == "TABLE") or (first == "FLASHBACK" and words[1] in ("TABLE", "DATABASE", "SCHEMA")):
+        raise DdlParseError(f"{sql!r}: restores a dropped {words[1].lower()}'s rows {_NO_ROW_EVENTS}")  # type: ignore[union-attr]
+    if first == "FLASHBACK":  # TiDB's FLASHBACK CLUSTER [TABLE ...] TO TIMESTAMP | TSO
+        raise DdlParseError(f"{sql!r}: puts rows back as they were at a past time {_NO_ROW_EVENTS}")
     return []
 
 
@@ -374,6 +495,14 @@ def _skip_if_exists(tokens: Sequence[Token], at: int, negated: bool) -> tuple[in
     return at, False
 
 
+def _database_name(sql: str, text: str, tokens: list[Token]) -> str:
+    """``[IF EXISTS] name`` (DROP DATABASE)."""
+    at, _ = _skip_if_exists(tokens, 0, negated=False)
+    if len(tokens) != at + 1 or not _is_name(tokens[at]):
+        raise DdlParseError(f"{text!r}: cannot read the database name {_text(sql, tokens[at:])!r}")
+    return tokens[at].text
+
+
 def _table_list(sql: str, text: str, tokens: list[Token], default_db: str) -> list[TableRef]:
     """``[IF EXISTS] a, db.b [RESTRICT | CASCADE]`` (DROP TABLE, TRUNCATE)."""
     at, _ = _skip_if_exists(tokens, 0, negated=False)
@@ -417,17 +546,27 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     like = _like_source(rest)
     if like is not None:
         return [(ref, CreateTableLike(ref, _table_ref(sql, _text(sql, like), default_db), if_not_exists))]
-    if not rest or rest[0].token_type != TokenType.L_PAREN:
-        raise DdlParseError(f"{text!r}: CREATE TABLE without a column list (CREATE TABLE ... SELECT) is not supported: "
-                            f"its rows arrive {_NO_ROW_EVENTS}")
+    if not rest or rest[0].token_type != TokenType.L_PAREN or _words(rest[1:2])[:1] in (["SELECT"], ["WITH"], ["TABLE"], ["VALUES"]):
+        raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
     close = _closing_paren(rest, 0)
     if close < 0:
         raise DdlParseError(f"{text!r}: unbalanced parentheses")
-    # What follows the column list is table options and partitioning, unless rows come with it.
-    tail_words = set(_words(rest[close + 1 :]))
-    if tail_words & {"SELECT", "TABLE", "VALUES", "WITH"}:
-        raise DdlParseError(f"{text!r}: CREATE TABLE ... SELECT is not supported: its rows arrive {_NO_ROW_EVENTS}")
+    # What follows the column list is table options and partition options (their VALUES LESS
+    # THAN / VALUES IN are inside parentheses), unless a query follows them.
+    if _query_follows(rest[close + 1 :]):
+        raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
     elements = _split(rest[1:close], TokenType.COMMA)
+    keys: tuple[str, ...] = ()
+    columns_and_indexes = []
+    for e in elements:
+        table_key = _table_primary_key(sql, text, e)
+        if table_key is None:
+            columns_and_indexes.append(e)
+        else:
+            keys = table_key
+    # Indexes and constraints other than the primary key change no column: sqlglot sees the columns
+    # only (it knows neither TiDB's GLOBAL indexes nor its VECTOR / COLUMNAR indexes).
+    elements = [e for e in columns_and_indexes if not _is_index_or_constraint(e)]
     # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
     spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
     types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
@@ -439,7 +578,6 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     if not isinstance(statement, exp.Create) or not isinstance(statement.this, exp.Schema):
         raise DdlParseError(f"{text!r}: cannot parse the column list")
     columns: list[Column] = []
-    keys: tuple[str, ...] = ()
     coldefs = [e for e in statement.this.expressions if isinstance(e, exp.ColumnDef)]
     if len(coldefs) != len(types):
         raise DdlParseError(f"{text!r}: cannot tell the columns apart in the column list")
@@ -449,13 +587,89 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
             columns.append(_column(text, e, column_types[id(e)]))
             if _has_primary_key(e):
                 keys = (e.name,)
-        elif _primary_key(e) is not None:
-            keys = _primary_key(e)  # type: ignore[assignment]
         elif not isinstance(e, _NO_OP_ELEMENTS):
             raise DdlParseError(f"{text!r}: cannot tell what {e.sql(dialect='mysql')!r} does to the table")
     if not columns:
         raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
-    return [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+    out: list[tuple[TableRef, Change]] = [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
+    partition_by = _partition_by_at(rest[close + 1 :])
+    if partition_by is not None:
+        out.append((ref, SetPartitioning(_partition_options(sql, text, rest[close + 1 + partition_by :]))))
+    return out
+
+
+# MySQL logs CREATE TABLE ... SELECT as written only in STATEMENT / MIXED binlog format; in ROW
+# format (which every supported protocol needs) it logs the CREATE TABLE it made from the result
+# -- `CREATE TABLE t (...) START TRANSACTION` since 8.0.21 -- then the rows as insert row events,
+# which are applied like any. TiDB does not support the statement (MySQL compatibility, #4754).
+_CREATE_SELECT = ("CREATE TABLE ... SELECT as written reaches the log only with binlog_format STATEMENT or MIXED, where "
+                  "its rows are no row events, so tidelake cannot see them (with binlog_format=ROW, MySQL logs the CREATE "
+                  "TABLE it generated and the rows as row events, which tidelake applies); re-create the table from a snapshot")
+_QUERY_WORDS = frozenset({"SELECT", "WITH", "TABLE", "VALUES"})
+
+
+def _query_follows(tail: Sequence[Token]) -> bool:
+    """Whether the text after a CREATE TABLE's column list holds a query (``[IGNORE | REPLACE]
+    [AS] SELECT ...``, ``(SELECT ...)``, ``TABLE t``, ``VALUES ROW(...)``) rather than only
+    table options and partition options."""
+    depth = 0
+    for i, t in enumerate(tail):
+        if t.token_type == TokenType.L_PAREN:
+            if depth == 0 and _words(tail[i + 1 : i + 2])[:1] in (["SELECT"], ["WITH"]):
+                return True
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _word(t) in _QUERY_WORDS:
+            return True
+    return False
+
+
+# Index options that may follow a primary key's key parts: MySQL 8's index_option and TiDB's
+# CLUSTERED / NONCLUSTERED (bare or in `/*T![clustered_index] ... */`) and GLOBAL / LOCAL.
+_INDEX_OPTION_WORDS = frozenset({
+    "KEY_BLOCK_SIZE", "USING", "BTREE", "HASH", "RTREE", "WITH", "PARSER", "COMMENT", "VISIBLE", "INVISIBLE",
+    "ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE", "CLUSTERED", "NONCLUSTERED", "GLOBAL", "LOCAL",
+})
+
+
+def _table_primary_key(sql: str, text: str, element: Sequence[Token]) -> tuple[str, ...] | None:
+    """The key columns of ``[CONSTRAINT [symbol]] PRIMARY KEY [name] [USING type] (key_part, ...)
+    [index_option ...]`` (a CREATE TABLE element, or what follows ADD); None for other elements.
+
+    Read from the tokens: sqlglot knows neither TiDB's CLUSTERED / NONCLUSTERED nor ASC / DESC
+    in a key part."""
+    open_at = next((i for i, t in enumerate(element) if t.token_type == TokenType.L_PAREN), len(element))
+    head = _words(element[:open_at])
+    at = 0
+    if head[:1] == ["CONSTRAINT"]:
+        at = 1 if head[1:3] == ["PRIMARY", "KEY"] else 2
+    if head[at : at + 2] != ["PRIMARY", "KEY"]:
+        return None
+    where = _text(sql, element)
+    close = _closing_paren(element, open_at) if open_at < len(element) else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: no key parts in {where!r}")
+    names = []
+    for part in _split(element[open_at + 1 : close], TokenType.COMMA):
+        # key_part: col_name [(length)] [ASC | DESC]; MySQL refuses a functional (expr) part in a primary key
+        end = 1
+        if len(part) > 1 and part[1].token_type == TokenType.L_PAREN:
+            end = _closing_paren(part, 1) + 1
+        if end > len(part) or end <= 0 or part[0].token_type == TokenType.L_PAREN or _words(part[end:]) not in ([], ["ASC"], ["DESC"]):
+            raise DdlParseError(f"{text!r}: cannot read the key part {_text(sql, part)!r} of {where!r}")
+        names.append(part[0].text)
+    if not names:
+        raise DdlParseError(f"{text!r}: no key parts in {where!r}")
+    options = element[close + 1 :]
+    i = 0
+    while i < len(options):
+        word = _word(options[i])
+        if options[i].token_type in (TokenType.STRING, TokenType.NUMBER, TokenType.EQ) or word in _INDEX_OPTION_WORDS:
+            i += 2 if word == "PARSER" else 1  # WITH PARSER <name>
+            continue
+        raise DdlParseError(f"{text!r}: cannot tell what {_text(sql, options[i:])!r} does to the primary key {where!r}")
+    return tuple(names)
 
 
 def _like_source(rest: list[Token]) -> list[Token] | None:
@@ -465,6 +679,17 @@ def _like_source(rest: list[Token]) -> list[Token] | None:
     if len(rest) > 2 and rest[0].token_type == TokenType.L_PAREN and _word(rest[1]) == "LIKE" and rest[-1].token_type == TokenType.R_PAREN:
         return rest[2:-1]
     return None
+
+
+def _is_index_or_constraint(tokens: Sequence[Token]) -> bool:
+    """``{INDEX | KEY | UNIQUE | FULLTEXT | SPATIAL | FOREIGN | CHECK} ...``, ``CONSTRAINT [s]
+    {UNIQUE | FOREIGN | CHECK} ...``, TiDB's ``{VECTOR | COLUMNAR} INDEX ...`` (the primary key
+    is read apart): a column's name in these words is quoted, so it cannot start with them."""
+    words = _words(tokens[:3])
+    if words[:1] == ["CONSTRAINT"]:
+        words = words[1:] if words[1:2] in (["UNIQUE"], ["FOREIGN"], ["CHECK"]) else words[2:]
+    return words[:1] in (["INDEX"], ["KEY"], ["UNIQUE"], ["FULLTEXT"], ["SPATIAL"], ["FOREIGN"], ["CHECK"]) or (
+        words[:1] in (["VECTOR"], ["COLUMNAR"]) and words[1:2] in (["INDEX"], ["KEY"]))
 
 
 # Words that start a CREATE TABLE element that is not a column.
@@ -684,21 +909,6 @@ def _has_primary_key(coldef: exp.ColumnDef) -> bool:
     return any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in coldef.constraints)
 
 
-def _primary_key(e: exp.Expression) -> tuple[str, ...] | None:
-    """The columns of a table-level ``[CONSTRAINT name] PRIMARY KEY (a, b(10), ...)``."""
-    if isinstance(e, exp.Constraint):
-        inner = [x for x in e.expressions if isinstance(x, exp.PrimaryKey)]
-        return _primary_key(inner[0]) if inner else None
-    if not isinstance(e, exp.PrimaryKey):
-        return None
-    names = []
-    for part in e.expressions:
-        while not isinstance(part, (exp.Identifier, exp.Column)) and part.this is not None:
-            part = part.this  # ColumnPrefix a(10), Ordered a DESC
-        names.append(part.name)
-    return tuple(names)
-
-
 def _position(name: str, coldef: exp.ColumnDef) -> list[Change]:
     position = coldef.args.get("position")
     if position is None:
@@ -719,8 +929,14 @@ def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> l
     if end > len(tokens):
         raise DdlParseError(f"{text!r}: no table name")
     ref = _table_ref(sql, _text(sql, tokens[2:end]), default_db)
-    changes: list[Change] = []
+    clauses: list[list[Token]] = []
     for clause in _split(tokens[end:], TokenType.COMMA):
+        if clauses and _continues_partition_list(clauses[-1], clause):
+            clauses[-1] = clauses[-1] + clause  # `DROP PARTITION p0, p1`: the names of one clause
+        else:
+            clauses.append(clause)
+    changes: list[Change] = []
+    for clause in clauses:
         changes += _alter_clause(sql, text, clause, ref)
     # MySQL changes the columns first, then builds the indexes (a new primary key may name a
     # column added by a later clause), and renames the table last; the changes of the
@@ -733,15 +949,28 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
     """The changes of one ALTER TABLE clause (tokens of the statement between commas)."""
     words = _words(clause[:5]) + [None] * 5
     # partition_options may follow the last clause without a comma: they change no rows.
+    if words[:2] == ["PARTITION", "BY"]:
+        return [SetPartitioning(_partition_options(sql, text, clause))]
+    if words[:2] == ["REMOVE", "PARTITIONING"]:
+        return [SetPartitioning(None)]
     for i in range(1, len(clause)):
         if _words(clause[i : i + 2])[:2] in (["PARTITION", "BY"], ["REMOVE", "PARTITIONING"]):
-            return _alter_clause(sql, text, clause[:i], ref)
+            return _alter_clause(sql, text, clause[:i], ref) + _alter_clause(sql, text, clause[i:], ref)
     for (first, second), what in _ROWS_WITHOUT_EVENTS.items():
         if words[0] == first and (second is None or words[1] == second):
             raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
-    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION") or words[:2] == ["REMOVE", "PARTITIONING"]:
+    if words[0] == "ALTER" and words[1] in ("CHECK", "CONSTRAINT"):
+        return []  # ALTER {CHECK | CONSTRAINT} c [NOT] ENFORCED (MySQL 8.0.16)
+    if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE"):
+        return _partition_maintenance(sql, text, clause)
+    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):
         return []
     if words[0] == "ADD":
+        keys = _table_primary_key(sql, text, clause[1:])
+        if keys is not None:
+            return [SetKeyColumns(keys)]
+        if _is_index_or_constraint(clause[1:]):
+            return []
         group = _add_group(clause)
         if group is not None:
             return _group_changes(sql, text, clause, group, ref)
@@ -771,6 +1000,149 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
         out += _alter_action(text, clause_text, action, type_text)
     # parsed.args["options"] holds table options (ENGINE=, COMMENT=...): no change.
     return out
+
+
+def _continues_partition_list(previous: list[Token], clause: list[Token]) -> bool:
+    """Whether ``clause`` (after a comma) goes on naming the partitions of ``previous``:
+    ``DROP PARTITION p0, p1``, ``REORGANIZE PARTITION p0, p1 INTO (...)``."""
+    words = _words(previous[:2])
+    return (words[:1] != [None] and words[0] in _PARTITION_LISTS and words[1:2] == ["PARTITION"]
+            and "INTO" not in _words(previous) and _is_name(clause[0])
+            and (len(clause) == 1 or _word(clause[1]) in ("INTO", "TABLESPACE")))
+
+
+def _is_name(token: Token) -> bool:
+    """A quoted name, or a word that can be an unquoted one (MySQL: letters, digits, ``$``, ``_``)."""
+    return token.token_type == TokenType.IDENTIFIER or bool(re.fullmatch(r"[\w$]+", token.text))
+
+
+def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Change]:
+    """``ADD PARTITION (...)``, ``DROP PARTITION names``, ``TRUNCATE PARTITION names | ALL``,
+    ``REORGANIZE PARTITION [names INTO (...)]`` (MySQL 15.1.9.1 ALTER TABLE Partition Operations)."""
+    verb = _words(clause[:1])[0]
+    rest = clause[1:] if len(_words(clause[:1])) == 2 else clause[2:]  # `ADD PARTITION` may be one token
+    where = _text(sql, clause)
+    if verb == "ADD":
+        if rest and rest[0].token_type == TokenType.L_PAREN and _closing_paren(rest, 0) == len(rest) - 1:
+            return [AddPartitions(_partition_defs(sql, text, rest[1:-1]))]
+        return []  # ADD PARTITION PARTITIONS n: HASH / KEY, rows stay
+    into = next((i for i, t in enumerate(rest) if _word(t) == "INTO"), len(rest))
+    names = rest[:into]
+    if not all(_is_name(t) for t in names) or (verb != "REORGANIZE" and not names):
+        raise DdlParseError(f"{text!r}: cannot read the partition names in {where!r}")
+    listed = tuple(t.text for t in names)
+    if verb == "TRUNCATE":
+        return [TruncatePartitions(None if [n.upper() for n in listed] == ["ALL"] else listed)]
+    if verb == "DROP":
+        return [DropPartitions(listed)]
+    if not listed:
+        return []  # REORGANIZE PARTITION (HASH / KEY): rows stay
+    defs = rest[into + 1 :]
+    if not defs or defs[0].token_type != TokenType.L_PAREN or _closing_paren(defs, 0) != len(defs) - 1:
+        raise DdlParseError(f"{text!r}: cannot read the new partitions in {where!r}")
+    return [ReorganizePartitions(listed, _partition_defs(sql, text, defs[1:-1]))]
+
+
+def _partition_by_at(tokens: Sequence[Token]) -> int | None:
+    """Where ``PARTITION BY`` starts outside parentheses."""
+    depth = 0
+    for i, t in enumerate(tokens):
+        if t.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and _words(tokens[i : i + 2])[:2] == ["PARTITION", "BY"]:
+            return i
+    return None
+
+
+def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitioning:
+    """``PARTITION BY {[LINEAR] HASH (expr) | [LINEAR] KEY [ALGORITHM = n] (cols) | {RANGE | LIST}
+    {(expr) | COLUMNS (cols)}} [PARTITIONS n] [SUBPARTITION BY ...] [(partition_definition, ...)]``,
+    and TiDB's ``INTERVAL (...)`` (MySQL 15.1.20 partition_options)."""
+    where = _text(sql, tokens)
+    at = 1 if _words(tokens[:1])[:2] == ["PARTITION", "BY"] else 2
+    if _word(tokens[at]) == "LINEAR":
+        at += 1
+    method = _word(tokens[at]) if at < len(tokens) else None
+    if method not in ("HASH", "KEY", "RANGE", "LIST"):
+        raise DdlParseError(f"{text!r}: cannot read the partitioning method in {where!r}")
+    at += 1
+    if method == "KEY" and at < len(tokens) and _word(tokens[at]) == "ALGORITHM":
+        at += 3  # ALGORITHM = 1 | 2
+    columns_listed = method == "KEY"
+    if method in ("RANGE", "LIST") and at < len(tokens) and _word(tokens[at]) == "COLUMNS":
+        columns_listed, at = True, at + 1
+    close = _closing_paren(tokens, at) if at < len(tokens) and tokens[at].token_type == TokenType.L_PAREN else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: cannot read the partitioning expression in {where!r}")
+    inner = tokens[at + 1 : close]
+    if columns_listed:
+        parts = _split(inner, TokenType.COMMA)
+        if not all(len(p) == 1 and _is_name(p[0]) for p in parts):
+            raise DdlParseError(f"{text!r}: cannot read the partitioning columns in {where!r}")
+        columns = tuple(p[0].text for p in parts)
+    else:
+        columns = (inner[0].text,) if len(inner) == 1 and _is_name(inner[0]) else ()
+    function = None
+    if (len(inner) == 4 and _word(inner[0]) in ("YEAR", "TO_DAYS") and inner[1].token_type == TokenType.L_PAREN
+            and _is_name(inner[2]) and inner[3].token_type == TokenType.R_PAREN):
+        columns, function = (inner[2].text,), _word(inner[0])
+    partitions = None
+    rest = tokens[close + 1 :]
+    if method in ("RANGE", "LIST") and "INTERVAL" not in _words(rest):
+        group = next((i for i, t in enumerate(rest) if t.token_type == TokenType.L_PAREN and _words(rest[i + 1 : i + 2]) == ["PARTITION"]), None)
+        if group is None:
+            raise DdlParseError(f"{text!r}: {method} partitioning without partition definitions in {where!r}")
+        partitions = _partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)])
+    return Partitioning(method, _text(sql, inner), columns, partitions, function)
+
+
+def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:
+    """``PARTITION name [VALUES {LESS THAN {(values) | MAXVALUE} | IN (values)}] [options]
+    [(subpartitions)], ...``"""
+    out = []
+    for part in _split(tokens, TokenType.COMMA):
+        if _words(part[:1]) != ["PARTITION"] or len(part) < 2 or not _is_name(part[1]):
+            raise DdlParseError(f"{text!r}: cannot read the partition definition {_text(sql, part)!r}")
+        name, words = part[1].text, _words(part[2:5])
+        if words[:3] == ["VALUES", "LESS", "THAN"]:
+            bound = part[5:6] if _word(part[5]) == "MAXVALUE" else _paren_items(sql, text, part, 5)[0]
+            out.append(PartitionDef(name, less_than=tuple(_literal(sql, b) for b in _split(bound, TokenType.COMMA))))
+        elif words[:2] == ["VALUES", "IN"]:
+            values = []
+            for item in _split(_paren_items(sql, text, part, 4)[0], TokenType.COMMA):
+                is_tuple = item[0].token_type == TokenType.L_PAREN and _closing_paren(item, 0) == len(item) - 1
+                values.append(tuple(_literal(sql, v) for v in _split(item[1:-1], TokenType.COMMA)) if is_tuple else (_literal(sql, item),))
+            if [v for v in values if v == (("default",),)]:
+                out.append(PartitionDef(name, default=True))
+            else:
+                out.append(PartitionDef(name, values_in=tuple(values)))
+        else:
+            out.append(PartitionDef(name))  # HASH / KEY: named, no bounds
+    return tuple(out)
+
+
+def _paren_items(sql: str, text: str, part: Sequence[Token], at: int) -> tuple[Sequence[Token], int]:
+    """The tokens inside the parentheses opening at ``part[at]``, and the index past them."""
+    close = _closing_paren(part, at) if at < len(part) and part[at].token_type == TokenType.L_PAREN else -1
+    if close < 0:
+        raise DdlParseError(f"{text!r}: cannot read the values of {_text(sql, part)!r}")
+    return part[at + 1 : close], close + 1
+
+
+def _literal(sql: str, tokens: Sequence[Token]) -> Literal:
+    """A partition bound or list value: an integer, a string, NULL, MAXVALUE, DEFAULT, or an
+    expression kept as text (not computed)."""
+    words = _words(tokens)
+    if len(tokens) == 1 and words[0] in ("MAXVALUE", "NULL", "DEFAULT"):
+        return MAXVALUE if words[0] == "MAXVALUE" else NULL if words[0] == "NULL" else ("default",)
+    if len(tokens) == 1 and tokens[0].token_type == TokenType.STRING:
+        return ("str", tokens[0].text)
+    number = "".join(t.text for t in tokens)
+    if re.fullmatch(r"[-+]?\d+", number) and all(t.token_type in (TokenType.NUMBER, TokenType.DASH, TokenType.PLUS) for t in tokens):
+        return ("int", number)
+    return ("expr", _text(sql, tokens))
 
 
 def _column_type_at(clause: list[Token]) -> int | None:
@@ -849,15 +1221,10 @@ def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str
         raise DdlParseError(f"{text!r}: cannot tell what {clause!r} drops")
     if isinstance(action, exp.DropPrimaryKey):
         return [SetKeyColumns(())]
-    if isinstance(action, exp.AddConstraint):
-        out = []
-        for e in action.expressions:
-            keys = _primary_key(e)
-            if keys is not None:
-                out.append(SetKeyColumns(keys))
-            elif not isinstance(e, _NO_OP_ELEMENTS):
-                raise DdlParseError(f"{text!r}: cannot tell what {clause!r} adds")
-        return out
+    if isinstance(action, exp.AddConstraint):  # ADD PRIMARY KEY is read before sqlglot
+        if not all(isinstance(e, _NO_OP_ELEMENTS) and not e.find(exp.PrimaryKey) for e in action.expressions):
+            raise DdlParseError(f"{text!r}: cannot tell what {clause!r} adds")
+        return []
     if isinstance(action, exp.AlterRename):
         raise DdlParseError(f"{text!r}: cannot read {clause!r}")  # RENAME [TO|AS] is read before sqlglot
     if isinstance(action, exp.AlterColumn):

@@ -59,3 +59,24 @@ def test_oracle_matches_history_at_every_cut(protocol: str, seed: int, partition
         start = end
     # After everything is delivered, the pipeline watermark is the last one TiCDC sent.
     assert last == max(e.ts for e in history if isinstance(e, Watermark))
+
+
+def test_drop_database_drops_the_tables_of_that_database_only() -> None:
+    """MySQL 8 manual, DROP DATABASE: it drops all tables in the database; CREATE DATABASE makes none."""
+    from cdc_codecs import DdlChange, Op
+
+    at = SourcePosition("t", 0, 0)
+    ts = iter(range(1, 100))
+
+    def row(db: str, table: str, key: int) -> RowChange:
+        return RowChange(Op.INSERT, db, table, None, {"id": key}, ("id",), {}, next(ts), at)
+
+    def ddl(sql: str, db: str = "d") -> DdlChange:
+        return DdlChange(db, "", sql, next(ts), at, "QUERY")
+
+    oracle = Oracle()
+    oracle.add([row("d", "a", 1), row("d", "b", 1), row("e", "a", 1), row("d e", "c", 1), ddl("DROP DATABASE IF EXISTS `d`"),
+                ddl("CREATE DATABASE d"), row("d", "a", 2), ddl("drop schema `d e`", "d e"), Watermark(next(ts), at)])
+    oracle.cut([("t", 0)])
+    assert {name: oracle.rows(*name) for name in oracle.tables} == {
+        ("d", "a"): [{"id": 2}], ("d", "b"): [], ("e", "a"): [{"id": 1}], ("d e", "c"): []}

@@ -2,7 +2,7 @@
 
 ``Upstream`` is a TiDB-like database whose history the test writes step by step: row
 changes (inserts, updates, key changes, deletes), ADD COLUMN, RENAME / DROP / CREATE /
-TRUNCATE TABLE, and resolved timestamps. ``Changefeed`` encodes that history once per
+TRUNCATE TABLE, DROP DATABASE, TRUNCATE / DROP PARTITION, and resolved timestamps. ``Changefeed`` encodes that history once per
 protocol and lets the test deliver it the way real changefeeds do: in order, with a whole
 range sent again after a restart from an older checkpoint, single duplicates, a partition
 whose watermarks lag, and undecodable messages.
@@ -18,6 +18,8 @@ from cdc_codecs.events import BinlogPosition, DdlChange, Event, Watermark
 from cdc_codecs.workload import Workload, WorkloadSpec, create_sql, quote_ident, table_schema
 
 GARBAGE = b"\x00not a message\xff"
+# The partitions of a partitioned table, as (name, LESS THAN bound); None is MAXVALUE.
+RANGES = (("p0", 6), ("p1", 12), ("p2", None))
 
 
 def _ident(database: str, table: str) -> str:
@@ -27,7 +29,8 @@ def _ident(database: str, table: str) -> str:
 class Upstream(Workload):
     """A database whose tables come and go; ``events`` holds its whole history so far."""
 
-    def __init__(self, seed: int, tables: tuple[str, ...] = ("t0", "t.1"), key_space: int = 12, skew_ms: int = 0) -> None:
+    def __init__(self, seed: int, tables: tuple[str, ...] = ("t0", "t.1"), key_space: int = 12, skew_ms: int = 0,
+                 partitioned: bool = False) -> None:
         super().__init__(WorkloadSpec(database="shop", tables=len(tables), seed=seed, key_space=key_space,
                                       alter=False, table_names=list(tables)))
         self.history: list[Event] = []
@@ -37,8 +40,20 @@ class Upstream(Workload):
         self._last_ddl_ms = 0
         self.dropped: list[str] = []
         self._created = 0
+        # Tables are created PARTITION BY RANGE (`id`) (RANGES): their partitions, as they are now.
+        self.partitioned = partitioned
+        self.partitions: dict[str, list[tuple[str, int | None]]] = {}
         for name, schema in self.schemas.items():
-            self._ddl(name, create_sql(schema), "CREATE", None, schema)
+            self._create(name, schema)
+
+    def _create(self, table: str, schema) -> None:  # noqa: ANN001
+        sql = create_sql(schema)
+        self.partitions.pop(table, None)
+        if self.partitioned:
+            self.partitions[table] = list(RANGES)
+            sql += " PARTITION BY RANGE (`id`) (" + ", ".join(
+                f"PARTITION {p} VALUES LESS THAN {'MAXVALUE' if bound is None else f'({bound})'}" for p, bound in RANGES) + ")"
+        self._ddl(table, sql, "CREATE", None, schema)
 
     def _ddl(self, table: str, sql: str, kind: str, before, after) -> None:  # noqa: ANN001
         self.history.append(DdlChange(self.spec.database, table, sql, self._next_ts(), self._pos(), kind, before, after,
@@ -88,6 +103,8 @@ class Upstream(Workload):
             before = self.schemas.pop(old)
             after = replace(before, table=new)
             self.schemas[new], self.rows[new] = after, self.rows.pop(old)
+            if old in self.partitions:
+                self.partitions[new] = self.partitions.pop(old)
             self._ddl(old, f"RENAME TABLE {_ident(self.spec.database, old)} TO {_ident(self.spec.database, new)}",
                       "RENAME", before, after)
 
@@ -113,7 +130,35 @@ class Upstream(Workload):
             t = f"c{self._created}"
         schema = table_schema(self.spec.database, t)
         self.schemas[t], self.rows[t] = schema, {}
-        self._ddl(t, create_sql(schema), "CREATE", None, schema)
+        self._create(t, schema)
+
+    def truncate_partition(self) -> None:
+        """ALTER TABLE ... TRUNCATE PARTITION, or DROP PARTITION of the lowest one (the next then
+        holds its range): the partition's rows go, without row events."""
+        tables = sorted(t for t in self.partitions if t in self.schemas)
+        if not tables:
+            return
+        t = self.rng.choice(tables)
+        parts = self.partitions[t]
+        drop = len(parts) > 1 and self.rng.random() < 0.3
+        i = 0 if drop else self.rng.randrange(len(parts))
+        lower, (name, upper) = parts[i - 1][1] if i else None, parts[i]
+        for key in [k for k in self.rows[t] if (lower is None or k >= lower) and (upper is None or k < upper)]:
+            del self.rows[t][key]
+        if drop:
+            del parts[0]
+        self._ddl(t, f"ALTER TABLE {_ident(self.spec.database, t)} {'DROP' if drop else 'TRUNCATE'} PARTITION {name}",
+                  "ALTER", self.schemas[t], self.schemas[t])
+
+    def drop_database(self) -> None:
+        """DROP DATABASE (as TiCDC sends it: table ""): every table goes; the database and a table
+        are made again so that the history goes on."""
+        self.dropped += sorted(self.schemas)
+        self.schemas.clear()
+        self.rows.clear()
+        self._ddl("", f"DROP DATABASE IF EXISTS {quote_ident(self.spec.database)}", "QUERY", None, None)
+        self._ddl("", f"CREATE DATABASE {quote_ident(self.spec.database)}", "QUERY", None, None)
+        self.create()
 
 
 class Changefeed:

@@ -17,7 +17,7 @@ import pytest
 
 from cdc_codecs import Column, DdlChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
-from spark.apply_plan import build_apply_plans, ddl_changes
+from spark.apply_plan import SchemaStep, build_apply_plans, ddl_changes
 from spark.ddl import (
     AddColumn,
     ChangeColumnType,
@@ -28,6 +28,7 @@ from spark.ddl import (
     DefaultNow,
     DefaultUnknown,
     DropColumn,
+    DropDatabase,
     DropTable,
     MoveColumn,
     RenameColumn,
@@ -38,6 +39,8 @@ from spark.ddl import (
     existing_rows_value,
     parse_ddl,
 )
+from spark.ddl import AddPartitions, DropPartitions, ReorganizePartitions, SetPartitioning, TruncatePartitions
+from spark.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"
 T = (DB, "t")
@@ -80,6 +83,32 @@ def create(table: str, columns: list[Column], key: tuple[str, ...] = (), db: str
 
 def on(db: str, table: str, change):
     return ((db, table), change)
+
+
+@dataclass(frozen=True)
+class Expr:
+    text: str
+
+
+def lit(value) -> tuple[str, ...]:  # noqa: ANN001
+    if value is MAXVALUE or value is None:
+        return MAXVALUE if value is MAXVALUE else NULL
+    if isinstance(value, Expr):
+        return ("expr", value.text)
+    return ("int", str(value)) if isinstance(value, int) else ("str", value)
+
+
+def less(name: str, *bound) -> PartitionDef:  # noqa: ANN002
+    return PartitionDef(name, less_than=tuple(lit(b) for b in bound))
+
+
+def values(name: str, *items) -> PartitionDef:  # noqa: ANN002
+    return PartitionDef(name, values_in=tuple(tuple(lit(v) for v in (i if isinstance(i, tuple) else (i,))) for i in items))
+
+
+def by(method: str, expression: str, columns: tuple[str, ...] = (), *partitions: PartitionDef, listed: bool = True,
+       function: str | None = None) -> SetPartitioning:
+    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None, function))
 
 
 CORPUS: list[tuple[str, list | Fails]] = [
@@ -130,7 +159,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t DROP COLUMN a, ADD COLUMN a VARCHAR(5) FIRST", [DropColumn("a"), add("a", "varchar(5)"), first("a")]),
     ("ALTER TABLE t ADD COLUMN c INT, ALGORITHM=INPLACE, LOCK=NONE", [add("c", "int")]),
     ("ALTER TABLE t ADD COLUMN c INT, ADD INDEX ic (c), COMMENT = 'new c'", [add("c", "int")]),
-    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int")]),
+    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int"), by("HASH", "id", ("id",), listed=False)]),
     # ---- primary key: followed (the table's key columns); applied after the column changes
     ("ALTER TABLE t ADD PRIMARY KEY (a)", [keys("a")]),
     ("ALTER TABLE t ADD CONSTRAINT pk PRIMARY KEY (a, b)", [keys("a", "b")]),
@@ -174,13 +203,19 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ROW_FORMAT=COMPRESSED, KEY_BLOCK_SIZE=8", NOOP),
     ("ALTER TABLE t FORCE", NOOP),
     ("ALTER TABLE t ORDER BY a", NOOP),
-    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", NOOP),
-    ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)", NOOP),
-    ("ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", NOOP),
-    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))", NOOP),
+    # partitioning: kept, so that TRUNCATE / DROP PARTITION know which rows go (spark.partitioning)
+    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", [by("HASH", "id", ("id",), listed=False)]),
+    ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+     [by("RANGE", "id", ("id",), less("p0", 10), less("p1", MAXVALUE))]),
+    ("ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", [AddPartitions((less("p2", 30),))]),
+    ("ALTER TABLE t ADD PARTITION PARTITIONS 2", NOOP),
+    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))",
+     [ReorganizePartitions(("p0",), (less("a", 5), less("b", 10)))]),
+    ("ALTER TABLE t REORGANIZE PARTITION `a`, b INTO (PARTITION ab VALUES IN (1, NULL, -2))", [ReorganizePartitions(("a", "b"), (values("ab", 1, None, -2),))]),
     ("ALTER TABLE t COALESCE PARTITION 2", NOOP),
     ("ALTER TABLE t ANALYZE PARTITION p0", NOOP),
-    ("ALTER TABLE t REMOVE PARTITIONING", NOOP),
+    ("ALTER TABLE t OPTIMIZE PARTITION p0, p1", NOOP),
+    ("ALTER TABLE t REMOVE PARTITIONING", [SetPartitioning(None)]),
     ("ALTER TABLE t", NOOP),
     # TiDB table options
     ("ALTER TABLE t SET TIFLASH REPLICA 1", NOOP),
@@ -190,14 +225,30 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t TTL = created_at + INTERVAL 1 DAY", NOOP),
     ("ALTER TABLE t CACHE", NOOP),
     ("ALTER TABLE t LAST PARTITION LESS THAN (100)", NOOP),
+    ("ALTER TABLE t REMOVE TTL", NOOP),
+    ("ALTER TABLE t ALTER CHECK qty_positive NOT ENFORCED", NOOP),
+    ("ALTER TABLE t ALTER CONSTRAINT qty_positive ENFORCED", NOOP),
+    ("ALTER TABLE t ADD UNIQUE KEY ub (b) GLOBAL", NOOP),
+    ("ALTER TABLE t ADD VECTOR INDEX iv ((VEC_COSINE_DISTANCE(emb))) USING HNSW", NOOP),
+    ("ALTER TABLE t ADD CONSTRAINT positive CHECK (qty >= 0) NOT ENFORCED", NOOP),
+    ("ALTER TABLE t PARTITION p1 ATTRIBUTES = 'merge_option=allow'", NOOP),
+    ("CREATE GLOBAL TEMPORARY TABLE t (id INT PRIMARY KEY) ON COMMIT DELETE ROWS", NOOP),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY AUTO_RANDOM(5, 54), b INT, UNIQUE KEY ub (b) GLOBAL, "
+     "VECTOR INDEX iv ((VEC_L2_DISTANCE(emb))), emb VECTOR(3), CONSTRAINT CHECK (b > 0) NOT ENFORCED)",
+     [create("t", [col("id", "bigint", False), col("b", "int"), col("emb", "vector(3)")], ("id",))]),
     # ---- rows removed or brought without row events: fail
-    ("ALTER TABLE t DROP PARTITION p0", Fails("drops a partition's rows without row events")),
-    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", Fails("deletes a partition's rows")),
+    # partitions' rows deleted without row events: by the bounds where the lake knows them (commit)
+    ("ALTER TABLE t DROP PARTITION p0", [DropPartitions(("p0",))]),
+    ("ALTER TABLE t DROP PARTITION p0, `p 1`", [DropPartitions(("p0", "p 1"))]),
+    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", [TruncatePartitions(("p0", "p1"))]),
+    ("ALTER TABLE t TRUNCATE PARTITION ALL", [TruncatePartitions(None)]),
     ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE t2", Fails("swaps a partition's rows")),
     ("ALTER TABLE t DISCARD TABLESPACE", Fails("discards the table's tablespace")),
     ("ALTER TABLE t IMPORT TABLESPACE", Fails("imports rows")),
     ("ALTER TABLE t FIRST PARTITION LESS THAN (10)", Fails("drops the first partitions")),
     ("FLASHBACK TABLE t TO t2", Fails("restores a dropped table's rows")),
+    ("FLASHBACK DATABASE shop TO shop_old", Fails("restores a dropped database's rows")),
+    ("FLASHBACK CLUSTER TO TIMESTAMP '2024-05-01 10:00:00'", Fails("as they were at a past time without row events")),
     ("RECOVER TABLE t", Fails("restores a dropped table's rows")),
     # ---- not understood: fail, naming the clause
     ("ALTER TABLE t ADD COLUMN c INT, FROBNICATE c", Fails(r"cannot tell what 'FROBNICATE c' does")),
@@ -215,15 +266,90 @@ CORPUS: list[tuple[str, list | Fails]] = [
       "g INT AS (id + 1) STORED, PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */, KEY k (c), UNIQUE KEY u (c), "
       "CONSTRAINT fk FOREIGN KEY (c) REFERENCES x (c), CHECK (id > 0)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
      [create("t", [col("id", "bigint", False), col("c", "varchar(10)"), col("g", "int")], ("id",))]),
-    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")])]),
+    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")]), (T, by("HASH", "id", ("id",), listed=False))]),
     ("CREATE TABLE t (id BIGINT AUTO_RANDOM(5) PRIMARY KEY, v INT) SHARD_ROW_ID_BITS=4 PRE_SPLIT_REGIONS=2",
      [create("t", [col("id", "bigint", False), col("v", "int")], ("id",))]),
     ("CREATE TABLE t (g POINT NOT NULL SRID 0, r REAL, `key` INT, PRIMARY KEY (`key`))",
      [create("t", [col("g", "point", False), col("r", "double"), col("key", "int")], ("key",))]),
     ("CREATE TABLE x LIKE y", [on(DB, "x", CreateTableLike((DB, "x"), (DB, "y")))]),
     ("CREATE TABLE IF NOT EXISTS x (LIKE other.y)", [on(DB, "x", CreateTableLike((DB, "x"), ("other", "y"), True))]),
+    # primary keys: TiDB's CLUSTERED / NONCLUSTERED bare or in its comment form, key parts with a
+    # prefix length or an order, index type and options (MySQL 15.1.20 key_part, index_option)
+    ("CREATE TABLE t (id BIGINT, region VARCHAR(8), PRIMARY KEY (id, region) NONCLUSTERED)",
+     [create("t", [col("id", "bigint"), col("region", "varchar(8)")], ("id", "region"))]),
+    ("CREATE TABLE t (id BIGINT, PRIMARY KEY (id) CLUSTERED, KEY by_id (id))", [create("t", [col("id", "bigint")], ("id",))]),
+    ("CREATE TABLE t (id INT NOT NULL PRIMARY KEY NONCLUSTERED, v INT)", [create("t", [col("id", "int", False), col("v", "int")], ("id",))]),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY CLUSTERED AUTO_RANDOM(3), doc JSON)",
+     [create("t", [col("id", "bigint", False), col("doc", "json")], ("id",))]),
+    ("CREATE TABLE t (a INT, b INT, PRIMARY KEY (a, b) /*T![clustered_index] NONCLUSTERED */) /*T! SHARD_ROW_ID_BITS=2 */",
+     [create("t", [col("a", "int"), col("b", "int")], ("a", "b"))]),
+    ("CREATE TABLE t (ts DATETIME(3), seq INT, PRIMARY KEY (ts DESC, seq ASC))", [create("t", [col("ts", "datetime(3)"), col("seq", "int")], ("ts", "seq"))]),
+    ("CREATE TABLE t (code VARCHAR(255), PRIMARY KEY (code(16) DESC))", [create("t", [col("code", "varchar(255)")], ("code",))]),
+    ("CREATE TABLE t (`order` INT, `key` INT, CONSTRAINT `pk x` PRIMARY KEY USING BTREE (`order`, `key`) COMMENT 'pk' KEY_BLOCK_SIZE=8)",
+     [create("t", [col("order", "int"), col("key", "int")], ("order", "key"))]),
+    ("ALTER TABLE t ADD PRIMARY KEY (id) NONCLUSTERED", [keys("id")]),
+    ("ALTER TABLE t ADD PRIMARY KEY (a, b) CLUSTERED", [keys("a", "b")]),
+    ("ALTER TABLE t ADD CONSTRAINT PRIMARY KEY (tenant DESC, id)", [keys("tenant", "id")]),
+    ("ALTER TABLE t ADD PRIMARY KEY USING HASH (slug(20))", [keys("slug")]),
+    ("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id) NONCLUSTERED", [keys(), keys("id")]),
+    ("ALTER TABLE t ADD (k INT NOT NULL, PRIMARY KEY (k) CLUSTERED)", [add("k", "int", nullable=False), keys("k")]),
+    ("CREATE TABLE t (a INT, PRIMARY KEY ((a + 1)))", Fails("cannot read the key part")),
+    ("ALTER TABLE t ADD PRIMARY KEY (a) FROBNICATE", Fails("cannot tell what 'FROBNICATE' does to the primary key")),
+    # partition options (MySQL 15.1.20.x partition_options, TiDB interval partitioning): no change to columns
+    ("CREATE TABLE t (id INT, created DATE) PARTITION BY RANGE (YEAR(created)) "
+     "(PARTITION p2023 VALUES LESS THAN (2024), PARTITION pmax VALUES LESS THAN MAXVALUE)",
+     [create("t", [col("id", "int"), col("created", "date")]), (T, by("RANGE", "YEAR(created)", ("created",), less("p2023", 2024), less("pmax", MAXVALUE), function="YEAR"))]),
+    ("CREATE TABLE t (id INT NOT NULL, region CHAR(2)) PARTITION BY LIST COLUMNS (region) "
+     "(PARTITION p_eu VALUES IN ('de', 'fr'), PARTITION p_us VALUES IN ('us'))",
+     [create("t", [col("id", "int", False), col("region", "char(2)")]),
+      (T, by("LIST", "region", ("region",), values("p_eu", "de", "fr"), values("p_us", "us")))]),
+    ("CREATE TABLE t (id INT) PARTITION BY LIST (id) (PARTITION odd VALUES IN (1, 3, 5), PARTITION even VALUES IN (2, 4, 6))",
+     [create("t", [col("id", "int")]), (T, by("LIST", "id", ("id",), values("odd", 1, 3, 5), values("even", 2, 4, 6)))]),
+    ("CREATE TABLE t (a INT, b INT) PARTITION BY LIST COLUMNS (a, `b`) (PARTITION p VALUES IN ((1, NULL), (2, 3)), "
+     "PARTITION rest VALUES IN (DEFAULT))",
+     [create("t", [col("a", "int"), col("b", "int")]),
+      (T, by("LIST", "a, `b`", ("a", "b"), values("p", (1, None), (2, 3)), PartitionDef("rest", default=True)))]),
+    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY KEY (id) PARTITIONS 8",
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "id", ("id",), listed=False))]),
+    ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY LINEAR KEY ALGORITHM=2 () PARTITIONS 3",
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "", (), listed=False))]),
+    ("CREATE TABLE t (a INT, b DATETIME) ENGINE=InnoDB PARTITION BY RANGE COLUMNS (a, b) "
+     "(PARTITION p0 VALUES LESS THAN (0, '2020-01-01 00:00:00'), PARTITION p1 VALUES LESS THAN (MAXVALUE, MAXVALUE))",
+     [create("t", [col("a", "int"), col("b", "datetime")]),
+      (T, by("RANGE", "a, b", ("a", "b"), less("p0", 0, "2020-01-01 00:00:00"), less("p1", MAXVALUE, MAXVALUE)))]),
+    ("CREATE TABLE t (id INT, d DATE) PARTITION BY RANGE (TO_DAYS(d)) SUBPARTITION BY HASH (id) SUBPARTITIONS 2 "
+     "(PARTITION p0 VALUES LESS THAN (738000) ENGINE = InnoDB, PARTITION p1 VALUES LESS THAN MAXVALUE)",
+     [create("t", [col("id", "int"), col("d", "date")]), (T, by("RANGE", "TO_DAYS(d)", ("d",), less("p0", 738000), less("p1", MAXVALUE), function="TO_DAYS"))]),
+    ("CREATE TABLE t (d DATE) PARTITION BY RANGE COLUMNS (d) (PARTITION p0 VALUES LESS THAN (TO_DAYS('2020-01-01')))",
+     [create("t", [col("d", "date")]), (T, by("RANGE", "d", ("d",), less("p0", Expr("TO_DAYS('2020-01-01')"))))]),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY) PARTITION BY RANGE (id) INTERVAL (1000) "
+     "FIRST PARTITION LESS THAN (1000) LAST PARTITION LESS THAN (10000) MAXVALUE PARTITION",
+     [create("t", [col("id", "bigint", False)], ("id",)), (T, by("RANGE", "id", ("id",), listed=False))]),
+    # generated columns are columns: row events carry their values
+    ("CREATE TABLE t (qty INT, price DECIMAL(8,2), doc JSON, sku VARCHAR(32) AS (doc->>'$.sku') VIRTUAL, "
+     "total DECIMAL(10,2) GENERATED ALWAYS AS (qty * price) STORED NOT NULL)",
+     [create("t", [col("qty", "int"), col("price", "decimal(8,2)"), col("doc", "json"), col("sku", "varchar(32)"),
+                   col("total", "decimal(10,2)", False)])]),
+    ("ALTER TABLE t ADD COLUMN yr SMALLINT GENERATED ALWAYS AS (YEAR(created)) VIRTUAL AFTER created",
+     [add("yr", "smallint", default=GENERATED), after("yr", "created")]),
+    ("ALTER TABLE t MODIFY COLUMN total BIGINT AS (a * b) STORED", [modify("total", "bigint")]),
+    # MySQL 8: invisible columns are in row events; expression defaults; SERIAL
+    ("ALTER TABLE t ADD COLUMN hidden INT INVISIBLE, ADD COLUMN tags JSON DEFAULT (JSON_ARRAY())",
+     [add("hidden", "int"),
+      add("tags", "json", default=DefaultUnknown("the expression default JSON_ARRAY() cannot be evaluated for the existing rows"))]),
+    ("CREATE TABLE t (id BINARY(16) DEFAULT (UUID_TO_BIN(UUID())) PRIMARY KEY, n SERIAL)",
+     [create("t", [col("id", "binary(16)", False), col("n", "bigint unsigned")], ("id",))]),
+    # CREATE TABLE ... SELECT: with binlog_format=ROW MySQL logs the CREATE TABLE it made (with
+    # START TRANSACTION since 8.0.21) and then row events; the statement as written means rows
+    # without row events (STATEMENT / MIXED format); TiDB does not support it.
+    ("CREATE TABLE `t` (\n  `id` int DEFAULT NULL,\n  `v` varchar(200) DEFAULT NULL\n) START TRANSACTION",
+     [create("t", [col("id", "int"), col("v", "varchar(200)")])]),
     ("CREATE TABLE t AS SELECT 1 AS a", Fails("CREATE TABLE ... SELECT")),
     ("CREATE TABLE t (a INT) SELECT a FROM u", Fails("CREATE TABLE ... SELECT")),
+    ("CREATE TABLE t (a INT) IGNORE SELECT a FROM u", Fails("binlog_format STATEMENT or MIXED")),
+    ("CREATE TABLE t (SELECT 1 AS a)", Fails("CREATE TABLE ... SELECT")),
+    ("CREATE TABLE t (a INT) PARTITION BY HASH (a) PARTITIONS 2 AS SELECT 1 AS a", Fails("CREATE TABLE ... SELECT")),
+    ("CREATE TABLE IF NOT EXISTS t REPLACE SELECT * FROM u", Fails("CREATE TABLE ... SELECT")),
     ("CREATE TEMPORARY TABLE t (a INT)", NOOP),
     ("CREATE INDEX i ON t (a)", NOOP),
     ("CREATE UNIQUE INDEX i ON t (a, b)", NOOP),
@@ -235,7 +361,13 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("DROP TABLE shop.a, other.b RESTRICT", [on(DB, "a", DropTable()), on("other", "b", DropTable())]),
     ("DROP TEMPORARY TABLE t", NOOP),
     ("DROP INDEX i ON t", NOOP),
-    ("drop database if exists test", NOOP),
+    # DROP DATABASE: every table of the database goes (the plans name them); CREATE DATABASE: none
+    ("drop database if exists test", [on("test", "", DropDatabase("test"))]),
+    ("DROP SCHEMA `my db`", [on("my db", "", DropDatabase("my db"))]),
+    ("DROP DATABASE `we``ird`", [on("we`ird", "", DropDatabase("we`ird"))]),
+    ("DROP DATABASE shop; CREATE DATABASE shop", [on(DB, "", DropDatabase(DB))]),
+    ("CREATE SCHEMA IF NOT EXISTS d DEFAULT CHARACTER SET utf8mb4", NOOP),
+    ("DROP DATABASE", Fails("cannot read the database name")),
     ("TRUNCATE TABLE t", [TruncateTable()]),
     ("TRUNCATE t", [TruncateTable()]),
     ("TRUNCATE TABLE other.t", [on("other", "t", TruncateTable())]),
@@ -255,6 +387,19 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE `we``ird`.`sel.ect` ADD COLUMN `ünï` INT FIRST", [on("we`ird", "sel.ect", add("ünï", "int")), on("we`ird", "sel.ect", first("ünï"))]),
     ("ALTER TABLE `table` ADD COLUMN `order` INT AFTER `select`", [on(DB, "table", add("order", "int")), on(DB, "table", after("order", "select"))]),
     ("ALTER TABLE t ADD COLUMN a INT; ALTER TABLE u DROP COLUMN b;", [add("a", "int"), on(DB, "u", DropColumn("b"))]),
+    # comments the server executes are read as their content (MySQL's /*!version ... */, TiDB's /*T![feature] ... */)
+    ("CREATE TABLE `_t_new` (`id` int NOT NULL, `k` int DEFAULT NULL, PRIMARY KEY (`id`)) ENGINE=InnoDB "
+     "/*!50100 PARTITION BY RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10) ENGINE = InnoDB, "
+     "PARTITION p1 VALUES LESS THAN MAXVALUE ENGINE = InnoDB) */",
+     [create("_t_new", [col("id", "int", False), col("k", "int")], ("id",)),
+      on(DB, "_t_new", by("RANGE", "`k`", ("k",), less("p0", 10), less("p1", MAXVALUE)))]),
+    ("ALTER TABLE t ADD COLUMN c INT /*!80023 INVISIBLE */ /* a plain comment */", [add("c", "int")]),
+    ("CREATE TABLE t (id BIGINT /*T![auto_rand] AUTO_RANDOM(5) */ PRIMARY KEY /*T![clustered_index] NONCLUSTERED */)",
+     [create("t", [col("id", "bigint", False)], ("id",))]),
+    ("ALTER TABLE t ADD COLUMN c VARCHAR(10) COMMENT 'not /*!executed*/ here', ADD `/*!d*/` INT",
+     [add("c", "varchar(10)"), add("/*!d*/", "int")]),
+    ("/*!40101 SET NAMES utf8mb4 */", NOOP),
+    ("ALTER TABLE t /*!50100 TRUNCATE PARTITION p0 */", [TruncatePartitions(("p0",))]),
 ]
 
 
@@ -275,7 +420,8 @@ def test_corpus_is_large_and_covers_every_change() -> None:
     assert len(CORPUS) >= 80
     seen = {type(c) for _, e in CORPUS if not isinstance(e, Fails) for _, c in _normalised(e)}
     assert seen == {AddColumn, DropColumn, RenameColumn, ChangeColumnType, MoveColumn, SetKeyColumns, RenameTable,
-                    CreateTable, CreateTableLike, TruncateTable, DropTable}
+                    CreateTable, CreateTableLike, TruncateTable, DropTable, DropDatabase, SetPartitioning, AddPartitions,
+                    ReorganizePartitions, DropPartitions, TruncatePartitions}
 
 
 def test_errors_name_the_statement() -> None:
@@ -387,3 +533,43 @@ def test_schema_after_keeps_the_statements_default() -> None:
     after = TableSchema(DB, "t", (col("id", "int", False), col("c", "bigint", False)), ("id",))
     ddl = DdlChange(DB, "t", "ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 7", 1, P, "ALTER", None, after)
     assert ddl_changes(ddl) == _normalised([add("c", "bigint", nullable=False, default=DefaultLiteral("7"))])
+
+
+def test_plans_drop_every_table_a_dropped_database_has_at_that_point() -> None:
+    """The lake's tables of the database, one created, one renamed into it and one made by rows
+    earlier in the run; not one renamed out of it or dropped before, nor another database's."""
+    from spark.plane import NetSummary
+
+    def ddl(sql: str, ts: int, table: str = "") -> DdlChange:
+        return DdlChange(DB, table, sql, ts, P, "QUERY")
+
+    ddls = [
+        ddl("CREATE TABLE shop.new (id int)", 2, "new"),
+        ddl("RENAME TABLE other.x TO shop.x", 3, "x"),
+        ddl("RENAME TABLE shop.out TO other.out", 4, "out"),
+        ddl("DROP TABLE shop.gone", 5, "gone"),
+        ddl("DROP DATABASE shop", 10),
+        ddl("CREATE DATABASE shop", 11),
+        ddl("CREATE TABLE shop.lake (id int)", 12, "lake"),
+    ]
+    rows = NetSummary(DB, "rows", 0, keys=1, deletes=0, first=(6, "topic", 0, 1, 0))
+    reads = []
+
+    def lake() -> list[tuple[str, str]]:
+        reads.append(1)
+        return [(DB, "lake"), (DB, "out"), (DB, "gone"), ("other", "x"), ("other", "y")]
+
+    plans = build_apply_plans(ddls, [rows], lake)
+    assert len(reads) == 1
+    assert [p.summary() for p in plans] == [
+        f"{DB}.new: schema(CreateTable); schema(DropTable)",
+        "other.x: schema(RenameTable)",
+        f"{DB}.out: schema(RenameTable)",
+        f"{DB}.gone: schema(DropTable)",
+        f"{DB}.rows: data(1 upserts, 0 deletes); schema(DropTable)",
+        f"{DB}.lake: schema(DropTable); schema(CreateTable)",
+        f"{DB}.x: schema(DropTable)",  # after other.x's plan renames it
+    ]
+    dropped_at = {p.ref: s.ddl.commit_ts for p in plans for s in p.steps if isinstance(s, SchemaStep) and s.changes == (DropTable(),)}
+    assert dropped_at == {(DB, "new"): 10, (DB, "x"): 10, (DB, "gone"): 5, (DB, "rows"): 10, (DB, "lake"): 10}
+    assert build_apply_plans(ddls[:4], [rows], lake) and len(reads) == 1  # no DROP DATABASE: the lake is not listed

@@ -92,15 +92,19 @@ class PipelineMachine(RuleBasedStateMachine):
     # -- the upstream and its changefeed, written once per history
 
     @initialize(seed=st.integers(0, 2**16), partitions=st.integers(1, 3), chunks=st.integers(4, 10),
-                ddl_rate=st.sampled_from([0.0, 0.3, 0.6]), write_mode=st.sampled_from(WRITE_MODES))
-    def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float, write_mode: str) -> None:
+                ddl_rate=st.sampled_from([0.0, 0.3, 0.6]), write_mode=st.sampled_from(WRITE_MODES),
+                drop_database=st.booleans(), partitioned=st.booleans())
+    def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float, write_mode: str, drop_database: bool = False,
+              partitioned: bool = False) -> None:
         rng = random.Random(seed)
         derived = not PROTOCOLS[self.protocol].carries_commit_ts(self.options)
-        upstream = Upstream(seed, skew_ms=rng.choice([0, 5, 40]) if derived else 0)
+        upstream = Upstream(seed, skew_ms=rng.choice([0, 5, 40]) if derived else 0, partitioned=partitioned)
+        ddl = [upstream.add_column, upstream.rename, upstream.truncate, upstream.drop, upstream.create]
+        ddl += [upstream.drop_database] * drop_database + [upstream.truncate_partition, upstream.truncate_partition] * partitioned
         for _ in range(chunks):
             upstream.changes(rng.randint(2, 8))
             if rng.random() < ddl_rate:
-                rng.choice([upstream.add_column, upstream.rename, upstream.truncate, upstream.drop, upstream.create])()
+                rng.choice(ddl)()
             upstream.changes(rng.randint(0, 4))
             upstream.resolved()
         upstream.resolved()

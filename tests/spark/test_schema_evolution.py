@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from cdc_codecs.types import parse_mysql_type
 from cdc_codecs.workload import quote_ident
 from spark.apply import apply_interval
 from spark.commit import UnsupportedSchemaChange
-from spark.config import LayoutConfig
+from spark.config import WRITE_MODES, LayoutConfig
 from spark.iceberg.files import live_data_files
 from spark.query import NoSuchWatermark, read_pipeline, read_table
 from spark.storage import open_storage
@@ -137,6 +138,189 @@ def test_drop_and_rename_table(tmp_path: Path) -> None:
     with pytest.raises(NoSuchWatermark, match="shop.b is not a table"):
         read_table(config, "shop", "b", w3)  # dropped at W3
     assert w1 < w2  # the rename happened inside one run; the renamed table holds both rows before the drop
+
+
+def published(config, w: int) -> dict:  # noqa: ANN001
+    """The published record of W: {(database, table): rows}, rows as the reference model keeps them."""
+    from .archive import normalise
+
+    return {name: normalise(t.to_pylist()) for name, t in read_pipeline(config, w)[1].items()}
+
+
+def model_at(events: list) -> dict[int, dict]:
+    """The reference model's tables (empty ones left out) at each watermark of ``events``."""
+    from cdc_codecs.oracle import Oracle
+
+    oracle, out = Oracle(), {}
+    for batch in per_mark(events):
+        oracle.add(batch)
+        w = oracle.cut([(P.topic, P.partition)])
+        out[w] = {name: oracle.rows(*name) for name in oracle.tables if oracle.rows(*name)}
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple", "debezium", "open-protocol"])
+def test_drop_database_drops_every_table_it_has_at_its_commit_ts(tmp_path: Path, protocol: str) -> None:
+    """DROP DATABASE drops the lake's tables of the database, one created earlier in the run and
+    one renamed into it; tables of other databases stay; CREATE DATABASE + CREATE TABLE start empty."""
+    h = History()
+    a = schema("shop", "a", [("id", "int"), ("v", "int")])
+    m = schema("other", "m", [("id", "int"), ("v", "int")])
+    keep = schema("other", "keep", [("id", "int"), ("v", "int")])
+    for s_ in (a, m, keep):
+        h.ddl(s_.database, s_.table, f"CREATE TABLE `{s_.database}`.`{s_.table}` (id int primary key, v int)", s_, kind="CREATE")
+        h.row(Op.INSERT, s_, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    h.row(Op.INSERT, a, None, {"id": 2, "v": 2})
+    b = schema("shop", "b", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 1, "v": 1})
+    h.ddl("other", "m", "RENAME TABLE `other`.`m` TO `shop`.`m`", dataclasses.replace(m, database="shop"), m, kind="RENAME")
+    h.row(Op.INSERT, dataclasses.replace(m, database="shop"), None, {"id": 2, "v": 2})
+    h.ddl("shop", "", "DROP DATABASE IF EXISTS `shop`", kind="QUERY")  # TiCDC's Canal-JSON: table ""
+    h.row(Op.INSERT, keep, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    h.ddl("shop", "", "CREATE DATABASE `shop`", kind="QUERY")
+    a2 = schema("shop", "a", [("id", "int"), ("w", "varchar(3)")])
+    h.ddl("shop", "a", "CREATE TABLE `shop`.`a` (id int primary key, w varchar(3))", a2, kind="CREATE")
+    h.row(Op.INSERT, a2, None, {"id": 9, "w": "new"})
+    w3 = h.mark()
+    config, results = run(tmp_path, protocol, per_mark(h.events))
+    assert [r.watermark for r in results] == [w1, w2, w3]
+    model = model_at(h.events)
+    assert published(config, w2) == model[w2] == {("other", "keep"): [{"id": 1, "v": 1}, {"id": 2, "v": 2}]}
+    assert published(config, w3) == model[w3] == {("other", "keep"): [{"id": 1, "v": 1}, {"id": 2, "v": 2}],
+                                                  ("shop", "a"): [{"id": 9, "w": "new"}]}
+    assert published(config, w1) == model[w1]
+    for name in ("a", "b", "m"):
+        with pytest.raises(NoSuchWatermark, match=f"shop.{name} is not a table"):
+            read_table(config, "shop", name, w2)
+
+
+def test_drop_database_and_its_tables_made_again_in_one_run(tmp_path: Path) -> None:
+    h = History()
+    a = schema("shop", "a", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "a", "CREATE TABLE `shop`.`a` (id int primary key, v int)", a, kind="CREATE")
+    h.row(Op.INSERT, a, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    b = schema("shop", "b", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, a, None, {"id": 2, "v": 2})
+    h.ddl("shop", "", "DROP SCHEMA shop", kind="QUERY")
+    h.ddl("shop", "", "CREATE SCHEMA IF NOT EXISTS shop", kind="QUERY")
+    h.ddl("shop", "b", "CREATE TABLE `shop`.`b` (id int primary key, v int)", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:3], h.events[3:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert published(config, w2) == model_at(h.events)[w2] == {("shop", "b"): [{"id": 2, "v": 2}]}
+    assert published(config, w1) == {("shop", "a"): [{"id": 1, "v": 1}]}
+
+
+def partitioned(h: History, table: str, by: str) -> TableSchema:
+    t = schema("shop", table, [("id", "int"), ("k", "int"), ("v", "varchar(5)")])
+    h.ddl("shop", table, f"CREATE TABLE `shop`.`{table}` (id int primary key, k int, v varchar(5)) PARTITION BY {by}", t, kind="CREATE")
+    return t
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+@pytest.mark.parametrize("write_mode", WRITE_MODES)
+def test_truncate_and_drop_partition_delete_the_rows_the_bounds_hold(tmp_path: Path, protocol: str, write_mode: str) -> None:
+    """Upstream sends no row events for a truncated or dropped partition: its rows go by the
+    partition's bounds, kept from the CREATE TABLE in an earlier run (NULL lives in the first RANGE
+    partition; after DROP PARTITION the next RANGE partition holds the dropped range)."""
+    h = History()
+    r = partitioned(h, "r", "RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), "
+                    "PARTITION p2 VALUES LESS THAN MAXVALUE)")
+    for i, k in enumerate([None, -5, 0, 9, 10, 15, 19, 20, 1000]):
+        h.row(Op.INSERT, r, None, {"id": i, "k": k, "v": "a"})
+    li = partitioned(h, "l", "LIST (`k`) (PARTITION odd VALUES IN (1, 3), PARTITION even VALUES IN (2, 4, NULL))")
+    for i, k in enumerate([1, 2, 3, 4, None]):
+        h.row(Op.INSERT, li, None, {"id": i, "k": k, "v": "a"})
+    w1 = h.mark()
+    h.row(Op.INSERT, r, None, {"id": 20, "k": 12, "v": "b"})  # before the TRUNCATE: goes with p1
+    h.row(Op.UPDATE, r, {"id": 8, "k": 1000, "v": "a"}, {"id": 8, "k": 11, "v": "a"})  # moved into p1: goes too
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` TRUNCATE PARTITION p1", r, r, kind="ALTER")
+    h.row(Op.INSERT, r, None, {"id": 21, "k": 11, "v": "c"})  # after it: stays
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` TRUNCATE PARTITION odd", li, li, kind="ALTER")
+    w2 = h.mark()
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` DROP PARTITION p0", r, r, kind="ALTER")
+    h.row(Op.INSERT, r, None, {"id": 22, "k": 3, "v": "d"})  # lives in p1 now
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` ADD PARTITION (PARTITION five VALUES IN (5))", li, li, kind="ALTER")
+    h.row(Op.INSERT, li, None, {"id": 9, "k": 5, "v": "e"})
+    h.row(Op.INSERT, li, None, {"id": 10, "k": 2, "v": "e"})
+    w3 = h.mark()
+    h.ddl("shop", "r", "ALTER TABLE `shop`.`r` TRUNCATE PARTITION p1", r, r, kind="ALTER")
+    h.ddl("shop", "l", "ALTER TABLE `shop`.`l` DROP PARTITION five, even", li, li, kind="ALTER")
+    w4 = h.mark()
+    config = dataclasses.replace(make_config(tmp_path, protocol), layout=LayoutConfig(write_mode=write_mode))
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    for j, batch in enumerate(per_mark(h.events)):
+        writer.interval(T0 + j * HOUR, T0 + (j + 1) * HOUR, [("cdc", rec) for rec in get_encoder(protocol).encode_all(batch, 2)])
+        assert apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR).watermark == [w1, w2, w3, w4][j]
+    model = model_at(h.events)
+    for w in (w1, w2, w3, w4):
+        assert {name: rows for name, rows in published(config, w).items() if rows} == model[w], f"W {w}"
+    assert [row["id"] for row in model[w2][("shop", "r")]] == [0, 1, 2, 21, 3, 7]  # sorted by repr
+    assert sorted(row["id"] for row in model[w3][("shop", "r")]) == [7, 21, 22]
+    assert sorted(row["id"] for row in model[w4][("shop", "r")]) == [7]
+    assert ("shop", "l") not in model[w4]  # every row was in `five` or `even`
+    table = iceberg_table(config, "shop", "l")
+    assert [p["name"] for p in json.loads(table.properties["tidelake.partitioning"])["partitions"]] == ["odd"]
+
+
+def test_truncate_partition_by_year_of_a_datetime(tmp_path: Path) -> None:
+    import datetime as dt
+
+    h = History()
+    t = schema("shop", "ev", [("id", "int"), ("at", "datetime")])
+    h.ddl("shop", "ev", "CREATE TABLE shop.ev (id int primary key, at datetime) PARTITION BY RANGE (YEAR(at)) "
+          "(PARTITION p2019 VALUES LESS THAN (2020), PARTITION p2020 VALUES LESS THAN (2021), PARTITION pmax VALUES LESS THAN MAXVALUE)",
+          t, kind="CREATE")
+    for i, at in enumerate([None, dt.datetime(2019, 12, 31, 23, 59), dt.datetime(2020, 1, 1), dt.datetime(2020, 12, 31, 23), dt.datetime(2021, 1, 1)]):
+        h.row(Op.INSERT, t, None, {"id": i, "at": at})
+    w1 = h.mark()
+    h.ddl("shop", "ev", "ALTER TABLE shop.ev TRUNCATE PARTITION p2020, p2019", t, t, kind="ALTER")
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", per_mark(h.events))
+    assert [r.watermark for r in results] == [w1, w2]
+    assert read_table(config, "shop", "ev", w2).to_pylist() == [{"id": 4, "at": dt.datetime(2021, 1, 1)}]
+
+
+def test_create_table_like_copies_the_partitioning(tmp_path: Path) -> None:
+    h = History()
+    partitioned(h, "r", "LIST (k) (PARTITION a VALUES IN (1), PARTITION b VALUES IN (2))")
+    w1 = h.mark()
+    copy = schema("shop", "c", [("id", "int"), ("k", "int"), ("v", "varchar(5)")])
+    h.ddl("shop", "c", "CREATE TABLE shop.c LIKE shop.r", kind="CREATE")
+    h.row(Op.INSERT, copy, None, {"id": 1, "k": 1, "v": "x"})
+    h.row(Op.INSERT, copy, None, {"id": 2, "k": 2, "v": "y"})
+    h.ddl("shop", "c", "ALTER TABLE shop.c TRUNCATE PARTITION a", kind="ALTER")
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events[:2], h.events[2:]])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert read_table(config, "shop", "c", w2).to_pylist() == [{"id": 2, "k": 2, "v": "y"}]
+
+
+@pytest.mark.parametrize("create, why", [
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int)", "the stream never defined the table's partitioning"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY HASH (k) PARTITIONS 4", "MySQL's hash"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY RANGE (k DIV 10) (PARTITION p0 VALUES LESS THAN (1))",
+     r"the expression k DIV 10"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k varchar(2)) PARTITION BY LIST COLUMNS (k) (PARTITION p0 VALUES IN ('a'))",
+     "compared by its collation"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY RANGE (k) (PARTITION p1 VALUES LESS THAN (1))",
+     "has no partition 'p0'"),
+])
+def test_truncating_a_partition_tidelake_cannot_compute_fails_naming_the_table_and_why(tmp_path: Path, create: str, why: str) -> None:
+    h = History()
+    h.ddl("shop", "t", create, kind="CREATE")
+    h.ddl("shop", "t", "ALTER TABLE `shop`.`t` TRUNCATE PARTITION p0", kind="ALTER")
+    h.mark()
+    with pytest.raises(UnsupportedSchemaChange, match=rf"shop.t: 'ALTER TABLE `shop`.`t` TRUNCATE PARTITION p0' deletes the rows of "
+                                                      rf"partition\(s\) p0 without row events.*{why}"):
+        run(tmp_path, "canal-json", [h.events])
 
 
 @pytest.mark.parametrize("crash_at", ["renamed:shop.b", "committed:0", "staged:shop.b"])
@@ -322,6 +506,37 @@ def test_primary_key_changes_follow_upstream(tmp_path: Path) -> None:
     assert iceberg_table(config, "shop", "k").properties["tidelake.key-columns"] == '["id", "region"]'
 
 
+def test_tidb_keys_partitioned_and_generated_tables_and_row_format_create_select(tmp_path: Path) -> None:
+    """DDL as TiDB and MySQL 8 write it: bare NONCLUSTERED keys with an order, RANGE / LIST
+    partitioned tables, a generated column, and what ROW binlog logs for CREATE TABLE ... SELECT."""
+    h = History()
+    sales = schema("shop", "sales", [("id", "int"), ("region", "varchar(2)"), ("v", "int")], keys=("id", "region"))
+    h.ddl("shop", "sales", "CREATE TABLE shop.sales (id int, region varchar(2), v int, PRIMARY KEY (id DESC, region(1)) "
+          "NONCLUSTERED) PARTITION BY LIST COLUMNS (region) (PARTITION p_eu VALUES IN ('de', 'fr'), PARTITION p_us VALUES IN ('us'))",
+          kind="CREATE")
+    h.row(Op.INSERT, sales, None, {"id": 1, "region": "de", "v": 1})
+    h.row(Op.INSERT, sales, None, {"id": 1, "region": "us", "v": 2})
+    log = schema("shop", "log", [("id", "int"), ("at", "int"), ("day", "int")], keys=())
+    h.ddl("shop", "log", "CREATE TABLE shop.log (id int, at int, day int AS (at DIV 86400) STORED) "
+          "PARTITION BY RANGE (at) (PARTITION p0 VALUES LESS THAN (86400), PARTITION pmax VALUES LESS THAN MAXVALUE)", kind="CREATE")
+    h.row(Op.INSERT, log, None, {"id": 7, "at": 90000, "day": 1})
+    keyed = schema("shop", "log", [("id", "int"), ("at", "int"), ("day", "int")])
+    h.ddl("shop", "log", "ALTER TABLE shop.log ADD PRIMARY KEY (id) NONCLUSTERED", kind="ALTER")
+    h.row(Op.UPDATE, keyed, {"id": 7, "at": 90000, "day": 1}, {"id": 7, "at": 5, "day": 0})
+    copy = schema("shop", "copy", [("id", "int"), ("v", "int")], keys=())
+    h.ddl("shop", "copy", "CREATE TABLE `copy` (\n  `id` int DEFAULT NULL,\n  `v` int DEFAULT NULL\n) START TRANSACTION", kind="CREATE")
+    h.row(Op.INSERT, copy, None, {"id": 1, "v": 2})
+    w = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events])
+    assert results[-1].watermark == w
+    assert sorted(read_table(config, "shop", "sales", w).to_pylist(), key=lambda r: r["region"]) == [
+        {"id": 1, "region": "de", "v": 1}, {"id": 1, "region": "us", "v": 2}]
+    assert iceberg_table(config, "shop", "sales").properties["tidelake.key-columns"] == '["id", "region"]'
+    assert read_table(config, "shop", "log", w).to_pylist() == [{"id": 7, "at": 5, "day": 0}]
+    assert iceberg_table(config, "shop", "log").properties["tidelake.key-columns"] == '["id"]'
+    assert read_table(config, "shop", "copy", w).to_pylist() == [{"id": 1, "v": 2}]
+
+
 def test_if_not_exists_case_folding_and_unknown_drops(tmp_path: Path) -> None:
     h = History()
     v1 = schema("shop", "t", [("id", "int"), ("Qty", "int")])
@@ -348,9 +563,9 @@ def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
 
     h = History()
     h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, v int)", kind="CREATE")
-    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN w int, TRUNCATE PARTITION p0", kind="ALTER")
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN w int, EXCHANGE PARTITION p0 WITH TABLE shop.u", kind="ALTER")
     h.mark()
-    with pytest.raises(DdlParseError, match="TRUNCATE PARTITION p0.*without row events"):
+    with pytest.raises(DdlParseError, match="EXCHANGE PARTITION p0 WITH TABLE shop.u.*without row events"):
         run(tmp_path, "canal-json", [h.events])
 
 
