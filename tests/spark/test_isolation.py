@@ -206,3 +206,30 @@ def _toml(tmp: Path, config) -> Path:
     path.write_text(f'name = "{config.name}"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
                     f'protocol = "canal-json"\n[storage]\nurl = "{config.storage.url}"\n')
     return path
+
+
+def test_retention_keeps_the_held_w_and_what_its_replay_reads(tmp_path: Path, monkeypatch) -> None:
+    """Retiring every W it may and pruning the archive to the retained checkpoints leave the
+    isolated table's held W readable and its replay possible: it catches up exactly afterwards."""
+    import datetime as dt
+
+    from spark.config import MaintenanceConfig
+    from spark.maintain.run import maintain
+    from spark.publish import retained_watermarks
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    nothing = dt.timedelta(0)
+    config = dataclasses.replace(config, maintenance=MaintenanceConfig(
+        keep_all=nothing, keep_hourly=nothing, keep_daily=nothing, grace_period=nothing, archive_horizon=nothing))
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    maintain(config, now=T0 + dt.timedelta(days=400))
+    assert retained_watermarks(storage, config.name) == [w1, w3]  # W1: shop.a is held there; W3: the latest
+    assert _rows(config, "a", w1) == [(1, 1)] and _rows(config, "b", w1) == [(1, 1)]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
