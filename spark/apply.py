@@ -51,7 +51,7 @@ from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
 from spark.fold.select import FoldWindow
-from spark.isolation import Isolated, RunIsolation, read_isolated, table_error, write_isolated
+from spark.isolation import ISOLATE, Isolated, RunIsolation, read_isolated, table_error, write_isolated
 from spark.iceberg.rewrite import FileRewrite
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
@@ -512,7 +512,7 @@ def _cause(plan: TablePlan, exc: BaseException) -> DdlChange | None:
 
 def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunContext, fold: Fold,
                   step: Callable[[str], None], progress: Callable[[str, int, int], None],
-                  isolation: RunIsolation, linked: Links) -> None:
+                  isolation: RunIsolation, links: Links) -> None:
     """Every table's plan, committed in rounds -- or one by one in plan order when a plan renames a
     table or copies one (``CREATE TABLE ... LIKE``): those read or make another plan's table.
 
@@ -527,7 +527,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
 
     def isolate(plan: TablePlan, exc: BaseException) -> None:
         isolation.isolate({plan.ref}, exc, _cause(plan, exc))
-        _involve(linked, isolation)
+        _involve(links, isolation)
 
     progress("commit", 0, len(plans))
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
@@ -577,7 +577,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
             try:
                 rewrites = fold.rewrite(list(requests.values())) if requests else []
             except Exception as exc:
-                if not table_error(exc):
+                if not table_error(exc) or isolation.policy != ISOLATE:
                     raise
                 rewrites = _rewrite_each(fold, requests, lambda i, e: isolate(plans[i], e))
                 for i in [i for i, r in zip(requests, rewrites) if r is None]:

@@ -233,3 +233,74 @@ def test_retention_keeps_the_held_w_and_what_its_replay_reads(tmp_path: Path, mo
     assert read_isolated(storage, config.name) == {}
     assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
+
+
+def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path: Path) -> None:
+    """Errors at commit (a type change Iceberg cannot make) and in the executors' rewrite (a decimal
+    wider than its column) isolate their own table; the tables committed beside them go on."""
+    from decimal import Decimal
+
+    d = schema("shop", "d", [("id", "int"), ("price", "decimal(5,2)")])
+    h = History()
+    for s, sql in ((A, "CREATE TABLE shop.a (id int primary key, v int)"), (B, "CREATE TABLE shop.b (id int primary key, v int)"),
+                   (d, "CREATE TABLE shop.d (id int primary key, price decimal(5,2))")):
+        h.ddl("shop", s.table, sql, s, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 1, "price": Decimal("1.00")})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    h.ddl("shop", "a", "ALTER TABLE shop.a MODIFY COLUMN v varchar(10)", schema("shop", "a", [("id", "int"), ("v", "varchar(10)")]),
+          kind="ALTER")
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 2, "price": Decimal("1000.00")})
+    w2 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, h.events])
+    _apply(config, 0)
+    result = _apply(config, 1)
+    assert result.watermark == w2
+    isolated = result.report["isolated"]
+    assert set(isolated) == {"shop.a", "shop.d"}
+    assert isolated["shop.a"]["error"] == "UnsupportedSchemaChange" and isolated["shop.a"]["ddl"].startswith("ALTER TABLE shop.a")
+    assert isolated["shop.d"]["error"] == "UnsupportedValue" and "does not fit decimal(5, 2)" in isolated["shop.d"]["message"]
+    assert _rows(config, "b", w2) == [(1, 1)]
+    assert read_table(config, "shop", "d", w1).to_pylist() == [{"id": 1, "price": Decimal("1.00")}]
+    with pytest.raises(IsolatedTable, match=f"shop.d is isolated at watermark {w2}: it is held at W {w1}"):
+        read_table(config, "shop", "d", w2)
+
+
+def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monkeypatch) -> None:
+    """RENAME a TO c after a's bad statement: c is isolated too (its state would come from a's);
+    once a version handles the statement, both are replayed and c holds a's rows."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
+    c = schema("shop", "c", [("id", "int"), ("v", "int")])
+    h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    w3 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, h.events])
+    for i in range(3):
+        _apply(config, i)
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "c")}
+    assert held[("shop", "a")].held_at == w1
+    assert held[("shop", "c")].held_at == w2 and held[("shop", "c")].involved == "shop.a"
+    assert _rows(config, "b", w3) == [(1, 1)]
+    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held at W {w2}"):
+        read_table(config, "shop", "c", w3)
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w2) == [(2, 2)]
+    assert _rows(config, "c", w3) == [(2, 2), (3, 3)]
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
