@@ -26,6 +26,9 @@ Key = tuple[Any, ...]
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
 _RENAME = re.compile(rf"^RENAME TABLE {_NAME} TO {_NAME}$", re.IGNORECASE)
 _TABLE_DDL = re.compile(rf"^(DROP|TRUNCATE|CREATE) TABLE {_NAME}", re.IGNORECASE)
+# MySQL 8 (ALTER TABLE, "DISCARD TABLESPACE"): deletes the table's .ibd file, its rows with it,
+# and sends no row events.
+_DISCARD = re.compile(rf"^ALTER TABLE {_NAME} DISCARD TABLESPACE$", re.IGNORECASE)
 
 
 def _name(db: str, table: str) -> TableName:
@@ -94,6 +97,10 @@ class Oracle:
         table_ddl = _TABLE_DDL.match(sql)
         if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):
             self.tables[_name(*table_ddl.group(2, 3))] = {}
+            return
+        discard = _DISCARD.match(sql)
+        if discard:
+            self.tables[_name(*discard.group(1, 2))] = {}
             return
         name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
         if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)

@@ -51,7 +51,9 @@ from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
 from spark.fold.select import FoldWindow
-from spark.isolation import ISOLATE, Isolated, RunIsolation, read_isolated, table_error, write_isolated
+from spark.isolation import (
+    ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
+)
 from spark.iceberg.rewrite import FileRewrite
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
@@ -308,6 +310,11 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
     return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(catalog, config)), report)
 
 
+def _behind(catalog: Any, config: PipelineConfig, ref: tuple[str, str], w: int) -> bool:
+    table = cat.load_table(catalog, config, *ref)
+    return table is not None and table_watermark(table) < w
+
+
 def _isolated_report(entries: list[Isolated]) -> dict[str, dict[str, Any]]:
     return {e.name: {"held_at": e.held_at, "held_at_time": _w_time(e.held_at), "reason": e.reason(), **e.to_dict()}
             for e in sorted(entries, key=lambda e: e.ref)}
@@ -443,7 +450,7 @@ def _apply_one(
         )
     # Tables held back: a DDL tidelake cannot parse isolates its table (or fails the run), and
     # nothing of an isolated table's is planned.
-    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, interval)
+    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval)
     linked, ddls = _ddl_links(ddls, isolation)
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     ddl_orders: dict[tuple[str, str], list[Order]] = {}
@@ -480,7 +487,10 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
         try:
             changes = ddl_changes(e)
         except DdlParseError as exc:
-            isolation.isolate({(e.database, e.table)}, exc, e)
+            ref = statement_table(e)
+            if ref is None:
+                raise  # which table it is about is unknown: nothing to hold back
+            isolation.isolate({ref}, exc, e)
             continue
         parsed.append(e)
         for ref, change in changes:
@@ -629,6 +639,11 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
     plans = build_apply_plans(ddls, fold.outcome.summaries)
+    if storage.exists(published_path(config.name, w)):
+        # A replay of a published W (the walk bringing a table from its held W): every table W lists
+        # is at W already, as publishing comes last. Only tables retried from their held W, or behind
+        # W, are applied -- never one renamed or dropped since, whose old name would make it again.
+        plans = [p for p in plans if p.ref in isolation.retried or _behind(catalog, config, p.ref, w)]
     committing = time.perf_counter()
     _commit_plans(committer, plans, run, fold, step, progress, isolation, linked)
     isolated = isolation.at_w()

@@ -109,6 +109,31 @@ class Isolated:
         return f"{self.error}{where}: {self.message}"
 
 
+def statement_table(ddl: DdlChange) -> TableRef | None:
+    """The table a DDL statement tidelake could not parse is about: the protocol's, or the first one
+    the statement names (``ALTER / CREATE / DROP / TRUNCATE / RENAME TABLE [IF [NOT] EXISTS] name``);
+    None when neither says."""
+    if ddl.table:
+        return (ddl.database, ddl.table)
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.errors import ParseError, TokenError
+    from sqlglot import exp
+
+    try:
+        tokens = Dialect.get_or_raise("mysql").tokenize(ddl.sql)
+        words = [t.text.upper() for t in tokens]
+        at = words.index("TABLE") + 1 if "TABLE" in words[:4] else 1 if words[:1] == ["TRUNCATE"] else len(tokens)
+        while at < len(tokens) and words[at] in ("IF", "NOT", "EXISTS"):
+            at += 1
+        end = at + 3 if at + 2 < len(tokens) and words[at + 1] == "." else at + 1
+        if end > len(tokens):
+            return None
+        table = exp.to_table(ddl.sql[tokens[at].start:tokens[end - 1].end + 1], dialect="mysql")
+    except (ParseError, TokenError, ValueError):
+        return None
+    return (table.db or ddl.database, table.name) if table.name else None
+
+
 def isolated_path(pipeline: str) -> str:
     return f"{layout.pipeline_root(pipeline)}/isolated.json"
 
@@ -136,18 +161,20 @@ class RunIsolation:
     """Which tables one interval's run leaves out.
 
     ``before``: the pipeline's isolated tables as the run starts. One held at the run's W_prev
-    is *retried* (this interval is the next one it needs); one held earlier is left out (it
-    waits for its own earlier interval, which the walk replays first); one held at or after W
-    is not isolated in this (replayed, earlier) interval. Errors of the run add tables.
+    is *retried* (this interval is the next one it needs) if the run moves W at all; one held
+    earlier is left out (it waits for its own earlier interval, which the walk replays first);
+    one held at or after W is not isolated in this (replayed, earlier) interval. Errors of the
+    run add tables.
     """
 
-    def __init__(self, policy: str, before: Mapping[TableRef, Isolated], w_prev: int, interval: str) -> None:
+    def __init__(self, policy: str, before: Mapping[TableRef, Isolated], w_prev: int, w: int, interval: str) -> None:
         self.policy = policy
         self.before = dict(before)
         self.w_prev = w_prev
         self.interval = interval
-        self.held = {ref: e for ref, e in before.items() if e.held_at < w_prev}
-        self.retried = {ref for ref, e in before.items() if e.held_at == w_prev}
+        # A run that does not move W applies nothing: it cannot tell whether a retried table goes through.
+        self.retried = {ref for ref, e in before.items() if e.held_at == w_prev and w > w_prev}
+        self.held = {ref: e for ref, e in before.items() if e.held_at <= w_prev and ref not in self.retried}
         self.new: dict[TableRef, Isolated] = {}
 
     def out(self, ref: TableRef) -> bool:
