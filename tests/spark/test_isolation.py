@@ -5,6 +5,7 @@ it (a fixed tidelake, or ``tidelake repair``) replays it to the pipeline's W fro
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from cdc_codecs import Op, get_encoder
 from spark import apply_plan
 from spark.apply import apply_interval
-from spark.cli import main
+from spark.cli import main, print_report
 from spark.ddl import DdlParseError, TruncateTable
 from spark.isolation import read_isolated
 from spark.commit import table_watermark
@@ -114,6 +115,9 @@ def test_one_table_isolated_the_others_publish(tmp_path: Path, capsys) -> None:
     assert report["isolated"]["shop.a"]["held_at"] == w1 and report["tables"]["shop.a"]["isolated"] is True
     summary = "\n".join(apply_summary(second))
     assert f"ISOLATED shop.a: held at W {w1}" in summary and "DdlParseError" in summary
+    printed = io.StringIO()
+    print_report({"land": {"messages": 0}, "apply": second.report}, printed)  # tidelake run
+    assert f"  ISOLATED shop.a: held at W {w1}" in printed.getvalue() and BAD in printed.getvalue()
     # The next run: b goes on, a stays held (and is tried again from W1 on the way).
     third = _apply(config, 2)
     assert third.watermark == w3 and _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
@@ -235,7 +239,7 @@ def test_retention_keeps_the_held_w_and_what_its_replay_reads(tmp_path: Path, mo
     assert _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
 
 
-def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path: Path) -> None:
+def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path: Path, runner=None) -> None:  # noqa: ANN001
     """Errors at commit (a type change Iceberg cannot make) and in the executors' rewrite (a decimal
     wider than its column) isolate their own table; the tables committed beside them go on."""
     from decimal import Decimal
@@ -256,8 +260,8 @@ def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_pat
     h.row(Op.INSERT, d, None, {"id": 2, "price": Decimal("1000.00")})
     w2 = h.mark()
     config = _pipeline(tmp_path, "isolate", [first, h.events])
-    _apply(config, 0)
-    result = _apply(config, 1)
+    _apply(config, 0, runner=runner)
+    result = _apply(config, 1, runner=runner)
     assert result.watermark == w2
     isolated = result.report["isolated"]
     assert set(isolated) == {"shop.a", "shop.d"}
@@ -304,3 +308,17 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert _rows(config, "a", w2) == [(2, 2)]
     assert _rows(config, "c", w3) == [(2, 2), (3, 3)]
     assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
+
+
+@pytest.mark.slow
+def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
+    """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""
+    from spark.land import SparkRunner
+    from spark.session import build_context
+
+    context = build_context("tidelake-isolation", "local[2]", **{"spark.ui.enabled": "false",
+                                                                "spark.ui.showConsoleProgress": "false"})
+    try:
+        test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path, SparkRunner(context))
+    finally:
+        context.stop()
