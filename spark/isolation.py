@@ -30,6 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
 
 from cdc_codecs import DdlChange
 from spark import layout
@@ -115,10 +118,6 @@ def statement_table(ddl: DdlChange) -> TableRef | None:
     None when neither says."""
     if ddl.table:
         return (ddl.database, ddl.table)
-    from sqlglot.dialects.dialect import Dialect
-    from sqlglot.errors import ParseError, TokenError
-    from sqlglot import exp
-
     try:
         tokens = Dialect.get_or_raise("mysql").tokenize(ddl.sql)
         words = [t.text.upper() for t in tokens]
