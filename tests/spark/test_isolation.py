@@ -322,3 +322,24 @@ def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
         test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path, SparkRunner(context))
     finally:
         context.stop()
+
+
+def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_table_s() -> None:
+    from cdc_codecs import DdlChange, SourcePosition
+    from spark.isolation import statement_table, table_error
+    from spark.schema_map import UnsupportedValue
+
+    def ddl(sql: str, database: str = "", table: str = "") -> DdlChange:
+        return DdlChange(database, table, sql, 1, SourcePosition("cdc", 0, 0))
+
+    assert statement_table(ddl("ALTER TABLE x DISCARD TABLESPACE", "shop", "y")) == ("shop", "y")  # the protocol's word first
+    assert statement_table(ddl("ALTER TABLE `my db`.`we``ird` DISCARD TABLESPACE")) == ("my db", "we`ird")
+    assert statement_table(ddl("CREATE TABLE IF NOT EXISTS t (id int) PARTITION BY HASH(id)", "shop")) == ("shop", "t")
+    assert statement_table(ddl("TRUNCATE t", "shop")) == ("shop", "t")
+    assert statement_table(ddl("FLASHBACK DATABASE shop")) is None
+    assert table_error(UnsupportedValue("x")) and not table_error(RuntimeError("lease lost"))
+    # An executor's error as Spark hands it to the driver: the Python traceback inside a Java one.
+    wrapped = RuntimeError("An error occurred while calling o12.collect.\n: org.apache.spark.SparkException: Job aborted\n"
+                           "Traceback (most recent call last):\n  File ...\nspark.schema_map.UnsupportedValue: column 'd' "
+                           "(decimal(5, 2)): 1000 does not fit decimal(5, 2)\n\tat org.apache.spark...")
+    assert table_error(wrapped)
