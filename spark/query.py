@@ -69,7 +69,7 @@ def isolated_error(config: PipelineConfig, watermark: int, entry: dict[str, Any]
     at = f"read it --at {held}" if held else "it has no earlier W"
     why = f"{entry['error']}" + (f" on {entry['ddl']!r} (commitTs {entry.get('commit_ts')})" if entry.get("ddl") else "")
     return IsolatedTable(
-        f"{entry['database']}.{entry['table']} is isolated at watermark {watermark}: it is held at W {_w_text(held) if held else 0} "
+        f"pipeline {config.name}: {entry['database']}.{entry['table']} is isolated at watermark {watermark}: it is held at W {_w_text(held) if held else 0} "
         f"since interval {entry['since']}, for {why}: {entry['message']}. The pipeline's other tables are at W; {at}, "
         "or fix it (a tidelake version that handles it, then the next run or `tidelake repair` replays it to W)"
     )
