@@ -343,3 +343,25 @@ def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_
                            "Traceback (most recent call last):\n  File ...\nspark.schema_map.UnsupportedValue: column 'd' "
                            "(decimal(5, 2)): 1000 does not fit decimal(5, 2)\n\tat org.apache.spark...")
     assert table_error(wrapped)
+
+
+@pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.a", "isolated", "tagged", "published"])
+def test_a_crash_while_catching_up_then_the_next_run(tmp_path: Path, monkeypatch, crash_at: str) -> None:
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    _fixed(monkeypatch)
+
+    def fault(step: str) -> None:
+        if step == crash_at:
+            raise RuntimeError(f"crash at {step}")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        _apply(config, 2, fault=fault)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w1) == [(1, 1)]
+    assert _rows(config, "a", w2) == [(3, 3)] and _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert [t["table"] for t in read_published(storage, config.name, w2)["tables"]] == ["a", "b"]
