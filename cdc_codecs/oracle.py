@@ -48,6 +48,9 @@ _PARTITION_BY = re.compile(r"PARTITION BY (RANGE|LIST) \(`([^`]+)`\) \((.*)\)$",
 _PARTITION = re.compile(r"PARTITION (\w+) VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\))", re.IGNORECASE)
 _PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} (TRUNCATE|DROP|ADD) PARTITION (.*)$", re.IGNORECASE | re.DOTALL)
 _DROP_DATABASE = re.compile(r"^DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?(?:`((?:[^`]|``)*)`|(\w+))$", re.IGNORECASE)
+# MySQL 8 (ALTER TABLE, "DISCARD TABLESPACE"): deletes the table's .ibd file, its rows with it,
+# and sends no row events.
+_DISCARD = re.compile(rf"^ALTER TABLE {_NAME} DISCARD TABLESPACE$", re.IGNORECASE)
 
 
 def _name(db: str, table: str) -> TableName:
@@ -143,6 +146,10 @@ class Oracle:
         table_ddl = _TABLE_DDL.match(sql)
         if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):
             self.tables[_name(*table_ddl.group(2, 3))] = {}
+            return
+        discard = _DISCARD.match(sql)
+        if discard:
+            self.tables[_name(*discard.group(1, 2))] = {}
             return
         name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
         if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)

@@ -171,6 +171,9 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         params={
             "on_bad_message": Param(config.on_bad_message, enum=["fail", "continue"],
                                     description="an undecodable message: fail the run, or quarantine it and continue"),
+            "on_table_error": Param(config.on_table_error, enum=["fail", "isolate"],
+                                    description="a table's DDL or value tidelake cannot apply: fail the run, or hold that "
+                                                "table at its last good W and publish the others"),
         },
         tags=["tidelake"],
         # Registered explicitly below: a DAG whose construction failed must not be picked up.
@@ -192,7 +195,8 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         )
         apply = SparkSubmitOperator(
             task_id="apply", application=str(JOBS / "apply.py"),
-            application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}"],
+            application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}",
+                              "--on-table-error", "{{ params.on_table_error }}"],
             **spark_args,
         )
 

@@ -26,7 +26,9 @@ holding the pipeline's lease throughout:
    the checkpoint is written; W is published last.
 
 Undecodable messages are quarantined once (``spark.quarantine``); the pipeline's
-``on_bad_message`` policy then fails the run or lets it continue.
+``on_bad_message`` policy then fails the run or lets it continue. A table whose DDL or values
+the run cannot apply fails it, or under ``on_table_error = "isolate"`` is held at its last
+good W while the others go on (``spark.isolation``); the walk tries it again from there.
 """
 
 from __future__ import annotations
@@ -43,12 +45,15 @@ import orjson
 from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
-from spark.apply_plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans
+from spark.apply_plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
 from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table
 from spark.config import PipelineConfig
-from spark.ddl import CreateTableLike, RenameTable
+from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
 from spark.fold.select import FoldWindow
+from spark.isolation import (
+    ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
+)
 from spark.iceberg.rewrite import FileRewrite
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
@@ -58,7 +63,7 @@ from spark.net_change import Order, change_order
 from spark.plane import FillRequest, Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.publish import (
     CONFIRMATION_REPORT, CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark,
-    published_path,
+    published_path, read_published, record_caught_up,
 )
 from spark.quarantine import quarantine_messages
 from spark.storage import AlreadyExists, Storage, open_storage
@@ -213,12 +218,23 @@ def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
     return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
 
 
+def _lowest(storage: Storage, catalog: Any, config: PipelineConfig, applied: int | None = None) -> int | None:
+    """The lowest watermark the walk brings tables forward from: every table's own, but an isolated
+    table's held W instead -- so each run tries it again from there, once: after the walk applied
+    the interval ending at ``applied``, a table still held below it waits for the next run."""
+    held = read_isolated(storage, config.name)
+    names = {e.name for e in held.values()}
+    marks = [w for name, w in _table_watermarks(catalog, config).items() if name not in names]
+    marks += [e.held_at for e in held.values() if applied is None or e.held_at >= applied]
+    return min(marks, default=None)
+
+
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
                    target: int, lease: Lease, step: Callable[[str], None],
                    progress: Callable[[str, int, int], None]) -> ApplyResult:
     # The lowest table watermark: an interval at or below it is done for every table. Only an
     # applied interval moves tables, so it is read again only then.
-    lowest = min(_table_watermarks(catalog, config).values(), default=None)
+    lowest = _lowest(storage, catalog, config)
 
     def done(cp: Checkpoint | None) -> bool:
         return cp is not None and (cp.watermark == 0 or _is_published(storage, config.name, cp.watermark))
@@ -255,7 +271,7 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
             replayed.append(layout.instant(iv.end))
         r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
                        progress)
-        lowest = min(_table_watermarks(catalog, config).values(), default=None)
+        lowest = _lowest(storage, catalog, config, r.watermark)
         if i == target:
             result = r
         previous = _read_checkpoint(storage, config.name, iv)
@@ -298,8 +314,11 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
     w = cp.watermark
     # A W the retention policy retired has no tags by design: confirmed as published, not re-derived.
     retired = bool(w) and is_retired(storage, config.name, w)
+    isolated = (read_published(storage, config.name, w) or {}).get("isolated", []) if w else []
+    held = {(e["database"], e["table"]) for e in isolated}  # not tagged at W by design
     missing = [".".join(cat.upstream_name(t)) for t in cat.pipeline_tables(catalog, config)
-               if w and not retired and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)]
+               if w and not retired and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)
+               and cat.upstream_name(t) not in held]
     if missing:
         raise ApplyError(f"watermark {w} is published but {', '.join(missing)} carry no tag {tag_name(w)}; "
                          f"run `tidelake repair --from {w}` to re-derive it from the archive")
@@ -310,6 +329,7 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
         "watermark_time": _w_time(w),
         "note": (note or "already published by an earlier run; tables and tags left as they are")
                 + ("; W is retired by the retention policy (its tags are gone)" if retired else ""),
+        "isolated": _isolated_report([Isolated.from_dict(e) for e in isolated]),
         "confirmed_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     _write_confirmation(storage, config.name, iv, report)
@@ -322,6 +342,16 @@ def _write_confirmation(storage: Storage, pipeline: str, iv: _Interval, report: 
     applied = layout.report_path(pipeline, iv.start, iv.end, "apply")
     path = layout.report_path(pipeline, iv.start, iv.end, CONFIRMATION_REPORT) if storage.exists(applied) else applied
     storage.write(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+
+def _behind(catalog: Any, config: PipelineConfig, ref: tuple[str, str], w: int) -> bool:
+    table = cat.load_table(catalog, config, *ref)
+    return table is not None and table_watermark(table) < w
+
+
+def _isolated_report(entries: list[Isolated]) -> dict[str, dict[str, Any]]:
+    return {e.name: {"held_at": e.held_at, "held_at_time": _w_time(e.held_at), "reason": e.reason(), **e.to_dict()}
+            for e in sorted(entries, key=lambda e: e.ref)}
 
 
 def _existed_at(table: Any, watermark: int) -> bool:
@@ -452,6 +482,10 @@ def _apply_one(
             f"{storage.url}/{layout.pipeline_root(config.name)}/quarantine. Fix the producer or set on_bad_message: "
             "continue, then rerun the interval"
         )
+    # Tables held back: a DDL tidelake cannot parse isolates its table (or fails the run), and
+    # nothing of an isolated table's is planned.
+    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval)
+    linked, ddls = _ddl_links(ddls, isolation)
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
     ddl_orders: dict[tuple[str, str], list[Order]] = {}
@@ -472,39 +506,106 @@ def _apply_one(
     progress("net change", 1, 1)
     try:
         return _commit_run(config, storage, catalog, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
-                           derived_ddl, sides, quarantine, lease, step, progress, started, stages)
+                           derived_ddl, sides, quarantine, lease, step, progress, started, stages, isolation, linked)
     finally:
         fold.close()
 
 
+Links = list[tuple[DdlChange, set[tuple[str, str]]]]
+
+
+def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, list[DdlChange]]:
+    """The tables each of the run's DDL moves state between (a rename's old and new name, a copy
+    and its source), and the DDL that parse. A DDL that does not parse isolates its table."""
+    linked: Links = []
+    parsed = []
+    for e in ddls:
+        try:
+            changes = ddl_changes(e)
+        except DdlParseError as exc:
+            ref = statement_table(e)
+            if ref is None:
+                raise  # which table it is about is unknown: nothing to hold back
+            isolation.isolate({ref}, exc, e)
+            continue
+        parsed.append(e)
+        for ref, change in changes:
+            if isinstance(change, RenameTable):
+                linked.append((e, {ref, (change.database, change.table)}))
+            elif isinstance(change, CreateTableLike):
+                linked.append((e, {ref, change.source}))
+    _involve(linked, isolation)
+    return linked, parsed
+
+
+def _involve(linked: Links, isolation: RunIsolation) -> None:
+    """A DDL of the run that moves state from or into an isolated table isolates the other table too
+    (to a fixpoint): neither can be applied from or into a state the run does not know."""
+    changed = True
+    while changed:
+        changed = False
+        for e, refs in linked:
+            out = sorted(r for r in refs if isolation.out(r))
+            if out and len(out) < len(refs):
+                isolation.involve(refs, out[0], e)
+                changed = True
+
+
+def _cause(plan: TablePlan, exc: BaseException) -> DdlChange | None:
+    """The plan's DDL a commit error names (UnsupportedSchemaChange quotes its statement)."""
+    return next((s.ddl for s in plan.steps if isinstance(s, SchemaStep) and repr(s.ddl.sql) in str(exc)), None)
+
+
 def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunContext, fold: Fold,
-                  step: Callable[[str], None], progress: Callable[[str, int, int], None]) -> None:
+                  step: Callable[[str], None], progress: Callable[[str, int, int], None],
+                  isolation: RunIsolation, links: Links) -> None:
     """Every table's plan, committed in rounds -- or one by one in plan order when a plan renames a
     table or copies one (``CREATE TABLE ... LIKE``): those read or make another plan's table.
 
     A round advances every unfinished plan to its next data step (schema changes staged, catalog
     I/O, side by side in threads), then the executors rewrite all of those tables in one job
     (``Fold.rewrite``), and the plans go on with their files to the next data step or their
-    commit. Most runs take one round: a Spark job per run, not per table."""
+    commit. Most runs take one round: a Spark job per run, not per table.
+
+    A plan that fails with one table's error (``spark.isolation.table_error``) isolates its table
+    and those a DDL of the run links to it (or fails the run, as ``on_table_error`` says); its
+    transaction is not committed, and the other plans go on."""
+
+    def isolate(plan: TablePlan, exc: BaseException) -> None:
+        isolation.isolate({plan.ref}, exc, _cause(plan, exc))
+        _involve(links, isolation)
+
     progress("commit", 0, len(plans))
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
         for i, plan in enumerate(plans):
-            committer.commit_plan(plan, run, fold)
+            if not isolation.out(plan.ref):
+                try:
+                    committer.commit_plan(plan, run, fold)
+                except Exception as exc:
+                    if not table_error(exc):
+                        raise
+                    isolate(plan, exc)
             step(f"committed:{i}")
             progress("commit", i + 1, len(plans))
         return
-    steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans)}
+    steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
     sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
-    done = 0
+    done = len(plans) - len(steps)
+    failed: dict[int, BaseException] = {}
 
     def advance(i: int) -> RewriteRequest | FillRequest | None:
-        """Plan ``i`` up to its next data step's request; None once it is committed."""
+        """Plan ``i`` up to its next data step's request; None once it is committed (or failed)."""
         try:
             return steps[i].send(sent[i])
         except StopIteration:
             step(f"committed:{i}")
+            return None
+        except Exception as exc:
+            if not table_error(exc):
+                raise
+            failed[i] = exc
             return None
 
     with ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="tidelake-commit") as pool:
@@ -517,15 +618,42 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
                     progress("commit", done, len(plans))
                 else:
                     requests[i] = request
-            rewrites = fold.rewrite(list(requests.values())) if requests else []
-            sent = dict(zip(requests, rewrites))
+            for i in sorted(failed):
+                isolate(plans[i], failed.pop(i))
+            try:
+                rewrites = fold.rewrite(list(requests.values())) if requests else []
+            except Exception as exc:
+                if not table_error(exc) or isolation.policy != ISOLATE:
+                    raise
+                rewrites = _rewrite_each(fold, requests, lambda i, e: isolate(plans[i], e))
+                for i in [i for i, r in zip(requests, rewrites) if r is None]:
+                    steps[i].close()  # its transaction is never committed
+                    done += 1
+                    progress("commit", done, len(plans))
+            sent = {i: r for i, r in zip(requests, rewrites) if r is not None}
+
+
+def _rewrite_each(fold: Fold, requests: dict[int, RewriteRequest],
+                  isolate: Callable[[int, BaseException], None]) -> list[list[FileRewrite] | None]:
+    """A round's rewrites one request at a time, after the round failed on one table's values:
+    each request that fails alone isolates its plan (None in its place)."""
+    out: list[list[FileRewrite] | None] = []
+    for i, request in requests.items():
+        try:
+            out.append(fold.rewrite([request])[0])
+        except Exception as exc:
+            if not table_error(exc):
+                raise
+            isolate(i, exc)
+            out.append(None)
+    return out
 
 
 def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest: Manifest, interval: str, fold: Fold,
                 ddls: list[DdlChange], pending: dict[PKey, int], previous: Checkpoint | None, w: int, w_prev: int,
                 marks: PartitionWatermarks, history: dict[PKey, list[SegmentRef]], derived_ddl: list[tuple[Any, ...]],
                 sides: list[tuple[PKey, SideOutput]], quarantine: Any, lease: Lease, step: Callable[[str], None], progress: Callable[[str, int, int], None],
-                started: float, stages: dict[str, float]) -> ApplyResult:
+                started: float, stages: dict[str, float], isolation: RunIsolation, linked: Links) -> ApplyResult:
     """Stage 4 and on: commit every table's plan, tag, checkpoint, publish."""
     for key, offset in fold.outcome.pending.items():
         pending[key] = min(pending.get(key, offset), offset)
@@ -547,13 +675,26 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
     plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(catalog, config))
+    if storage.exists(published_path(config.name, w)):
+        # A replay of a published W (the walk bringing a table from its held W): every table W lists
+        # is at W already, as publishing comes last. Only tables retried from their held W, or behind
+        # W, are applied -- never one renamed or dropped since, whose old name would make it again.
+        plans = [p for p in plans if p.ref in isolation.retried or _behind(catalog, config, p.ref, w)]
     committing = time.perf_counter()
-    _commit_plans(committer, plans, run, fold, step, progress)
+    _commit_plans(committer, plans, run, fold, step, progress, isolation, linked)
+    isolated = isolation.at_w()
+    before = read_isolated(storage, config.name)
+    if {**before, **isolation.new} != before:
+        lease.check()
+        write_isolated(storage, config.name, {**before, **isolation.new})  # before anything of W is tagged
+    step("isolated")
     tables = cat.pipeline_tables(catalog, config)
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
         for i, table in enumerate(tables):
-            lease.check()
-            tag_table(table, w)
+            # An isolated table stops at its held W; one past W (made later, in a replayed interval) has its own tags.
+            if cat.upstream_name(table) not in isolated and table_watermark(table) <= w:
+                lease.check()
+                tag_table(table, w)
             progress("tag", i + 1, len(tables))
     stages["commit and tag"] = time.perf_counter() - committing
     step("tagged")
@@ -570,12 +711,22 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
     tables = cat.pipeline_tables(catalog, config)
     names = {".".join(cat.upstream_name(t)): t for t in tables}
     outcome = NOT_CONSISTENT
+    caught_up: list[str] = []
     if w:
         lease.check()
+        # A W published already (a replay) is only confirmed: a table made after it carries no tag of it.
+        again = storage.exists(published_path(config.name, w))
         view = [PublishedTable(*cat.upstream_name(t), str(t.metadata.table_uuid), t.snapshot_by_name(tag_name(w)).snapshot_id)
-                for t in tables if DROPPED not in t.properties]
-        new = publish_watermark(storage, config.name, w, interval, view)
+                for t in tables if DROPPED not in t.properties and cat.upstream_name(t) not in isolated
+                and not (again and t.snapshot_by_name(tag_name(w)) is None)]
+        new = publish_watermark(storage, config.name, w, interval, view, [e.to_dict() for _, e in sorted(isolated.items())])
         outcome = PUBLISHED if new else CONFIRMED
+        if not new:  # W was published with tables isolated that this replay brought to it: its record names them now
+            caught_up = record_caught_up(storage, config.name, w, view)
+    after = isolation.after()
+    if after != read_isolated(storage, config.name):
+        lease.check()
+        write_isolated(storage, config.name, after)  # retried tables that went through: behind now, not isolated
     starts = {(p.topic, p.partition): p.start for p in manifest.partitions}
     report = {
         "step": "apply",
@@ -600,9 +751,14 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
                 "events_applied": events_applied.get(name, 0),
                 "snapshot": t.current_snapshot().snapshot_id if t.current_snapshot() else None,
                 "dropped": DROPPED in t.properties,
+                **({"isolated": True} if cat.upstream_name(t) in isolated else {}),
             }
             for name, t in sorted(names.items())
         },
+        # Tables held at their last good W (on_table_error = "isolate"): not tagged at this W.
+        "isolated": _isolated_report(list(isolated.values())),
+        # Tables this run brought to a W that was published while they were isolated.
+        "caught_up": caught_up,
         "seconds": round(time.perf_counter() - started, 3),
         # Where the run's time went: decode (stage 1), fold (3), the tables' rewrites and commits (4).
         "stage_seconds": {name: round(v, 3) for name, v in stages.items()},

@@ -172,6 +172,16 @@ def print_report(report: dict[str, Any], out: Any = None) -> None:
     for name, t in tables.items():
         flag = " (dropped)" if t["dropped"] else ""
         print(f"  {name:<{width}}  {t['events_applied']:>8,} events applied{flag}", file=out)
+    for line in isolated_lines(apply):
+        print(f"  {line}", file=out)
+
+
+def isolated_lines(apply: dict[str, Any]) -> list[str]:
+    """An apply report's isolated tables (on_table_error = "isolate"), one line each, and those it caught up."""
+    lines = [f"ISOLATED {name}: held at W {e['held_at']} ({_w_time(e['held_at']) if e['held_at'] else 'before its first W'}) "
+             f"since {e['since']}, not tagged at this W: {e['reason']}" for name, e in apply.get("isolated", {}).items()]
+    lines += [f"caught up {name}: replayed from the archive to this W" for name in apply.get("caught_up", [])]
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -242,7 +252,8 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     for w in marks:
         doc = published(config, w)
         status = "retired" if w in retired else "retained"
-        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}")
+        held = "".join(f"; isolated: {e['database']}.{e['table']} (held at W {e['held_at']})" for e in doc.get("isolated", []))
+        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
     print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
     return 0
 
@@ -252,12 +263,19 @@ def _at(text: str) -> Any:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from spark.query import read_pipeline
+    from spark.query import open_view
 
     config = _config(args)
-    w, tables = read_pipeline(config, _at(args.at))
+    view = open_view(config, _at(args.at))
+    w = view.watermark
     print(f"{config.name} at W={w} ({_w_time(w)}):")
-    for (db, table), data in sorted(tables.items()):
+    for (db, table) in sorted({*view.tables, *view.isolated}):
+        if (db, table) in view.isolated:
+            e = view.isolated[(db, table)]
+            print(f"  {db}.{table}: ISOLATED, held at W {e['held_at']} since {e['since']} (read it --at {e['held_at']}): "
+                  f"{e['error']}{' on ' + repr(e['ddl']) if e.get('ddl') else ''}: {e['message']}")
+            continue
+        data = view.scan((db, table))
         print(f"  {db}.{table}: {data.num_rows:,} rows, {data.num_columns} columns")
     return 0
 

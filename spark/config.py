@@ -150,6 +150,9 @@ class PipelineConfig:
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
     on_bad_message: str = "fail"
+    # One table's DDL or value tidelake cannot apply: "isolate" the table (held at its last good
+    # W, the others go on; spark.isolation) or "fail" the run.
+    on_table_error: str = "isolate"
     schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig())
     # The pipeline's lease (one run at a time): how long it lives without renewal, and how long
     # a run waits for another run's lease before failing.
@@ -419,6 +422,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         kafka_options=kafka_options,
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
+        on_table_error=r.get("on_table_error", str, "isolate", choices=("fail", "isolate")),
         schedule=schedule_config,
         lease_ttl_seconds=float(r.get("lease_ttl_seconds", (int, float), 600)),
         lease_wait_seconds=float(r.get("lease_wait_seconds", (int, float), 0)),

@@ -17,6 +17,10 @@ runs still see that W was published (an old interval is confirmed, never re-appl
 Compaction (spark/maintain/compaction.py) moves the tags on a table's head to its ``replace``
 snapshot (same rows, fewer files); W's record then names that snapshot.
 
+A table held back (``on_table_error = "isolate"``, spark/isolation.py) is listed under
+``isolated`` in the record of every W it misses, with why and the W it is held at; once a
+later run replays it to W, W's record moves it to ``tables`` (and notes it under ``caught_up``).
+
 ``tidelake repair`` (spark/repair.py) may later move tags of published Ws; it records what it
 did in ``<pipeline>/repairs/<time>.json``. Downstream hears of a repair once, with the next
 new W: that W is announced with ``repair=True`` and ``repaired_from`` = the first W the
@@ -152,16 +156,44 @@ def published_tables(doc: dict[str, Any]) -> list[PublishedTable]:
     return [PublishedTable(t["database"], t["table"], t["uuid"], t["snapshot"]) for t in doc["tables"]]
 
 
-def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval: str, tables: list[PublishedTable]) -> bool:
-    """Record W as consistent. Create-only: returns False when an earlier run published it."""
+def publish_watermark(storage: Storage, pipeline: str, watermark: int, interval: str, tables: list[PublishedTable],
+                      isolated: list[dict[str, Any]] | None = None) -> bool:
+    """Record W as consistent. Create-only: returns False when an earlier run published it.
+
+    ``isolated``: the tables held at an earlier W (``spark.isolation.Isolated.to_dict``), listed
+    under ``isolated`` -- readers refuse them at W, naming the W they are held at."""
     doc = {"watermark": watermark, "interval": interval,
            "tables": [t.to_dict() for t in sorted(tables, key=lambda t: (t.database, t.table))],
+           **({"isolated": isolated} if isolated else {}),
            "published_at": dt.datetime.now(dt.timezone.utc).isoformat()}
     try:
         storage.create(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         return True
     except AlreadyExists:
         return False
+
+
+def isolated_at(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The tables W's record lists as isolated (held at an earlier W), by upstream name at W."""
+    return {(e["database"], e["table"]): e for e in doc.get("isolated", [])}
+
+
+def record_caught_up(storage: Storage, pipeline: str, watermark: int, view: list[PublishedTable]) -> list[str]:
+    """W's record names the tables it listed as isolated that ``view`` (tagged at W now: a later run
+    replayed them to W) holds, moved from ``isolated`` to ``tables``. Idempotent; returns their names."""
+    doc = read_published(storage, pipeline, watermark)
+    held = isolated_at(doc) if doc is not None else {}
+    back = [t for t in view if (t.database, t.table) in held]
+    if doc is None or not back:
+        return []
+    doc["isolated"] = [e for ref, e in held.items() if ref not in {(t.database, t.table) for t in back}]
+    if not doc["isolated"]:
+        del doc["isolated"]
+    doc["tables"] = sorted([*doc["tables"], *(t.to_dict() for t in back)], key=lambda t: (t["database"], t["table"]))
+    doc.setdefault("caught_up", []).extend({"database": t.database, "table": t.table,
+                                            "at": dt.datetime.now(dt.timezone.utc).isoformat()} for t in back)
+    storage.write(published_path(pipeline, watermark), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return sorted(f"{t.database}.{t.table}" for t in back)
 
 
 def repairs_dir(pipeline: str) -> str:

@@ -4,7 +4,9 @@
 greatest published W <= it (TiDB TSO = physical ms << 18 | logical). Only published
 watermarks are readable: publishing happens after every table carries the tag. A W the
 retention policy retired is gone: reading at it (or at a time whose W it is) fails with
-``RetiredWatermark`` naming the nearest retained Ws.
+``RetiredWatermark`` naming the nearest retained Ws. A table W's record lists as isolated
+(``on_table_error = "isolate"``, ``spark.isolation``) is held at an earlier W: reading it at W
+fails with ``IsolatedTable`` naming that W and why; every other table reads normally.
 """
 
 from __future__ import annotations
@@ -56,6 +58,21 @@ class NoSuchWatermark(TidelakeError):
 
 class RetiredWatermark(NoSuchWatermark):
     """The W was published, then retired by the pipeline's retention policy."""
+
+
+class IsolatedTable(NoSuchWatermark):
+    """The table is isolated at this W: held at an earlier W (its last good one) for an error."""
+
+
+def isolated_error(config: PipelineConfig, watermark: int, entry: dict[str, Any]) -> IsolatedTable:
+    held = entry["held_at"]
+    at = f"read it --at {held}" if held else "it has no earlier W"
+    why = f"{entry['error']}" + (f" on {entry['ddl']!r} (commitTs {entry.get('commit_ts')})" if entry.get("ddl") else "")
+    return IsolatedTable(
+        f"pipeline {config.name}: {entry['database']}.{entry['table']} is isolated at watermark {watermark}: it is held at W {_w_text(held) if held else 0} "
+        f"since interval {entry['since']}, for {why}: {entry['message']}. The pipeline's other tables are at W; {at}, "
+        "or fix it (a tidelake version that handles it, then the next run or `tidelake repair` replays it to W)"
+    )
 
 
 def published_watermarks(config: PipelineConfig, storage: Storage | None = None) -> list[int]:
@@ -124,10 +141,17 @@ def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storag
 class View:
     """The consistent view at one published W: each table by its upstream name at W, read at tag ``wm_<W>``."""
 
-    def __init__(self, config: PipelineConfig, watermark: int, tables: dict[tuple[str, str], Any]) -> None:
+    def __init__(self, config: PipelineConfig, watermark: int, tables: dict[tuple[str, str], Any],
+                 isolated: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
         self.config = config
         self.watermark = watermark
         self.tables = tables
+        self.isolated = isolated or {}  # (database, table) -> its entry in W's record: not readable at W
+
+    def require_readable(self, name: tuple[str, str]) -> None:
+        """Raises ``IsolatedTable`` for a table isolated at W."""
+        if name in self.isolated:
+            raise isolated_error(self.config, self.watermark, self.isolated[name])
 
     def snapshot_id(self, name: tuple[str, str]) -> int:
         return self.tables[name].snapshot_by_name(tag_name(self.watermark)).snapshot_id
@@ -180,7 +204,7 @@ def view_at(config: PipelineConfig, watermark: int, catalog: Any = None, storage
             raise NoSuchWatermark(f"{entry.database}.{entry.table} at {watermark}: its Iceberg table or tag "
                                   f"{tag_name(watermark)} is gone")
         tables[(entry.database, entry.table)] = table
-    return View(config, watermark, tables)
+    return View(config, watermark, tables, publish.isolated_at(doc))
 
 
 def open_view(config: PipelineConfig, at: At = "latest", *, catalog: Any = None) -> View:
@@ -192,6 +216,7 @@ def open_view(config: PipelineConfig, at: At = "latest", *, catalog: Any = None)
 def read_table(config: PipelineConfig, database: str, table: str, watermark: int, *, metadata: bool = False, catalog: Any = None) -> pa.Table:
     """One table at W, by its upstream name at W."""
     view = view_at(config, watermark, catalog)
+    view.require_readable((database, table))
     if (database, table) not in view.tables:
         raise NoSuchWatermark(f"{database}.{table} is not a table of pipeline {config.name} at watermark {watermark}")
     return view.scan((database, table), metadata=metadata)
@@ -415,6 +440,7 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     if len(statements) != 1:
         raise QueryError(f"give one SQL statement; found {len(statements)}")
     view = open_view(config, at)
+    _require_no_isolated(sql, view)
     schemas = {name: view.schema(name, metadata=metadata) for name in view.tables}
     plan = plan_scans(sql, schemas)
     if plan is None:
@@ -457,6 +483,24 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
         raise QueryError(_one_line(exc)) from exc
     except duckdb.Error as exc:
         raise QueryFailed(_one_line(exc)) from exc
+
+
+def _require_no_isolated(sql: str, view: View) -> None:
+    """Raises ``IsolatedTable`` when ``sql`` names a table isolated at the view's W."""
+    if not view.isolated:
+        return
+    try:
+        nodes = list(sqlglot.parse_one(sql, dialect="duckdb").find_all(exp.Table))
+    except sqlglot.errors.SqlglotError:
+        return  # DuckDB reports it
+    for node in nodes:
+        db, table = node.args.get("db"), node.this
+        if isinstance(db, exp.Identifier) and isinstance(table, exp.Identifier) and not node.args.get("catalog"):
+            if any(_same(n[0], db) and _same(n[1], table) for n in view.tables):
+                continue  # a readable table (another differing only in case may be isolated)
+            for name in view.isolated:
+                if _same(name[0], db) and _same(name[1], table):
+                    view.require_readable(name)
 
 
 def quote_ident(name: str) -> str:

@@ -21,6 +21,10 @@ rerun never rewrites history. When what the current code derives from the archiv
    records what moved (rows before and after). Downstream hears of it with the next new W
    (``spark.publish.announcement``).
 
+Tables isolated by ``on_table_error = "isolate"`` are replayed first (``apply_interval`` of the
+latest published interval walks them forward from their held W, as every run does): a version
+that handles them brings them to the pipeline's W before the comparison.
+
 A crash leaves every published W readable (each table is repaired in one commit, readers
 follow the tags) and the repair record ``started``; the next ``repair`` finishes the job.
 """
@@ -51,9 +55,10 @@ from spark.iceberg.internals import writing_with_schema
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
 from spark.manifest import list_manifests
+from spark.isolation import read_isolated
 from spark.publish import (
-    REPAIR_DONE, REPAIR_STARTED, REPAIR_SUPERSEDED, PublishedTable, published_path, published_tables, published_watermarks,
-    read_published, repair_records, repair_record_path, retained_watermarks,
+    REPAIR_DONE, REPAIR_STARTED, REPAIR_SUPERSEDED, PublishedTable, isolated_at, published_path, published_tables,
+    published_watermarks, read_published, repair_records, repair_record_path, retained_watermarks,
 )
 from spark.storage import Storage, open_storage
 from spark.watermark import tag_name
@@ -111,7 +116,8 @@ def scratch_config(config: PipelineConfig) -> PipelineConfig:
     if len(name) > 128:
         raise RepairError(f"pipeline {config.name}: its name is too long for the repair's scratch pipeline {name!r} "
                           "(128 characters at most)")
-    return dataclasses.replace(config, name=name, on_bad_message="continue",
+    # Isolating in the scratch: a table the archive no longer derives at a published W shows as a difference.
+    return dataclasses.replace(config, name=name, on_bad_message="continue", on_table_error="isolate",
                                catalog=dataclasses.replace(config.catalog, namespace=f"{config.namespace}__repair"))
 
 
@@ -138,6 +144,8 @@ def repair(
     catalog = catalog or cat.open_catalog(config)
     step = fault or (lambda at: None)
     scratch = scratch_config(config)
+    if not dry_run and read_isolated(storage, config.name):
+        _catch_up(config, storage, catalog, runner)
     with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
         published = published_watermarks(storage, config.name)
         if not published:
@@ -178,6 +186,16 @@ def repair(
 
 
 # ---------------------------------------------------------------- re-deriving and comparing
+
+
+def _catch_up(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner | None) -> None:
+    """Isolated tables replayed from their held W to the latest published one (a run of that interval)."""
+    published = set(published_watermarks(storage, config.name))
+    for s, e, _ in reversed(list_manifests(storage, config.name)):
+        cp = _checkpoint(storage, config.name, s, e)
+        if cp is not None and cp.watermark in published:
+            apply_interval(config, s, e, runner=runner or LocalRunner(), storage=storage, catalog=catalog)
+            return
 
 
 def _checkpoint(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> Checkpoint | None:
@@ -261,6 +279,8 @@ def _check_same_history(config: PipelineConfig, storage: Storage, catalog: Any, 
     if not found:
         for w in published:
             mine, theirs = _tables_at(config, storage, catalog, w), _tables_at(scratch, storage, catalog, w)
+            held = isolated_at(read_published(storage, config.name, w) or {})  # no tags at W to compare or move
+            theirs = {name: v for name, v in theirs.items() if name not in held}
             if set(mine) != set(theirs):
                 names = lambda view: ", ".join(".".join(n) for n in sorted(view)) or "none"  # noqa: E731
                 found.append(f"W {w}: tables {names(mine)} are published, the archive now derives {names(theirs)}")

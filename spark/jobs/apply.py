@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from spark.apply import ApplyResult, apply_interval
+from spark.cli import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text
 from spark.land import SparkRunner
 
@@ -47,19 +48,25 @@ def apply_summary(result: ApplyResult) -> list[str]:
     width = max((len(name) for name in tables), default=0)
     for name, t in tables.items():
         lines.append(f"  table {name:<{width}}  {t['events_applied']} events applied{', dropped' if t.get('dropped') else ''}")
+    lines += [f"  {line}" for line in isolated_lines(r)]
     return lines
 
 
 def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interval_job
     if args.on_bad_message:
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
+    if args.on_table_error:
+        config = dataclasses.replace(config, on_table_error=args.on_table_error)
     emit(apply_summary(apply_interval(config, start, end, runner=SparkRunner(context))))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return interval_job("apply", run, argv, lambda p: p.add_argument(
-        "--on-bad-message", choices=["fail", "continue"], default=None, help="override the pipeline's policy"))
+    def options(p):  # noqa: ANN001, ANN202
+        p.add_argument("--on-bad-message", choices=["fail", "continue"], default=None, help="override the pipeline's policy")
+        p.add_argument("--on-table-error", choices=["fail", "isolate"], default=None, help="override the pipeline's policy")
+
+    return interval_job("apply", run, argv, options)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ The policy (``[maintenance]``) works like backup retention on each W's wall time
 - every W younger than ``keep_all``;
 - the last W of each UTC hour, while younger than ``keep_hourly``;
 - the last W of each UTC day, while younger than ``keep_daily``;
-- the latest published W, always (it is what ``main`` shows and what ``--at latest`` reads).
+- the latest published W, always (it is what ``main`` shows and what ``--at latest`` reads);
+- a W an isolated table is held at (``on_table_error = "isolate"``, ``spark.isolation``), while
+  it is: the table's last readable state, and the checkpoint its replay starts from.
 
 "Last of its hour/day" is decided over every published W, so a W kept by the hourly tier stays
 the last of its hour until it ages out. Retirement is final: a retired W never comes back, even
@@ -43,6 +45,7 @@ UTC = dt.timezone.utc
 
 # Why a W is retained (the first that applies).
 LATEST, KEEP_ALL, KEEP_HOURLY, KEEP_DAILY = "latest", "keep_all", "keep_hourly", "keep_daily"
+ISOLATED = "isolated"
 
 
 def w_time(watermark: int) -> dt.datetime:
@@ -55,7 +58,7 @@ class RetentionPlan:
     """What the policy decides at ``now``: retained Ws (with why), Ws to retire now, Ws retired before."""
 
     now: dt.datetime
-    retained: dict[int, str]  # W -> LATEST / KEEP_ALL / KEEP_HOURLY / KEEP_DAILY
+    retained: dict[int, str]  # W -> LATEST / KEEP_ALL / KEEP_HOURLY / KEEP_DAILY / ISOLATED
     retire: tuple[int, ...]  # retained until now, expired by the policy
     retired_before: tuple[int, ...]
 
@@ -64,8 +67,11 @@ class RetentionPlan:
         return sorted(self.retained)
 
 
-def plan_retention(published: Sequence[int], retired: Iterable[int], policy: MaintenanceConfig, now: dt.datetime) -> RetentionPlan:
-    """The retention decision for ``published`` Ws at ``now`` (pure; ``retired`` stay retired)."""
+def plan_retention(published: Sequence[int], retired: Iterable[int], policy: MaintenanceConfig, now: dt.datetime,
+                   held: Iterable[int] = ()) -> RetentionPlan:
+    """The retention decision for ``published`` Ws at ``now`` (pure; ``retired`` stay retired; ``held``:
+    the Ws isolated tables are held at, kept whatever their age)."""
+    held = set(held)
     retired_before = set(retired)
     marks = sorted(published)
     last_of_hour: dict[tuple[int, int, int, int], int] = {}
@@ -83,6 +89,8 @@ def plan_retention(published: Sequence[int], retired: Iterable[int], policy: Mai
         age = now - w_time(w)
         if w == marks[-1]:
             why: str | None = LATEST
+        elif w in held:
+            why = ISOLATED
         elif age < policy.keep_all:
             why = KEEP_ALL
         elif w in hourly and age < policy.keep_hourly:

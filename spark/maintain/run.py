@@ -14,7 +14,8 @@ Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
 4. **orphans** (``orphans``): files no metadata references, in the table locations and the
    archive, older than the grace period.
 5. **archive** (``archive_retention``, only with ``archive_horizon``): raw and change-log
-   segments no retained W needs for a replay.
+   segments no retained W needs for a replay. The W an isolated table is held at is retained
+   (step 1), so the segments its replay reads stay.
 
 The report (files and bytes before/after per table, snapshots and tags expired, files deleted)
 is written to ``<pipeline>/reports/maintenance/<now>.json`` and returned. A dry run takes the
@@ -36,6 +37,7 @@ from spark import layout
 from spark.config import PipelineConfig
 from spark.land import LocalRunner, Runner
 from spark.lease import Lease
+from spark.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
 from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
@@ -129,8 +131,9 @@ def maintain(
         tables = _tables(catalog, config)
         reports = {u: TableReport(".".join(cat.upstream_name(t)), u, footprint(t)) for u, t in tables.items()}
 
+        held = held_watermarks(storage, config.name)  # isolated tables replay from there
         plan = plan_retention(published_watermarks(storage, config.name), retired_watermarks(storage, config.name),
-                              policy, now)
+                              policy, now, held)
         retired: RetireResult = retire_watermarks(config, storage, catalog, plan, lease=lease, dry_run=dry_run, step=step,
                                                   progress=report_progress)
         by_name = {r.name: r for r in reports.values()}
@@ -167,7 +170,8 @@ def maintain(
                                  now=now, dry_run=dry_run, pipelines=(config.name,))
         step("orphans")
         archive = None
-        if policy.archive_horizon is not None:
+        # A table isolated in the pipeline's first interval (held at 0) replays from the start: nothing is pruned.
+        if policy.archive_horizon is not None and 0 not in held:
             lease.check()
             kept = [cp for cp in _checkpoints(storage, config) if cp.watermark in plan.retained]
             archive = prune_archive(storage, config.name, retained_checkpoints=kept,

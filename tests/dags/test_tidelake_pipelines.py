@@ -61,6 +61,7 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
     assert dag.max_active_runs == 1
     assert dag.params["on_bad_message"] == "fail"
+    assert dag.params["on_table_error"] == "isolate"
     order = [t.task_id for t in dag.topological_sort()] if hasattr(dag, "topological_sort") else None
     tasks = {t.task_id: t for t in dag.tasks}
     assert set(tasks) == {"snapshot_offsets", "land", "apply", "publish"}
@@ -70,6 +71,7 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert [o.uri for o in tasks["publish"].outlets] == ["tidelake://shop/watermark"]
     assert tasks["land"].application.endswith("spark/jobs/land.py")
     assert "{{ data_interval_start.isoformat() }}" in tasks["apply"].application_args
+    assert tasks["apply"].application_args[-2:] == ["--on-table-error", "{{ params.on_table_error }}"]
     assert order is None or order.index("land") < order.index("apply")
 
 

@@ -90,6 +90,9 @@ def make_config(tmp: Path, protocol: str, options: dict | None = None) -> Pipeli
         "name": "shop", "kafka": {"bootstrap_servers": "unused:9092"},
         "topics": [{"name": "cdc", "protocol": protocol, "options": options or {}}],
         "storage": {"url": str(tmp / "archive")},
+        # Tests that expect a table's unsupported DDL or value to fail the run (tests/spark/test_isolation.py
+        # covers the default, "isolate").
+        "on_table_error": "fail",
     }, "test")
 
 

@@ -121,6 +121,16 @@ class Upstream(Workload):
             self.dropped.append(t)
             self._ddl(t, f"DROP TABLE {_ident(self.spec.database, t)}", "DROP", None, None)
 
+    def discard(self) -> None:
+        """DISCARD TABLESPACE (rows gone without row events: tidelake cannot apply it and isolates the
+        table), then the DROP TABLE MySQL allows on a discarded table."""
+        if len(self.schemas) > 1:
+            t = self.rng.choice(sorted(self.schemas))
+            self._ddl(t, f"ALTER TABLE {_ident(self.spec.database, t)} DISCARD TABLESPACE", "ALTER", None, None)
+            del self.schemas[t], self.rows[t]
+            self.dropped.append(t)
+            self._ddl(t, f"DROP TABLE {_ident(self.spec.database, t)}", "DROP", None, None)
+
     def create(self) -> None:
         """CREATE TABLE: a dropped table's name again, or a new one."""
         if self.dropped and self.rng.random() < 0.7:

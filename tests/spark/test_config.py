@@ -125,3 +125,10 @@ def test_fold_slice_rows_defaults_to_a_million_and_must_be_positive() -> None:
         with pytest.raises(ConfigError) as err:
             PipelineConfig.from_mapping({**pipeline_doc({}), "fold_slice_rows": bad}, "p.toml")
         assert str(err.value) == message
+
+
+def test_on_table_error_is_isolate_unless_the_file_says_fail() -> None:
+    assert PipelineConfig.from_mapping(pipeline_doc({}), "prod.toml").on_table_error == "isolate"
+    assert PipelineConfig.from_mapping({**pipeline_doc({}), "on_table_error": "fail"}, "prod.toml").on_table_error == "fail"
+    with pytest.raises(ConfigError, match=r"prod.toml: on_table_error.*'skip'"):
+        PipelineConfig.from_mapping({**pipeline_doc({}), "on_table_error": "skip"}, "prod.toml")

@@ -125,13 +125,13 @@ def test_apply_job_prints_one_summary_block(context: dict, pipeline: Path, monke
     seen = {}
 
     def apply_interval(config, start, end, runner):
-        seen.update(policy=config.on_bad_message, start=start, end=end)
+        seen.update(policy=config.on_bad_message, tables=config.on_table_error, start=start, end=end)
         return ApplyResult(W, W - 1, ["shop.orders", "shop.x"], apply_report(), replayed=["20231231T230000Z"])
 
     monkeypatch.setattr(apply_job, "apply_interval", apply_interval)
     monkeypatch.setattr(apply_job, "SparkRunner", lambda spark: None)
-    assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue"]) == 0
-    assert seen == {"policy": "continue", "start": T0, "end": T0 + dt.timedelta(hours=1)}
+    assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue", "--on-table-error", "fail"]) == 0
+    assert seen == {"policy": "continue", "tables": "fail", "start": T0, "end": T0 + dt.timedelta(hours=1)}
     assert context["spark"].stdout_at_stop.splitlines() == [
         f"shop 2024-01-01T00:00:00Z..2024-01-01T01:00:00Z: W {W} published (previous W {W - (3600_000 << 18)})",
         "  W wall time 2023-12-31T22:56:29.877Z, lag 2h 03m behind the interval end",

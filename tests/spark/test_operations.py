@@ -1,17 +1,20 @@
 """The whole pipeline under the operations users perform, against the reference model (contract §3, §5, §6).
 
 A hypothesis state machine drives one pipeline: a changefeed delivers an upstream history
-(row changes, key changes, ADD COLUMN, RENAME / DROP / CREATE / TRUNCATE TABLE, resolved
-timestamps) with restarts that re-send old ranges, duplicates, a lagging partition and
+(row changes, key changes, ADD COLUMN, RENAME / DROP / CREATE / TRUNCATE TABLE, DISCARD
+TABLESPACE -- which tidelake cannot apply, so the table is isolated --, resolved timestamps) with restarts that re-send old ranges, duplicates, a lagging partition and
 undecodable messages; intervals are landed as they come; and any landed interval is run --
 the next one, an old one again, a backfill of a range, a run that crashes at any step and
 is retried (or not), a run that overlaps another's lease -- under either bad-message policy;
 and maintenance runs between them (retiring all but the last few Ws, expiring snapshots and
-deleting their files at once, compacting every head), crashing at any step or not.
+deleting their files at once, compacting every head), crashing at any step or not; and at
+some point a version of tidelake that handles DISCARD TABLESPACE takes over.
 
 After every step:
 - every published W reads, at tag ``wm_<W>``, exactly the reference model at W, unless
-  maintenance retired it: then reading it fails (RetiredWatermark);
+  maintenance retired it: then reading it fails (RetiredWatermark); a table W's record lists as
+  isolated fails to read at W (IsolatedTable), is held at a W before it, and was isolated for
+  the one statement tidelake cannot apply (any other error fails the run, and the test);
 - every table's ``main`` equals the model at the table's own watermark, and that watermark
   never moves back;
 - no lease is left held.
@@ -23,6 +26,7 @@ shares no code with apply. ``make test`` replays fixed examples; other runs expl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -32,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -43,13 +48,15 @@ from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, SourcePosition, get_d
 from cdc_codecs.oracle import BinlogOracle, Oracle
 from spark import catalog as cat
 from spark.apply import ApplyResult, BadMessagesError, apply_interval
+from spark import apply_plan
 from spark.commit import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
+from spark.isolation import read_isolated
 from spark.config import WRITE_MODES, LayoutConfig, MaintenanceConfig
 from spark.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.run import STEPS as MAINTENANCE_STEPS
 from spark.maintain.run import maintain
-from spark.publish import published_watermarks, retired_watermarks
-from spark.query import RetiredWatermark, read_pipeline
+from spark.publish import published_watermarks, read_published, retired_watermarks
+from spark.query import IsolatedTable, RetiredWatermark, read_pipeline, read_table
 from spark.schema_map import metadata_columns
 from spark.storage import open_storage
 
@@ -93,10 +100,11 @@ class PipelineMachine(RuleBasedStateMachine):
 
     @initialize(seed=st.integers(0, 2**16), partitions=st.integers(1, 3), chunks=st.integers(4, 10),
                 ddl_rate=st.sampled_from([0.0, 0.3, 0.6]), write_mode=st.sampled_from(WRITE_MODES),
-                drop_database=st.booleans(), partitioned=st.booleans())
+                drop_database=st.booleans(), partitioned=st.booleans(), discard_rate=st.sampled_from([0.0, 0.0, 0.2]))
     def start(self, seed: int, partitions: int, chunks: int, ddl_rate: float, write_mode: str, drop_database: bool = False,
-              partitioned: bool = False) -> None:
+              partitioned: bool = False, discard_rate: float = 0.0) -> None:
         rng = random.Random(seed)
+        discards = random.Random(seed + 1)  # its own draws: a seed's history is the same without it
         derived = not PROTOCOLS[self.protocol].carries_commit_ts(self.options)
         upstream = Upstream(seed, skew_ms=rng.choice([0, 5, 40]) if derived else 0, partitioned=partitioned)
         ddl = [upstream.add_column, upstream.rename, upstream.truncate, upstream.drop, upstream.create]
@@ -105,6 +113,8 @@ class PipelineMachine(RuleBasedStateMachine):
             upstream.changes(rng.randint(2, 8))
             if rng.random() < ddl_rate:
                 rng.choice(ddl)()
+            if discards.random() < discard_rate:
+                upstream.discard()
             upstream.changes(rng.randint(0, 4))
             upstream.resolved()
         upstream.resolved()
@@ -115,7 +125,9 @@ class PipelineMachine(RuleBasedStateMachine):
         self.feed = Changefeed(self.protocol, partitions, seed, self.options)
         self.feed.encode(history)
         config = make_config(self.tmp, self.protocol, self.options)
-        self.config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode))
+        self.config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode),
+                                          on_table_error="isolate")
+        self.handles_discard = False  # the tidelake version in use: True once one that handles DISCARD TABLESPACE took over
         self.storage = open_storage(self.config.storage)
         self.writer = ArchiveWriter(self.config, self.storage, {"cdc": partitions})
         self.landed_upto = [0] * partitions  # records of each partition already in the archive
@@ -184,13 +196,31 @@ class PipelineMachine(RuleBasedStateMachine):
         config = dataclasses.replace(self.config, on_bad_message=policy)
         unaccepted_before = self._unaccepted_garbage(j)
         try:
-            result = apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault, runner=self.runner)
+            with self.version():
+                result = apply_interval(config, T0 + j * HOUR, T0 + (j + 1) * HOUR, fault=fault, runner=self.runner)
         except BadMessagesError:
             assert policy == "fail" and unaccepted_before, "a run failed on messages already accepted"
             return None
         if policy == "continue":
             assert not self._unaccepted_garbage(j), "a run under 'continue' left bad messages unaccepted"
         return result
+
+    @contextlib.contextmanager
+    def version(self):  # noqa: ANN201
+        """The tidelake version runs use: today's, or one that applies DISCARD TABLESPACE as the
+        truncate it is to the rows (MySQL deletes the tablespace file and sends no row events)."""
+        if not self.handles_discard:
+            yield
+            return
+        parse = apply_plan.parse_ddl
+
+        def handles(sql: str, database: str):  # noqa: ANN202
+            if sql.upper().startswith("ALTER TABLE ") and sql.upper().endswith(" DISCARD TABLESPACE"):
+                return parse(f"TRUNCATE TABLE {sql[len('ALTER TABLE '):-len(' DISCARD TABLESPACE')]}", database)
+            return parse(sql, database)
+
+        with mock.patch.object(apply_plan, "parse_ddl", handles):
+            yield
 
     def _unaccepted_garbage(self, j: int) -> list[tuple[int, int, int]]:
         out = []
@@ -250,6 +280,14 @@ class PipelineMachine(RuleBasedStateMachine):
         else:
             self._run(j)  # takes the dead run's lease over
 
+    @precondition(lambda self: self.intervals and not self.handles_discard)
+    @rule()
+    def upgrade_to_a_version_that_handles_discard(self) -> None:
+        """The next run, on a version that handles what isolated tables: each is replayed from its held W."""
+        self.handles_discard = True
+        self._run(len(self.intervals) - 1)
+        assert read_isolated(self.storage, self.config.name) == {}, "a table stayed isolated after the upgrade"
+
     # -- maintenance
 
     @precondition(lambda self: self.intervals)
@@ -306,8 +344,14 @@ class PipelineMachine(RuleBasedStateMachine):
                 continue
             _, tables = read_pipeline(self.config, w)
             got = {name: normalise(t.to_pylist()) for name, t in tables.items()}
-            want = {name: rows for name, rows in self.model_at[w].items() if rows or name in got}
+            held = {(e["database"], e["table"]): e for e in read_published(self.storage, self.config.name, w).get("isolated", [])}
+            want = {name: rows for name, rows in self.model_at[w].items() if (rows or name in got) and name not in held}
             assert got == want, f"published W {w}"
+            for name, e in held.items():
+                assert e["held_at"] < w and (e["held_at"] == 0 or e["held_at"] in published), e
+                assert e["error"] == "DdlParseError" and "DISCARD TABLESPACE" in e.get("ddl", "") + e["message"], e
+                with pytest.raises(IsolatedTable, match=f"held at W {e['held_at']}"):
+                    read_table(self.config, *name, w)
 
     def main_equals_the_model_at_each_tables_watermark_and_never_goes_back(self) -> None:
         published = set(published_watermarks(self.storage, self.config.name))

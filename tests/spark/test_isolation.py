@@ -1,0 +1,367 @@
+"""One table never stops the others (``on_table_error``): a table whose DDL or values a run
+cannot apply is held at its last good W while the others publish; the next run that can apply
+it (a fixed tidelake, or ``tidelake repair``) replays it to the pipeline's W from the archive."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+
+import pytest
+
+from cdc_codecs import Op, get_encoder
+from spark import apply_plan
+from spark.apply import apply_interval
+from spark.cli import main, print_report
+from spark.ddl import DdlParseError, TruncateTable
+from spark.isolation import read_isolated
+from spark.commit import table_watermark
+from spark.jobs.apply import apply_summary
+from spark.publish import read_published
+from spark.query import IsolatedTable, read_table, run_query
+from spark.storage import open_storage
+from spark.watermark import tag_name
+
+from .archive import HOUR, T0, ArchiveWriter, make_config
+from .test_schema_evolution import History, schema
+
+A = schema("shop", "a", [("id", "int"), ("v", "int")])
+B = schema("shop", "b", [("id", "int"), ("v", "int")])
+BAD = "ALTER TABLE shop.a DISCARD TABLESPACE"
+
+
+def _history() -> tuple[History, list[list], list[int]]:
+    """a and b, then a statement tidelake cannot apply on a, with rows of both around it."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    marks = [h.mark()]
+    batches = [h.events]
+    h.events = []
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    h.row(Op.INSERT, B, None, {"id": 2, "v": 2})
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 3, "v": 3})
+    h.row(Op.UPDATE, B, {"id": 1, "v": 1}, {"id": 1, "v": 10})
+    marks.append(h.mark())
+    batches.append(h.events)
+    h.events = []
+    h.row(Op.INSERT, A, None, {"id": 4, "v": 4})
+    h.row(Op.INSERT, B, None, {"id": 3, "v": 3})
+    marks.append(h.mark())
+    batches.append(h.events)
+    return h, batches, marks
+
+
+def _pipeline(tmp: Path, policy: str, batches: list[list]):
+    config = dataclasses.replace(make_config(tmp, "canal-json"), on_table_error=policy)
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    encoder = get_encoder("canal-json")
+    for i, batch in enumerate(batches):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(batch, 2)])
+    return config
+
+
+def _apply(config, i: int, **kw):
+    return apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR, **kw)
+
+
+def _rows(config, table: str, w: int) -> list[tuple]:
+    return sorted((r["id"], r["v"]) for r in read_table(config, "shop", table, w).to_pylist())
+
+
+def _fixed(monkeypatch) -> None:
+    """A tidelake version that handles the statement (here: as the truncate it is to the rows)."""
+    parse = apply_plan.parse_ddl
+
+    def handles(sql: str, database: str):
+        if sql == BAD:
+            return [(("shop", "a"), TruncateTable())]
+        return parse(sql, database)
+
+    monkeypatch.setattr(apply_plan, "parse_ddl", handles)
+
+
+def test_fail_policy_fails_the_run_as_before(tmp_path: Path) -> None:
+    _, batches, marks = _history()
+    config = _pipeline(tmp_path, "fail", batches)
+    assert _apply(config, 0).watermark == marks[0]
+    with pytest.raises(DdlParseError, match="DISCARD"):
+        _apply(config, 1)
+    assert read_published(open_storage(config.storage), config.name, marks[1]) is None
+
+
+def test_one_table_isolated_the_others_publish(tmp_path: Path, capsys) -> None:
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    _apply(config, 0)
+    second = _apply(config, 1)
+    assert second.watermark == w2 and second.outcome == "published"
+    assert _rows(config, "b", w2) == [(1, 10), (2, 2)]
+    # a stays at its last good W: readable there, refused at W2 naming W1 and the statement.
+    assert _rows(config, "a", w1) == [(1, 1)]
+    with pytest.raises(IsolatedTable, match=rf"shop.a is isolated at watermark {w2}: it is held at W {w1} .*DISCARD TABLESPACE"):
+        read_table(config, "shop", "a", w2)
+    record = read_published(storage, config.name, w2)
+    assert [t["table"] for t in record["tables"]] == ["b"]
+    [entry] = record["isolated"]
+    assert entry["held_at"] == w1 and entry["error"] == "DdlParseError" and entry["ddl"] == BAD
+    assert entry["position"].startswith("cdc/0@")
+    report = second.report
+    assert report["isolated"]["shop.a"]["held_at"] == w1 and report["tables"]["shop.a"]["isolated"] is True
+    summary = "\n".join(apply_summary(second))
+    assert f"ISOLATED shop.a: held at W {w1}" in summary and "DdlParseError" in summary
+    printed = io.StringIO()
+    print_report({"land": {"messages": 0}, "apply": second.report}, printed)  # tidelake run
+    assert f"  ISOLATED shop.a: held at W {w1}" in printed.getvalue() and BAD in printed.getvalue()
+    # The next run: b goes on, a stays held (and is tried again from W1 on the way).
+    third = _apply(config, 2)
+    assert third.watermark == w3 and _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
+    assert read_published(storage, config.name, w3)["isolated"][0]["held_at"] == w1
+    with pytest.raises(IsolatedTable, match=f"held at W {w1}"):
+        run_query(config, "SELECT * FROM shop.a")
+    assert run_query(config, "SELECT count(*) AS n FROM shop.b")[1].to_pylist() == [{"n": 3}]
+    # Its main and tags stop at W1.
+    table = _iceberg(config, "a")
+    assert {n for n in table.refs() if n.startswith("wm_")} == {tag_name(w1)}
+    assert table_watermark(table) == w1 and table.current_snapshot().snapshot_id == table.snapshot_by_name(tag_name(w1)).snapshot_id
+    # The CLI says so.
+    toml = _toml(tmp_path, config)
+    assert main(["tables", "--config", str(toml)]) == 0
+    out = capsys.readouterr().out
+    assert "shop.b: 3 rows" in out and f"shop.a: ISOLATED, held at W {w1}" in out
+    assert main(["watermarks", "--config", str(toml)]) == 0
+    out = capsys.readouterr().out
+    assert f"isolated: shop.a (held at W {w1})" in out
+    assert main(["query", "--config", str(toml), "--at", str(w3), "SELECT * FROM shop.a"]) == 1
+    assert f"held at W {w1}" in capsys.readouterr().err
+
+
+def test_a_fixed_version_replays_the_table_to_w(tmp_path: Path, monkeypatch) -> None:
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    assert set(read_isolated(storage, config.name)) == {("shop", "a")}
+    _fixed(monkeypatch)
+    again = _apply(config, 2)  # the next run (here a rerun of the latest interval) with a version that handles it
+    assert len(again.replayed) == 1  # from a's held W1: the interval of W2, then this one
+    assert again.report["caught_up"] == ["shop.a"] and again.report["isolated"] == {}
+    assert read_isolated(storage, config.name) == {}
+    # Caught up at every W it missed, exactly as upstream: the truncate removed ids 1 and 2.
+    assert _rows(config, "a", w1) == [(1, 1)]
+    assert _rows(config, "a", w2) == [(3, 3)]
+    assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
+    for w in (w2, w3):
+        record = read_published(storage, config.name, w)
+        assert "isolated" not in record and [t["table"] for t in record["tables"]] == ["a", "b"]
+        assert record["caught_up"][0]["table"] == "a"
+
+
+def test_repair_replays_an_isolated_table(tmp_path: Path, monkeypatch) -> None:
+    from spark.repair import repair
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    for i in range(3):
+        _apply(config, i)
+    _fixed(monkeypatch)
+    repair(config)
+    assert read_isolated(open_storage(config.storage), config.name) == {}
+    assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert _rows(config, "a", w2) == [(3, 3)]
+
+
+@pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.b", "isolated", "tagged", "checkpointed", "published"])
+def test_crash_during_an_isolating_run_then_retry(tmp_path: Path, crash_at: str) -> None:
+    _, batches, (w1, w2, _) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    _apply(config, 0)
+
+    def fault(step: str) -> None:
+        if step == crash_at:
+            raise RuntimeError(f"crash at {step}")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        _apply(config, 1, fault=fault)
+    result = _apply(config, 1)
+    assert result.watermark == w2
+    record = read_published(storage, config.name, w2)
+    assert [t["table"] for t in record["tables"]] == ["b"] and record["isolated"][0]["held_at"] == w1
+    assert set(read_isolated(storage, config.name)) == {("shop", "a")}
+    assert _rows(config, "b", w2) == [(1, 10), (2, 2)] and _rows(config, "a", w1) == [(1, 1)]
+
+
+def _iceberg(config, table: str):
+    from spark import catalog as cat
+
+    return cat.load_table(cat.open_catalog(config), config, "shop", table)
+
+
+def _toml(tmp: Path, config) -> Path:
+    path = tmp / "pipeline.toml"
+    path.write_text(f'name = "{config.name}"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
+                    f'protocol = "canal-json"\n[storage]\nurl = "{config.storage.url}"\n')
+    return path
+
+
+def test_retention_keeps_the_held_w_and_what_its_replay_reads(tmp_path: Path, monkeypatch) -> None:
+    """Retiring every W it may and pruning the archive to the retained checkpoints leave the
+    isolated table's held W readable and its replay possible: it catches up exactly afterwards."""
+    import datetime as dt
+
+    from spark.config import MaintenanceConfig
+    from spark.maintain.run import maintain
+    from spark.publish import retained_watermarks
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    nothing = dt.timedelta(0)
+    config = dataclasses.replace(config, maintenance=MaintenanceConfig(
+        keep_all=nothing, keep_hourly=nothing, keep_daily=nothing, grace_period=nothing, archive_horizon=nothing))
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    maintain(config, now=T0 + dt.timedelta(days=400))
+    assert retained_watermarks(storage, config.name) == [w1, w3]  # W1: shop.a is held there; W3: the latest
+    assert _rows(config, "a", w1) == [(1, 1)] and _rows(config, "b", w1) == [(1, 1)]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert _rows(config, "b", w3) == [(1, 10), (2, 2), (3, 3)]
+
+
+def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path: Path, runner=None) -> None:  # noqa: ANN001
+    """Errors at commit (a type change Iceberg cannot make) and in the executors' rewrite (a decimal
+    wider than its column) isolate their own table; the tables committed beside them go on."""
+    from decimal import Decimal
+
+    d = schema("shop", "d", [("id", "int"), ("price", "decimal(5,2)")])
+    h = History()
+    for s, sql in ((A, "CREATE TABLE shop.a (id int primary key, v int)"), (B, "CREATE TABLE shop.b (id int primary key, v int)"),
+                   (d, "CREATE TABLE shop.d (id int primary key, price decimal(5,2))")):
+        h.ddl("shop", s.table, sql, s, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 1, "price": Decimal("1.00")})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    h.ddl("shop", "a", "ALTER TABLE shop.a MODIFY COLUMN v varchar(10)", schema("shop", "a", [("id", "int"), ("v", "varchar(10)")]),
+          kind="ALTER")
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 2, "price": Decimal("1000.00")})
+    w2 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, h.events])
+    _apply(config, 0, runner=runner)
+    result = _apply(config, 1, runner=runner)
+    assert result.watermark == w2
+    isolated = result.report["isolated"]
+    assert set(isolated) == {"shop.a", "shop.d"}
+    assert isolated["shop.a"]["error"] == "UnsupportedSchemaChange" and isolated["shop.a"]["ddl"].startswith("ALTER TABLE shop.a")
+    assert isolated["shop.d"]["error"] == "UnsupportedValue" and "does not fit decimal(5, 2)" in isolated["shop.d"]["message"]
+    assert _rows(config, "b", w2) == [(1, 1)]
+    assert read_table(config, "shop", "d", w1).to_pylist() == [{"id": 1, "price": Decimal("1.00")}]
+    with pytest.raises(IsolatedTable, match=f"shop.d is isolated at watermark {w2}: it is held at W {w1}"):
+        read_table(config, "shop", "d", w2)
+
+
+def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monkeypatch) -> None:
+    """RENAME a TO c after a's bad statement: c is isolated too (its state would come from a's);
+    once a version handles the statement, both are replayed and c holds a's rows."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
+    c = schema("shop", "c", [("id", "int"), ("v", "int")])
+    h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    w3 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, h.events])
+    for i in range(3):
+        _apply(config, i)
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "c")}
+    assert held[("shop", "a")].held_at == w1
+    assert held[("shop", "c")].held_at == w2 and held[("shop", "c")].involved == "shop.a"
+    assert _rows(config, "b", w3) == [(1, 1)]
+    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held at W {w2}"):
+        read_table(config, "shop", "c", w3)
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w2) == [(2, 2)]
+    assert _rows(config, "c", w3) == [(2, 2), (3, 3)]
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
+
+
+@pytest.mark.slow
+def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
+    """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""
+    from spark.land import SparkRunner
+    from spark.session import build_context
+
+    context = build_context("tidelake-isolation", "local[2]", **{"spark.ui.enabled": "false",
+                                                                "spark.ui.showConsoleProgress": "false"})
+    try:
+        test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_path, SparkRunner(context))
+    finally:
+        context.stop()
+
+
+def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_table_s() -> None:
+    from cdc_codecs import DdlChange, SourcePosition
+    from spark.isolation import statement_table, table_error
+    from spark.schema_map import UnsupportedValue
+
+    def ddl(sql: str, database: str = "", table: str = "") -> DdlChange:
+        return DdlChange(database, table, sql, 1, SourcePosition("cdc", 0, 0))
+
+    assert statement_table(ddl("ALTER TABLE x DISCARD TABLESPACE", "shop", "y")) == ("shop", "y")  # the protocol's word first
+    assert statement_table(ddl("ALTER TABLE `my db`.`we``ird` DISCARD TABLESPACE")) == ("my db", "we`ird")
+    assert statement_table(ddl("CREATE TABLE IF NOT EXISTS t (id int) PARTITION BY HASH(id)", "shop")) == ("shop", "t")
+    assert statement_table(ddl("TRUNCATE t", "shop")) == ("shop", "t")
+    assert statement_table(ddl("FLASHBACK DATABASE shop")) is None
+    assert table_error(UnsupportedValue("x")) and not table_error(RuntimeError("lease lost"))
+    # An executor's error as Spark hands it to the driver: the Python traceback inside a Java one.
+    wrapped = RuntimeError("An error occurred while calling o12.collect.\n: org.apache.spark.SparkException: Job aborted\n"
+                           "Traceback (most recent call last):\n  File ...\nspark.schema_map.UnsupportedValue: column 'd' "
+                           "(decimal(5, 2)): 1000 does not fit decimal(5, 2)\n\tat org.apache.spark...")
+    assert table_error(wrapped)
+
+
+@pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.a", "isolated", "tagged", "published"])
+def test_a_crash_while_catching_up_then_the_next_run(tmp_path: Path, monkeypatch, crash_at: str) -> None:
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    _fixed(monkeypatch)
+
+    def fault(step: str) -> None:
+        if step == crash_at:
+            raise RuntimeError(f"crash at {step}")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        _apply(config, 2, fault=fault)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w1) == [(1, 1)]
+    assert _rows(config, "a", w2) == [(3, 3)] and _rows(config, "a", w3) == [(3, 3), (4, 4)]
+    assert [t["table"] for t in read_published(storage, config.name, w2)["tables"]] == ["a", "b"]
