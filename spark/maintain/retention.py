@@ -1,7 +1,12 @@
 """Tag retention: which published watermarks stay readable, and retiring the others on every table together.
 
 The policy (``[maintenance]``) works like backup retention on each W's wall time, (W >> 18) ms
-(TiDB TSO = physical ms << 18 | logical; derived watermarks have the same shape):
+(TiDB TSO = physical ms << 18 | logical; derived watermarks have the same shape). A W's age
+is measured on the pipeline's own clock, the wall time of its newest published W (or now,
+if that is later than now), not on the wall clock: a pipeline that replayed a historical range
+(a migration, a rebuild over an old archive) keeps the tiers of that history, where wall-clock
+ages would retire every W but the latest at its first maintenance; and a pipeline that stopped
+receiving changes stops aging (its storage does not grow either). Kept:
 
 - every W younger than ``keep_all``;
 - the last W of each UTC hour, while younger than ``keep_hourly``;
@@ -81,12 +86,13 @@ def plan_retention(published: Sequence[int], retired: Iterable[int], policy: Mai
         last_of_hour[(t.year, t.month, t.day, t.hour)] = w
         last_of_day[t.date()] = w
     hourly, daily = set(last_of_hour.values()), set(last_of_day.values())
+    clock = min(now, w_time(marks[-1])) if marks else now  # the pipeline's clock: its newest W
     retained: dict[int, str] = {}
     retire = []
     for w in marks:
         if w in retired_before:
             continue
-        age = now - w_time(w)
+        age = clock - w_time(w)
         if w == marks[-1]:
             why: str | None = LATEST
         elif w in held:

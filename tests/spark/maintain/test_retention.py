@@ -25,8 +25,9 @@ def test_default_policy_keeps_everything_for_two_days_then_hourly_for_30_days_th
     plan = plan_retention(marks, [], MaintenanceConfig(), NOW)
     kept = set(plan.retained)
     assert set(plan.retire) | kept == set(marks) and not set(plan.retire) & kept
+    clock = w_time(marks[-1])  # ages count on the pipeline's clock: its newest W
     for w in marks:
-        age, t = NOW - w_time(w), w_time(w)
+        age, t = clock - w_time(w), w_time(w)
         last_of_hour = t.minute == 45 or w == marks[-1]
         last_of_day = (t.hour, t.minute) == (23, 45) or w == marks[-1]
         if age < dt.timedelta(days=2):
@@ -63,3 +64,17 @@ def test_last_of_an_hour_is_decided_by_wall_time_in_utc_and_ws_in_the_future_are
     plan = plan_retention([*marks, future], [], policy, NOW)
     assert plan.retire == (marks[0],)
     assert plan.retained == {marks[1]: KEEP_HOURLY, marks[2]: KEEP_HOURLY, future: LATEST}
+
+
+def test_ages_count_from_the_newest_w_so_a_replayed_history_keeps_its_tiers() -> None:
+    """A pipeline rebuilt over an old archive publishes Ws of 2023 in 2025: measured against the
+    wall clock every one but the latest would be over a year old and retired at once."""
+    replayed = [w - (w_at(NOW) - w_at(dt.datetime(2023, 6, 30, 12, tzinfo=UTC))) for w in every_15_minutes(40)]
+    plan = plan_retention(replayed, [], MaintenanceConfig(), NOW)
+    clock = w_time(replayed[-1])
+    assert clock.year == 2023
+    assert all(w in plan.retained for w in replayed if clock - w_time(w) < dt.timedelta(days=2))
+    assert 2 * 96 + 28 * 24 - 5 < len(plan.retained) < 2 * 96 + 40 * 24  # every 15 min for 2 days, then hourly
+    # A pipeline that stopped receiving changes stops aging: years later the same Ws stay.
+    later = plan_retention(replayed, [], MaintenanceConfig(), clock + dt.timedelta(days=700))
+    assert later.retained == plan.retained
