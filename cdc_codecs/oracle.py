@@ -6,6 +6,10 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   partitions that saw nothing), of the greatest watermark seen on that partition;
 - a cut applies exactly the rows with ``previous < commit_ts <= watermark``, ordered by
   commitTs, then partition offset, then index in the message;
+- the rows of one commitTs are one TiDB transaction, which commits one final mutation per
+  row: its before-images are removed first, then its after-images written, so the order in
+  which its rows arrive (TiCDC dispatches them by key to different partitions) changes
+  nothing;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
 - an update that changes the key deletes the old key and writes the new one;
 - a table without a primary key uses the whole row as its key.
@@ -72,15 +76,27 @@ class Oracle:
         )
         self._pending = [e for e in self._pending if e.commit_ts > w]  # type: ignore[operator]
         applied_ddl: set[tuple[int, str]] = set()
-        for e in ready:
+        transaction: list[RowChange] = []
+        for i, e in enumerate(ready):
             if isinstance(e, DdlChange):
                 if (e.commit_ts, e.sql) not in applied_ddl:  # broadcast to every partition
                     applied_ddl.add((e.commit_ts, e.sql))  # type: ignore[arg-type]
                     self._apply_ddl(e)
             else:
-                self._apply_row(e)
+                transaction.append(e)
+            if transaction and (i + 1 == len(ready) or ready[i + 1].commit_ts != e.commit_ts
+                                or isinstance(ready[i + 1], DdlChange)):
+                self._apply_transaction(transaction)
+                transaction = []
         self.watermark = w
         return w
+
+    def _apply_transaction(self, rows: list[RowChange]) -> None:
+        """One commitTs's rows: every before-image removed, then every after-image written."""
+        for e in rows:
+            self._remove(e)
+        for e in rows:
+            self._write(e)
 
     def _apply_ddl(self, e: DdlChange) -> None:
         sql = e.sql.strip()
@@ -108,9 +124,16 @@ class Oracle:
                     del row[gone]
 
     def _apply_row(self, e: RowChange) -> None:
+        self._remove(e)
+        self._write(e)
+
+    def _remove(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})
         if e.op is not Op.INSERT and e.before is not None:
             table.pop(row_key(e.key_columns, dict(e.before)), None)
+
+    def _write(self, e: RowChange) -> None:
+        table = self.tables.setdefault((e.database, e.table), {})
         if e.op is not Op.DELETE and e.after is not None:
             table[row_key(e.key_columns, dict(e.after))] = dict(e.after)
 

@@ -8,7 +8,9 @@ pure function of an Arrow batch and a small ``FoldWindow``. It adds three column
 - ``state``: ``APPLY`` for W_prev < ts <= W, ``PENDING`` above W (waits for a later run),
   ``SKIPPED`` at or below W_prev (a redelivery of something applied).
 - ``segment``: how many DDLs of the row's table in this run precede the row in commit order
-  (commitTs, topic, partition, offset, index), so rows are never folded across a schema change.
+  (commitTs, topic, partition, offset, index), so rows are never folded across a schema change;
+- ``rank``: the row's rank within its commitTs (``net_change.transaction_rank``): a write of a
+  key above a delete of it in one TiDB transaction; alike for rows on a derived clock.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from spark.net_change import Order
+from spark.net_change import Order, transaction_rank
 
 APPLY, PENDING, SKIPPED = 0, 1, 2
 
@@ -39,14 +41,15 @@ class FoldWindow:
     ddl_orders: Mapping[TableRef, tuple[Order, ...]] = field(default_factory=dict)
 
 
-SELECTED_FIELDS = [pa.field("ts", pa.int64()), pa.field("state", pa.int8()), pa.field("segment", pa.int32())]
+SELECTED_FIELDS = [pa.field("ts", pa.int64()), pa.field("state", pa.int8()), pa.field("segment", pa.int32()),
+                   pa.field("rank", pa.int8())]
 
 
 def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
-    """``rows`` inside the run's offset windows, with ``ts``, ``state`` and ``segment`` added."""
+    """``rows`` inside the run's offset windows, with ``ts``, ``state``, ``segment`` and ``rank`` added."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     if table.num_rows == 0:
-        return _with_selected(table, pa.array([], pa.int64()), pa.array([], pa.int8()), pa.array([], pa.int32()))
+        return _with_selected(table, *(pa.array([], f.type) for f in SELECTED_FIELDS))
     topics = table.column("topic").to_numpy(zero_copy_only=False)
     partitions = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
@@ -58,6 +61,7 @@ def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
         table = table.filter(pa.array(keep))
         topics = topics[keep]
     ts = table.column("commit_ts").to_numpy().copy()
+    derived = np.zeros(len(ts), dtype=bool)
     if window.derived_topics:
         derived = np.isin(topics, list(window.derived_topics))
         ts[derived] = np.maximum(ts[derived], window.w_prev + 1)
@@ -65,11 +69,12 @@ def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
     state[ts > window.w] = PENDING
     state[ts <= window.w_prev] = SKIPPED
     segment = _segments(table, ts, window)
-    return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment))
+    rank = transaction_rank(table.column("deletes").to_numpy(zero_copy_only=False), ~derived)
+    return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment), pa.array(rank))
 
 
-def _with_selected(table: pa.Table, ts: pa.Array, state: pa.Array, segment: pa.Array) -> pa.Table:
-    for f, column in zip(SELECTED_FIELDS, (ts, state, segment)):
+def _with_selected(table: pa.Table, *columns: pa.Array) -> pa.Table:
+    for f, column in zip(SELECTED_FIELDS, columns, strict=True):
         table = table.append_column(f, column)
     return table
 
