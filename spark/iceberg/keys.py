@@ -3,7 +3,9 @@
 A key is one column or several (a composite primary key; every column of a key-less table).
 Key parts may be NULL (key-less tables), and a NULL part matches a NULL part, as upstream
 equality of whole rows does. Touched keys are cast to the rows' column types first, so keys
-decoded as int64 match an int32 column.
+decoded as int64 match an int32 column. Values compare as MySQL (and the fold's
+``net_change.key_bytes``) compare them: ``-0.0`` equals ``0.0`` in a FLOAT or DOUBLE key, so
+the row a key's net change replaces is found whichever zero either side holds.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> p
     """True for each row of ``rows`` whose key (``key_columns``) is one of ``touched``'s rows."""
     if not key_columns:
         raise KeyColumnsMissing("key_mask: no key columns")
-    left = [_column(rows, k, "rows") for k in key_columns]
-    right = [_column(touched, k, "touched keys").cast(col.type) for k, col in zip(key_columns, left)]
+    left = [_comparable(_column(rows, k, "rows")) for k in key_columns]
+    right = [_comparable(_column(touched, k, "touched keys").cast(col.type)) for k, col in zip(key_columns, left)]
     if rows.num_rows == 0 or touched.num_rows == 0:
         return pa.array(np.zeros(rows.num_rows, dtype=bool))
     if len(key_columns) == 1:
@@ -54,6 +56,13 @@ def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> p
     mask = np.zeros(rows.num_rows, dtype=bool)
     mask[hits.to_numpy()] = True
     return pa.array(mask)
+
+
+def _comparable(column: pa.Array) -> pa.Array:
+    """The column with ``-0.0`` as ``0.0`` (IEEE: -0.0 + 0.0 is +0.0); Arrow's hash kernels tell them apart."""
+    if pa.types.is_floating(column.type):
+        return pc.add(column, pa.scalar(0, column.type))
+    return column
 
 
 def _any_value(*columns: pa.Array) -> pa.Scalar | None:
