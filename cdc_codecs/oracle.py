@@ -12,7 +12,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   nothing;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
 - an update that changes the key deletes the old key and writes the new one;
-- a table without a primary key uses the whole row as its key.
+- a table without a primary key is a multiset of rows (MySQL allows identical rows in it): a
+  row event changes one row, so an INSERT adds one copy of its image, a DELETE removes one
+  copy of its before-image, an UPDATE does both. The model counts every change it is given:
+  feed it each upstream change once (a changefeed's re-sends are delivery, not history) --
+  except ``BinlogOracle``, which is fed what was delivered (see there).
 """
 
 from __future__ import annotations
@@ -40,6 +44,14 @@ def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
     if keys:
         return tuple(row.get(k) for k in keys)
     return tuple(sorted((k, repr(v)) for k, v in row.items()))
+
+
+def _copies(table: dict[Key, dict[str, Any]], key: Key) -> int:
+    """How many copies of a key-less image ``key`` the table holds (stored as (key, 0), (key, 1), ...)."""
+    n = 0
+    while (key, n) in table:
+        n += 1
+    return n
 
 
 @dataclass
@@ -122,6 +134,11 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
+            # A row's key follows its new columns (a key-less row's key is all of them) and the new key.
+            rows = list(table.values())
+            table.clear()
+            for row in rows:
+                self._put(table, e.schema_after.key_columns, row)
 
     def _apply_row(self, e: RowChange) -> None:
         self._remove(e)
@@ -130,12 +147,24 @@ class Oracle:
     def _remove(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})
         if e.op is not Op.INSERT and e.before is not None:
-            table.pop(row_key(e.key_columns, dict(e.before)), None)
+            key = row_key(e.key_columns, dict(e.before))
+            if e.key_columns:
+                table.pop(key, None)
+            elif copies := _copies(table, key):  # one row of a key-less table: one copy of its image
+                del table[(key, copies - 1)]
 
     def _write(self, e: RowChange) -> None:
-        table = self.tables.setdefault((e.database, e.table), {})
         if e.op is not Op.DELETE and e.after is not None:
-            table[row_key(e.key_columns, dict(e.after))] = dict(e.after)
+            self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
+
+    @staticmethod
+    def _put(table: dict[Key, dict[str, Any]], keys: tuple[str, ...], row: dict[str, Any]) -> None:
+        """Write ``row``: over its key's row, or as one more copy of a key-less table's image."""
+        key = row_key(keys, row)
+        if keys:
+            table[key] = row
+        else:
+            table[(key, _copies(table, key))] = row
 
     def rows(self, database: str, table: str) -> list[dict[str, Any]]:
         """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""
@@ -157,7 +186,10 @@ class BinlogOracle(Oracle):
       W extends each partition's prefix while the running maximum of event times since the
       previous cut (starting just above the previous W) stays <= W;
     - the extended changes are applied one by one in (that running maximum, partition,
-      offset, index) order; a DDL sent to several partitions is applied once, at its first copy.
+      offset, index) order; a DDL sent to several partitions is applied once, at its first copy;
+    - nothing tells a re-sent range from new changes without commitTs (binlog positions are not
+      used yet), so it is fed what was delivered: a re-sent change applies again, and a re-sent
+      INSERT into a key-less table adds a copy (README, known gaps).
     """
 
     _changes: dict[tuple[str, int], list[RowChange | DdlChange]] = field(default_factory=dict)

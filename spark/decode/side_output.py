@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import orjson
@@ -63,6 +63,19 @@ def _unpickled(items: list[str]) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
+class SegmentRuns:
+    """Where the segment's change-log rows start and end: (offset, commitTs) of its first row, of
+    its last row, and the ``run`` of its last row. A run of the next segment that begins at its
+    first row continues that one if the offsets touch and the commitTs is the same."""
+
+    first_offset: int
+    first_commit_ts: int
+    last_offset: int
+    last_commit_ts: int
+    last_run: int
+
+
+@dataclass(frozen=True)
 class SideOutput:
     """One decoded segment, by counts and driver-sized facts.
 
@@ -70,7 +83,8 @@ class SideOutput:
     change-log rows written; ``mark`` the greatest partition watermark the segment proves (None
     if none); ``ddl`` its schema changes (commitTs as in the change log); ``errors`` its
     undecodable messages; ``state`` the decoder state after it; ``schemas`` the pickled table
-    schemas (key columns, column types) its change-log rows name by ``schema_id``.
+    schemas (key columns, column types) its change-log rows name by ``schema_id``; ``runs``
+    where its rows' runs start and end (None without rows).
     """
 
     topic: str
@@ -86,6 +100,7 @@ class SideOutput:
     errors: tuple[DecodeError, ...]
     state: DecoderState
     schemas: Mapping[int, bytes] = field(default_factory=dict)
+    runs: SegmentRuns | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps({
@@ -94,6 +109,7 @@ class SideOutput:
             "rows": self.rows, "mark": self.mark, "ddl": _pickled(self.ddl), "errors": _pickled(self.errors),
             "state": self.state.to_dict(),
             "schemas": {str(k): base64.b64encode(v).decode("ascii") for k, v in self.schemas.items()},
+            "runs": None if self.runs is None else list(astuple(self.runs)),
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -109,6 +125,7 @@ class SideOutput:
                 doc["topic"], doc["partition"], doc["start"], doc["end"], doc["decoder"], doc["messages"],
                 doc["events"], doc["rows"], doc["mark"], _unpickled(doc["ddl"]), _unpickled(doc["errors"]),
                 DecoderState.from_dict(doc["state"]), {int(k): base64.b64decode(v) for k, v in doc["schemas"].items()},
+                SegmentRuns(*doc["runs"]) if doc.get("runs") is not None else None,
             )
         except SideOutputError:
             raise

@@ -59,3 +59,27 @@ def test_oracle_matches_history_at_every_cut(protocol: str, seed: int, partition
         start = end
     # After everything is delivered, the pipeline watermark is the last one TiCDC sent.
     assert last == max(e.ts for e in history if isinstance(e, Watermark))
+
+
+def test_a_table_without_a_primary_key_is_a_multiset_and_a_row_event_changes_one_row() -> None:
+    # MySQL 8 reference, CREATE TABLE: without a PRIMARY KEY or UNIQUE index identical rows may
+    # coexist; a row event (binlog_format=ROW) names one row, so it inserts, deletes or updates one.
+    from cdc_codecs import Op
+
+    p = SourcePosition("t", 0, 0)
+    types: dict = {}
+    ts = iter(range(10, 1000, 10))
+
+    def row(op: Op, before: dict | None, after: dict | None, commit_ts: int | None = None) -> RowChange:
+        return RowChange(op, "db", "bag", before, after, (), types, commit_ts or next(ts), p)
+
+    a, b = {"x": 1, "s": "a"}, {"x": 2, "s": "b"}
+    oracle = Oracle()
+    same = next(ts)
+    oracle.add([row(Op.INSERT, None, a), row(Op.INSERT, None, a, same), row(Op.INSERT, None, a, same),
+                row(Op.INSERT, None, b), Watermark(500, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a, a, a, b]
+    oracle.add([row(Op.DELETE, a, None, 510), row(Op.UPDATE, a, b, 520), row(Op.UPDATE, b, b, 530), Watermark(600, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a, b, b]

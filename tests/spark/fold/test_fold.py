@@ -23,6 +23,7 @@ def rows(items: list[tuple]) -> pa.Table:
         "table": pa.array(columns["table"]), "key": pa.array([key_bytes((k,)) for k in columns["key"]], pa.binary()),
         "deletes": pa.array(columns["deletes"]), "first": pa.array([True] * n),
         "change": pa.array([f"{o}".encode() for o in columns["offset"]], pa.binary()),
+        "run": pa.array([-1] * n, pa.int64()),
     })
 
 
@@ -88,3 +89,27 @@ def test_on_a_derived_clock_offsets_decide_within_one_ts() -> None:
     table = rows([("mysql", 0, 0, 0, 10, "t", 1, False), ("mysql", 0, 1, 0, 10, "t", 1, True)])
     window = FoldWindow(50, 200, {("mysql", 0): (0, 10)}, derived_topics=frozenset({"mysql"}))
     assert fold(table, window) == [("mysql", key_bytes((1,)), 1, True)]
+
+
+def test_a_key_less_image_counts_each_change_once_per_copy_of_its_transaction() -> None:
+    from spark.fold.slices import fold_slice
+
+    items = [  # (topic, partition, offset, index, commit_ts, table, key, deletes) and the row's run
+        (("tidb", 0, 0, 0, 100, "bag", 1, False), 0), (("tidb", 0, 1, 0, 100, "bag", 1, False), 0),
+        (("tidb", 0, 2, 0, 100, "bag", 2, True), 0), (("tidb", 0, 3, 0, 100, "bag", 3, True), 0),
+        (("tidb", 0, 4, 0, 100, "bag", 3, True), 0),
+        # the changefeed re-sends commitTs 100 on partition 0: a second run, the same copies
+        (("tidb", 0, 6, 0, 100, "bag", 1, False), 6), (("tidb", 0, 7, 0, 100, "bag", 1, False), 6),
+        (("tidb", 0, 8, 0, 100, "bag", 2, True), 6),
+        (("tidb", 1, 0, 0, 100, "bag", 1, False), 0),  # the same transaction's share on partition 1
+        (("tidb", 0, 9, 0, 200, "bag", 2, False), 9),  # image 2 back: no change in all
+        # no commitTs: every delivered row counts, whatever its run
+        (("mysql", 0, 0, 0, 10, "bag", 4, False), 0), (("mysql", 0, 1, 0, 10, "bag", 4, False), 1),
+    ]
+    table = rows([i for i, _ in items])
+    table = table.set_column(table.schema.get_field_index("run"), "run", pa.array([r for _, r in items], pa.int64()))
+    window = FoldWindow(0, 1000, {("tidb", 0): (0, 100), ("tidb", 1): (0, 100), ("mysql", 0): (0, 100)},
+                        derived_topics=frozenset({"mysql"}))
+    net = fold_slice([select(table.append_column("schema_id", pa.array([0] * table.num_rows, pa.int64())), window)]).net
+    assert sorted((r["key"], r["deletes"], r["count"]) for r in net.to_pylist()) == [
+        (key_bytes((1,)), False, 3), (key_bytes((3,)), True, 2), (key_bytes((4,)), False, 2)]
