@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from cdc_codecs.events import DdlChange, Event, Op, RowChange, SchemaSnapshot, TableSchema, Watermark
 
@@ -46,10 +46,17 @@ def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
     return tuple(sorted((k, repr(v)) for k, v in row.items()))
 
 
+class _Copy(NamedTuple):
+    """The key of a key-less table's row: the ``n``-th copy of its image (all its columns)."""
+
+    image: Key
+    n: int
+
+
 def _copies(table: dict[Key, dict[str, Any]], key: Key) -> int:
-    """How many copies of a key-less image ``key`` the table holds (stored as (key, 0), (key, 1), ...)."""
+    """How many copies of a key-less image ``key`` the table holds."""
     n = 0
-    while (key, n) in table:
+    while _Copy(key, n) in table:
         n += 1
     return n
 
@@ -134,10 +141,8 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
-            # A row's key follows its new columns (a key-less row's key is all of them) and the new key.
-            rows = list(table.values())
-            table.clear()
-            for row in rows:
+            # A key-less row's key is all its columns: it follows them (or the primary key added).
+            for row in [table.pop(k) for k in list(table) if isinstance(k, _Copy)]:
                 self._put(table, e.schema_after.key_columns, row)
 
     def _apply_row(self, e: RowChange) -> None:
@@ -151,7 +156,7 @@ class Oracle:
             if e.key_columns:
                 table.pop(key, None)
             elif copies := _copies(table, key):  # one row of a key-less table: one copy of its image
-                del table[(key, copies - 1)]
+                del table[_Copy(key, copies - 1)]
 
     def _write(self, e: RowChange) -> None:
         if e.op is not Op.DELETE and e.after is not None:
@@ -164,7 +169,7 @@ class Oracle:
         if keys:
             table[key] = row
         else:
-            table[(key, _copies(table, key))] = row
+            table[_Copy(key, _copies(table, key))] = row
 
     def rows(self, database: str, table: str) -> list[dict[str, Any]]:
         """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""

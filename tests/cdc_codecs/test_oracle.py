@@ -83,3 +83,17 @@ def test_a_table_without_a_primary_key_is_a_multiset_and_a_row_event_changes_one
     oracle.add([row(Op.DELETE, a, None, 510), row(Op.UPDATE, a, b, 520), row(Op.UPDATE, b, b, 530), Watermark(600, p)])
     oracle.cut([("t", 0)])
     assert oracle.rows("db", "bag") == [a, b, b]
+
+
+def test_a_key_less_row_is_found_by_its_image_after_a_column_is_added() -> None:
+    from cdc_codecs import Column, DdlChange, Op, TableSchema, parse_mysql_type
+
+    p = SourcePosition("t", 0, 0)
+    after = TableSchema("db", "bag", (Column("x", parse_mysql_type("int")), Column("note", parse_mysql_type("text"))), ())
+    a = {"x": 1}
+    oracle = Oracle()
+    oracle.add([RowChange(Op.INSERT, "db", "bag", None, a, (), {}, 10, p), RowChange(Op.INSERT, "db", "bag", None, a, (), {}, 20, p),
+                DdlChange("db", "bag", "ALTER TABLE `db`.`bag` ADD COLUMN `note` text", 30, p, "ALTER", None, after),
+                RowChange(Op.DELETE, "db", "bag", {**a, "note": None}, None, (), {}, 40, p), Watermark(50, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a]
