@@ -1,18 +1,11 @@
 """Net change: what a set of row changes does to a table, one result per key. The one fold rule.
 
-Per key the net effect is the change that is *greatest* in the fold's order -- (commitTs,
-rank in the transaction, topic, partition, offset, index in the message) -- never simply the
-last one read: upstreams re-send old ranges after newer changes (a TiCDC or Debezium restart
-from an older checkpoint), and an interval boundary can fall anywhere inside such a replay
-(contract §3). An update that changes the key deletes the old key and writes the new one.
-
-A table without a primary key is a multiset: MySQL allows identical rows there, and a row event
-changes one row. Its key is the whole row, and its net change per key is a *count* of copies
-to add or remove (``multiset_net``): each change counts +1 (a written image) or -1 (a deleted
-one), once per copy of its transaction -- a changefeed that re-sends a transaction repeats its
-*run* (the transaction's offset-contiguous rows in a partition), so an identical change counts
-as many times as it occurs in one run of its commitTs and partition, at most. Protocols without
-commitTs cannot tell a re-sent range yet: every delivered change counts (README, known gaps).
+Per key of a table with a primary key, the net effect is the change that is *greatest* in the
+fold's order -- (commitTs, rank in the transaction, topic, partition, offset, index in the
+message) -- never simply the last one read: upstreams re-send old ranges after newer changes (a
+TiCDC or Debezium restart from an older checkpoint), and an interval boundary can fall anywhere
+inside such a replay (contract §3). An update that changes the key deletes the old key and
+writes the new one.
 
 Within one commitTs of a protocol that carries it (one TiDB transaction), a key's writes rank
 above its deletes (``transaction_rank``): TiDB commits one final mutation per row and two live
@@ -22,9 +15,17 @@ reach different partitions (TiCDC's index-value dispatcher), in either order. De
 (protocols without commitTs) give many changes one ``ts``; there every change ranks alike and
 offsets decide, as in the binlog.
 
+A table without a primary key is a multiset: MySQL allows identical rows there, and a row event
+changes one row. Its key is the whole row, and its net change per key is a *count* of copies
+to add or remove (``multiset_net``): each change counts +1 (a written image) or -1 (a deleted
+one), once per copy of its transaction -- a changefeed that re-sends a transaction repeats its
+*run* (the transaction's offset-contiguous rows in a partition), so an identical change counts
+as many times as it occurs in one run of its commitTs and partition, at most. Protocols without
+commitTs cannot tell a re-sent range yet: every delivered change counts (README, known gaps).
+
 Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
 (``key_bytes``) in the change log; the fold (``greatest_per_key``) keeps, per table, DDL segment
-and key, the greatest effect. Spark runs it per key-hash slice (``key_hash``) on the executors,
+and key, the greatest effect (or a key-less image's count). Spark runs it per key-hash slice (``key_hash``) on the executors,
 the in-process plane on one table holding every slice: the same function, so it does not matter
 where a key's changes were folded.
 """
