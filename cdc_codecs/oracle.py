@@ -6,6 +6,10 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   partitions that saw nothing), of the greatest watermark seen on that partition;
 - a cut applies exactly the rows with ``previous < commit_ts <= watermark``, ordered by
   commitTs, then partition offset, then index in the message;
+- the rows of one commitTs are one TiDB transaction, which commits one final mutation per
+  row: its before-images are removed first, then its after-images written, so the order in
+  which its rows arrive (TiCDC dispatches them by key to different partitions) changes
+  nothing;
 - DDL is ordered with rows by commitTs and applied once however many partitions carry it;
 - ``DROP DATABASE d`` drops every table of d (MySQL 8 manual, DROP DATABASE); ``CREATE
   DATABASE`` changes no table;
@@ -15,7 +19,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   LIST, the partition that lists the value. Only ``PARTITION BY RANGE | LIST (`column`)`` with
   integer bounds, in CREATE TABLE, is followed (with ADD and DROP PARTITION);
 - an update that changes the key deletes the old key and writes the new one;
-- a table without a primary key uses the whole row as its key;
+- a table without a primary key is a multiset of rows (MySQL allows identical rows in it): a
+  row event changes one row, so an INSERT adds one copy of its image, a DELETE removes one
+  copy of its before-image, an UPDATE does both. The model counts every change it is given:
+  feed it each upstream change once (a changefeed's re-sends are delivery, not history) --
+  except ``BinlogOracle``, which is fed what was delivered (see there).
 - ``ALTER TABLE ... ADD COLUMN`` gives every row the table holds the column's default, as MySQL 8
   does (manual, 13.6 "Data Type Default Values"): the DEFAULT literal; without one NULL, or for a
   NOT NULL column the type's implicit default (0, '', the first ENUM member, the zero date, which
@@ -29,7 +37,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import sqlglot
 from sqlglot import exp
@@ -74,6 +82,21 @@ def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
     return tuple(sorted((k, repr(v)) for k, v in row.items()))
 
 
+class _Copy(NamedTuple):
+    """The key of a key-less table's row: the ``n``-th copy of its image (all its columns)."""
+
+    image: Key
+    n: int
+
+
+def _copies(table: dict[Key, dict[str, Any]], key: Key) -> int:
+    """How many copies of a key-less image ``key`` the table holds."""
+    n = 0
+    while _Copy(key, n) in table:
+        n += 1
+    return n
+
+
 @dataclass
 class Oracle:
     """Feed it decoded events (``add``), then ``cut(partitions)`` as often as runs happen."""
@@ -111,15 +134,27 @@ class Oracle:
         )
         self._pending = [e for e in self._pending if e.commit_ts > w]  # type: ignore[operator]
         applied_ddl: set[tuple[int, str]] = set()
-        for e in ready:
+        transaction: list[RowChange] = []
+        for i, e in enumerate(ready):
             if isinstance(e, DdlChange):
                 if (e.commit_ts, e.sql) not in applied_ddl:  # broadcast to every partition
                     applied_ddl.add((e.commit_ts, e.sql))  # type: ignore[arg-type]
                     self._apply_ddl(e)
             else:
-                self._apply_row(e)
+                transaction.append(e)
+            if transaction and (i + 1 == len(ready) or ready[i + 1].commit_ts != e.commit_ts
+                                or isinstance(ready[i + 1], DdlChange)):
+                self._apply_transaction(transaction)
+                transaction = []
         self.watermark = w
         return w
+
+    def _apply_transaction(self, rows: list[RowChange]) -> None:
+        """One commitTs's rows: every before-image removed, then every after-image written."""
+        for e in rows:
+            self._remove(e)
+        for e in rows:
+            self._write(e)
 
     def _apply_ddl(self, e: DdlChange) -> None:
         sql = e.sql.strip()
@@ -159,7 +194,6 @@ class Oracle:
             if partition_by:
                 kind, column, text = partition_by.groups()
                 self.partitioning[name] = (kind.upper(), column, _partitions(text))
-        keyless = {k for k, row in self.tables.get(name, {}).items() if k == row_key((), row)}
         had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
@@ -172,8 +206,11 @@ class Oracle:
         for column, value in self._added_columns(e, name, had):
             for row in self.tables.get(name, {}).values():
                 row[column] = value
-        if keyless and name in self.tables:  # a row without a key is its own key: it changed with the row
-            self.tables[name] = {(row_key((), r) if k in keyless else k): r for k, r in self.tables[name].items()}
+        table = self.tables.get(name)
+        if table:  # a key-less row's key is all its columns: it follows them (or the primary key added)
+            keys = e.schema_after.key_columns if e.schema_after is not None else ()
+            for row in [table.pop(k) for k in list(table) if isinstance(k, _Copy)]:
+                self._put(table, keys, row)
 
     def _statement_ms(self, e: DdlChange) -> int:
         return e.commit_ts >> 18  # type: ignore[operator]
@@ -254,11 +291,30 @@ class Oracle:
         return None
 
     def _apply_row(self, e: RowChange) -> None:
+        self._remove(e)
+        self._write(e)
+
+    def _remove(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})
         if e.op is not Op.INSERT and e.before is not None:
-            table.pop(row_key(e.key_columns, dict(e.before)), None)
+            key = row_key(e.key_columns, dict(e.before))
+            if e.key_columns:
+                table.pop(key, None)
+            elif copies := _copies(table, key):  # one row of a key-less table: one copy of its image
+                del table[_Copy(key, copies - 1)]
+
+    def _write(self, e: RowChange) -> None:
         if e.op is not Op.DELETE and e.after is not None:
-            table[row_key(e.key_columns, dict(e.after))] = dict(e.after)
+            self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
+
+    @staticmethod
+    def _put(table: dict[Key, dict[str, Any]], keys: tuple[str, ...], row: dict[str, Any]) -> None:
+        """Write ``row``: over its key's row, or as one more copy of a key-less table's image."""
+        key = row_key(keys, row)
+        if keys:
+            table[key] = row
+        else:
+            table[_Copy(key, _copies(table, key))] = row
 
     def rows(self, database: str, table: str) -> list[dict[str, Any]]:
         """The table's rows, NULL columns left out (a column a row never had reads as NULL too)."""
@@ -307,6 +363,9 @@ class BinlogOracle(Oracle):
     - with ``binlog_events`` (connectors whose changes carry binlog coordinates), a binlog
       event happens once: a change whose coordinates (server, file, position, row) a
       partition already delivered is the connector re-sending it, and is not a change.
+      Without ``binlog_events`` nothing tells a re-sent range from new changes, so it is fed
+      what was delivered: a re-sent change applies again, and a re-sent INSERT into a key-less
+      table adds a copy (README, known gaps).
     """
 
     binlog_events: bool = False

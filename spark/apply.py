@@ -50,7 +50,7 @@ from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_
 from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
-from spark.fold.select import FoldWindow
+from spark.fold.select import FoldWindow, link_runs
 from spark.isolation import (
     ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
 )
@@ -493,7 +493,8 @@ def _apply_one(
     for e in ddls:
         for ref in {ref for ref, _ in upstream.changes(e)}:
             ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
-    window = FoldWindow(w_prev, w, offsets, derived_topics, {ref: tuple(sorted(o)) for ref, o in ddl_orders.items()})
+    window = FoldWindow(w_prev, w, offsets, derived_topics, {ref: tuple(sorted(o)) for ref, o in ddl_orders.items()},
+                        link_runs(decoded))
     version = {t.name: decoder_version(t.protocol) for t in config.topics}
     paths = [layout.changelog_paths(config.name, version[key[0]], key[0], key[1], s.start, s.end)[0]
              for key, segments in needed.items() for s in segments]

@@ -679,7 +679,8 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     keys = _key_columns(props)
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
-    if not keys:  # without a key the whole row is the key: rows equal in every column are one
+    multiset = not keys
+    if multiset:  # without a key the whole row is the key, and rows equal in every column are copies
         keys = tuple(_upstream_fields(metadata))
     upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
     head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
@@ -687,7 +688,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
     deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
-    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read),
+    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset),
             head.snapshot_id if head is not None else None)
 
 

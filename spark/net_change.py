@@ -1,15 +1,31 @@
 """Net change: what a set of row changes does to a table, one result per key. The one fold rule.
 
-Per key the net effect is the change that is *greatest* in commit order -- (commitTs, topic,
-partition, offset, index in the message) -- never simply the last one read: upstreams
-re-send old ranges after newer changes (a TiCDC or Debezium restart from an older
-checkpoint), and an interval boundary can fall anywhere inside such a replay (contract §3).
-An update that changes the key deletes the old key and writes the new one. A table without
-a primary key uses the whole row as its key, so rows equal in every column are one row.
+Per key of a table with a primary key, the net effect is the change that is *greatest* in the
+fold's order -- (commitTs, rank in the transaction, topic, partition, offset, index in the
+message) -- never simply the last one read: upstreams re-send old ranges after newer changes (a
+TiCDC or Debezium restart from an older checkpoint), and an interval boundary can fall anywhere
+inside such a replay (contract §3). An update that changes the key deletes the old key and
+writes the new one.
+
+Within one commitTs of a protocol that carries it (one TiDB transaction), a key's writes rank
+above its deletes (``transaction_rank``): TiDB commits one final mutation per row and two live
+rows never share a key, so the key is present at that commitTs iff some row image writes it --
+an UPDATE moving a row from key 1 to key 2 and an INSERT of a new key 1 in one transaction may
+reach different partitions (TiCDC's index-value dispatcher), in either order. Derived clocks
+(protocols without commitTs) give many changes one ``ts``; there every change ranks alike and
+offsets decide, as in the binlog.
+
+A table without a primary key is a multiset: MySQL allows identical rows there, and a row event
+changes one row. Its key is the whole row, and its net change per key is a *count* of copies
+to add or remove (``multiset_net``): each change counts +1 (a written image) or -1 (a deleted
+one), once per copy of its transaction -- a changefeed that re-sends a transaction repeats its
+*run* (the transaction's offset-contiguous rows in a partition), so an identical change counts
+as many times as it occurs in one run of its commitTs and partition, at most. Protocols without
+commitTs cannot tell a re-sent range yet: every delivered change counts (README, known gaps).
 
 Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
 (``key_bytes``) in the change log; the fold (``greatest_per_key``) keeps, per table, DDL segment
-and key, the greatest effect. Spark runs it per key-hash slice (``key_hash``) on the executors,
+and key, the greatest effect (or a key-less image's count). Spark runs it per key-hash slice (``key_hash``) on the executors,
 the in-process plane on one table holding every slice: the same function, so it does not matter
 where a key's changes were folded.
 """
@@ -110,11 +126,12 @@ def table_seed(database: str, table: str) -> int:
 
 def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> Iterator[tuple[Key, bool]]:
     """What one change does per key: ``(key, deletes)``. An update that changes the key deletes
-    the old key and writes the new one; every other change touches one key."""
+    the old key and writes the new one; every other change touches one key. An update of a
+    key-less table's row always deletes one copy of its before-image and writes one of its after-image."""
     keys = change.key_columns if key_columns is None else key_columns
     if change.op is not Op.INSERT and change.before is not None:
         old = row_key(keys, change.before)
-        if change.op is Op.DELETE or change.after is None or row_key(keys, change.after) != old:
+        if change.op is Op.DELETE or change.after is None or not keys or row_key(keys, change.after) != old:
             yield old, True
     if change.op is not Op.DELETE and change.after is not None:
         yield row_key(keys, change.after), False
@@ -128,20 +145,77 @@ def change_order(change: RowChange) -> Order:
 # ------------------------------------------------------------------ the fold on Arrow rows
 #
 # The same rule for change-log rows (``docs/data-plane.md``): per GROUP_COLUMNS the row greatest
-# in ORDER_COLUMNS wins. Rows sorted by GROUP_COLUMNS and then by the commit order descending put
+# in FOLD_ORDER_COLUMNS wins. Rows sorted by GROUP_COLUMNS and then by the commit order descending put
 # each key's greatest change first and ``greatest_per_key`` keeps it: on a Spark executor for one
 # key-hash slice of a run (``spark.fold.slices``), in process for all of it.
 
 GROUP_COLUMNS = ("database", "table", "segment", "key")
+# Commit order: how changes and DDLs are placed relative to each other (DDL segments, plans).
 ORDER_COLUMNS = ("ts", "topic", "partition", "offset", "index")
+# The fold's order: commit order, with a transaction's writes of a key above its deletes.
+FOLD_ORDER_COLUMNS = ("ts", "rank", "topic", "partition", "offset", "index")
+WRITE_RANK, DELETE_RANK = 1, 0
 # Any order of the GROUP_COLUMNS puts a group's rows together; the key first decides most
 # comparisons in one column (1M rows: 0.9 s, where database, table, segment first took 1.9 s).
-SORT_KEYS = [(c, "ascending") for c in ("key", "table", "database", "segment")] + [(c, "descending") for c in ORDER_COLUMNS]
+SORT_KEYS = [(c, "ascending") for c in ("key", "table", "database", "segment")] + [(c, "descending") for c in FOLD_ORDER_COLUMNS]
 assert {c for c, _ in SORT_KEYS[:len(GROUP_COLUMNS)]} == set(GROUP_COLUMNS)
+
+
+def transaction_rank(deletes: np.ndarray, has_commit_ts: np.ndarray) -> np.ndarray:
+    """The ``rank`` column: within one commitTs, a write of a key (``WRITE_RANK``) wins over a
+    delete of it (``DELETE_RANK``), whatever their partitions and offsets -- for rows whose
+    protocol carries commitTs; rows on a derived clock all rank ``DELETE_RANK``."""
+    return np.where(has_commit_ts & ~deletes, WRITE_RANK, DELETE_RANK).astype(np.int8)
 
 
 def sort_for_fold(rows: pa.Table) -> pa.Table:
     return rows.sort_by(SORT_KEYS)
+
+
+def greatest(rows: pa.Table) -> pa.Table:
+    """Per (table, segment, key), the row greatest in the fold's order."""
+    if rows.num_rows == 0:
+        return rows
+    return pa.Table.from_batches(list(greatest_per_key(sort_for_fold(rows).to_batches())), rows.schema)
+
+
+# A net row's ``count``: how many copies of its image it writes or deletes. 1 for a keyed table's
+# (the key's one row); a key-less table's net change per image.
+COUNT = pa.field("count", pa.int64())
+_COPY_COLUMNS = ["topic", "partition", "ts", "deletes", *GROUP_COLUMNS]
+
+
+def with_count(net: pa.Table, count: pa.Array | np.ndarray | None = None) -> pa.Table:
+    return net.append_column(COUNT, pa.array(np.ones(net.num_rows, np.int64) if count is None else count, pa.int64()))
+
+
+def multiset_net(rows: pa.Table) -> pa.Table:
+    """The net change of key-less tables' rows (``run`` settled): per (table, segment, image) one
+    row writing (``deletes`` false) or deleting ``count`` copies; images whose copies even out
+    have none.
+
+    A change's copies in its transaction: the most times it occurs in one run of its commitTs in
+    its partition (a re-sent transaction repeats a run); summed over partitions (each change of a
+    transaction is sent to one) and commitTs, +1 a write and -1 a delete. The row that stands for
+    an image is its greatest write (or delete) in the fold's order."""
+    in_run = rows.group_by([*_COPY_COLUMNS, "run"]).aggregate([([], "count_all")])
+    copies = in_run.group_by(_COPY_COLUMNS).aggregate([("count_all", "max")])
+    most = copies.column("count_all_max")
+    signed = pc.if_else(copies.column("deletes"), pc.negate(most), most)
+    delta = pa.table({**{c: copies.column(c) for c in GROUP_COLUMNS}, "delta": signed}) \
+        .group_by(list(GROUP_COLUMNS)).aggregate([("delta", "sum")])
+    deletes = rows.column("deletes")
+    parts = []
+    net = delta.column("delta_sum")
+    for deleting, kept in ((False, pc.greater(net, 0)), (True, pc.less(net, 0))):
+        changed = delta.filter(kept)
+        if not changed.num_rows:
+            continue
+        chosen = greatest(rows.filter(deletes if deleting else pc.invert(deletes)))
+        joined = chosen.join(changed, keys=list(GROUP_COLUMNS), join_type="inner")
+        parts.append(with_count(joined.select(rows.schema.names), pc.abs(joined.column("delta_sum"))))
+    schema = rows.schema.append(COUNT)
+    return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
 
 
 def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -10,6 +10,13 @@ Change-log rows: one per *key effect* of a row change (an update that changes th
 two: the old key deleted, the new one written), each with its ``key_hash``; a file holds
 the segment's rows in writes of up to ROW_GROUP rows in offset order, each write sorted by
 ``key_hash`` into row groups of disjoint hash ranges.
+
+A row of a table without a primary key also names its *run* (``run``; -1 for a keyed table's):
+the offset of the first row of the offset-contiguous rows of its commitTs around it in the
+partition, as far as its segment shows (a run cut by the segment's start begins there; the side
+output's ``runs`` lets a run link it to the segment before). A transaction's rows in one
+partition are one run; a re-sent copy of it is another; the fold counts a key-less change once
+per copy (``net_change.multiset_net``).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from spark import credentials, layout
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.decode.effect import decode_effect, encode_effect
-from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, read_side_output
+from spark.decode.side_output import DecoderState, SegmentRef, SegmentRuns, SideOutput, read_side_output
 from spark.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.storage import AlreadyExists, Storage, open_storage
 from spark.tasks import no_cyclic_gc
@@ -76,6 +83,7 @@ CHANGE_LOG_SCHEMA = pa.schema([
     ("change", pa.binary()),
     ("schema_id", pa.int64()),
     ("key_hash", pa.int64()),
+    ("run", pa.int64()),
 ])
 
 # The change log's own format, part of its directory name next to the decoder version. 2: rows
@@ -86,8 +94,12 @@ CHANGE_LOG_SCHEMA = pa.schema([
 # bytes of decimals keep every digit (3 rounded non-integral ones to 28 significant digits, so
 # wider keys that differ only past them folded as one key): change logs derive again.
 # 5: no pickle anywhere: ``change`` values, side-output DDL, errors and schemas are documented
-# encodings (docs/archive.md); a format-4 change log held pickles and is derived again.
+# encodings (docs/archive.md); rows of key-less tables name their run (``run``) and count once
+# per copy of a transaction (4 folded identical rows as one), and a key-less UPDATE always
+# deletes its before-image.
 CHANGE_LOG_FORMAT = 5
+KEYED = -1  # ``run`` of a keyed table's row
+UNNUMBERED = -2  # a key-less table's row before ``_number_runs``
 
 
 def encode_schema(key_columns: tuple[str, ...], column_types: Mapping[str, ColumnType] | None) -> bytes:
@@ -156,6 +168,16 @@ class _ChangeLogWriter:
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
         self.schemas: dict[int, bytes] = {}  # schema_id -> encoded schema, for the side output
         self._seeds: dict[tuple[str, str], int] = {}  # key_hash's seed per table
+        # Runs: (offset, commitTs) of the segment's first row, and of its last row with its run.
+        self._first: tuple[int, int] | None = None
+        self._last: tuple[int, int, int] | None = None
+        self._keyless = False  # the buffered rows hold a key-less table's
+
+    @property
+    def runs(self) -> SegmentRuns | None:
+        if self._first is None or self._last is None:
+            return None
+        return SegmentRuns(*self._first, *self._last)
 
     def _schema(self, change: RowChange) -> int:
         ident = (id(change.column_types), change.key_columns)
@@ -177,6 +199,9 @@ class _ChangeLogWriter:
         seed = self._seeds.get((change.database, change.table))
         if seed is None:
             seed = self._seeds[(change.database, change.table)] = table_seed(change.database, change.table)
+        run = KEYED
+        if not change.key_columns:
+            run, self._keyless = UNNUMBERED, True
         for key, deletes in change_effects(change):
             if deletes:
                 keys = change.key_columns
@@ -185,14 +210,40 @@ class _ChangeLogWriter:
                 stored = encode_effect(change.op, change.after)
             kb = key_bytes(key)
             self._rows.append((p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                               kb, deletes, first, stored, schema, key_hash(kb, seed)))
+                               kb, deletes, first, stored, schema, key_hash(kb, seed), run))
             first = False
             self.rows += 1
             if len(self._rows) >= ROW_GROUP:
                 self._flush()
 
+    def _number_runs(self) -> None:
+        """Give the buffered key-less rows their ``run`` (they are in offset order), and note the
+        last row's: a run goes on while the rows' commitTs stays and their offsets leave no gap
+        (a message without rows -- a watermark, a DDL -- ends it)."""
+        rows = self._rows
+        if self._first is None:
+            self._first = (rows[0][2], rows[0][4])
+        offset, commit_ts, run = self._last if self._last is not None else (-2, None, -1)
+        if not self._keyless:  # keyed rows only: the last row's run is all that is needed
+            i = len(rows) - 1
+            while i > 0 and rows[i - 1][4] == rows[i][4] and rows[i][2] - rows[i - 1][2] <= 1:
+                i -= 1
+            if i > 0 or rows[0][4] != commit_ts or rows[0][2] - offset > 1:
+                run = rows[i][2]
+            self._last = (rows[-1][2], rows[-1][4], run)
+            return
+        for i, row in enumerate(rows):
+            if row[4] != commit_ts or row[2] - offset > 1:
+                run = row[2]
+            offset, commit_ts = row[2], row[4]
+            if row[13] == UNNUMBERED:
+                rows[i] = row[:13] + (run,)
+        self._last = (offset, commit_ts, run)  # type: ignore[assignment]
+        self._keyless = False
+
     def _flush(self) -> None:
         if self._rows:
+            self._number_runs()
             self._rows.sort(key=_by_key_hash)
             columns = zip(*self._rows)  # transposed in C
             self._writer.write_table(pa.Table.from_arrays(
@@ -264,7 +315,8 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
         writer.close()
     after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value, clock.binlog)
     return SideOutput(task.topic, task.partition, segment.start, segment.end, version, messages, events,
-                      writer.rows, mark, tuple(ddl), tuple(errors), after, dict(sorted(writer.schemas.items())))
+                      writer.rows, mark, tuple(ddl), tuple(errors), after, dict(sorted(writer.schemas.items())),
+                      writer.runs)
 
 
 def decode_segments(task: ChangeLogTask) -> list[SideOutput]:

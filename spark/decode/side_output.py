@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import orjson
@@ -134,6 +134,19 @@ def _schema_blob(doc: Any) -> bytes:
 
 
 @dataclass(frozen=True)
+class SegmentRuns:
+    """Where the segment's change-log rows start and end: (offset, commitTs) of its first row, of
+    its last row, and the ``run`` of its last row. A run of the next segment that begins at its
+    first row continues that one if the offsets touch and the commitTs is the same."""
+
+    first_offset: int
+    first_commit_ts: int
+    last_offset: int
+    last_commit_ts: int
+    last_run: int
+
+
+@dataclass(frozen=True)
 class SideOutput:
     """One decoded segment, by counts and driver-sized facts.
 
@@ -142,7 +155,7 @@ class SideOutput:
     if none); ``ddl`` its schema changes (commitTs as in the change log); ``errors`` its
     undecodable messages; ``state`` the decoder state after it; ``schemas`` the encoded table
     schemas (key columns, column types: ``changelog.encode_schema``) its change-log rows name by
-    ``schema_id``.
+    ``schema_id``; ``runs`` where its rows' runs start and end (None without rows).
     """
 
     topic: str
@@ -158,6 +171,7 @@ class SideOutput:
     errors: tuple[DecodeError, ...]
     state: DecoderState
     schemas: Mapping[int, bytes] = field(default_factory=dict)
+    runs: SegmentRuns | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps({
@@ -168,6 +182,7 @@ class SideOutput:
             # Each schema as the JSON it is, so that it reads back to the same bytes (its digest
             # is the rows' schema_id).
             "schemas": {str(k): orjson.Fragment(v) for k, v in self.schemas.items()},
+            "runs": None if self.runs is None else list(astuple(self.runs)),
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
@@ -184,6 +199,7 @@ class SideOutput:
                 doc["events"], doc["rows"], doc["mark"], tuple(ddl_from_dict(d) for d in doc["ddl"]),
                 tuple(error_from_dict(e) for e in doc["errors"]), DecoderState.from_dict(doc["state"]),
                 {int(k): _schema_blob(v) for k, v in doc["schemas"].items()},
+                SegmentRuns(*doc["runs"]) if doc.get("runs") is not None else None,
             )
         except SideOutputError:
             raise

@@ -8,18 +8,26 @@ pure function of an Arrow batch and a small ``FoldWindow``. It adds three column
 - ``state``: ``APPLY`` for W_prev < ts <= W, ``PENDING`` above W (waits for a later run),
   ``SKIPPED`` at or below W_prev (a redelivery of something applied).
 - ``segment``: how many DDLs of the row's table in this run precede the row in commit order
-  (commitTs, topic, partition, offset, index), so rows are never folded across a schema change.
+  (commitTs, topic, partition, offset, index), so rows are never folded across a schema change;
+- ``rank``: the row's rank within its commitTs (``net_change.transaction_rank``): a write of a
+  key above a delete of it in one TiDB transaction; alike for rows on a derived clock.
+
+It also settles the ``run`` of key-less tables' rows (``net_change.multiset_net`` counts a
+change once per run): a run cut by a segment's start takes the run it continues
+(``link_runs``), and rows on a derived clock are all one run of their partition (nothing tells
+a re-sent range there, so every delivered change counts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from spark.net_change import Order
+from spark.decode.side_output import SideOutput
+from spark.net_change import Order, transaction_rank
 
 APPLY, PENDING, SKIPPED = 0, 1, 2
 
@@ -37,16 +45,39 @@ class FoldWindow:
     derived_topics: frozenset[str] = frozenset()
     # Commit order of the run's DDLs per table they change (a RENAME counts for both names).
     ddl_orders: Mapping[TableRef, tuple[Order, ...]] = field(default_factory=dict)
+    # (topic, partition, run) -> the run it continues across a segment boundary (``link_runs``).
+    run_links: Mapping[tuple[str, int, int], int] = field(default_factory=dict)
 
 
-SELECTED_FIELDS = [pa.field("ts", pa.int64()), pa.field("state", pa.int8()), pa.field("segment", pa.int32())]
+def link_runs(sides: Mapping[PKey, Sequence[SideOutput]]) -> dict[tuple[str, int, int], int]:
+    """Runs that go on from one segment into the next: the next segment's first row follows the
+    last row of the one before without a gap, at the same commitTs. ``sides``: each partition's
+    consecutive side outputs in offset order."""
+    links: dict[tuple[str, int, int], int] = {}
+    for (topic, partition), outputs in sides.items():
+        before = None
+        for side in outputs:
+            runs = side.runs
+            if runs is None:  # no rows: whatever ran before it ended at its messages
+                before = None
+                continue
+            if (before is not None and before.last_commit_ts == runs.first_commit_ts
+                    and 0 <= runs.first_offset - before.last_offset <= 1):
+                earlier = links.get((topic, partition, before.last_run), before.last_run)
+                links[(topic, partition, runs.first_offset)] = earlier
+            before = runs
+    return links
+
+
+SELECTED_FIELDS = [pa.field("ts", pa.int64()), pa.field("state", pa.int8()), pa.field("segment", pa.int32()),
+                   pa.field("rank", pa.int8())]
 
 
 def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
-    """``rows`` inside the run's offset windows, with ``ts``, ``state`` and ``segment`` added."""
+    """``rows`` inside the run's offset windows, with ``ts``, ``state``, ``segment`` and ``rank`` added."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     if table.num_rows == 0:
-        return _with_selected(table, pa.array([], pa.int64()), pa.array([], pa.int8()), pa.array([], pa.int32()))
+        return _with_selected(table, *(pa.array([], f.type) for f in SELECTED_FIELDS))
     topics = table.column("topic").to_numpy(zero_copy_only=False)
     partitions = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
@@ -58,6 +89,7 @@ def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
         table = table.filter(pa.array(keep))
         topics = topics[keep]
     ts = table.column("commit_ts").to_numpy().copy()
+    derived = np.zeros(len(ts), dtype=bool)
     if window.derived_topics:
         derived = np.isin(topics, list(window.derived_topics))
         ts[derived] = np.maximum(ts[derived], window.w_prev + 1)
@@ -65,11 +97,28 @@ def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
     state[ts > window.w] = PENDING
     state[ts <= window.w_prev] = SKIPPED
     segment = _segments(table, ts, window)
-    return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment))
+    rank = transaction_rank(table.column("deletes").to_numpy(zero_copy_only=False), ~derived)
+    table = _settle_runs(table, topics, derived, window)
+    return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment), pa.array(rank))
 
 
-def _with_selected(table: pa.Table, ts: pa.Array, state: pa.Array, segment: pa.Array) -> pa.Table:
-    for f, column in zip(SELECTED_FIELDS, (ts, state, segment)):
+def _settle_runs(table: pa.Table, topics: np.ndarray, derived: np.ndarray, window: FoldWindow) -> pa.Table:
+    run = table.column("run").to_numpy()
+    keyless = run >= 0
+    if not keyless.any():
+        return table
+    run = run.copy()
+    run[keyless & derived] = 0
+    linked = np.flatnonzero(keyless & ~derived) if window.run_links else ()
+    if len(linked):
+        links, partitions = window.run_links, table.column("partition").to_numpy()[linked]
+        triples = zip(topics[linked].tolist(), partitions.tolist(), run[linked].tolist())
+        run[linked] = [links.get((t, p, r), r) for t, p, r in triples]
+    return table.set_column(table.schema.get_field_index("run"), "run", pa.array(run))
+
+
+def _with_selected(table: pa.Table, *columns: pa.Array) -> pa.Table:
+    for f, column in zip(SELECTED_FIELDS, columns, strict=True):
         table = table.append_column(f, column)
     return table
 

@@ -9,7 +9,8 @@ driver adds the shares up (``add_counts``, ``merge_summaries``).
 statistics meet the slice (each write of the change log is sorted by key hash into row groups
 of disjoint hash ranges, ``spark.decode.changelog``), keeps the slice's rows and selects the
 run's window (``select``). ``fold_slice`` counts them and keeps, per (table, DDL segment, key),
-the greatest change (``net_change.greatest_per_key``, the one fold rule). The Spark plane runs
+the greatest change (``net_change.greatest_per_key``, the one fold rule) -- for a key-less
+table, the count of copies of the image (``net_change.multiset_net``). The Spark plane runs
 one task per slice; the local plane folds one slice covering everything.
 """
 
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
-from spark.net_change import ORDER_COLUMNS, Order, greatest_per_key, sort_for_fold
+from spark.net_change import COUNT, ORDER_COLUMNS, Order, greatest, multiset_net, with_count
 from spark.storage import Storage
 
 PKey = tuple[str, int]
@@ -44,8 +45,10 @@ class Slice:
 
 
 EVERYTHING = Slice(0, 1)
-# The rows ``select`` gives: the change log's columns and the three it adds.
+# The rows ``select`` gives: the change log's columns and those it adds; a net change's rows: those
+# and how many copies each writes or deletes.
 SELECTED_SCHEMA = pa.schema([*CHANGE_LOG_SCHEMA, *SELECTED_FIELDS])
+NET_SCHEMA = SELECTED_SCHEMA.append(COUNT)
 
 
 @dataclass(frozen=True)
@@ -103,15 +106,21 @@ def _row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:
 
 
 def fold_slice(selected: Iterable[pa.Table]) -> FoldedSlice:
-    """Count the selected rows, then fold the applied ones: one net row per (table, segment, key)."""
+    """Count the selected rows, then fold the applied ones: one net row per (table, segment, key)
+    -- the greatest change of a keyed table's key, the count of copies of a key-less table's image."""
     counts, applied = [], []
     for table in selected:
         counts.append(window_counts(table))
         applied.append(table.filter(pc.equal(table.column("state"), APPLY)))
     if not applied:
-        return FoldedSlice(SELECTED_SCHEMA.empty_table(), COUNTS_SCHEMA.empty_table())
+        return FoldedSlice(NET_SCHEMA.empty_table(), COUNTS_SCHEMA.empty_table())
     rows = pa.concat_tables(applied)
-    net = pa.Table.from_batches(list(greatest_per_key(sort_for_fold(rows).to_batches())), rows.schema) if rows.num_rows else rows
+    keyless = pc.greater_equal(rows.column("run"), 0)
+    if pc.any(keyless).as_py():
+        keyed = with_count(greatest(rows.filter(pc.invert(keyless))))
+        net = pa.concat_tables([keyed, multiset_net(rows.filter(keyless))])
+    else:
+        net = with_count(greatest(rows))
     return FoldedSlice(net, pa.concat_tables(counts), summarise(net))
 
 

@@ -3,7 +3,9 @@
 A key is one column or several (a composite primary key; every column of a key-less table).
 Key parts may be NULL (key-less tables), and a NULL part matches a NULL part, as upstream
 equality of whole rows does. Touched keys are cast to the rows' column types first, so keys
-decoded as int64 match an int32 column.
+decoded as int64 match an int32 column. Values compare as MySQL (and the fold's
+``net_change.key_bytes``) compare them: ``-0.0`` equals ``0.0`` in a FLOAT or DOUBLE key, so
+the row a key's net change replaces is found whichever zero either side holds.
 """
 
 from __future__ import annotations
@@ -31,13 +33,43 @@ def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> p
     """True for each row of ``rows`` whose key (``key_columns``) is one of ``touched``'s rows."""
     if not key_columns:
         raise KeyColumnsMissing("key_mask: no key columns")
-    left = [_column(rows, k, "rows") for k in key_columns]
-    right = [_column(touched, k, "touched keys").cast(col.type) for k, col in zip(key_columns, left)]
+    left = [_comparable(_column(rows, k, "rows")) for k in key_columns]
+    right = [_comparable(_column(touched, k, "touched keys").cast(col.type)) for k, col in zip(key_columns, left)]
     if rows.num_rows == 0 or touched.num_rows == 0:
         return pa.array(np.zeros(rows.num_rows, dtype=bool))
     if len(key_columns) == 1:
         return pc.is_in(left[0], value_set=right[0], skip_nulls=False)
-    # Arrow's hash join never matches NULL keys: join on (value or a filler, is-NULL) pairs instead.
+    left_cols, right_cols = _joinable(left, right)
+    join_keys = list(left_cols)
+    left_cols["row"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    right_keys = pa.table(right_cols).group_by(join_keys).aggregate([])  # distinct keys
+    hits = pa.table(left_cols).join(right_keys, keys=join_keys, join_type="left semi").column("row")
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    mask[hits.to_numpy()] = True
+    return pa.array(mask)
+
+
+def key_matches(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Which row of ``rows`` carries which of ``touched``'s keys: parallel arrays (row, touched
+    row), sorted by touched row, then row. Equal touched keys each match every such row."""
+    if not key_columns:
+        raise KeyColumnsMissing("key_matches: no key columns")
+    left = [_comparable(_column(rows, k, "rows")) for k in key_columns]
+    right = [_comparable(_column(touched, k, "touched keys").cast(col.type)) for k, col in zip(key_columns, left)]
+    if rows.num_rows == 0 or touched.num_rows == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    left_cols, right_cols = _joinable(left, right)
+    join_keys = list(left_cols)
+    left_cols["row"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    right_cols["touched"] = pa.array(np.arange(touched.num_rows, dtype=np.int64))
+    pairs = pa.table(left_cols).join(pa.table(right_cols), keys=join_keys, join_type="inner") \
+        .select(["touched", "row"]).sort_by([("touched", "ascending"), ("row", "ascending")])
+    return pairs.column("row").to_numpy(), pairs.column("touched").to_numpy()
+
+
+def _joinable(left: list[pa.Array], right: list[pa.Array]) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
+    """Join columns for key columns ``left`` and ``right``. Arrow's hash join never matches NULL
+    keys: join on (value or a filler, is-NULL) pairs instead."""
     left_cols: dict[str, pa.Array] = {}
     right_cols: dict[str, pa.Array] = {}
     for i, (lcol, rcol) in enumerate(zip(left, right)):
@@ -47,13 +79,14 @@ def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> p
             right_cols[f"v{i}"] = pc.coalesce(rcol, filler)
         left_cols[f"n{i}"] = pc.is_null(lcol)
         right_cols[f"n{i}"] = pc.is_null(rcol)
-    join_keys = list(left_cols)
-    left_cols["row"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    right_keys = pa.table(right_cols).group_by(join_keys).aggregate([])  # distinct keys
-    hits = pa.table(left_cols).join(right_keys, keys=join_keys, join_type="left semi").column("row")
-    mask = np.zeros(rows.num_rows, dtype=bool)
-    mask[hits.to_numpy()] = True
-    return pa.array(mask)
+    return left_cols, right_cols
+
+
+def _comparable(column: pa.Array) -> pa.Array:
+    """The column with ``-0.0`` as ``0.0`` (IEEE: -0.0 + 0.0 is +0.0); Arrow's hash kernels tell them apart."""
+    if pa.types.is_floating(column.type):
+        return pc.add(column, pa.scalar(0, column.type))
+    return column
 
 
 def _any_value(*columns: pa.Array) -> pa.Scalar | None:

@@ -2,7 +2,8 @@
 
 A file's touched keys are dropped by copy-on-write (``rewrite_file``: the file is rewritten
 without them) or by merge-on-read (``delete_keys``: a position delete file names their rows;
-the data file stays). ``[layout] write_mode`` picks one per pipeline.
+the data file stays). ``[layout] write_mode`` picks one per pipeline. A key-less table drops a
+number of copies of each touched image instead (``drop_copies``), its first ones in position order.
 
 Pure functions of plain picklable arguments (a ``TableTarget``, ``DataFile``s, Arrow tables), so a
 Spark task can call them with nothing captured but values; they write data files and return their
@@ -22,7 +23,7 @@ from pyiceberg.schema import Schema
 
 from cdc_codecs import TidelakeError
 from spark.iceberg import internals
-from spark.iceberg.keys import key_mask
+from spark.iceberg.keys import key_mask, key_matches
 from spark.iceberg.target import TableTarget
 
 
@@ -112,6 +113,42 @@ def fill_columns(target: TableTarget, data_file: DataFile, values: pa.Table, del
         rows = rows.set_column(at, field, pa.repeat(values.column(name)[0].cast(field.type), rows.num_rows))
     added = internals.write_data_files(io, metadata, rows) if rows.num_rows else []
     return FileRewrite(data_file, tuple(added), rows.num_rows, 0, deletes_removed=tuple(deletes))
+
+
+def drop_copies(
+    target: TableTarget, data_file: DataFile, key_columns: Sequence[str], touched: pa.Table, copies: np.ndarray,
+    deletes: Sequence[DataFile] = (), merge_on_read: bool = False,
+) -> tuple[FileRewrite, np.ndarray]:
+    """Drop up to ``copies[i]`` rows of ``data_file`` equal to ``touched`` image i (a key-less
+    table: ``key_columns`` are all its columns), the first live ones in position order, so a
+    run done again drops the same rows. Returns the file's rewrite (copy-on-write, or a position
+    delete file with ``merge_on_read``) and how many copies of each image it dropped."""
+    metadata, io = target.metadata(), target.io()
+    if merge_on_read:
+        rows = internals.read_data_file(io, metadata, data_file, columns=key_columns)
+        deleted = internals.deleted_positions(io, data_file, deletes) if deletes else np.zeros(0, np.int64)
+    else:
+        rows = internals.read_data_file(io, metadata, data_file, deletes)
+        deleted = np.zeros(0, np.int64)
+    row, image = key_matches(rows, touched, key_columns)
+    live = ~np.isin(row, deleted)
+    row, image = row[live], image[live]
+    # Matches are sorted by image, then row: the first copies[image] of each image's rows go.
+    starts = np.searchsorted(image, image, "left")
+    chosen = (np.arange(len(row)) - starts) < copies[image]
+    dropped_rows = np.unique(row[chosen])
+    dropped = np.bincount(image[chosen], minlength=len(copies)).astype(np.int64)
+    if not len(dropped_rows):
+        return FileRewrite(None, (), rows.num_rows - len(deleted), 0), dropped
+    if merge_on_read:
+        written = internals.write_position_deletes(io, metadata, data_file, np.union1d(deleted, dropped_rows))
+        live = rows.num_rows - len(deleted) - len(dropped_rows)
+        return FileRewrite(None, (), live, len(dropped_rows), deletes_added=(written,), deletes_removed=tuple(deletes)), dropped
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[dropped_rows] = False
+    added = internals.write_data_files(io, metadata, rows.filter(pa.array(keep)))
+    rewrite = FileRewrite(data_file, tuple(added), int(keep.sum()), len(dropped_rows), deletes_removed=tuple(deletes))
+    return rewrite, dropped
 
 
 def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:

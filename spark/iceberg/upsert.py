@@ -11,6 +11,12 @@ into the table's own typed columns and sends every key where it must go:
   bucket of a bucketed table; ``p`` alone for an unpartitioned one), written sorted by key
   (``rewrite.write_rows``).
 
+A key-less table is a multiset (``UpsertTarget.multiset``): a net row writes or deletes
+``count`` copies of its image. Written copies are write rows, one per copy, and nothing is
+dropped for them; the images losing copies go to one group ``m`` with their counts, whose task
+walks the files that can hold them in file order and drops the first copies it finds
+(``rewrite.drop_copies``): deterministic, so a run done again writes the same table.
+
 ``run_groups`` executes the groups of a stream sorted by (request, group); each yields one
 pickled ``FileRewrite`` (removed file, added files) for its request. A *request* is one table's
 net change in one DDL segment, rewritten against its ``UpsertTarget``: the tables of a run are
@@ -34,12 +40,13 @@ from pyiceberg.transforms import IdentityTransform
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
 from spark.iceberg.files import _transformed, key_file_pairs
-from spark.iceberg.rewrite import FileRewrite, delete_keys, rewrite_file, write_rows
+from spark.iceberg.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.iceberg.target import TableTarget
 from spark.schema_map import arrow_table, metadata_columns
 
-GROUP, ROLE = "_tidelake_group", "_tidelake_role"
+GROUP, ROLE, COPIES = "_tidelake_group", "_tidelake_role", "_tidelake_copies"
 DROP, WRITE = 0, 1
+MULTISET_DROPS = "m"
 # Routed rows cross the shuffle as (group, Arrow IPC bytes of that group's rows): Spark moves
 # them without mapping Iceberg types (time, uuid, fixed) onto its own.
 ROUTED_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("group", pa.string()), pa.field("rows", pa.binary())])
@@ -56,12 +63,15 @@ class UpsertTarget:
     upstream_types: Mapping[str, str] = field(default_factory=dict)
     deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
     merge_on_read: bool = False  # drop keys with position deletes instead of rewriting files
+    multiset: bool = False  # a key-less table: identical rows are copies, counted
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
 
     def routed_schema(self) -> pa.Schema:
         schema = self.table.metadata().schema().as_arrow()
+        if self.multiset:
+            schema = schema.append(pa.field(COPIES, pa.int64()))
         return schema.insert(0, pa.field(ROLE, pa.int8())).insert(0, pa.field(GROUP, pa.string()))
 
 
@@ -89,6 +99,8 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
     """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``."""
     rows, writes = _rows(net, target)
+    if target.multiset:
+        return _pack(_route_copies(rows, writes, net.column("count").to_numpy(), target), request)
     metadata = target.table.metadata()
     key_index, file_index = key_file_pairs(metadata, target.key_columns, rows.select(list(target.key_columns)), target.files)
     drops = rows.take(pa.array(key_index, pa.int64()))
@@ -100,6 +112,20 @@ def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
         written.add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8))).add_column(0, GROUP, write_groups),
     ]).cast(target.routed_schema())
     return _pack(routed, request)
+
+
+def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget) -> pa.Table:
+    """A key-less table's routed rows: a write row per copy written, the dropped images in group ``m``."""
+    written = rows.take(pa.array(np.repeat(np.flatnonzero(writes), count[writes]), pa.int64()))
+    drops = rows.filter(pa.array(~writes))
+    return pa.concat_tables([
+        drops.append_column(COPIES, pa.array(count[~writes], pa.int64()))
+        .add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8)))
+        .add_column(0, GROUP, pa.array([MULTISET_DROPS] * drops.num_rows, pa.string())),
+        written.append_column(COPIES, pa.array(np.ones(written.num_rows, np.int64)))
+        .add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8)))
+        .add_column(0, GROUP, _partition_groups(written, target)),
+    ]).cast(target.routed_schema())
 
 
 def _pack(routed: pa.Table, request: int) -> pa.Table:
@@ -159,19 +185,44 @@ def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget
         yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
 
 
-def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> FileRewrite:
+def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
     data = rows.drop_columns([ROLE])
+    if group == MULTISET_DROPS:
+        return _drop_copies(data, target)
+    if target.multiset:
+        data = data.drop_columns([COPIES])
     if group.startswith("f"):
         touched = data.select(list(target.key_columns))
         index = int(group[1:])
         drop = delete_keys if target.merge_on_read else rewrite_file
-        return drop(target.table, target.files[index], target.key_columns, touched, deletes=target.deletes_of(index))
+        return [drop(target.table, target.files[index], target.key_columns, touched, deletes=target.deletes_of(index))]
     added = write_rows(target.table, data, target.key_columns)
-    return FileRewrite(None, added, 0, 0)
+    return [FileRewrite(None, added, 0, 0)]
 
 
-def _result(request: int, rewrite: FileRewrite) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"request": [request], "rewrite": [pickle.dumps(rewrite)]}, schema=RESULT_SCHEMA)
+def _drop_copies(drops: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
+    """Drop each image's copies from the files that can hold it, in file order until none are left."""
+    touched = drops.select(list(target.key_columns))
+    left = drops.column(COPIES).to_numpy().copy()
+    key_index, file_index = key_file_pairs(target.table.metadata(), target.key_columns, touched, target.files)
+    out = []
+    for index in np.unique(file_index):
+        images = key_index[file_index == index]
+        images = images[left[images] > 0]
+        if not len(images):
+            continue
+        rewrite, dropped = drop_copies(target.table, target.files[index], target.key_columns,
+                                       touched.take(pa.array(images)), left[images], target.deletes_of(index),
+                                       target.merge_on_read)
+        left[images] -= dropped
+        if rewrite.removed is not None or rewrite.deletes_added:
+            out.append(rewrite)
+    return out
+
+
+def _result(request: int, rewrites: list[FileRewrite]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"request": [request] * len(rewrites), "rewrite": [pickle.dumps(r) for r in rewrites]}, schema=RESULT_SCHEMA)
 
 
 def group_sorted(packed: pa.Table) -> pa.Table:

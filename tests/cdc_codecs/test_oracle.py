@@ -80,3 +80,41 @@ def test_drop_database_drops_the_tables_of_that_database_only() -> None:
     oracle.cut([("t", 0)])
     assert {name: oracle.rows(*name) for name in oracle.tables} == {
         ("d", "a"): [{"id": 2}], ("d", "b"): [], ("e", "a"): [{"id": 1}], ("d e", "c"): []}
+
+
+def test_a_table_without_a_primary_key_is_a_multiset_and_a_row_event_changes_one_row() -> None:
+    # MySQL 8 reference, CREATE TABLE: without a PRIMARY KEY or UNIQUE index identical rows may
+    # coexist; a row event (binlog_format=ROW) names one row, so it inserts, deletes or updates one.
+    from cdc_codecs import Op
+
+    p = SourcePosition("t", 0, 0)
+    types: dict = {}
+    ts = iter(range(10, 1000, 10))
+
+    def row(op: Op, before: dict | None, after: dict | None, commit_ts: int | None = None) -> RowChange:
+        return RowChange(op, "db", "bag", before, after, (), types, commit_ts or next(ts), p)
+
+    a, b = {"x": 1, "s": "a"}, {"x": 2, "s": "b"}
+    oracle = Oracle()
+    same = next(ts)
+    oracle.add([row(Op.INSERT, None, a), row(Op.INSERT, None, a, same), row(Op.INSERT, None, a, same),
+                row(Op.INSERT, None, b), Watermark(500, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a, a, a, b]
+    oracle.add([row(Op.DELETE, a, None, 510), row(Op.UPDATE, a, b, 520), row(Op.UPDATE, b, b, 530), Watermark(600, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a, b, b]
+
+
+def test_a_key_less_row_is_found_by_its_image_after_a_column_is_added() -> None:
+    from cdc_codecs import Column, DdlChange, Op, TableSchema, parse_mysql_type
+
+    p = SourcePosition("t", 0, 0)
+    after = TableSchema("db", "bag", (Column("x", parse_mysql_type("int")), Column("note", parse_mysql_type("text"))), ())
+    a = {"x": 1}
+    oracle = Oracle()
+    oracle.add([RowChange(Op.INSERT, "db", "bag", None, a, (), {}, 10, p), RowChange(Op.INSERT, "db", "bag", None, a, (), {}, 20, p),
+                DdlChange("db", "bag", "ALTER TABLE `db`.`bag` ADD COLUMN `note` text", 30, p, "ALTER", None, after),
+                RowChange(Op.DELETE, "db", "bag", {**a, "note": None}, None, (), {}, 40, p), Watermark(50, p)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("db", "bag") == [a]

@@ -14,7 +14,7 @@ import random
 from dataclasses import replace
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.events import BinlogPosition, DdlChange, Event, Watermark
+from cdc_codecs.events import BinlogPosition, DdlChange, Event, Op, RowChange, Watermark
 from cdc_codecs.workload import Workload, WorkloadSpec, create_sql, quote_ident, table_schema
 
 GARBAGE = b"\x00not a message\xff"
@@ -77,6 +77,27 @@ class Upstream(Workload):
                     skewed = change.event_time_ms - self.rng.randint(0, self.skew_ms)
                     change = change._replace(event_time_ms=max(skewed, self._last_ddl_ms + 1))
                 self.history.append(change._replace(binlog=self._binlog()))
+
+    def move_and_reuse_key(self) -> None:
+        """One TiDB transaction (one commitTs): a row moves from key k to a free key and a new row
+        takes k (a non-clustered primary key). TiCDC dispatches each change by its key, so the two
+        may reach different partitions, in either order."""
+        t = self.rng.choice(sorted(self.schemas))
+        rows, schema = self.rows[t], self.schemas[t]
+        new_key = self.rng.randrange(self.spec.key_space, self.spec.key_space * 2)
+        if not rows or new_key in rows:
+            return
+        key = self.rng.choice(sorted(rows))
+        ts = self._next_ts()
+        old = rows.pop(key)
+        before = {**old, **{c.name: None for c in schema.columns if c.name not in old}}
+        moved, fresh = self._row(t, new_key), self._row(t, key)
+        rows[new_key], rows[key] = moved, fresh
+        transaction = [RowChange(Op.UPDATE, schema.database, t, before, moved, ("id",), schema.column_types, ts, self._pos(),
+                                 self._clock),
+                       RowChange(Op.INSERT, schema.database, t, None, fresh, ("id",), schema.column_types, ts, self._pos(),
+                                 self._clock)]
+        self.history.extend(transaction if self.rng.random() < 0.5 else transaction[::-1])
 
     def resolved(self) -> None:
         self.history.append(Watermark(self._next_ts(), self._pos()))

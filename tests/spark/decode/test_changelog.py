@@ -517,3 +517,28 @@ def test_segments_that_carry_no_state_decode_only_the_undecoded_ones_and_are_ans
     assert [s.to_json() for s in sides[:4]] == [s.to_json() for s in first]
     with pytest.raises(ChangeLogError, match="is not in the partition's history"):
         ensure(config, storage, segments[3:] + [SegmentRef("elsewhere", 9, 10)], history=segments)
+
+
+def test_key_less_rows_name_their_run_of_offset_contiguous_rows_at_one_commit_ts(tmp_path: Path, monkeypatch) -> None:
+    from spark.decode import changelog
+    from spark.decode.side_output import SegmentRuns
+
+    monkeypatch.setattr(changelog, "ROW_GROUP", 2)  # runs go on across the writer's flushes
+    bag = {"x": 1}
+
+    def change(offset: int, commit_ts: int, keyless: bool) -> RowChange:
+        keys, after = ((), bag) if keyless else (("id",), {"id": offset, "name": "n"})
+        return RowChange(Op.INSERT, "shop", "bag" if keyless else "t", None, after, keys, TYPES, commit_ts,
+                         SourcePosition(TOPIC, 0, offset))
+
+    # offset 3 is a message without rows (a watermark); 6 re-sends commitTs 10 after 20 began.
+    changes = [change(0, 10, True), change(1, 10, False), change(2, 10, True), change(4, 10, True), change(5, 20, True),
+               change(6, 10, True), change(7, 30, False), change(8, 30, False), change(9, 30, True)]
+    storage = LocalStorage(str(tmp_path))
+    writer = changelog._ChangeLogWriter(storage, "c.parquet")
+    for c in changes:
+        writer.add(c)
+    writer.close()
+    rows = read_change_log(storage, ["c.parquet"]).to_pylist()
+    assert [(r["offset"], r["run"]) for r in rows] == [(0, 0), (1, -1), (2, 0), (4, 4), (5, 5), (6, 6), (7, -1), (8, -1), (9, 7)]
+    assert writer.runs == SegmentRuns(0, 10, 9, 30, 7)

@@ -23,6 +23,7 @@ def rows(items: list[tuple]) -> pa.Table:
         "table": pa.array(columns["table"]), "key": pa.array([key_bytes((k,)) for k in columns["key"]], pa.binary()),
         "deletes": pa.array(columns["deletes"]), "first": pa.array([True] * n),
         "change": pa.array([f"{o}".encode() for o in columns["offset"]], pa.binary()),
+        "run": pa.array([-1] * n, pa.int64()),
     })
 
 
@@ -56,11 +57,59 @@ def test_the_greatest_change_per_key_wins_whatever_the_batches(batch: int) -> No
     selected = select(rows(items), FoldWindow(-1, 10, {("p", 0): (0, 1000), ("p", 1): (0, 1000)}))
     ordered = sort_for_fold(selected)
     folded = pa.Table.from_batches(list(greatest_per_key(ordered.to_batches(max_chunksize=batch))), ordered.schema)
-    # The reference: per key, the change with the greatest (commitTs, topic, partition, offset, index).
+    # The reference: per key, the change with the greatest (commitTs, topic, partition, offset, index),
+    # a write of the key above a delete of it within one commitTs (one TiDB transaction).
     want: dict[bytes, tuple] = {}
     for r in selected.to_pylist():
-        order = (r["ts"], r["topic"], r["partition"], r["offset"], r["index"])
+        order = (r["ts"], not r["deletes"], r["topic"], r["partition"], r["offset"], r["index"])
         if r["key"] not in want or order > want[r["key"]]:
             want[r["key"]] = order
-    got = {r["key"]: (r["ts"], r["topic"], r["partition"], r["offset"], r["index"]) for r in folded.to_pylist()}
+    got = {r["key"]: (r["ts"], not r["deletes"], r["topic"], r["partition"], r["offset"], r["index"]) for r in folded.to_pylist()}
     assert folded.num_rows == len(got) == len(want) and got == want
+
+
+def fold(table: pa.Table, window: FoldWindow) -> list[tuple]:
+    folded = greatest_per_key(sort_for_fold(select(table, window)).to_batches())
+    return sorted((r["topic"], r["key"], r["offset"], r["deletes"]) for b in folded for r in b.to_pylist())
+
+
+def test_within_one_commit_ts_a_write_of_a_key_wins_over_a_delete_of_it_on_any_partition() -> None:
+    # One TiDB transaction at commitTs 100: key 1 moved to key 2 (partition 1: delete 1, write 2) and
+    # a new key 1 inserted (partition 0, earlier offset). A later commitTs still decides as usual.
+    table = rows([("tidb", 0, 0, 0, 100, "t", 1, False), ("tidb", 1, 5, 0, 100, "t", 1, True),
+                  ("tidb", 1, 5, 1, 100, "t", 2, False),
+                  ("tidb", 0, 1, 0, 100, "t", 3, False), ("tidb", 1, 6, 0, 101, "t", 3, True)])
+    window = FoldWindow(0, 200, {("tidb", 0): (0, 10), ("tidb", 1): (0, 10)})
+    assert fold(table, window) == [("tidb", key_bytes((1,)), 0, False), ("tidb", key_bytes((2,)), 5, False),
+                                   ("tidb", key_bytes((3,)), 6, True)]
+
+
+def test_on_a_derived_clock_offsets_decide_within_one_ts() -> None:
+    # No commitTs: the lifted clock gives both changes one ts; the binlog's order (offsets) decides.
+    table = rows([("mysql", 0, 0, 0, 10, "t", 1, False), ("mysql", 0, 1, 0, 10, "t", 1, True)])
+    window = FoldWindow(50, 200, {("mysql", 0): (0, 10)}, derived_topics=frozenset({"mysql"}))
+    assert fold(table, window) == [("mysql", key_bytes((1,)), 1, True)]
+
+
+def test_a_key_less_image_counts_each_change_once_per_copy_of_its_transaction() -> None:
+    from spark.fold.slices import fold_slice
+
+    items = [  # (topic, partition, offset, index, commit_ts, table, key, deletes) and the row's run
+        (("tidb", 0, 0, 0, 100, "bag", 1, False), 0), (("tidb", 0, 1, 0, 100, "bag", 1, False), 0),
+        (("tidb", 0, 2, 0, 100, "bag", 2, True), 0), (("tidb", 0, 3, 0, 100, "bag", 3, True), 0),
+        (("tidb", 0, 4, 0, 100, "bag", 3, True), 0),
+        # the changefeed re-sends commitTs 100 on partition 0: a second run, the same copies
+        (("tidb", 0, 6, 0, 100, "bag", 1, False), 6), (("tidb", 0, 7, 0, 100, "bag", 1, False), 6),
+        (("tidb", 0, 8, 0, 100, "bag", 2, True), 6),
+        (("tidb", 1, 0, 0, 100, "bag", 1, False), 0),  # the same transaction's share on partition 1
+        (("tidb", 0, 9, 0, 200, "bag", 2, False), 9),  # image 2 back: no change in all
+        # no commitTs: every delivered row counts, whatever its run
+        (("mysql", 0, 0, 0, 10, "bag", 4, False), 0), (("mysql", 0, 1, 0, 10, "bag", 4, False), 1),
+    ]
+    table = rows([i for i, _ in items])
+    table = table.set_column(table.schema.get_field_index("run"), "run", pa.array([r for _, r in items], pa.int64()))
+    window = FoldWindow(0, 1000, {("tidb", 0): (0, 100), ("tidb", 1): (0, 100), ("mysql", 0): (0, 100)},
+                        derived_topics=frozenset({"mysql"}))
+    net = fold_slice([select(table.append_column("schema_id", pa.array([0] * table.num_rows, pa.int64())), window)]).net
+    assert sorted((r["key"], r["deletes"], r["count"]) for r in net.to_pylist()) == [
+        (key_bytes((1,)), False, 3), (key_bytes((3,)), True, 2), (key_bytes((4,)), False, 2)]

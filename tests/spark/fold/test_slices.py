@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
 from spark.decode import changelog
@@ -140,3 +142,69 @@ def test_awkward_keys_fold_the_same_in_slices(tmp_path: Path, monkeypatch: pytes
     window = FoldWindow(10, 45, {("cdc", 0): (30, 400), ("cdc", 1): (0, 390)},
                         ddl_orders={("ünï.cödé", "t.x"): ((30, "cdc", 0, 200, 0),)})
     assert_slices_add_up(storage, paths, window, count)
+
+
+# ---------------------------------------------------------------- key-less copies against their transactions
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_key_less_copies_add_up_to_the_transactions_however_they_are_re_sent_and_cut(data: st.DataObject) -> None:
+    """Transactions of key-less changes, each with its share on either partition; every share
+    sent once in commitTs order, some sent again later (a gap before a re-send, as a watermark or
+    another transaction makes one); each partition's change log cut into two segments anywhere.
+    The fold's net count per image is the transactions' sum, each change once."""
+    import tempfile
+
+    from spark.decode.side_output import DecoderState, SideOutput
+    from spark.fold.select import link_runs
+
+    images = [{"id": i, "name": "x"} for i in range(3)]
+    change = st.tuples(st.sampled_from([Op.INSERT, Op.DELETE, Op.UPDATE]), st.integers(0, 2), st.integers(0, 2),
+                       st.integers(0, 1))
+    transactions = data.draw(st.lists(st.lists(change, min_size=1, max_size=5), min_size=1, max_size=5), label="transactions")
+    truth: dict[int, int] = {}
+    shares: list[list[tuple[int, list]]] = [[], []]  # per partition: (commitTs, changes) in sending order
+    for n, changes in enumerate(transactions):
+        for op, before, after, partition in changes:
+            if op is not Op.INSERT:
+                truth[before] = truth.get(before, 0) - 1
+            if op is not Op.DELETE:
+                truth[after] = truth.get(after, 0) + 1
+        for partition in (0, 1):
+            mine = [c for c in changes if c[3] == partition]
+            if mine:
+                shares[partition].append((10 * (n + 1), mine))
+    for partition in (0, 1):
+        sent = shares[partition]
+        for again in data.draw(st.lists(st.integers(0, max(0, len(sent) - 1)), max_size=3), label="re-sent") if sent else []:
+            sent.append(sent[again])
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = LocalStorage(tmp)
+        paths, sides = [], {}
+        for partition, sent in enumerate(shares):
+            rows, offset = [], 0
+            for i, (commit_ts, changes) in enumerate(sent):
+                if i and (sent[i - 1][0] == commit_ts or data.draw(st.booleans(), label="gap")):
+                    offset += 1  # a message without rows: a watermark
+                for op, before, after, _ in changes:
+                    rows.append(RowChange(op, "shop", "bag", images[before] if op is not Op.INSERT else None,
+                                          images[after] if op is not Op.DELETE else None, (), TYPES, commit_ts,
+                                          SourcePosition("cdc", partition, offset)))
+                    offset += 1
+            cut = data.draw(st.integers(0, len(rows)), label="segment boundary")
+            outputs = []
+            for k, part in enumerate((rows[:cut], rows[cut:])):
+                path = f"changelog/{partition}-{k}.parquet"
+                writer = changelog._ChangeLogWriter(storage, path)
+                for r in part:
+                    writer.add(r)
+                writer.close()
+                paths.append(path)
+                outputs.append(SideOutput("cdc", partition, 0, 0, "", 0, 0, len(part), None, (), (), DecoderState(), {},
+                                          writer.runs))
+            sides[("cdc", partition)] = outputs
+        window = FoldWindow(0, 1000, {("cdc", 0): (0, 1000), ("cdc", 1): (0, 1000)}, run_links=link_runs(sides))
+        net = fold_slice(read_slice(storage, paths, window)).net.to_pylist()
+    got = {changelog.decode_effect(r["change"])[1]["id"]: -r["count"] if r["deletes"] else r["count"] for r in net}
+    assert got == {image: n for image, n in truth.items() if n}

@@ -62,3 +62,12 @@ def test_matches_python_tuple_membership(row_keys, touched_keys):
     touched = pa.table({"a": pa.array([t[0] for t in touched_keys], pa.int64()),
                         "b": pa.array([t[1] for t in touched_keys], pa.int64())})
     assert key_mask(rows, touched, ["a", "b"]).to_pylist() == [r in set(touched_keys) for r in row_keys]
+
+
+@pytest.mark.parametrize("type_", [pa.float32(), pa.float64()])
+def test_minus_zero_and_zero_are_one_key_as_in_mysql_and_the_fold(type_):
+    rows = pa.table({"id": pa.array([0.0, -0.0, 1.0], type_), "v": pa.array([0.0, 1.0, -0.0], type_)})
+    assert key_mask(rows, pa.table({"id": pa.array([-0.0], type_)}), ["id"]).to_pylist() == [True, True, False]
+    assert key_mask(rows, pa.table({"id": pa.array([0.0], type_)}), ["id"]).to_pylist() == [True, True, False]
+    whole = pa.table({"id": pa.array([-0.0], type_), "v": pa.array([0.0], type_)})
+    assert key_mask(rows, whole, ["id", "v"]).to_pylist() == [True, False, False]
