@@ -1,4 +1,4 @@
-"""One Airflow DAG per pipeline file: snapshot offsets -> land -> apply -> publish; and its maintenance DAG.
+"""One Airflow DAG per pipeline file: snapshot offsets -> confirm if done -> land -> apply -> publish; and its maintenance DAG.
 
 Beside ``tidelake_<name>``, every pipeline gets ``tidelake-maintenance-<name>`` on its own
 ``[maintenance] schedule``: one task that runs ``spark/jobs/maintain.py`` (retention, snapshot
@@ -188,6 +188,21 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
             return sum(r.end - r.start for r in ranges)
 
+        @task.short_circuit(ignore_downstream_trigger_rules=True)
+        def confirm_if_done(data_interval_start=None, data_interval_end=None) -> bool:
+            """An interval done already -- an operator cleared an old run, a backfill went over
+            published intervals -- is confirmed here in seconds, from the archive and the catalog:
+            land, apply and publish are skipped (no spark-submit; no Asset event, nothing is new)."""
+            from spark.apply import confirm_if_done as confirm
+            from spark.jobs.apply import apply_summary
+
+            result = confirm(load_task_config(path), data_interval_start, data_interval_end)
+            if result is None:
+                return True
+            for line in apply_summary(result):
+                log.info("%s", line)
+            return False
+
         spark_args = spark_submit_args(config)
         land = SparkSubmitOperator(
             task_id="land", application=str(JOBS / "land.py"),
@@ -220,7 +235,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
                 log.info("%s: published W %s (interval end %s); Asset event sent", config.name, found.watermark, extra["interval_end"])
             return extra
 
-        snapshot_offsets() >> land >> apply >> publish()
+        snapshot_offsets() >> confirm_if_done() >> land >> apply >> publish()
     return dag
 
 

@@ -229,6 +229,50 @@ def _lowest(storage: Storage, catalog: Any, config: PipelineConfig, applied: int
     return min(marks, default=None)
 
 
+def confirm_if_done(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime,
+                    storage: Storage | None = None, catalog: Any = None) -> ApplyResult | None:
+    """The interval's confirmation if it is done -- its W published and every table at or past
+    it -- decided from the archive and the catalog alone, before any Spark starts; None if a run
+    has work to do (or the interval is not landed). The DAG and the apply job call it first, so
+    a rerun of an old interval or a completed backfill costs seconds, not two spark-submits."""
+    storage = storage or open_storage(config.storage)
+    catalog = catalog or cat.open_catalog(config)
+    chain = [_Interval(s, e, p) for s, e, p in list_manifests(storage, config.name)]
+    target = next((i for i, iv in enumerate(chain) if (iv.start, iv.end) == (interval_start, interval_end)), None)
+    if target is None:
+        return None
+    lowest = _lowest(storage, catalog, config)
+    base, checkpoints = _base(storage, config, chain, lowest)
+    return _confirm_target(config, storage, catalog, chain, target, checkpoints) if target <= base else None
+
+
+def _done(storage: Storage, pipeline: str, cp: Checkpoint | None) -> bool:
+    return cp is not None and (cp.watermark == 0 or _is_published(storage, pipeline, cp.watermark))
+
+
+def _base(storage: Storage, config: PipelineConfig, chain: list[_Interval],
+          lowest: int | None) -> tuple[int, dict[int, Checkpoint | None]]:
+    """The newest interval done for every table (published, tables at or past its W; -1: none),
+    and the checkpoints read to find it. Reads stay bounded by what is left to do, not by the
+    history: runs apply intervals in order, so everything before the base is done too."""
+    checkpoints: dict[int, Checkpoint | None] = {}
+    for i in range(len(chain) - 1, -1, -1):
+        cp = checkpoints[i] = _read_checkpoint(storage, config.name, chain[i])
+        if _done(storage, config.name, cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
+            return i, checkpoints
+    return -1, checkpoints
+
+
+def _confirm_target(config: PipelineConfig, storage: Storage, catalog: Any, chain: list[_Interval], target: int,
+                    checkpoints: dict[int, Checkpoint | None]) -> ApplyResult:
+    """An interval at or before the base: its W is published and every table is past it."""
+    cp = checkpoints.get(target) or _read_checkpoint(storage, config.name, chain[target])
+    previous = _read_checkpoint(storage, config.name, chain[target - 1]) if target else None
+    if cp is None:
+        return _confirm_landed_late(config, storage, catalog, chain, target)
+    return _confirm(config, storage, catalog, chain[target], cp, previous)
+
+
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
                    target: int, lease: Lease, step: Callable[[str], None],
                    progress: Callable[[str, int, int], None]) -> ApplyResult:
@@ -237,24 +281,11 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     lowest = _lowest(storage, catalog, config)
 
     def done(cp: Checkpoint | None) -> bool:
-        return cp is not None and (cp.watermark == 0 or _is_published(storage, config.name, cp.watermark))
+        return _done(storage, config.name, cp)
 
-    # Reads stay bounded by what is left to do, not by the history: walking back from the newest
-    # interval, the first one that is done for every table (published, tables at or past its W)
-    # is the base -- runs apply intervals in order, so everything before it is done too.
-    checkpoints: dict[int, Checkpoint | None] = {}
-    base = -1
-    for i in range(len(chain) - 1, -1, -1):
-        cp = checkpoints[i] = _read_checkpoint(storage, config.name, chain[i])
-        if done(cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
-            base = i
-            break
+    base, checkpoints = _base(storage, config, chain, lowest)
     if target <= base:  # an interval whose W is published and every table past it: confirmed
-        cp = checkpoints.get(target) or _read_checkpoint(storage, config.name, chain[target])
-        previous = _read_checkpoint(storage, config.name, chain[target - 1]) if target else None
-        if cp is None:
-            return _confirm_landed_late(config, storage, catalog, chain, target)
-        return _confirm(config, storage, catalog, chain[target], cp, previous)
+        return _confirm_target(config, storage, catalog, chain, target, checkpoints)
     # Every run leaves main at the latest published W at least: a table behind it is replayed.
     last_published = max((i for i, cp in checkpoints.items() if i > base and done(cp)), default=-1)
     previous = checkpoints.get(base) if base >= 0 else None

@@ -84,8 +84,12 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespace], int],
-                 argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+                 argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                 before_spark: Callable[[Any, Any, Any, argparse.Namespace], int | None] | None = None) -> int:
     """Parse ``--config --start --end [--master] [--verbose]``, start Spark, call ``run(config, start, end, context, args)``.
+
+    ``before_spark(config, start, end, args)`` may settle the run without Spark (an interval
+    that is done already): an exit code, or None to go on.
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
@@ -111,6 +115,14 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
+    if before_spark is not None:
+        try:
+            settled = before_spark(config, start, end, args)
+        except TidelakeError as exc:
+            log.error("%s", exc)
+            return 1
+        if settled is not None:
+            return settled
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
     log.debug("starting Spark for %s %s..%s", config.name, utc_text(start), utc_text(end))
     context = build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level)

@@ -16,7 +16,7 @@ import datetime as dt
 import sys
 from typing import Any
 
-from spark.apply import ApplyResult, apply_interval
+from spark.apply import ApplyResult, apply_interval, confirm_if_done
 from spark.cli import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text
 from spark.land import SparkRunner
@@ -61,12 +61,21 @@ def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interva
     return 0
 
 
+def confirm_without_spark(config, start, end, args) -> int | None:  # noqa: ANN001 - see interval_job
+    """An interval that is done already (a rerun, a completed backfill) is confirmed before Spark starts."""
+    result = confirm_if_done(config, start, end)
+    if result is None:
+        return None
+    emit(apply_summary(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     def options(p):  # noqa: ANN001, ANN202
         p.add_argument("--on-bad-message", choices=["fail", "continue"], default=None, help="override the pipeline's policy")
         p.add_argument("--on-table-error", choices=["fail", "isolate"], default=None, help="override the pipeline's policy")
 
-    return interval_job("apply", run, argv, options)
+    return interval_job("apply", run, argv, options, before_spark=confirm_without_spark)
 
 
 if __name__ == "__main__":

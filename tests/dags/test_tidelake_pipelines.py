@@ -64,8 +64,9 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert dag.params["on_table_error"] == "isolate"
     order = [t.task_id for t in dag.topological_sort()] if hasattr(dag, "topological_sort") else None
     tasks = {t.task_id: t for t in dag.tasks}
-    assert set(tasks) == {"snapshot_offsets", "land", "apply", "publish"}
-    assert tasks["land"].upstream_task_ids == {"snapshot_offsets"}
+    assert set(tasks) == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}
+    assert tasks["confirm_if_done"].upstream_task_ids == {"snapshot_offsets"}
+    assert tasks["land"].upstream_task_ids == {"confirm_if_done"}
     assert tasks["apply"].upstream_task_ids == {"land"}
     assert tasks["publish"].upstream_task_ids == {"apply"}
     assert [o.uri for o in tasks["publish"].outlets] == ["tidelake://shop/watermark"]
@@ -142,7 +143,7 @@ def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipel
     assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_broken", "tidelake_crm",
                                 "tidelake_shop"]
     for good in ("tidelake_crm", "tidelake_shop"):
-        assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "land", "apply", "publish"}
+        assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}
         assert "config-error" not in bag.dags[good].tags
     stand_in = bag.dags["tidelake_broken"]
     expected = f"{bad}: topics[0].protocol: expected one of"
@@ -370,3 +371,21 @@ def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_tas
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
                            "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for
+
+
+def test_an_interval_that_is_done_skips_land_apply_and_publish(pipelines: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The short-circuit before land: a done interval (spark.apply.confirm_if_done) costs no spark-submit."""
+    import datetime as dt
+
+    from spark.apply import ApplyResult
+
+    write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    task = dagbag().dags["tidelake_shop"].task_dict["confirm_if_done"]
+    start, end = dt.datetime(2024, 1, 1, tzinfo=dt.UTC), dt.datetime(2024, 1, 1, 1, tzinfo=dt.UTC)
+    report = {"pipeline": "shop", "outcome": "confirmed", "watermark": 0, "previous_watermark": 0,
+              "interval": {"start": start.isoformat(), "end": end.isoformat()}, "note": "already published"}
+    answers = iter([None, ApplyResult(0, 0, [], report)])
+    monkeypatch.setattr("spark.apply.confirm_if_done", lambda config, s, e: next(answers))
+    assert task.python_callable(data_interval_start=start, data_interval_end=end) is True  # work to do: go on
+    assert task.python_callable(data_interval_start=start, data_interval_end=end) is False  # done: skip the rest
+    assert task.ignore_downstream_trigger_rules

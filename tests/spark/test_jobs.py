@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from pathlib import Path
 
@@ -202,3 +203,31 @@ def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_before_spark_
     assert (pipeline.parent / "archive" / "shop" / "reports" / "maintenance" / "20240102T030000.000000Z.json").exists()
     assert context["app"] == "tidelake-maintain-shop"
     assert maintain_job.main(["--config", str(pipeline), "--now", "yesterday"]) == 2
+
+
+def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """A rerun of an applied interval (an operator clearing it) must not pay for Spark."""
+    from cdc_codecs import get_encoder
+    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.apply import apply_interval
+    from spark.jobs import apply as job
+    from spark.storage import open_storage
+
+    from .archive import HOUR, T0, ArchiveWriter, make_config
+
+    config = make_config(tmp_path, "canal-json")
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=10, seed=2)).events()), 1)
+    ArchiveWriter(config, open_storage(config.storage), {"cdc": 1}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+    w = apply_interval(config, T0, T0 + HOUR).watermark
+    path = tmp_path / "shop.json"
+    path.write_text(json.dumps({"name": "shop", "kafka": {"bootstrap_servers": "unused:9092"},
+                                "topics": [{"name": "cdc", "protocol": "canal-json"}],
+                                "storage": {"url": str(tmp_path / "archive")}}))
+
+    def no_spark(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("Spark was started for an interval that is done")
+
+    monkeypatch.setattr("spark.session.build_context", no_spark)
+    code = job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()])
+    assert code == 0
+    assert f"W {w} confirmed" in capsys.readouterr().out

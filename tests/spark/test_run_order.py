@@ -320,3 +320,19 @@ def test_a_confirming_rerun_keeps_the_applying_run_s_report_and_announces_nothin
     confirmation = orjson.loads(storage.read(layout.report_path(config.name, T0, T0 + HOUR, "apply.confirmed")))
     assert (confirmation["outcome"], confirmation["watermark"]) == ("confirmed", first.watermark)
     assert announcement(config, T0, T0 + HOUR, storage) is None  # a rerun announces nothing
+
+
+def test_an_interval_that_is_done_is_confirmed_without_spark_and_one_with_work_is_not() -> None:
+    from spark.apply import confirm_if_done
+
+    m = landed("canal-json", seed=3, chunks=5, intervals=3)
+    span = [(T0 + j * HOUR, T0 + (j + 1) * HOUR) for j in range(3)]
+    assert confirm_if_done(m.config, T0 + 5 * HOUR, T0 + 6 * HOUR) is None  # not landed
+    assert confirm_if_done(m.config, *span[0]) is None  # landed, not applied: work for Spark
+    first = m._run(0)
+    assert first.outcome == "published" and first.watermark > 0
+    assert confirm_if_done(m.config, *span[1]) is None
+    confirmed = confirm_if_done(m.config, *span[0])
+    assert confirmed is not None and (confirmed.outcome, confirmed.watermark) == ("confirmed", first.watermark)
+    again = m._run(0)  # what the full run decides, minus its clock
+    assert confirmed.report == again.report | {"confirmed_at": confirmed.report["confirmed_at"]}
