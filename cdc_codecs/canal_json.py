@@ -20,8 +20,11 @@ Differences handled here:
   ``mysqlType`` lists the members (Canal, content-compatible TiCDC), and otherwise stay
   ``EnumIndex`` / ``SetMask`` text for the table's DDL to map (types.EnumIndex).
 - ``_tidb.commitTs`` orders TiCDC events when the changefeed has ``enable-tidb-extension=true``
-  (option ``enable_tidb_extension``, default true): a row or DDL without it is then a
-  DecodeError naming the two settings that fix it. TiCDC's default (``false``) sends no
+  (option ``enable_tidb_extension = true``): a row or DDL without it is then a DecodeError
+  naming the two settings that fix it. The option's default, ``auto``, takes the mode the
+  topic's messages show: a pipeline settles it once per topic from its first archived message
+  (``spark.decode.topic_clock``); a decoder left in ``auto`` reads ``_tidb.commitTs`` where a
+  message has it. TiCDC's default changefeed (``false``) sends no
   ``_tidb`` and no WATERMARK: with ``enable_tidb_extension=false`` every event's ``commit_ts``
   is None and the derived clock orders the topic from ``es`` (TiCDC writes the commitTs'
   physical milliseconds there), as for official Canal and CloudCanal (``CanalFlatDecoder``).
@@ -69,6 +72,7 @@ _DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
 
 
 TIDB_EXTENSION_OPTION = "enable_tidb_extension"
+AUTO = "auto"
 
 
 class CanalJsonDecoder(Decoder):
@@ -79,15 +83,20 @@ class CanalJsonDecoder(Decoder):
         "timezone": TIMEZONE_OPTION,
         "claim_check_reader": CLAIM_CHECK_OPTION,
         TIDB_EXTENSION_OPTION: Option(
-            parse_bool, True,
+            lambda v: AUTO if v == AUTO else parse_bool(v), AUTO,
             "the changefeed's enable-tidb-extension: true orders by _tidb.commitTs and its TIDB_WATERMARK events; "
-            "false (TiCDC's default: no _tidb) orders by the derived clock from es",
+            "false (TiCDC's default: no _tidb) orders by the derived clock from es; auto: as the topic's first "
+            "message shows (a pipeline decides it once per topic and keeps it)",
         ),
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._commit_ts: bool = bool(self.options.get(TIDB_EXTENSION_OPTION, False))
+        mode = self.options.get(TIDB_EXTENSION_OPTION, AUTO)
+        # True and auto read _tidb.commitTs where it is sent; only true requires it. A pipeline
+        # never decodes in auto: it settles the topic's mode first (spark.decode.topic_clock).
+        self._commit_ts: bool = mode is not False
+        self._require_commit_ts: bool = mode is True
         self._tz: dt.tzinfo = self.options["timezone"]
         # mysqlType of a table rarely changes: cache the row converter per mysqlType mapping.
         self._converters: dict[tuple[tuple[str, str], ...], tuple[dict[str, ColumnType], RowConverter]] = {}
@@ -155,7 +164,7 @@ class CanalJsonDecoder(Decoder):
             if not self._commit_ts:  # every change after it commits at or after its millisecond
                 return [Watermark(ts >> 18, msg.position.with_index(first_index), Clock.EPOCH_MS)]
             return [Watermark(ts, msg.position.with_index(first_index))]
-        if commit_ts is None and self._commit_ts:
+        if commit_ts is None and self._require_commit_ts:
             raise FieldError(
                 "_tidb.commitTs",
                 "missing: the changefeed sends Canal-JSON without the TiDB extension (enable-tidb-extension=false, "

@@ -50,6 +50,7 @@ from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_
 from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
+from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.select import FoldWindow, link_runs
 from spark.isolation import (
     ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
@@ -194,6 +195,7 @@ def apply_interval(
     (tables); a replayed earlier interval starts each step again from 0.
     """
     storage = storage or open_storage(config.storage)
+    config = settle_topic_clocks(config, storage)  # a topic's clock, once for its life (Canal-JSON: auto)
     catalog = catalog or cat.open_catalog(config)
     runner = runner or LocalRunner()
     chain = [_Interval(s, e, p) for s, e, p in list_manifests(storage, config.name)]

@@ -80,8 +80,10 @@ def test_ticdc_canal_json_in_derived_order_ignores_commit_ts_and_reads_a_waterma
 
 def test_ticdc_canal_json_without_tidb_under_the_extensions_option_names_the_settings(conformance: Path) -> None:
     (msg,) = [p for p in files(conformance, "ticdc-canal-json/unit/*__msg*.json") if p.name.endswith("__msg1.json")]
+    (auto,) = decode_file("canal-json", msg)  # the default, auto: the message says which
+    assert auto.commit_ts is None and auto.event_time_ms is not None
     with pytest.raises(DecodeError) as info:
-        decode_file("canal-json", msg)
+        decode_file("canal-json", msg, enable_tidb_extension="true")
     assert info.value.field == "_tidb.commitTs"
     assert "enable-tidb-extension=true" in str(info.value) and "enable_tidb_extension = false" in str(info.value)
 

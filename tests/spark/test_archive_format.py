@@ -60,6 +60,7 @@ SECTIONS = {
     "Published watermark": "*/published/*.json",
     "Lease": "*/lease/*.json",
     "Reports": "*/reports/*/apply.json",
+    "Topic clock": "*/topics/*.json",
 }
 SOURCE_OF_TRUTH = ("segments", "manifests")
 

@@ -17,6 +17,7 @@ import pytest
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder
 from cdc_codecs.oracle import BinlogOracle
+from spark.decode.topic_clock import topic_clock_path
 from spark.apply import BadMessagesError, apply_interval
 from spark.query import read_pipeline
 from spark.storage import open_storage
@@ -68,8 +69,11 @@ def _archive(tmp_path: Path, options: dict) -> tuple:
     return config
 
 
-def test_rows_at_every_derived_w_equal_the_model(tmp_path: Path) -> None:
-    config = _archive(tmp_path, OPTIONS)
+@pytest.mark.parametrize("options", [OPTIONS, {}], ids=["false", "auto (the default)"])
+def test_rows_at_every_derived_w_equal_the_model(tmp_path: Path, options: dict) -> None:
+    """TiCDC's default changefeed works as configured by default: the topic's first message
+    (no ``_tidb``) settles it in derived order, recorded once in the archive."""
+    config = _archive(tmp_path, options)
     decoders = [get_decoder("canal-json", **OPTIONS) for _ in range(2)]
     oracle, offsets = BinlogOracle(), [0, 0]
     for i, records in enumerate(INTERVALS):
@@ -86,10 +90,13 @@ def test_rows_at_every_derived_w_equal_the_model(tmp_path: Path) -> None:
     assert [r["id"] for r in oracle_rows(oracle, ("shop", "items"))] == [3, 4]
     _, first = read_pipeline(config, (1006 << 18) - 1)
     assert sorted(r["id"] for r in first[("shop", "items")].to_pylist()) == [1]
+    if not options:
+        record = orjson.loads(open_storage(config.storage).read(topic_clock_path("shop", "cdc")))
+        assert record == {"format": 1, "enable_tidb_extension": False, "decided_from": "cdc/0@0"}
 
 
-def test_a_topic_left_at_the_extensions_default_rejects_them_naming_the_settings(tmp_path: Path) -> None:
-    config = _archive(tmp_path, {})
+def test_a_topic_set_to_the_extension_rejects_messages_without_it_naming_the_settings(tmp_path: Path) -> None:
+    config = _archive(tmp_path, {"enable_tidb_extension": "true"})
     with pytest.raises(BadMessagesError) as info:
         apply_interval(config, T0, T0 + HOUR)
     quarantined = [orjson.loads(open_storage(config.storage).read(p)) for p in
@@ -98,3 +105,21 @@ def test_a_topic_left_at_the_extensions_default_rejects_them_naming_the_settings
     reason = quarantined[0]["reason"]
     assert "enable-tidb-extension=true" in reason and "enable_tidb_extension = false" in reason, reason
     assert "_tidb.commitTs: missing" in str(info.value)
+
+
+def test_an_auto_topic_keeps_the_clock_its_first_message_showed(tmp_path: Path) -> None:
+    """One clock per topic for its life: a topic whose first messages carry ``_tidb`` stays in
+    commit order, and a later message without it is a bad message naming the settings."""
+    from cdc_codecs import get_encoder
+    from cdc_codecs.workload import Workload, WorkloadSpec
+
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    writer = ArchiveWriter(config, storage, {"cdc": 2})
+    with_extension = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=10, seed=1)).events()), 2)
+    writer.interval(T0, T0 + HOUR, [("cdc", r) for r in with_extension])
+    assert apply_interval(config, T0, T0 + HOUR).watermark > 0
+    assert orjson.loads(storage.read(topic_clock_path("shop", "cdc")))["enable_tidb_extension"] is True
+    writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in INTERVALS[0]])
+    with pytest.raises(BadMessagesError, match="_tidb.commitTs: missing"):
+        apply_interval(config, T0 + HOUR, T0 + 2 * HOUR)
