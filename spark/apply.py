@@ -204,7 +204,7 @@ def apply_interval(
 
 
 def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
-    return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
+    return {cat.table_label(t): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
 
 
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
@@ -453,9 +453,13 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
+        # A retry skips what its earlier attempt committed: a plan's table may have been renamed
+        # since, and another table given its name (commit.TableCommitter.resume_from).
+        resume = committer.resume_from(run) if linked else -1
         for i, plan in enumerate(plans):
-            committer.commit_plan(plan, run, fold)
-            step(f"committed:{i}")
+            if plan.sequence >= resume:
+                committer.commit_plan(plan, run, fold)
+                step(f"committed:{i}")
             progress("commit", i + 1, len(plans))
         return
     steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans)}
@@ -531,7 +535,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
             raise ApplyError(f"{cp_path}: a checkpoint with watermark {existing.watermark} exists, this run computed {w}") from None
     step("checkpointed")
     tables = cat.pipeline_tables(catalog, config)
-    names = {".".join(cat.upstream_name(t)): t for t in tables}
+    names = {cat.table_label(t): t for t in tables}
     outcome = NOT_CONSISTENT
     if w:
         lease.check()
