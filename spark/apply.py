@@ -44,7 +44,7 @@ from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
 from spark.apply_plan import SchemaStep, TablePlan, build_apply_plans, ddl_tables
-from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table
+from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, tag_table, walk_watermark
 from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
@@ -204,7 +204,7 @@ def apply_interval(
 
 
 def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
-    return {cat.table_label(t): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
+    return {cat.table_label(t): walk_watermark(t) for t in cat.pipeline_tables(catalog, config)}
 
 
 def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],

@@ -94,6 +94,18 @@ def table_watermark(table: Table) -> int:
     return int(table.properties.get(WATERMARK, "0"))
 
 
+def created_at(table: Table) -> int:
+    """The first W the table exists at (0: unknown, a table made before this was recorded)."""
+    return int(table.properties.get(CREATED_AT, "0"))
+
+
+def walk_watermark(table: Table) -> int:
+    """How far the run walk (``spark.apply``) counts a table: its watermark, or, for a table a run
+    created and died before committing, just below the W it was created at -- no earlier interval
+    has anything for it, so the walk need not replay them."""
+    return table_watermark(table) or max(created_at(table) - 1, 0)
+
+
 def _widened(old: IcebergType, new: IcebergType) -> bool:
     if old == new:
         return True
@@ -190,6 +202,8 @@ class TableCommitter:
         table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
+        if table is not None and created_at(table) > run.watermark:
+            return None  # a later run made the table that has the name now: this plan's table is elsewhere, done
         self.check()  # before the first catalog write of the plan (creating a table is one)
         rename = next((c for s in plan.steps if isinstance(s, SchemaStep) for c in s.changes if isinstance(c, RenameTable)), None)
         if rename is not None:
@@ -232,7 +246,8 @@ class TableCommitter:
                 if current is None:
                     if not step.upserts:
                         continue  # only deletes, of a table the lake never had: nothing to delete
-                    current = create_from_rows(self.catalog, self.config, plan, step, fold, _stamp(plan, run))
+                    current = create_from_rows(self.catalog, self.config, plan, step, fold,
+                                               {**_stamp(plan, run), CREATED_AT: str(run.watermark)})
                 tx = tx or current.transaction()
                 if step.upserts and DROPPED in tx.table_metadata.properties:
                     # Rows for a dropped table (a changefeed re-sending old messages after the
@@ -258,7 +273,8 @@ class TableCommitter:
         changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
         if table is None:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
-                                     iceberg_schema(table_columns(schema)), schema.key_columns, properties=_stamp(plan, run))
+                                     iceberg_schema(table_columns(schema)), schema.key_columns,
+                                     properties={**_stamp(plan, run), CREATED_AT: str(run.watermark)})
             tx = table.transaction()
             tx.set_properties({**types, **changed_at, CREATED_AT: str(run.watermark)})
             return table, tx

@@ -308,3 +308,65 @@ def test_a_dropped_tables_history_does_not_block_its_name(tmp_path: Path) -> Non
     tables = cat.pipeline_tables(catalog, config)
     released = [t for t in tables if t.name() != cat.identifier(config, *cat.upstream_name(t))]
     assert len(released) == 1 and DROPPED in released[0].properties and cat.upstream_name(released[0]) == (DB, "u")
+
+
+class Crash(Exception):
+    pass
+
+
+# The faults the second interval of ``test_a_run_that_dies_anywhere_in_a_cut_over_is_finished``
+# reports while committing, in order (every table's "staged", "renamed" and "committed" points).
+# The cut-overs' renames (and the plans right after) run every time; the rest with the slow tests.
+CUT_OVER_FAULTS = 18
+RENAMES = {4, 5, 6, 7, 10, 12, 14}
+
+
+@pytest.mark.parametrize("at", [a if a in RENAMES else pytest.param(a, marks=pytest.mark.slow) for a in range(CUT_OVER_FAULTS)])
+def test_a_run_that_dies_anywhere_in_a_cut_over_is_finished_by_its_retry_or_the_next_run(tmp_path: Path, at: int) -> None:
+    """Two gh-ost migrations in one interval (each cut-over renames t onto a _t_del dropped just before):
+    the run dies at its ``at``-th commit-phase fault, then the interval is retried (even ``at``) or
+    the next interval is run first (odd ``at``). Each fault point is a different state of the
+    catalog: data committed with a pending rename, renamed but not named, the dropped table moved
+    aside but the rename not done, later plans' tables under earlier plans' names."""
+    up = upstream_with_t()
+    gh_ost(up, "a", ghost_rows_first=True, marks=False)
+    gh_ost(up, "b", ghost_rows_first=False, marks=False)
+    up.mark()
+    up.write("t", {"id": 100, "v": "last"})
+    up.mark()
+    batches = up.batches[:-1]
+    config = make_config(tmp_path, "canal-json")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    encoder = get_encoder("canal-json")
+    for i, batch in enumerate(batches):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(batch, 2)])
+    apply_interval(config, T0, T0 + HOUR)
+    seen: list[str] = []
+
+    def fault(step: str) -> None:
+        if step.split(":")[0] in ("staged", "renamed", "committed"):
+            seen.append(step)
+            if len(seen) == at + 1:
+                raise Crash(step)
+
+    with pytest.raises(Crash):
+        apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, fault=fault)
+    for i in ([1, 2] if at % 2 == 0 else [2, 1]):
+        apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
+    # The model, fed the same records, at each W.
+    oracle, decoders, offsets, model_at = Oracle(), [get_decoder("canal-json") for _ in range(2)], [0, 0], {}
+    for batch in batches:
+        for r in encoder.encode_all(batch, 2):
+            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition("cdc", r.partition, offsets[r.partition]))))
+            offsets[r.partition] += 1
+        w = oracle.cut([("cdc", 0), ("cdc", 1)])
+        model_at[w] = {name: oracle_rows(oracle, name) for name in oracle.tables}
+    published = published_watermarks(open_storage(config.storage), config.name)
+    assert published == sorted(model_at)
+    for w in published:
+        _, tables = read_pipeline(config, w)
+        got = {name: normalise(t.to_pylist()) for name, t in tables.items()}
+        assert got == {name: rows for name, rows in model_at[w].items() if rows or name in got}, f"W {w} after a crash at {seen[-1]}"
+    names = [cat.table_label(t) for t in cat.pipeline_tables(cat.open_catalog(config), config)]
+    assert sorted(n for n in names if "(dropped" not in n) == ["shop._t_del", "shop._t_ghc", "shop.t"]
+    assert len(names) == 5, names  # the two sentry tables moved aside by the cut-overs, nothing else
