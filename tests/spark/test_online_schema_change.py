@@ -24,6 +24,7 @@ cut-over renames onto it) and the ghost table's plan run before t's when its row
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from cdc_codecs.oracle import BinlogOracle, Oracle
 from cdc_codecs.types import parse_mysql_type
 from spark import catalog as cat
 from spark.apply import apply_interval
+from spark.cli import main
 from spark.commit import DROPPED
 from spark.publish import published_watermarks
 from spark.query import read_pipeline
@@ -288,7 +290,7 @@ def test_pt_online_schema_change_twice_every_w_reads_the_model(tmp_path: Path, p
     assert sorted(last[(DB, "t")].column_names) == ["a", "b", "id", "v"]
 
 
-def test_a_dropped_tables_history_does_not_block_its_name(tmp_path: Path) -> None:
+def test_a_dropped_tables_history_does_not_block_its_name(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """RENAME onto the name of a table dropped in an earlier run: the old table keeps its tags, under
     a name no upstream table can have, and old Ws read it by its name then."""
     up = upstream_with_t()
@@ -308,6 +310,15 @@ def test_a_dropped_tables_history_does_not_block_its_name(tmp_path: Path) -> Non
     tables = cat.pipeline_tables(catalog, config)
     released = [t for t in tables if t.name() != cat.identifier(config, *cat.upstream_name(t))]
     assert len(released) == 1 and DROPPED in released[0].properties and cat.upstream_name(released[0]) == (DB, "u")
+    # Through the CLI: u at the W before its drop is the dropped table, u now is t renamed.
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps({"name": "shop", "kafka": {"bootstrap_servers": "unused:9092"},
+                                "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")}}))
+    capsys.readouterr()
+    assert main(["tables", "--config", str(path), "--at", str(published[1])]) == 0
+    assert "shop.u: 1 rows" in capsys.readouterr().out
+    assert main(["-q", "query", "--config", str(path), "--json", "SELECT count(*) AS n FROM shop.u"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"n": 4}
 
 
 class Crash(Exception):
