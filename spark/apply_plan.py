@@ -211,28 +211,32 @@ def _order_like_read(like: _LikeRead, holders: dict[TableRef, list[TablePlan]], 
     before anything moves or changes it later -- or, when the source's only later changes are rows
     and a rename away (gh-ost: ``CREATE _t_gho LIKE t`` ... ``RENAME t TO _t_del, _t_gho TO t``,
     where the ghost's plan must wait for t's), after them, under the source's new name."""
+    def first(before: TablePlan, then: TablePlan) -> None:
+        if before is not then:
+            after[id(then)].add(id(before))
+
     held = holders.get(like.source, [])
     if like.held_before:
-        after[id(like.plan)].add(id(held[like.held_before - 1]))
+        first(held[like.held_before - 1], like.plan)
     source = like.open_plan
     if source is None and like.held_before < len(held) and held[like.held_before].ref == like.source:
         source = held[like.held_before]  # made under the name after the statement: the same table's later steps
     if source is None or source is like.plan:
-        if like.held_before < len(held) and held[like.held_before] is not like.plan:
-            after[id(held[like.held_before])].add(id(like.plan))
+        if like.held_before < len(held):
+            first(like.plan, held[like.held_before])
         return
     last = source.steps[-1]
     renamed = last.changes[-1] if isinstance(last, SchemaStep) and isinstance(last.changes[-1], RenameTable) else None
     schema_steps = [s for s in source.steps if isinstance(s, SchemaStep)]
     if source is not like.open_plan and schema_steps != ([last] if renamed else []):
-        after[id(source)].add(id(like.plan))  # changes the source after the statement: copy it first
+        first(like.plan, source)  # changes the source after the statement: copy it first
         return
-    after[id(like.plan)].add(id(source))
+    first(source, like.plan)
     at = (renamed.database, renamed.table) if renamed is not None else like.source
     there = holders.get(at, [])
     place = next((i for i, p in enumerate(there) if p is source), len(there))
-    if place + 1 < len(there) and there[place + 1] is not like.plan:
-        after[id(there[place + 1])].add(id(like.plan))
+    if place + 1 < len(there):
+        first(like.plan, there[place + 1])
     if at != like.source:
         step = like.plan.steps[like.step]
         assert isinstance(step, SchemaStep)

@@ -357,3 +357,13 @@ def test_a_copy_before_its_source_changes_runs_first() -> None:
     """``CREATE u LIKE t`` then ``ALTER t``, t without earlier steps: u copies t before t's plan changes it."""
     plans = build_apply_plans([_ddl("CREATE TABLE u LIKE t", 5), _ddl("ALTER TABLE t ADD COLUMN a INT", 6)], [_rows("t", 7, 1)])
     assert [p.table for p in plans] == ["u", "t"] and plans[0].steps[0].source_at is None
+
+
+def test_a_copy_that_must_run_both_before_and_after_its_source_fails_naming_the_tables() -> None:
+    """``CREATE u LIKE t``, ``ALTER t``, ``RENAME t TO x, u TO t`` without schemas in the events: u must copy t
+    before t's plan changes it, and rename into t after t's plan moved it away."""
+    from spark.apply_plan import UnorderableDdl
+
+    ddls = [_ddl("CREATE TABLE u LIKE t", 5), _ddl("ALTER TABLE t ADD COLUMN a INT", 6), _ddl("RENAME TABLE t TO x, u TO t", 7)]
+    with pytest.raises(UnorderableDdl, match=r"shop.t, shop.u.*Simple, Debezium"):
+        build_apply_plans(ddls, [])
