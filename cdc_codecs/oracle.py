@@ -12,6 +12,7 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
 - table DDL as the MySQL 8 manual defines it (15.1.36 RENAME TABLE, 15.1.32 DROP TABLE):
   ``RENAME TABLE a TO b, c TO d`` renames left to right, each pair seeing the ones before it
   (so ``a TO tmp, b TO a, tmp TO b`` swaps), and takes effect as one statement;
+  ``ALTER TABLE a ... RENAME TO b`` renames after its other changes (15.1.9);
   ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
 """
 
@@ -80,6 +81,20 @@ def _table_statement(sql: str, default_db: str) -> tuple[str, list[TableName]] |
     if verb in ("TRUNCATE", "CREATE"):
         end = next((i for i, t in enumerate(rest) if t == ("(", False) or _is(t, "LIKE", "AS", "SELECT")), len(rest))
         return verb, _table_names(rest[:end], default_db)[:1]
+    if verb == "ALTER":  # ALTER TABLE t ... RENAME [TO | AS] u (15.1.9): the table, and its new name if renamed
+        end = 3 if len(rest) > 2 and rest[1] == (".", False) else 1
+        table, clauses, depth = _table_names(rest[:end], default_db), [[]], 0
+        for t in rest[end:]:
+            depth += (t == ("(", False)) - (t == (")", False))
+            if t == (",", False) and not depth:
+                clauses.append([])
+            else:
+                clauses[-1].append(t)
+        for clause in clauses:
+            if clause and _is(clause[0], "RENAME") and not (len(clause) > 1 and _is(clause[1], "COLUMN", "INDEX", "KEY")):
+                target = clause[2:] if len(clause) > 2 and _is(clause[1], "TO", "AS") else clause[1:]
+                return verb, table + _table_names(target, default_db)
+        return verb, table
     return None
 
 
@@ -157,6 +172,10 @@ class Oracle:
                     row.setdefault(c.name, None)
                 for gone in [c for c in row if e.schema_after.column(c) is None]:
                     del row[gone]
+        if verb == "ALTER" and len(names) == 2:  # renamed after its other changes
+            self.tables[names[1]] = self.tables.pop(names[0], {})
+            if names[0] in self.schemas:
+                self.schemas[names[1]] = self.schemas.pop(names[0])
 
     def _apply_row(self, e: RowChange) -> None:
         table = self.tables.setdefault((e.database, e.table), {})

@@ -95,3 +95,10 @@ def test_the_model_drops_every_table_a_drop_names() -> None:
     """15.1.32 DROP TABLE: ``DROP TABLE [IF EXISTS] a, b`` drops each; a TEMPORARY one is no replicated table."""
     assert _model_after(["DROP TABLE IF EXISTS a, `db`.`b`, missing"], {"a": [1], "b": [2], "c": [3]}) == {"c": [3]}
     assert _model_after(["DROP TEMPORARY TABLE a"], {"a": [1]}) == {"a": [1]}
+
+
+def test_the_model_renames_a_table_an_alter_renames() -> None:
+    """15.1.9 ALTER TABLE ... RENAME [TO | AS]: gh-ost's two-step cut-over; RENAME COLUMN / INDEX rename no table."""
+    assert _model_after(["alter /* gh-ost */ table `db`.`t` rename `db`.`_t_del`", "ALTER TABLE _t_gho RENAME TO t"],
+                        {"t": [1], "_t_gho": [1, 2]}) == {"_t_del": [1], "t": [1, 2]}
+    assert _model_after(["ALTER TABLE a RENAME COLUMN x TO y, RENAME INDEX i TO j"], {"a": [1]}) == {"a": [1]}

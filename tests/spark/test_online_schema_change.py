@@ -98,8 +98,9 @@ class Upstream:
         self.batches.append([])
 
 
-def gh_ost(up: Upstream, column: str, *, ghost_rows_first: bool, marks: bool) -> None:
-    """One gh-ost migration of t adding ``column`` (go/logic/applier.go's statements, in its order)."""
+def gh_ost(up: Upstream, column: str, *, ghost_rows_first: bool, marks: bool, two_step: bool = False) -> None:
+    """One gh-ost migration of t adding ``column`` (go/logic/applier.go's statements, in its order);
+    ``two_step``: ``--cut-over=two-step``, two ALTER TABLE ... RENAME with no t in between."""
     t = up.schemas["t"]
     up.ddl("_t_ghc", f"drop /* gh-ost */ table if exists {_q('_t_ghc')}", kind="DROP")
     up.create("_t_ghc", [("id", "bigint unsigned"), ("hint", "varchar(64)"), ("value", "varchar(4096)")],
@@ -138,14 +139,18 @@ def gh_ost(up: Upstream, column: str, *, ghost_rows_first: bool, marks: bool) ->
     up.write("_t_ghc", {"id": 257, "hint": "heartbeat", "value": "1"})
     if marks:
         up.mark()
-    # The cut-over: the sentry table, locks, then the sentry is dropped and the atomic rename runs.
-    up.ddl("_t_del", f"drop /* gh-ost */ table if exists {_q('_t_del')}", kind="DROP")
-    up.create("_t_del", [("id", "int")], f"create /* gh-ost */ table {_q('_t_del')} (id int auto_increment primary key) "
-              "engine=InnoDB comment='ghost-cut-over-sentry'")
-    up.ddl("_t_del", f"drop /* gh-ost */ table if exists {_q('_t_del')}", kind="DROP")
-    # The schema after it describes the new t, as protocols that carry one send it.
-    up.ddl("t", f"rename /* gh-ost */ table {_q('t')} to {_q('_t_del')}, {_q('_t_gho')} to {_q('t')}",
-           dataclasses.replace(ghost, table="t"), "RENAME")
+    if two_step:
+        up.ddl("t", f"alter /* gh-ost */ table {_q('t')} rename {_q('_t_del')}", dataclasses.replace(t, table="_t_del"), "RENAME")
+        up.ddl("_t_gho", f"alter /* gh-ost */ table {_q('_t_gho')} rename {_q('t')}", dataclasses.replace(ghost, table="t"), "RENAME")
+    else:
+        # The cut-over: the sentry table, locks, then the sentry is dropped and the atomic rename runs.
+        up.ddl("_t_del", f"drop /* gh-ost */ table if exists {_q('_t_del')}", kind="DROP")
+        up.create("_t_del", [("id", "int")], f"create /* gh-ost */ table {_q('_t_del')} (id int auto_increment primary key) "
+                  "engine=InnoDB comment='ghost-cut-over-sentry'")
+        up.ddl("_t_del", f"drop /* gh-ost */ table if exists {_q('_t_del')}", kind="DROP")
+        # The schema after it describes the new t, as protocols that carry one send it.
+        up.ddl("t", f"rename /* gh-ost */ table {_q('t')} to {_q('_t_del')}, {_q('_t_gho')} to {_q('t')}",
+               dataclasses.replace(ghost, table="t"), "RENAME")
     up.schemas["_t_del"], up.rows["_t_del"] = dataclasses.replace(t, table="_t_del"), up.rows.pop("t")
     up.schemas["t"], up.rows["t"] = dataclasses.replace(ghost, table="t"), up.rows.pop("_t_gho")
     del up.schemas["_t_gho"]
@@ -265,6 +270,20 @@ def test_gh_ost_twice_every_w_reads_the_model(tmp_path: Path, protocol: str, spl
     # Old Ws still read the old table under its name then: t before the first cut-over has no column a.
     _, first = read_pipeline(config, published[0])
     assert sorted(first[(DB, "t")].column_names) == ["id", "v"]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one interval", "interval per phase"])
+def test_gh_ost_two_step_cut_over_twice(tmp_path: Path, split: bool) -> None:
+    """``--cut-over=two-step``: ``alter table t rename _t_del`` (onto the _t_del the first migration
+    dropped, the second time), then ``alter table _t_gho rename t``."""
+    up = upstream_with_t()
+    gh_ost(up, "a", ghost_rows_first=True, marks=split, two_step=True)
+    up.mark()
+    gh_ost(up, "b", ghost_rows_first=True, marks=split, two_step=True)
+    up.mark()
+    batches = up.batches[:-1] if split else [up.batches[0], [e for b in up.batches[1:] for e in b]]
+    config, published = run_and_check(tmp_path, "canal-json", up, batches)
+    assert sorted(read_pipeline(config, published[-1])[1][(DB, "t")].column_names) == ["a", "b", "id", "v"]
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
