@@ -254,6 +254,7 @@ def table_label(table: Table) -> str:
     """How runs and reports name a table, one name per table: ``db.table``, and for a dropped table
     whose name a rename took (``release_name``) ``db.table (dropped, <uuid>)``: the new one has the name."""
     database, name = upstream_name(table)
-    if table.name()[-1] == identifier_part(name):
+    uuid = str(table.metadata.table_uuid)
+    if table.name()[-1] != f"{identifier_part(name)}%00{uuid}":
         return f"{database}.{name}"
-    return f"{database}.{name} (dropped, {table.metadata.table_uuid})"
+    return f"{database}.{name} (dropped, {uuid})"
