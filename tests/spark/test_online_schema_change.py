@@ -252,10 +252,13 @@ def every_batch_one_interval(up: Upstream) -> list[list]:
 # TiCDC's Canal-JSON carries no schema with DDL (LIKE copies the lake's table), Simple does; MySQL
 # binlog through Debezium (no commitTs: the derived order), where gh-ost and pt-osc run.
 PROTOCOLS = ["canal-json", "simple", "debezium-mysql"]
+# Every protocol in one interval and an interval per phase; the last two protocols split with the slow tests.
+TOOL_RUNS = [pytest.param(p, split, id=f"{p}-{'interval per phase' if split else 'one interval'}",
+                          marks=[pytest.mark.slow] if split and p != PROTOCOLS[0] else [])
+             for p in PROTOCOLS for split in (False, True)]
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("split", [False, True], ids=["one interval", "interval per phase"])
+@pytest.mark.parametrize("protocol, split", TOOL_RUNS)
 def test_gh_ost_twice_every_w_reads_the_model(tmp_path: Path, protocol: str, split: bool) -> None:
     """Two gh-ost migrations of t: the second cut-over renames t onto the _t_del the first dropped."""
     up = upstream_with_t()
@@ -295,8 +298,7 @@ def test_gh_ost_ghost_rows_before_t_rows_in_one_run(tmp_path: Path, protocol: st
     run_and_check(tmp_path, protocol, up, [up.batches[0], up.batches[1]])
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("split", [False, True], ids=["one interval", "interval per phase"])
+@pytest.mark.parametrize("protocol, split", TOOL_RUNS)
 def test_pt_online_schema_change_twice_every_w_reads_the_model(tmp_path: Path, protocol: str, split: bool) -> None:
     up = upstream_with_t()
     pt_osc(up, "a", new_rows_first=True, marks=split)
