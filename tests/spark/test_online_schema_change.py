@@ -216,25 +216,22 @@ def upstream_with_t() -> Upstream:
     return up
 
 
-def run_and_check(tmp: Path, protocol: str, up: Upstream, batches: list[list]) -> tuple:
-    """Apply each batch as an interval; every published W must read the model at W."""
-    config = make_config(tmp, protocol)
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
-    encoder = get_encoder(protocol)
-    decoders = [get_decoder(protocol) for _ in range(2)]
-    offsets = [0, 0]
+def model_at_each_w(protocol: str, batches: list[list]) -> tuple[list[list], dict[int, dict]]:
+    """Each batch's records (2 partitions), and the reference model's tables at the W after each batch."""
+    encoder, decoders, offsets = get_encoder(protocol), [get_decoder(protocol) for _ in range(2)], [0, 0]
     oracle = Oracle() if CODECS[protocol].has_commit_ts else BinlogOracle()
-    model_at: dict[int, dict] = {}
-    for i, batch in enumerate(batches):
-        records = encoder.encode_all(batch, 2)
-        for r in records:
+    records, model_at = [], {}
+    for batch in batches:
+        records.append(encoder.encode_all(batch, 2))
+        for r in records[-1]:
             oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition("cdc", r.partition, offsets[r.partition]))))
             offsets[r.partition] += 1
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
         w = oracle.cut([("cdc", 0), ("cdc", 1)])
         model_at[w] = {name: oracle_rows(oracle, name) for name in oracle.tables}
-        result = apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
-        assert result.watermark == w
+    return records, model_at
+
+
+def every_w_reads_the_model(config, model_at: dict[int, dict]) -> list[int]:  # noqa: ANN001
     published = published_watermarks(open_storage(config.storage), config.name)
     assert published == sorted(w for w in model_at if w)
     for w in published:
@@ -242,11 +239,25 @@ def run_and_check(tmp: Path, protocol: str, up: Upstream, batches: list[list]) -
         got = {name: normalise(t.to_pylist()) for name, t in tables.items()}
         want = {name: rows for name, rows in model_at[w].items() if rows or name in got}
         assert got == want, f"published W {w}"
-    return config, published
+    return published
 
 
-def every_batch_one_interval(up: Upstream) -> list[list]:
-    return [[e for b in up.batches for e in b]]
+def archive(tmp: Path, protocol: str, records: list[list]):  # noqa: ANN201
+    """A pipeline whose archive holds an interval per batch of ``records``."""
+    config = make_config(tmp, protocol)
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    for i, batch in enumerate(records):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in batch])
+    return config
+
+
+def run_and_check(tmp: Path, protocol: str, batches: list[list]) -> tuple:
+    """Apply each batch as an interval, in order; every published W must read the model at W."""
+    records, model_at = model_at_each_w(protocol, batches)
+    config = archive(tmp, protocol, records)
+    for i, w in enumerate(model_at):
+        assert apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR).watermark == w
+    return config, every_w_reads_the_model(config, model_at)
 
 
 # TiCDC's Canal-JSON carries no schema with DDL (LIKE copies the lake's table), Simple does; MySQL
@@ -267,7 +278,7 @@ def test_gh_ost_twice_every_w_reads_the_model(tmp_path: Path, protocol: str, spl
     gh_ost(up, "b", ghost_rows_first=False, marks=split)
     up.mark()
     batches = up.batches[:-1] if split else [up.batches[0], [e for b in up.batches[1:] for e in b]]
-    config, published = run_and_check(tmp_path, protocol, up, batches)
+    config, published = run_and_check(tmp_path, protocol, batches)
     _, last = read_pipeline(config, published[-1])
     assert sorted(last[(DB, "t")].column_names) == ["a", "b", "id", "v"]
     # Old Ws still read the old table under its name then: t before the first cut-over has no column a.
@@ -285,7 +296,7 @@ def test_gh_ost_two_step_cut_over_twice(tmp_path: Path, split: bool) -> None:
     gh_ost(up, "b", ghost_rows_first=True, marks=split, two_step=True)
     up.mark()
     batches = up.batches[:-1] if split else [up.batches[0], [e for b in up.batches[1:] for e in b]]
-    config, published = run_and_check(tmp_path, "canal-json", up, batches)
+    config, published = run_and_check(tmp_path, "canal-json", batches)
     assert sorted(read_pipeline(config, published[-1])[1][(DB, "t")].column_names) == ["a", "b", "id", "v"]
 
 
@@ -295,7 +306,7 @@ def test_gh_ost_ghost_rows_before_t_rows_in_one_run(tmp_path: Path, protocol: st
     up = upstream_with_t()
     gh_ost(up, "a", ghost_rows_first=True, marks=False)
     up.mark()
-    run_and_check(tmp_path, protocol, up, [up.batches[0], up.batches[1]])
+    run_and_check(tmp_path, protocol, [up.batches[0], up.batches[1]])
 
 
 @pytest.mark.parametrize("protocol, split", TOOL_RUNS)
@@ -306,7 +317,7 @@ def test_pt_online_schema_change_twice_every_w_reads_the_model(tmp_path: Path, p
     pt_osc(up, "b", new_rows_first=False, marks=split)
     up.mark()
     batches = up.batches[:-1] if split else [up.batches[0], [e for b in up.batches[1:] for e in b]]
-    config, published = run_and_check(tmp_path, protocol, up, batches)
+    config, published = run_and_check(tmp_path, protocol, batches)
     _, last = read_pipeline(config, published[-1])
     assert sorted(last[(DB, "t")].column_names) == ["a", "b", "id", "v"]
 
@@ -324,7 +335,7 @@ def test_a_dropped_tables_history_does_not_block_its_name(tmp_path: Path, capsys
     up.schemas["u"], up.rows["u"] = dataclasses.replace(up.schemas.pop("t"), table="u"), up.rows.pop("t")
     up.write("u", {"id": 4, "v": "v4"})
     up.mark()
-    config, published = run_and_check(tmp_path, "canal-json", up, up.batches[:-1])
+    config, published = run_and_check(tmp_path, "canal-json", up.batches[:-1])
     assert sorted(r["id"] for r in read_pipeline(config, published[1])[1][(DB, "u")].to_pylist()) == [9]
     assert sorted(r["id"] for r in read_pipeline(config, published[3])[1][(DB, "u")].to_pylist()) == [1, 2, 3, 4]
     catalog = cat.open_catalog(config)
@@ -366,12 +377,8 @@ def test_a_run_that_dies_anywhere_in_a_cut_over_is_finished_by_its_retry_or_the_
     up.mark()
     up.write("t", {"id": 100, "v": "last"})
     up.mark()
-    batches = up.batches[:-1]
-    config = make_config(tmp_path, "canal-json")
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
-    encoder = get_encoder("canal-json")
-    for i, batch in enumerate(batches):
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(batch, 2)])
+    records, model_at = model_at_each_w("canal-json", up.batches[:-1])
+    config = archive(tmp_path, "canal-json", records)
     apply_interval(config, T0, T0 + HOUR)
     seen: list[str] = []
 
@@ -385,20 +392,7 @@ def test_a_run_that_dies_anywhere_in_a_cut_over_is_finished_by_its_retry_or_the_
         apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, fault=fault)
     for i in ([1, 2] if at % 2 == 0 else [2, 1]):
         apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
-    # The model, fed the same records, at each W.
-    oracle, decoders, offsets, model_at = Oracle(), [get_decoder("canal-json") for _ in range(2)], [0, 0], {}
-    for batch in batches:
-        for r in encoder.encode_all(batch, 2):
-            oracle.add(decoders[r.partition].decode(RawMessage(r.key, r.value, SourcePosition("cdc", r.partition, offsets[r.partition]))))
-            offsets[r.partition] += 1
-        w = oracle.cut([("cdc", 0), ("cdc", 1)])
-        model_at[w] = {name: oracle_rows(oracle, name) for name in oracle.tables}
-    published = published_watermarks(open_storage(config.storage), config.name)
-    assert published == sorted(model_at)
-    for w in published:
-        _, tables = read_pipeline(config, w)
-        got = {name: normalise(t.to_pylist()) for name, t in tables.items()}
-        assert got == {name: rows for name, rows in model_at[w].items() if rows or name in got}, f"W {w} after a crash at {seen[-1]}"
+    every_w_reads_the_model(config, model_at)
     names = [cat.table_label(t) for t in cat.pipeline_tables(cat.open_catalog(config), config)]
     assert sorted(n for n in names if "(dropped" not in n) == ["shop._t_del", "shop._t_ghc", "shop.t"]
     assert len(names) == 5, names  # the two sentry tables moved aside by the cut-overs, nothing else
