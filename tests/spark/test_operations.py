@@ -325,6 +325,8 @@ class PipelineMachine(RuleBasedStateMachine):
         """
         if RENAME_PENDING in table.properties:
             return True
+        if DROPPED in table.properties and table_watermark(table) not in published:
+            return True  # a rename later in the crashed run takes its name (and moves it aside) on the retry
         renamed = table.properties.get(RENAMED_FROM)
         if renamed is None:
             return False
