@@ -453,9 +453,11 @@ class TableCommitter:
     def _resume_rename(self, table: Table | None, plan: TablePlan, rename: RenameTable, run: RunContext) -> Table | None:
         """A retry of a run that died around a rename: finish it instead of replaying the plan.
 
-        Three points to resume from: the data committed with the pending marker (rename it); the
-        catalog renamed it but the second commit is missing (the new name holds the marker and
-        still the old upstream name: mark it); or both done."""
+        Three points to resume from: the data committed with the pending marker (rename it, after
+        moving aside a dropped table that holds the name, if that did not happen yet); the catalog
+        renamed it but the second commit is missing (the new name holds the marker and still the
+        old upstream name: mark it); or both done. Which plan of the run to resume at is the
+        run's ``resume_from``."""
         pending = f"{run.interval}:{rename.database}.{rename.table}"
         if table is not None and table.properties.get(RENAME_PENDING) == pending:
             return self._rename(table, rename, plan, run)  # data committed, rename not done
