@@ -29,6 +29,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   NOT NULL column the type's implicit default (0, '', the first ENUM member, the zero date, which
   reads as NULL); ``DEFAULT CURRENT_TIMESTAMP`` is the statement's time (the commitTs's physical
   part, or the binlog event time without one). Read from the statement with sqlglot alone.
+- table DDL as the MySQL 8 manual defines it (15.1.36 RENAME TABLE, 15.1.32 DROP TABLE):
+  ``RENAME TABLE a TO b, c TO d`` renames left to right, each pair seeing the ones before it
+  (so ``a TO tmp, b TO a, tmp TO b`` swaps), and takes effect as one statement;
+  ``ALTER TABLE a ... RENAME TO b`` renames after its other changes (15.1.9);
+  ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
 """
 
 from __future__ import annotations
@@ -50,8 +55,6 @@ Key = tuple[Any, ...]
 
 # Table-level DDL in the one form the test histories write it (`db`.`table`, backticks doubled).
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
-_RENAME = re.compile(rf"^RENAME TABLE {_NAME} TO {_NAME}$", re.IGNORECASE)
-_TABLE_DDL = re.compile(rf"^(DROP|TRUNCATE|CREATE) TABLE {_NAME}", re.IGNORECASE)
 _PARTITION_BY = re.compile(r"PARTITION BY (RANGE|LIST) \(`([^`]+)`\) \((.*)\)$", re.IGNORECASE | re.DOTALL)
 _PARTITION = re.compile(r"PARTITION (\w+) VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\))", re.IGNORECASE)
 _PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} (TRUNCATE|DROP|ADD) PARTITION (.*)$", re.IGNORECASE | re.DOTALL)
@@ -59,10 +62,75 @@ _DROP_DATABASE = re.compile(r"^DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?(?:`((?:[
 # MySQL 8 (ALTER TABLE, "DISCARD TABLESPACE"): deletes the table's .ibd file, its rows with it,
 # and sends no row events.
 _DISCARD = re.compile(rf"^ALTER TABLE {_NAME} DISCARD TABLESPACE$", re.IGNORECASE)
+# A statement's words: comments skipped (MySQL's executable `/*! ... */` kept), `quoted` names
+# unquoted, other words as written. Enough for the table-level statements below.
+_TOKEN = re.compile(r"\s+|/\*!\d*|\*/|/\*.*?\*/|--[^\n]*|#[^\n]*|`((?:[^`]|``)*)`|([\w$]+)|(.)", re.DOTALL)
 
 
-def _name(db: str, table: str) -> TableName:
-    return db.replace("``", "`"), table.replace("``", "`")
+def _tokens(sql: str) -> list[tuple[str, bool]]:
+    """(text, quoted) per word or punctuation mark."""
+    out = []
+    for m in _TOKEN.finditer(sql):
+        if m.group(1) is not None:
+            out.append((m.group(1).replace("``", "`"), True))
+        elif m.group(2) is not None or m.group(3) is not None:
+            out.append((m.group(2) or m.group(3), False))
+    return out
+
+
+def _is(token: tuple[str, bool], *words: str) -> bool:
+    return not token[1] and token[0].upper() in words
+
+
+def _table_names(tokens: list[tuple[str, bool]], default_db: str) -> list[TableName]:
+    """``a, db.b, ...``: every table of a comma-separated list."""
+    return [(words[0], words[1]) if len(words) == 2 else (default_db, words[0])
+            for part in _split(tokens, ",") if (words := [w for w, quoted in part if quoted or w != "."])]
+
+
+def _split(tokens: list[tuple[str, bool]], *separators: str) -> list[list[tuple[str, bool]]]:
+    parts: list[list[tuple[str, bool]]] = [[]]
+    for t in tokens:
+        if _is(t, *separators):
+            parts.append([])
+        elif t != (";", False):
+            parts[-1].append(t)
+    return parts
+
+
+def _table_statement(sql: str, default_db: str) -> tuple[str, list[TableName]] | None:
+    """A table-level statement as (verb, tables), RENAME's as [old, new, old, new, ...]; None for others."""
+    tokens = _tokens(sql)
+    if len(tokens) > 1 and _is(tokens[0], "CREATE", "DROP") and _is(tokens[1], "TEMPORARY"):
+        return None  # temporary tables are not replicated
+    if len(tokens) < 2 or not (_is(tokens[1], "TABLE", "TABLES") or _is(tokens[0], "TRUNCATE")):
+        return None
+    verb = tokens[0][0].upper()
+    rest = tokens[2:] if _is(tokens[1], "TABLE", "TABLES") else tokens[1:]
+    if verb == "RENAME":
+        return verb, [name for side in _split(rest, "TO", ",") for name in _table_names(side, default_db)]
+    if len(rest) > 1 and _is(rest[0], "IF"):
+        rest = rest[3:] if _is(rest[1], "NOT") else rest[2:]
+    if verb == "DROP":
+        return verb, _table_names([t for t in rest if not _is(t, "RESTRICT", "CASCADE")], default_db)
+    if verb in ("TRUNCATE", "CREATE"):
+        end = next((i for i, t in enumerate(rest) if t == ("(", False) or _is(t, "LIKE", "AS", "SELECT")), len(rest))
+        return verb, _table_names(rest[:end], default_db)[:1]
+    if verb == "ALTER":  # ALTER TABLE t ... RENAME [TO | AS] u (15.1.9): the table, and its new name if renamed
+        end = 3 if len(rest) > 2 and rest[1] == (".", False) else 1
+        table, clauses, depth = _table_names(rest[:end], default_db), [[]], 0
+        for t in rest[end:]:
+            depth += (t == ("(", False)) - (t == (")", False))
+            if t == (",", False) and not depth:
+                clauses.append([])
+            else:
+                clauses[-1].append(t)
+        for clause in clauses:
+            if clause and _is(clause[0], "RENAME") and not (len(clause) > 1 and _is(clause[1], "COLUMN", "INDEX", "KEY")):
+                target = clause[2:] if len(clause) > 2 and _is(clause[1], "TO", "AS") else clause[1:]
+                return verb, table + _table_names(target, default_db)
+        return verb, table
+    return None
 
 
 def _partitions(text: str) -> list[tuple[str, Any]]:
@@ -74,6 +142,10 @@ def _partitions(text: str) -> list[tuple[str, Any]]:
         else:
             out.append((name, None if bound.upper() == "MAXVALUE" else int(bound)))
     return out
+
+
+def _name(db: str, table: str) -> TableName:
+    return db.replace("``", "`"), table.replace("``", "`")
 
 
 def row_key(keys: tuple[str, ...], row: dict[str, Any]) -> Key:
@@ -158,15 +230,6 @@ class Oracle:
 
     def _apply_ddl(self, e: DdlChange) -> None:
         sql = e.sql.strip()
-        rename = _RENAME.match(sql)
-        if rename:
-            old, new = _name(*rename.group(1, 2)), _name(*rename.group(3, 4))
-            self.tables[new] = self.tables.pop(old, {})
-            if old in self.schemas:
-                self.schemas[new] = self.schemas.pop(old)
-            if old in self.partitioning:
-                self.partitioning[new] = self.partitioning.pop(old)
-            return
         partition_ddl = _PARTITION_DDL.match(sql)
         if partition_ddl:
             self._partition_ddl(_name(*partition_ddl.group(1, 2)), partition_ddl.group(3).upper(), partition_ddl.group(4))
@@ -178,16 +241,22 @@ class Oracle:
                 if name[0] == database:
                     self.tables[name] = {}
             return
-        table_ddl = _TABLE_DDL.match(sql)
-        if table_ddl and table_ddl.group(1).upper() in ("DROP", "TRUNCATE"):
-            self.tables[_name(*table_ddl.group(2, 3))] = {}
-            return
         discard = _DISCARD.match(sql)
         if discard:
             self.tables[_name(*discard.group(1, 2))] = {}
             return
-        name = _name(*table_ddl.group(2, 3)) if table_ddl else (e.database, e.table)
-        if table_ddl:  # CREATE TABLE: a new, empty table (a dropped one's rows are long gone)
+        statement = _table_statement(e.sql, e.database)
+        verb, names = statement if statement is not None else ("", [])
+        if verb == "RENAME":
+            for old, new in zip(names[::2], names[1::2]):  # left to right: each pair sees the ones before
+                self._rename(old, new)
+            return
+        if verb in ("DROP", "TRUNCATE"):
+            for name in names:
+                self.tables[name] = {}
+            return
+        name = names[0] if verb == "CREATE" else (e.database, e.table)
+        if verb == "CREATE":  # a new, empty table (a dropped one's rows are long gone)
             self.tables[name] = {}
             self.partitioning.pop(name, None)
             partition_by = _PARTITION_BY.search(sql)
@@ -211,6 +280,15 @@ class Oracle:
             keys = e.schema_after.key_columns if e.schema_after is not None else ()
             for row in [table.pop(k) for k in list(table) if isinstance(k, _Copy)]:
                 self._put(table, keys, row)
+        if verb == "ALTER" and len(names) == 2:  # renamed after its other changes
+            self._rename(*names)
+
+    def _rename(self, old: TableName, new: TableName) -> None:
+        self.tables[new] = self.tables.pop(old, {})
+        if old in self.schemas:
+            self.schemas[new] = self.schemas.pop(old)
+        if old in self.partitioning:
+            self.partitioning[new] = self.partitioning.pop(old)
 
     def _statement_ms(self, e: DdlChange) -> int:
         return e.commit_ts >> 18  # type: ignore[operator]

@@ -46,7 +46,7 @@ from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark import catalog as cat
 from spark import credentials, layout
 from spark.apply_plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
-from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table
+from spark.commit import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table, walk_watermark
 from spark.config import PipelineConfig
 from spark.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
@@ -217,7 +217,7 @@ def _lake_tables(catalog: Any, config: PipelineConfig) -> list[TableRef]:
 
 
 def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
-    return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(catalog, config)}
+    return {cat.table_label(t): walk_watermark(t) for t in cat.pipeline_tables(catalog, config)}
 
 
 def _lowest(storage: Storage, catalog: Any, config: PipelineConfig, applied: int | None = None) -> int | None:
@@ -613,15 +613,19 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
+        # A retry skips what its earlier attempt committed: a plan's table may have been renamed
+        # since, and another table given its name (commit.TableCommitter.resume_from).
+        resume = committer.resume_from(run) if linked else -1
         for i, plan in enumerate(plans):
-            if not isolation.out(plan.ref):
-                try:
-                    committer.commit_plan(plan, run, fold)
-                except Exception as exc:
-                    if not table_error(exc):
-                        raise
-                    isolate(plan, exc)
-            step(f"committed:{i}")
+            if plan.sequence >= resume:
+                if not isolation.out(plan.ref):
+                    try:
+                        committer.commit_plan(plan, run, fold)
+                    except Exception as exc:
+                        if not table_error(exc):
+                            raise
+                        isolate(plan, exc)
+                step(f"committed:{i}")
             progress("commit", i + 1, len(plans))
         return
     steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
@@ -743,7 +747,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
             raise ApplyError(f"{cp_path}: a checkpoint with watermark {existing.watermark} exists, this run computed {w}") from None
     step("checkpointed")
     tables = cat.pipeline_tables(catalog, config)
-    names = {".".join(cat.upstream_name(t)): t for t in tables}
+    names = {cat.table_label(t): t for t in tables}
     outcome = NOT_CONSISTENT
     caught_up: list[str] = []
     if w:

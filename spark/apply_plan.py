@@ -9,16 +9,26 @@ schema and rows after it the new one. The rows themselves stay on the executors 
 A statement about a database names no table: ``UpstreamTables`` follows which tables exist
 as the walk goes (the lake's when the run starts, then the run's creates, renames, drops and
 rows), so ``DROP DATABASE d`` becomes a ``DropTable`` of each table of d existing at its commitTs.
+
+A plan holds one name for a span of the run: a RENAME ends the plan of the table it renames and
+the plan of the (dropped) table that held the target name, and later changes under either name
+start new plans. Plans run one after another in an order that follows, for every name, who held
+it in DDL order: the table there before a rename, then the table renamed into it, then the plans
+after. So ``RENAME TABLE t TO _t_del, _t_gho TO t`` (gh-ost's cut-over) runs t's plan, then the
+ghost's, then t's rows after the cut-over, whichever rows came first in the run; a swap
+``a TO tmp, b TO a, tmp TO b`` runs a's, b's, then tmp's. A ``CREATE TABLE ... LIKE`` reads its
+source where that table is when the statement runs (``SchemaStep.source_at``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, Union
 
-from cdc_codecs import DdlChange, TableSchema
+from cdc_codecs import DdlChange, TableSchema, TidelakeError
 from spark.ddl import (
     AddColumn,
     Change,
@@ -35,10 +45,17 @@ from spark.net_change import Order, change_order
 TableRef = tuple[str, str]
 
 
+class UnorderableDdl(TidelakeError):
+    """The run's DDL renames and copies tables in an order no sequence of table commits follows."""
+
+
 @dataclass(frozen=True)
 class SchemaStep:
     changes: tuple[Change, ...]
     ddl: DdlChange
+    # CREATE TABLE ... LIKE: where the source table is when this plan runs, if a rename after the
+    # statement (and run before this plan) moved it; None: under the name the statement gives.
+    source_at: TableRef | None = None
 
 
 class NetSummary(Protocol):
@@ -70,7 +87,7 @@ Step = Union[SchemaStep, DataStep]
 class TablePlan:
     database: str
     table: str
-    sequence: int  # position of its first step in the run: plans execute in this order
+    sequence: int  # its place in the order the run's plans execute
     steps: list[Step] = field(default_factory=list)
 
     @property
@@ -178,19 +195,27 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
     """Plans for every table the run changes, in the order they must execute.
 
     ``lake``: the upstream names of the tables the lake holds when the run starts (not dropped);
-    read only for a ``DROP DATABASE``."""
+    read only for a ``DROP DATABASE``.
+
+    Raises:
+        UnorderableDdl: renames and ``CREATE TABLE ... LIKE`` that no order of the plans satisfies.
+    """
     events: list[tuple[Order, int, DdlChange | NetSummary]] = [(change_order(d), 1, d) for d in ddls]  # type: ignore[arg-type]
     events += [(s.first, 0, s) for s in net]
     tables = UpstreamTables(lake)
     plans: dict[TableRef, TablePlan] = {}
     finished: list[TablePlan] = []
     pending: dict[TableRef, NetSummary] = {}
+    # Per name, the plans that hold it in turn: made under it, or renaming a table into it.
+    holders: dict[TableRef, list[TablePlan]] = {}
+    likes: list[_LikeRead] = []
     seq = 0
 
     def plan(ref: TableRef) -> TablePlan:
         nonlocal seq
         if ref not in plans:
             plans[ref] = TablePlan(ref[0], ref[1], seq)
+            holders.setdefault(ref, []).append(plans[ref])
             seq += 1
         return plans[ref]
 
@@ -212,9 +237,104 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
             flush(ref)
             p = plan(ref)
             p.steps.append(SchemaStep((change,), e))
+            if isinstance(change, CreateTableLike):
+                source = holders.get(change.source, [])
+                likes.append(_LikeRead(p, len(p.steps) - 1, change.source, len(source), plans.get(change.source)))
             if isinstance(change, RenameTable):
                 # Later changes name the table by its new name: a new plan, run after this one.
                 finished.append(plans.pop(ref))
+                target = (change.database, change.table)
+                if target in plans:  # the table that had the name (dropped: upstream renames onto no live table)
+                    flush(target)
+                    finished.append(plans.pop(target))
+                holders.setdefault(target, []).append(p)
     for ref in list(pending):
         flush(ref)
-    return sorted(finished + list(plans.values()), key=lambda p: p.sequence)
+    every = finished + list(plans.values())
+    after: dict[int, set[int]] = {id(p): set() for p in every}  # plan -> the plans that must run before it
+    for held in holders.values():
+        for before, then in zip(held, held[1:]):
+            after[id(then)].add(id(before))
+    for like in likes:
+        _order_like_read(like, holders, after)
+    return _in_order(every, after)
+
+
+@dataclass(frozen=True)
+class _LikeRead:
+    """A ``CREATE TABLE ... LIKE source`` step: its plan and step, and what held the source name then."""
+
+    plan: TablePlan
+    step: int
+    source: TableRef
+    held_before: int  # how many plans had held the source name before the statement
+    open_plan: TablePlan | None  # the source's plan then, if it had steps before the statement
+
+
+def _order_like_read(like: _LikeRead, holders: dict[TableRef, list[TablePlan]], after: dict[int, set[int]]) -> None:
+    """The copying plan runs after the source's changes before the statement, and reads the source
+    before anything moves or changes it later -- or, when the source's only later changes are rows
+    and a rename away (gh-ost: ``CREATE _t_gho LIKE t`` ... ``RENAME t TO _t_del, _t_gho TO t``,
+    where the ghost's plan must wait for t's), after them, under the source's new name."""
+    def first(before: TablePlan, then: TablePlan) -> None:
+        if before is not then:
+            after[id(then)].add(id(before))
+
+    held = holders.get(like.source, [])
+    if like.held_before:
+        first(held[like.held_before - 1], like.plan)
+    source = like.open_plan
+    if source is None and like.held_before < len(held) and held[like.held_before].ref == like.source:
+        source = held[like.held_before]  # made under the name after the statement: the same table's later steps
+    if source is None or source is like.plan:
+        if like.held_before < len(held):
+            first(like.plan, held[like.held_before])
+        return
+    last = source.steps[-1]
+    renamed = last.changes[-1] if isinstance(last, SchemaStep) and isinstance(last.changes[-1], RenameTable) else None
+    schema_steps = [s for s in source.steps if isinstance(s, SchemaStep)]
+    if source is not like.open_plan and schema_steps != ([last] if renamed else []):
+        first(like.plan, source)  # changes the source after the statement: copy it first
+        return
+    first(source, like.plan)
+    at = (renamed.database, renamed.table) if renamed is not None else like.source
+    there = holders.get(at, [])
+    place = next((i for i, p in enumerate(there) if p is source), len(there))
+    if place + 1 < len(there):
+        first(like.plan, there[place + 1])
+    if at != like.source:
+        step = like.plan.steps[like.step]
+        assert isinstance(step, SchemaStep)
+        like.plan.steps[like.step] = SchemaStep(step.changes, step.ddl, at)
+
+
+def _in_order(plans: list[TablePlan], after: dict[int, set[int]]) -> list[TablePlan]:
+    """``plans`` with every plan after those ``after`` names, otherwise by their first step; each
+    plan's ``sequence`` becomes its place in that order."""
+    by_id = {id(p): p for p in plans}
+    waiting = {i: len(before) for i, before in after.items()}
+    then: dict[int, list[int]] = {}
+    for i, before in after.items():
+        for b in before:
+            then.setdefault(b, []).append(i)
+    ready = [(p.sequence, id(p)) for p in plans if not waiting[id(p)]]
+    heapq.heapify(ready)
+    out: list[TablePlan] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(by_id[i])
+        for j in then.get(i, ()):
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (by_id[j].sequence, j))
+    if len(out) < len(plans):
+        done = {id(p) for p in out}
+        stuck = sorted({f"{p.database}.{p.table}" for p in plans if id(p) not in done})
+        raise UnorderableDdl(
+            f"the run's RENAME TABLE and CREATE TABLE ... LIKE statements on {', '.join(stuck)} need each other's "
+            "tables first: no order of commits applies them (a table copied by LIKE, then changed, then renamed "
+            "onto); use a protocol that carries the schema after each DDL (Simple, Debezium)"
+        )
+    for i, p in enumerate(out):
+        p.sequence = i
+    return out

@@ -22,6 +22,11 @@ The result is lowercase, has no dot, and is injective, so engines that lowercase
 table's properties. Files live at ``<warehouse>/<namespace>/<encoded db>/<encoded table>``
 (``layout.encode_name``; a table's location never changes, not even on RENAME TABLE).
 
+A dropped table stays in the catalog, empty, so that the Ws before its DROP still read it. When
+a RENAME gives its name to another table, the dropped one moves aside (``release_name``) to
+``<encoded table>%00<its uuid>`` in the same namespace: no upstream name encodes to that, its
+UUID, files and tags stay, and published Ws find it by UUID under the name it had then.
+
 Catalogs written before this scheme named tables ``(<pipeline namespace>, "<db>.<table>")``;
 ``open_catalog`` renames those once (``migrate_identifiers``).
 """
@@ -184,6 +189,18 @@ def rename_table(catalog: Catalog, table: Table, new: tuple[str, ...]) -> Table:
     return catalog.rename_table(table.name(), new)
 
 
+def released_identifier(config: PipelineConfig, database: str, table: str, uuid: str) -> tuple[str, ...]:
+    """Where a dropped table of upstream ``database.table`` goes when its name is taken: ``identifier_part``
+    writes ``%00`` only as the whole empty name's part, so no upstream table is ever named here."""
+    return (*database_namespace(config, database), f"{identifier_part(table)}%00{uuid}")
+
+
+def release_name(catalog: Catalog, config: PipelineConfig, table: Table) -> Table:
+    """Move a dropped table aside so its name can be taken (RENAME TABLE onto a dropped table's name)."""
+    database, name = upstream_name(table)
+    return catalog.rename_table(table.name(), released_identifier(config, database, name, str(table.metadata.table_uuid)))
+
+
 def table_location(catalog: Catalog, config: PipelineConfig, database: str, table: str) -> str:
     warehouse = str(catalog.properties.get("warehouse", "")).rstrip("/")
     return f"{warehouse}/{layout.encode_name(config.namespace)}/{layout.encode_name(database)}/{layout.encode_name(table)}"
@@ -197,9 +214,10 @@ def load_table(catalog: Catalog, config: PipelineConfig, database: str, table: s
 
 
 def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...],
-                 buckets: int | None = None) -> Table:
-    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``);
-    ``schema`` is an ``iceberg_schema`` (its metadata columns last, recorded in the table's properties).
+                 buckets: int | None = None, properties: dict[str, str] | None = None) -> Table:
+    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``),
+    with ``properties`` besides tidelake's own; ``schema`` is an ``iceberg_schema`` (its metadata columns
+    last, recorded in the table's properties).
 
     Raises:
         LayoutUnavailable: a bucketed layout without pyiceberg-core; nothing is created.
@@ -219,6 +237,7 @@ def create_table(catalog: Catalog, config: PipelineConfig, database: str, table:
             PIPELINE: config.name,
             "format-version": "2",
             **metadata_property(schema),
+            **(properties or {}),
         },
     )
 
@@ -232,3 +251,13 @@ def pipeline_tables(catalog: Catalog, config: PipelineConfig) -> list[Table]:
 def upstream_name(table: Table) -> tuple[str, str]:
     props: dict[str, Any] = table.properties
     return props[UPSTREAM_DATABASE], props[UPSTREAM_TABLE]
+
+
+def table_label(table: Table) -> str:
+    """How runs and reports name a table, one name per table: ``db.table``, and for a dropped table
+    whose name a rename took (``release_name``) ``db.table (dropped, <uuid>)``: the new one has the name."""
+    database, name = upstream_name(table)
+    uuid = str(table.metadata.table_uuid)
+    if table.name()[-1] != f"{identifier_part(name)}%00{uuid}":
+        return f"{database}.{name}"
+    return f"{database}.{name} (dropped, {uuid})"

@@ -8,6 +8,14 @@ touched key are rewritten without it, the net rows written as new files); the dr
 the removed and added files as one overwrite snapshot per data step (``iceberg.internals``)
 in the table's transaction, next to its schema changes, and commits once. An ADD COLUMN
 whose default MySQL gives the rows the table holds is one more such step (``_fill``).
+
+A run whose plans rename or copy tables commits them one after another, in the plans' order
+(``spark.apply_plan``), and every commit a plan makes stamps the table with ``tidelake.plan``
+(``<interval>:<place of the plan in that order>``), creations included. A retry of the run
+(``resume_from``) skips every plan before the latest stamp: later plans may have moved their
+tables' names on (``RENAME TABLE t TO _t_del, _t_gho TO t``), so a name alone no longer says
+which plan its table is at. A RENAME onto the name of a dropped table first moves the dropped
+one aside (``catalog.release_name``): its history stays readable at the Ws before its drop.
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ INTERVAL = "tidelake.interval"
 DROPPED = "tidelake.dropped"
 RENAME_PENDING = "tidelake.rename-pending"
 RENAMED_FROM = "tidelake.renamed-from"
+PLAN = "tidelake.plan"  # "<interval>:<n>": the last plan of that interval's run to commit to the table
 CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
@@ -107,6 +116,18 @@ class RunContext:
 
 def table_watermark(table: Table) -> int:
     return int(table.properties.get(WATERMARK, "0"))
+
+
+def created_at(table: Table) -> int:
+    """The first W the table exists at (0: unknown, a table made before this was recorded)."""
+    return int(table.properties.get(CREATED_AT, "0"))
+
+
+def walk_watermark(table: Table) -> int:
+    """How far the run walk (``spark.apply``) counts a table: its watermark, or, for a table a run
+    created and died before committing, just below the W it was created at -- no earlier interval
+    has anything for it, so the walk need not replay them."""
+    return table_watermark(table) or max(created_at(table) - 1, 0)
 
 
 def _widened(old: IcebergType, new: IcebergType) -> bool:
@@ -219,6 +240,14 @@ class TableCommitter:
 
     # -- entry point
 
+    def resume_from(self, run: RunContext) -> int:
+        """The place of the latest plan of ``run`` an earlier attempt committed to any table (-1:
+        none). Plans run one after another (a run with renames or copies), so every plan before it
+        is done, whatever tables and names it left."""
+        prefix = f"{run.interval}:"
+        stamps = [t.properties.get(PLAN, "") for t in cat.pipeline_tables(self.catalog, self.config)]
+        return max((int(p[len(prefix):]) for p in stamps if p.startswith(prefix)), default=-1)
+
     def commit_plan(self, plan: TablePlan, run: RunContext, fold: Fold) -> Table | None:
         """Apply ``plan`` if the table is not already at ``run.watermark``; returns the table after it.
 
@@ -234,6 +263,8 @@ class TableCommitter:
         table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
+        if table is not None and created_at(table) > run.watermark:
+            return None  # a later run made the table that has the name now: this plan's table is elsewhere, done
         self.check()  # before the first catalog write of the plan (creating a table is one)
         rename = next((c for s in plan.steps if isinstance(s, SchemaStep) for c in s.changes if isinstance(c, RenameTable)), None)
         if rename is not None:
@@ -254,7 +285,7 @@ class TableCommitter:
                 statement = step.ddl
                 for change in step.changes:
                     if isinstance(change, (CreateTable, CreateTableLike)):
-                        current, tx = self._create(current, tx, change, step, run)
+                        current, tx = self._create(current, tx, change, step, plan, run)
                         continue
                     if current is None and isinstance(change, (DropTable, TruncateTable, TruncatePartitions, DropPartitions)):
                         continue  # DROP TABLE [IF EXISTS] / TRUNCATE of a table the lake never had: no rows to delete
@@ -270,7 +301,7 @@ class TableCommitter:
                         if fills:  # ALTER TABLE t ADD c ... DEFAULT 1, RENAME TO u
                             yield from self._fill(current, tx, fills, run)
                             fills = {}
-                        tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}"})
+                        tx.set_properties({RENAME_PENDING: f"{run.interval}:{change.database}.{change.table}", **_stamp(plan, run)})
                         props = tx.table_metadata.properties
                         if CREATED_AT not in props and WATERMARK not in props:
                             # Made by this run (or its crashed attempt), and a rename ends the plan
@@ -279,7 +310,7 @@ class TableCommitter:
                         self.check()
                         tx.commit_transaction()
                         tx = None
-                        current = self._rename(current, change, run)
+                        current = self._rename(current, change, plan, run)
                         continue
                     tx = tx or current.transaction()
                     fields = {f.name: f for f in tx.table_metadata.schema().fields}
@@ -291,7 +322,8 @@ class TableCommitter:
                 if current is None:
                     if not step.upserts:
                         continue  # only deletes, of a table the lake never had: nothing to delete
-                    current = create_from_rows(self.catalog, self.config, plan, step, fold)
+                    current = create_from_rows(self.catalog, self.config, plan, step, fold,
+                                               {**_stamp(plan, run), CREATED_AT: str(run.watermark)})
                 tx = tx or current.transaction()
                 if step.upserts and DROPPED in tx.table_metadata.properties:
                     # Rows for a dropped table (a changefeed re-sending old messages after the
@@ -304,13 +336,14 @@ class TableCommitter:
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
-            self._finish(current, tx, run)
+            self._finish(current, tx, plan, run)
         # else: a rename ends its plan; the renamed table's own plan (if any) records progress.
         return self.catalog.load_table(current.name())
 
     # -- steps
 
-    def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable | CreateTableLike, step: SchemaStep, run: RunContext):
+    def _create(self, table: Table | None, tx: Transaction | None, change: CreateTable | CreateTableLike, step: SchemaStep,
+                plan: TablePlan, run: RunContext):
         copied: dict[str, str] = {}
         if isinstance(change, CreateTableLike):
             like, partitioning = self._like_schema(change, step, run)
@@ -322,7 +355,8 @@ class TableCommitter:
         changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
         if table is None:
             table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
-                                     iceberg_schema(table_columns(schema)), schema.key_columns)
+                                     iceberg_schema(table_columns(schema)), schema.key_columns,
+                                     properties={**_stamp(plan, run), CREATED_AT: str(run.watermark)})
             tx = table.transaction()
             tx.set_properties({**types, **changed_at, **copied, CREATED_AT: str(run.watermark)})
             return table, tx
@@ -349,7 +383,8 @@ class TableCommitter:
         them, and its partitioning (JSON, None if unknown)."""
         where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
         src = f"{change.source[0]}.{change.source[1]}"
-        source = cat.load_table(self.catalog, self.config, *change.source)
+        # A rename later in the run, committed before this plan, may have moved the source (apply_plan).
+        source = cat.load_table(self.catalog, self.config, *(step.source_at or change.source))
         if source is None or DROPPED in source.properties:
             raise UnsupportedSchemaChange(
                 f"{where} copies {src}, which tidelake does not hold; start the pipeline before {src}'s CREATE TABLE, "
@@ -572,27 +607,35 @@ class TableCommitter:
         if isinstance(change, DropPartitions):
             tx.set_properties({PARTITIONING: known.without(names).to_json()})
 
-    def _rename(self, table: Table, change: RenameTable, run: RunContext) -> Table:
+    def _rename(self, table: Table, change: RenameTable, plan: TablePlan, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
         try:
             existing = self.catalog.load_table(new_id)
         except NoSuchTableError:
             existing = None
-        if existing is not None:
-            raise UnsupportedSchemaChange(f"RENAME to {change.database}.{change.table}: the Iceberg table {new_id} already exists")
+        if existing is not None and DROPPED in existing.properties:
+            # A dropped table's history holds the name (its tags, read at the Ws before its drop):
+            # it moves aside. The table renamed here carries this plan's stamp already.
+            self.check()
+            cat.release_name(self.catalog, self.config, existing)
+        elif existing is not None:
+            raise UnsupportedSchemaChange(
+                f"RENAME to {change.database}.{change.table}: the Iceberg table {new_id} holds that name and is not dropped, "
+                "while upstream renames only onto a free name: the stream lacks that table's DROP or RENAME"
+            )
         self.check()
         renamed = cat.rename_table(self.catalog, table, new_id)  # creates the target database's namespace
         self.fault(f"renamed:{'.'.join(new_id[1:])}")
-        return self._mark_renamed(renamed, change, run)
+        return self._mark_renamed(renamed, change, plan, run)
 
-    def _mark_renamed(self, renamed: Table, change: RenameTable, run: RunContext) -> Table:
+    def _mark_renamed(self, renamed: Table, change: RenameTable, plan: TablePlan, run: RunContext) -> Table:
         """The rename's second commit: the table answers to its new upstream name and records the
         old one; the pending marker goes."""
         self.check()
         old = f"{renamed.properties.get(cat.UPSTREAM_DATABASE)}.{renamed.properties.get(cat.UPSTREAM_TABLE)}"
         with renamed.transaction() as tx:
             tx.set_properties({cat.UPSTREAM_DATABASE: change.database, cat.UPSTREAM_TABLE: change.table,
-                               RENAMED_FROM: f"{run.interval}:{old}"})
+                               RENAMED_FROM: f"{run.interval}:{old}", **_stamp(plan, run)})
             if RENAME_PENDING in renamed.properties:
                 tx.remove_properties(RENAME_PENDING)
         return self.catalog.load_table(renamed.name())
@@ -600,12 +643,14 @@ class TableCommitter:
     def _resume_rename(self, table: Table | None, plan: TablePlan, rename: RenameTable, run: RunContext) -> Table | None:
         """A retry of a run that died around a rename: finish it instead of replaying the plan.
 
-        Three points to resume from: the data committed with the pending marker (rename it); the
-        catalog renamed it but the second commit is missing (the new name holds the marker and
-        still the old upstream name: mark it); or both done."""
+        Three points to resume from: the data committed with the pending marker (rename it, after
+        moving aside a dropped table that holds the name, if that did not happen yet); the catalog
+        renamed it but the second commit is missing (the new name holds the marker and still the
+        old upstream name: mark it); or both done. Which plan of the run to resume at is the
+        run's ``resume_from``."""
         pending = f"{run.interval}:{rename.database}.{rename.table}"
         if table is not None and table.properties.get(RENAME_PENDING) == pending:
-            return self._rename(table, rename, run)  # data committed, rename not done
+            return self._rename(table, rename, plan, run)  # data committed, rename not done
         if table is None:
             renamed = cat.load_table(self.catalog, self.config, rename.database, rename.table)
             if renamed is None:
@@ -614,7 +659,7 @@ class TableCommitter:
                 return renamed  # already renamed by the earlier attempt
             if (renamed.properties.get(RENAME_PENDING) == pending
                     and cat.upstream_name(renamed) == (plan.database, plan.table)):
-                return self._mark_renamed(renamed, rename, run)  # renamed, second commit missing
+                return self._mark_renamed(renamed, rename, plan, run)  # renamed, second commit missing
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
@@ -631,9 +676,9 @@ class TableCommitter:
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
 
-    def _finish(self, table: Table, tx: Transaction | None, run: RunContext) -> None:
+    def _finish(self, table: Table, tx: Transaction | None, plan: TablePlan, run: RunContext) -> None:
         tx = tx or table.transaction()
-        progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval}
+        progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval, **_stamp(plan, run)}
         if CREATED_AT not in tx.table_metadata.properties:
             progress[CREATED_AT] = str(run.watermark)
         # How this pipeline writes, for other engines that write the table. File-scoped position deletes
@@ -655,7 +700,13 @@ def _statement_ms(ddl: DdlChange, topic: TopicConfig | None) -> int:
     return (ddl.commit_ts or 0) >> 18
 
 
-def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, step: DataStep, fold: Fold) -> Table:
+def _stamp(plan: TablePlan, run: RunContext) -> dict[str, str]:
+    """The property that says this plan of this run committed to a table (``TableCommitter.resume_from``)."""
+    return {PLAN: f"{run.interval}:{plan.sequence}"}
+
+
+def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, step: DataStep, fold: Fold,
+                     properties: dict[str, str] | None = None) -> Table:
     """Rows for a table no DDL created (the pipeline started after it): the rows' types make it.
 
     Committed at once, like every table creation: a run that stops before its data commit leaves
@@ -665,7 +716,8 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
     columns, keys = fold.row_schema(plan.database, plan.table, step.segment)
     if not columns:
         raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
-    table = cat.create_table(catalog, config, plan.database, plan.table, iceberg_schema(list(columns.items())), keys)
+    table = cat.create_table(catalog, config, plan.database, plan.table, iceberg_schema(list(columns.items())), keys,
+                             properties=properties)
     with table.transaction() as tx:
         tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{n}": str(t) for n, t in columns.items()})
     return table

@@ -132,7 +132,7 @@ def expire_table(
 ) -> TableExpiry:
     """Expire the table's unreferenced snapshots and delete the files only they read (module docstring)."""
     uuid = str(table.metadata.table_uuid)
-    out = TableExpiry(".".join(cat.upstream_name(table)), uuid)
+    out = TableExpiry(cat.table_label(table), uuid)
     keep = kept_snapshot_ids(table)
     expired = [s for s in table.metadata.snapshots if s.snapshot_id not in keep]
     cache: dict[str, list[tuple[str, FileRef]]] = {}

@@ -126,7 +126,7 @@ def retired_tags_left(tables: Sequence[Any], retired: Iterable[int]) -> dict[str
     for t in tables:
         left = sorted(n for n in t.metadata.refs if n in names)
         if left:
-            out[".".join(cat.upstream_name(t))] = left
+            out[cat.table_label(t)] = left
     return out
 
 
@@ -167,7 +167,7 @@ def retire_watermarks(
             manage.commit()  # staged: the transaction commits once
             lease.check()
             tx.commit_transaction()
-            result.tags_removed[".".join(cat.upstream_name(table))] = len(tags)
+            result.tags_removed[cat.table_label(table)] = len(tags)
         progress("untag", i + 1, len(tables))
     step("retire:untagged")
     return result

@@ -129,7 +129,7 @@ def maintain(
     with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
         step("leased")
         tables = _tables(catalog, config)
-        reports = {u: TableReport(".".join(cat.upstream_name(t)), u, footprint(t)) for u, t in tables.items()}
+        reports = {u: TableReport(cat.table_label(t), u, footprint(t)) for u, t in tables.items()}
 
         held = held_watermarks(storage, config.name)  # isolated tables replay from there
         plan = plan_retention(published_watermarks(storage, config.name), retired_watermarks(storage, config.name),

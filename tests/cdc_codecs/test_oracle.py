@@ -118,3 +118,46 @@ def test_a_key_less_row_is_found_by_its_image_after_a_column_is_added() -> None:
                 RowChange(Op.DELETE, "db", "bag", {**a, "note": None}, None, (), {}, 40, p), Watermark(50, p)])
     oracle.cut([("t", 0)])
     assert oracle.rows("db", "bag") == [a]
+
+
+def _model_after(statements: list[str], tables: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The model's tables (by name: their row ids) after CREATE + INSERT of ``tables``, then ``statements``."""
+    from cdc_codecs import Column, DdlChange, Op, TableSchema
+    from cdc_codecs.types import parse_mysql_type
+
+    oracle, ts = Oracle(), 0
+    pos = SourcePosition("t", 0, 0)
+    for name, ids in tables.items():
+        schema = TableSchema("db", name, (Column("id", parse_mysql_type("int"), False),), ("id",))
+        ts += 1
+        oracle.add([DdlChange("db", name, f"CREATE TABLE `db`.`{name}` (id int primary key)", ts, pos, "CREATE", None, schema)])
+        for i in ids:
+            ts += 1
+            oracle.add([RowChange(Op.INSERT, "db", name, None, {"id": i}, ("id",), schema.column_types, ts, pos)])
+    for sql in statements:
+        ts += 1
+        oracle.add([DdlChange("db", "x", sql, ts, pos, "QUERY")])
+    oracle.add([Watermark(ts, pos)])
+    oracle.cut([("t", 0)])
+    return {name[1]: [r["id"] for r in oracle.rows(*name)] for name in oracle.tables if oracle.tables[name]}
+
+
+def test_the_model_renames_several_tables_left_to_right_in_one_statement() -> None:
+    """MySQL 8 manual, 15.1.36 RENAME TABLE: pairs are renamed left to right, so a later pair sees
+    the earlier ones (a swap through a temporary name); gh-ost's cut-over statement, comment and all."""
+    assert _model_after(["RENAME TABLE a TO tmp, b TO a, tmp TO b"], {"a": [1], "b": [2]}) == {"a": [2], "b": [1]}
+    assert _model_after(["rename /* gh-ost */ table `db`.`t` to `db`.`_t_del`, `db`.`_t_gho` to `db`.`t`"],
+                        {"t": [1], "_t_gho": [1, 2]}) == {"_t_del": [1], "t": [1, 2]}
+
+
+def test_the_model_drops_every_table_a_drop_names() -> None:
+    """15.1.32 DROP TABLE: ``DROP TABLE [IF EXISTS] a, b`` drops each; a TEMPORARY one is no replicated table."""
+    assert _model_after(["DROP TABLE IF EXISTS a, `db`.`b`, missing"], {"a": [1], "b": [2], "c": [3]}) == {"c": [3]}
+    assert _model_after(["DROP TEMPORARY TABLE a"], {"a": [1]}) == {"a": [1]}
+
+
+def test_the_model_renames_a_table_an_alter_renames() -> None:
+    """15.1.9 ALTER TABLE ... RENAME [TO | AS]: gh-ost's two-step cut-over; RENAME COLUMN / INDEX rename no table."""
+    assert _model_after(["alter /* gh-ost */ table `db`.`t` rename `db`.`_t_del`", "ALTER TABLE _t_gho RENAME TO t"],
+                        {"t": [1], "_t_gho": [1, 2]}) == {"_t_del": [1], "t": [1, 2]}
+    assert _model_after(["ALTER TABLE a RENAME COLUMN x TO y, RENAME INDEX i TO j"], {"a": [1]}) == {"a": [1]}

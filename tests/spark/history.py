@@ -2,7 +2,7 @@
 
 ``Upstream`` is a TiDB-like database whose history the test writes step by step: row
 changes (inserts, updates, key changes, deletes), ADD COLUMN, RENAME / DROP / CREATE /
-TRUNCATE TABLE, DROP DATABASE, TRUNCATE / DROP PARTITION, and resolved timestamps. ``Changefeed`` encodes that history once per
+TRUNCATE TABLE, DROP DATABASE, TRUNCATE / DROP PARTITION, gh-ost migrations, and resolved timestamps. ``Changefeed`` encodes that history once per
 protocol and lets the test deliver it the way real changefeeds do: in order, with a whole
 range sent again after a restart from an older checkpoint, single duplicates, a partition
 whose watermarks lag, and undecodable messages.
@@ -128,6 +128,44 @@ class Upstream(Workload):
                 self.partitions[new] = self.partitions.pop(old)
             self._ddl(old, f"RENAME TABLE {_ident(self.spec.database, old)} TO {_ident(self.spec.database, new)}",
                       "RENAME", before, after)
+
+    def gh_ost(self) -> None:
+        """gh-ost migrates a table (adds ``note``, or rebuilds it): changelog and ghost tables, the
+        ghost filled by copy and by the table's binlog rows, the atomic cut-over onto a sentry
+        ``_<t>_del`` dropped just before, and the cleanup drops (github/gh-ost, go/logic/applier.go)."""
+        if not self.schemas:
+            return
+        db, t = self.spec.database, self.rng.choice(sorted(self.schemas))
+        ghost, changelog, old = f"_{t}_gho", f"_{t}_ghc", f"_{t}_del"
+        before = self.schemas[t]
+        after = table_schema(db, ghost, with_note=True)
+        self._ddl(changelog, f"drop /* gh-ost */ table if exists {_ident(db, changelog)}", "DROP", None, None)
+        self._ddl(changelog, create_sql(table_schema(db, changelog)).replace("CREATE TABLE", "create /* gh-ost */ table", 1),
+                  "CREATE", None, table_schema(db, changelog))
+        self._ddl(ghost, f"create /* gh-ost */ table {_ident(db, ghost)} like {_ident(db, t)}", "CREATE", None, replace(before, table=ghost))
+        alter = "add column `note` text" if before.column("note") is None else "engine=InnoDB"
+        self._ddl(ghost, f"alter /* gh-ost */ table {_ident(db, ghost)} {alter}", "ALTER", replace(before, table=ghost), after)
+
+        def to_ghost(op: Op, before_row, after_row) -> None:  # noqa: ANN001
+            padded = [None if r is None else {c.name: r.get(c.name) for c in after.columns} for r in (before_row, after_row)]
+            self.history.append(RowChange(op, db, ghost, *padded, ("id",), after.column_types, self._next_ts(),
+                                          self._pos(), self._clock))
+
+        for row in list(self.rows[t].values()):  # insert ignore into the ghost select from t
+            to_ghost(Op.INSERT, None, row)
+        for _ in range(self.rng.randint(0, 3)):  # t's binlog rows, applied to the ghost too
+            change = self._change(t)
+            self.history.append(change)
+            to_ghost(change.op, change.before, change.after)
+        self._ddl(old, f"drop /* gh-ost */ table if exists {_ident(db, old)}", "DROP", None, None)
+        self._ddl(old, f"create /* gh-ost */ table {_ident(db, old)} (id int auto_increment primary key) "
+                       "engine=InnoDB comment='ghost-cut-over-sentry'", "CREATE", None, None)
+        self._ddl(old, f"drop /* gh-ost */ table if exists {_ident(db, old)}", "DROP", None, None)
+        self.schemas[t] = replace(after, table=t)
+        self._ddl(t, f"rename /* gh-ost */ table {_ident(db, t)} to {_ident(db, old)}, {_ident(db, ghost)} to {_ident(db, t)}",
+                  "RENAME", before, self.schemas[t])
+        self._ddl(changelog, f"drop /* gh-ost */ table if exists {_ident(db, changelog)}", "DROP", None, None)
+        self._ddl(old, f"drop /* gh-ost */ table if exists {_ident(db, old)}", "DROP", None, None)
 
     def truncate(self) -> None:
         if self.schemas:

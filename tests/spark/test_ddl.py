@@ -573,3 +573,56 @@ def test_plans_drop_every_table_a_dropped_database_has_at_that_point() -> None:
     dropped_at = {p.ref: s.ddl.commit_ts for p in plans for s in p.steps if isinstance(s, SchemaStep) and s.changes == (DropTable(),)}
     assert dropped_at == {(DB, "new"): 10, (DB, "x"): 10, (DB, "gone"): 5, (DB, "rows"): 10, (DB, "lake"): 10}
     assert build_apply_plans(ddls[:4], [rows], lake) and len(reads) == 1  # no DROP DATABASE: the lake is not listed
+
+
+def _ddl(sql: str, ts: int) -> DdlChange:
+    return DdlChange(DB, "t", sql, ts, P, "QUERY")
+
+
+def _rows(table: str, ts: int, segment: int = 0):  # noqa: ANN202
+    from spark.plane import NetSummary
+
+    return NetSummary(DB, table, segment, keys=1, deletes=0, first=(ts, "topic", 0, ts, 0))
+
+
+def test_plans_follow_who_holds_each_name_not_whose_rows_came_first() -> None:
+    """gh-ost's cut-over with the ghost's rows first in the run: t's plan (renamed to _t_del, onto the
+    sentry table dropped just before) runs before the ghost's rename into t, and t's later rows after."""
+    ddls = [_ddl("CREATE TABLE `_t_gho` LIKE `t`", 2), _ddl("ALTER TABLE `_t_gho` ADD COLUMN a INT", 3),
+            _ddl("CREATE TABLE `_t_del` (id INT PRIMARY KEY)", 10), _ddl("DROP TABLE IF EXISTS `_t_del`", 11),
+            _ddl("RENAME TABLE `t` TO `_t_del`, `_t_gho` TO `t`", 12), _ddl("DROP TABLE IF EXISTS `_t_del`", 14)]
+    net = [_rows("_t_gho", 4, 2), _rows("t", 5), _rows("t", 13, 1)]
+    plans = build_apply_plans(ddls, net)
+    assert [p.summary() for p in plans] == [
+        f"{DB}._t_del: schema(CreateTable); schema(DropTable)",
+        f"{DB}.t: data(1 upserts, 0 deletes); schema(RenameTable)",
+        f"{DB}._t_gho: schema(CreateTableLike); schema(AddColumn); data(1 upserts, 0 deletes); schema(RenameTable)",
+        f"{DB}.t: data(1 upserts, 0 deletes)",
+        f"{DB}._t_del: schema(DropTable)",
+    ]
+    assert [p.sequence for p in plans] == [0, 1, 2, 3, 4]
+    like = plans[2].steps[0]
+    assert like.source_at == (DB, "_t_del")  # t is under its new name when the ghost's plan copies it
+
+
+def test_a_swap_through_a_temporary_name_runs_in_statement_order() -> None:
+    """MySQL 8 manual 15.1.36: ``RENAME TABLE a TO tmp, b TO a, tmp TO b`` renames left to right."""
+    plans = build_apply_plans([_ddl("RENAME TABLE a TO tmp, b TO a, tmp TO b", 10)], [_rows("b", 1), _rows("a", 2)])
+    assert [(p.table, p.steps[-1].changes[-1]) for p in plans] == [
+        ("a", RenameTable(DB, "tmp")), ("b", RenameTable(DB, "a")), ("tmp", RenameTable(DB, "b"))]
+
+
+def test_a_copy_before_its_source_changes_runs_first() -> None:
+    """``CREATE u LIKE t`` then ``ALTER t``, t without earlier steps: u copies t before t's plan changes it."""
+    plans = build_apply_plans([_ddl("CREATE TABLE u LIKE t", 5), _ddl("ALTER TABLE t ADD COLUMN a INT", 6)], [_rows("t", 7, 1)])
+    assert [p.table for p in plans] == ["u", "t"] and plans[0].steps[0].source_at is None
+
+
+def test_a_copy_that_must_run_both_before_and_after_its_source_fails_naming_the_tables() -> None:
+    """``CREATE u LIKE t``, ``ALTER t``, ``RENAME t TO x, u TO t`` without schemas in the events: u must copy t
+    before t's plan changes it, and rename into t after t's plan moved it away."""
+    from spark.apply_plan import UnorderableDdl
+
+    ddls = [_ddl("CREATE TABLE u LIKE t", 5), _ddl("ALTER TABLE t ADD COLUMN a INT", 6), _ddl("RENAME TABLE t TO x, u TO t", 7)]
+    with pytest.raises(UnorderableDdl, match=r"shop.t, shop.u.*Simple, Debezium"):
+        build_apply_plans(ddls, [])
