@@ -592,7 +592,7 @@ def _cause(plan: TablePlan, exc: BaseException) -> DdlChange | None:
 
 def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunContext, fold: Fold,
                   step: Callable[[str], None], progress: Callable[[str, int, int], None],
-                  isolation: RunIsolation, links: Links) -> None:
+                  isolation: RunIsolation, links: Links, replay: bool = False) -> None:
     """Every table's plan, committed in rounds -- or one by one in plan order when a plan renames a
     table or copies one (``CREATE TABLE ... LIKE``): those read or make another plan's table.
 
@@ -603,7 +603,11 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
 
     A plan that fails with one table's error (``spark.isolation.table_error``) isolates its table
     and those a DDL of the run links to it (or fails the run, as ``on_table_error`` says); its
-    transaction is not committed, and the other plans go on."""
+    transaction is not committed, and the other plans go on.
+
+    ``replay``: W is published already and ``plans`` are only those of tables behind it (brought
+    from an isolated table's held W): the run that published W committed the others and stamped
+    them, and those stamps say nothing about these plans."""
 
     def isolate(plan: TablePlan, exc: BaseException) -> None:
         isolation.isolate({plan.ref}, exc, _cause(plan, exc))
@@ -615,7 +619,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     if linked or len(plans) < 2:
         # A retry skips what its earlier attempt committed: a plan's table may have been renamed
         # since, and another table given its name (commit.TableCommitter.resume_from).
-        resume = committer.resume_from(run) if linked else -1
+        resume = committer.resume_from(run) if linked and not replay else -1
         for i, plan in enumerate(plans):
             if plan.sequence >= resume:
                 if not isolation.out(plan.ref):
@@ -713,13 +717,14 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(catalog, config, step, lease.check)
     plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(catalog, config))
-    if storage.exists(published_path(config.name, w)):
+    replay = storage.exists(published_path(config.name, w))
+    if replay:
         # A replay of a published W (the walk bringing a table from its held W): every table W lists
         # is at W already, as publishing comes last. Only tables retried from their held W, or behind
         # W, are applied -- never one renamed or dropped since, whose old name would make it again.
         plans = [p for p in plans if p.ref in isolation.retried or _behind(catalog, config, p.ref, w)]
     committing = time.perf_counter()
-    _commit_plans(committer, plans, run, fold, step, progress, isolation, linked)
+    _commit_plans(committer, plans, run, fold, step, progress, isolation, linked, replay)
     isolated = isolation.at_w()
     before = read_isolated(storage, config.name)
     if {**before, **isolation.new} != before:
