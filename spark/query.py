@@ -342,15 +342,9 @@ def plan_scans(sql: str, schemas: dict[tuple[str, str], Schema]) -> dict[tuple[s
     Raises:
         QueryError: a ``<database>.<table>`` the view does not have, or one that matches two tables.
     """
-    sqlglot_log = logging.getLogger("sqlglot")
-    level = sqlglot_log.level
-    sqlglot_log.setLevel(logging.ERROR)  # not its "falling back to a Command" warning: that is handled here
-    try:
-        statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
-    except sqlglot.errors.SqlglotError:
+    statements = _parsed(sql)
+    if statements is None:
         return None
-    finally:
-        sqlglot_log.setLevel(level)
     if len(statements) != 1 or isinstance(statements[0], exp.Command):
         return None  # a statement sqlglot keeps as text: its tables are unknown
     ast = statements[0]
@@ -546,15 +540,9 @@ def _with_duckdb_schemas(sql: str, schemas: dict[tuple[str, str], Schema], schem
     moved = {name for name in schemas if schema_of[name[0]] != name[0]}
     if not moved:
         return sql
-    sqlglot_log = logging.getLogger("sqlglot")
-    level = sqlglot_log.level
-    sqlglot_log.setLevel(logging.ERROR)
-    try:
-        statements = [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
-    except sqlglot.errors.SqlglotError:
+    statements = _parsed(sql)
+    if statements is None:
         return sql
-    finally:
-        sqlglot_log.setLevel(level)
     edits: list[tuple[exp.Identifier, str]] = []
     for ast in statements:
         for node in ast.find_all(exp.Table):
@@ -573,3 +561,17 @@ def _with_duckdb_schemas(sql: str, schemas: dict[tuple[str, str], Schema], schem
     for ident, schema in sorted(edits, key=lambda e: e[0].meta["start"], reverse=True):
         sql = sql[: ident.meta["start"]] + quote_ident(schema) + sql[ident.meta["end"] + 1:]
     return sql
+
+
+def _parsed(sql: str) -> list[exp.Expression] | None:
+    """The statements of ``sql`` in DuckDB's dialect, or None if sqlglot cannot parse it; without
+    sqlglot's "falling back to a Command" warning, which the callers handle."""
+    sqlglot_log = logging.getLogger("sqlglot")
+    level = sqlglot_log.level
+    sqlglot_log.setLevel(logging.ERROR)
+    try:
+        return [s for s in sqlglot.parse(sql, dialect="duckdb") if s is not None]
+    except sqlglot.errors.SqlglotError:
+        return None
+    finally:
+        sqlglot_log.setLevel(level)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -588,6 +588,19 @@ def writing_with_schema(tx: Transaction, schema_id: int) -> Iterator[None]:
         stage((SetCurrentSchemaUpdate(schema_id=current),))
 
 
+def _stager(tx: Transaction) -> Callable[..., Any]:
+    """``Transaction._stage``: stages metadata updates without pyiceberg's own checks.
+
+    Raises:
+        InternalsChanged: pyiceberg's internals changed.
+    """
+    stage = getattr(tx, "_stage", None)
+    if stage is None:
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
+                               "for this pyiceberg version")
+    return stage
+
+
 def unsort(tx: Transaction) -> None:
     """Stage the table's default sort order back to unsorted (order id 0).
 
@@ -599,10 +612,7 @@ def unsort(tx: Transaction) -> None:
     Raises:
         InternalsChanged: pyiceberg's internals changed.
     """
-    stage = getattr(tx, "_stage", None)
-    if stage is None:
-        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
-                               "for this pyiceberg version")
+    stage = _stager(tx)
     metadata = tx.table_metadata
     if metadata.default_sort_order_id == UNSORTED_SORT_ORDER_ID:
         return
@@ -626,10 +636,7 @@ def set_layout(tx: Transaction, spec: PartitionSpec, sort_order: SortOrder) -> N
     Raises:
         InternalsChanged: pyiceberg's internals changed.
     """
-    stage = getattr(tx, "_stage", None)
-    if stage is None:
-        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/iceberg/internals.py needs updating "
-                               "for this pyiceberg version")
+    stage = _stager(tx)
     metadata = tx.table_metadata
     updates: list[Any] = []
 
