@@ -49,6 +49,7 @@ from cdc_codecs import TidelakeError
 from spark import catalog as cat
 from spark import layout
 from spark.apply import Checkpoint, apply_interval, checkpoint_path
+from spark.decode.topic_clock import settle_topic_clocks
 from spark.commit import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
 from spark.iceberg.internals import writing_with_schema
@@ -141,6 +142,8 @@ def repair(
         LeaseHeldError: another run of the pipeline holds its lease.
     """
     storage = storage or open_storage(config.storage)
+    # The scratch orders every topic as the pipeline does (its clock as recorded, not decided anew).
+    config = settle_topic_clocks(config, storage)
     catalog = catalog or cat.open_catalog(config)
     step = fault or (lambda at: None)
     scratch = scratch_config(config)
