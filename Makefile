@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-## Everything CI runs (12-18 minutes on 2 cores, plus the first install).
+## Everything CI runs (15-25 minutes on 2 cores, plus the first install).
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 tests
 
-## The fast part, for the edit-test loop (2-4 minutes on 2 cores).
+## The fast part, for the edit-test loop (5-8 minutes on 2 cores).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
