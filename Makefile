@@ -19,7 +19,7 @@ install: $(STAMP)
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 tests
 
-## The fast part, for the edit-test loop (5-8 minutes on 2 cores).
+## The fast part, for the edit-test loop (6-12 minutes on 2 cores).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
