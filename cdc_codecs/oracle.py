@@ -82,6 +82,14 @@ def _is(token: tuple[str, bool], *words: str) -> bool:
     return not token[1] and token[0].upper() in words
 
 
+def _like_source(sql: str, default_db: str) -> TableName | None:
+    """The source of ``CREATE TABLE x LIKE source`` (MySQL 8 manual, 15.1.20.3), or None."""
+    tokens = _tokens(sql)
+    at = next((i for i, t in enumerate(tokens) if _is(t, "LIKE")), None)
+    names = _table_names(tokens[at + 1:], default_db) if at is not None else []
+    return names[0] if names else None
+
+
 def _table_names(tokens: list[tuple[str, bool]], default_db: str) -> list[TableName]:
     """``a, db.b, ...``: every table of a comma-separated list."""
     return [(words[0], words[1]) if len(words) == 2 else (default_db, words[0])
@@ -260,9 +268,13 @@ class Oracle:
             self.tables[name] = {}
             self.partitioning.pop(name, None)
             partition_by = _PARTITION_BY.search(sql)
+            source = _like_source(sql, e.database)
             if partition_by:
                 kind, column, text = partition_by.groups()
                 self.partitioning[name] = (kind.upper(), column, _partitions(text))
+            elif source in self.partitioning:  # CREATE TABLE ... LIKE copies the definition, partitioning too
+                kind, column, partitions = self.partitioning[source]
+                self.partitioning[name] = (kind, column, list(partitions))
         had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after

@@ -161,3 +161,27 @@ def test_the_model_renames_a_table_an_alter_renames() -> None:
     assert _model_after(["alter /* gh-ost */ table `db`.`t` rename `db`.`_t_del`", "ALTER TABLE _t_gho RENAME TO t"],
                         {"t": [1], "_t_gho": [1, 2]}) == {"_t_del": [1], "t": [1, 2]}
     assert _model_after(["ALTER TABLE a RENAME COLUMN x TO y, RENAME INDEX i TO j"], {"a": [1]}) == {"a": [1]}
+
+
+def test_create_table_like_copies_the_partitioning_so_a_later_truncate_partition_applies() -> None:
+    """MySQL 8 manual, CREATE TABLE ... LIKE: the copy has the original's definition, partitioning
+    included -- so gh-ost's ghost of a partitioned table is partitioned (found by the soak: the
+    model had no partitioning for it and failed on its TRUNCATE PARTITION)."""
+    from cdc_codecs import DdlChange, Op
+
+    at = SourcePosition("t", 0, 0)
+    ts = iter(range(1, 100))
+
+    def ddl(sql: str) -> DdlChange:
+        return DdlChange("d", "", sql, next(ts), at, "QUERY")
+
+    def row(table: str, key: int) -> RowChange:
+        return RowChange(Op.INSERT, "d", table, None, {"id": key}, ("id",), {}, next(ts), at)
+
+    oracle = Oracle()
+    oracle.add([ddl("CREATE TABLE `d`.`t` (`id` int, PRIMARY KEY (`id`)) PARTITION BY RANGE (`id`) "
+                    "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (MAXVALUE))"),
+                ddl("create /* gh-ost */ table `d`.`g` like `d`.`t`"), row("g", 1), row("g", 20),
+                ddl("ALTER TABLE `d`.`g` TRUNCATE PARTITION p0"), Watermark(next(ts), at)])
+    oracle.cut([("t", 0)])
+    assert oracle.rows("d", "g") == [{"id": 20}]
