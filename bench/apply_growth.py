@@ -32,13 +32,13 @@ from bench import rows
 from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config
 from bench.jobs import JobFailed
 from cdc_codecs import Op, Watermark, get_encoder
-from spark import catalog as cat
-from spark.apply import apply_interval
-from spark.commit import table_watermark
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
+from spark.commit.table import table_watermark
 from spark.config import LayoutConfig
-from spark.land import SparkRunner
-from spark.schema_map import COMMIT_TS, OP
-from spark.session import build_context
+from spark.archive.land import SparkRunner
+from spark.tables.schema_map import COMMIT_TS, OP
+from spark.runtime.session import build_context
 
 PROTOCOL = "canal-json"
 TABLE = "grow"

@@ -27,7 +27,7 @@ from bench import rows
 from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config, pipeline_document
 from bench.jobs import MIB, JobRun, mib, submit_apply
 from cdc_codecs import Op, Watermark, get_encoder
-from spark.embedded import StandaloneCluster, standalone_cluster
+from spark.runtime.embedded import StandaloneCluster, standalone_cluster
 
 PROTOCOL = "canal-json"
 GIB = 1024 * MIB

@@ -38,7 +38,7 @@ from bench.archive import (
 )
 from bench.jobs import JobFailed, JobRun, mib, submit_apply, submit_spark_alone
 from cdc_codecs import RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.demo.workload import Workload, WorkloadSpec
 
 PROTOCOL = "canal-json"
 MASTERS = ("local[2]", "local[1]")

@@ -3,7 +3,7 @@
 A benchmark needs millions of protocol messages in the archive; producing them through a
 broker and landing them would take longer than the apply being measured. ``ArchiveBuilder``
 streams encoder records into segments laid out as landing lays them out (one segment per
-``segment_max_messages`` chunk of a partition, ``spark.land``'s writer and checksum, one
+``segment_max_messages`` chunk of a partition, ``spark.archive.land``'s writer and checksum, one
 manifest per interval), holding at most one chunk per partition in memory.
 
 ``cached_archive`` builds an archive once per set of parameters under ``<workdir>/archives``
@@ -26,11 +26,11 @@ from typing import Any
 import orjson
 
 from cdc_codecs import ProducerRecord, TidelakeError
-from spark import layout
+from spark.archive import layout
 from spark.config import LayoutConfig, PipelineConfig
-from spark.land import SegmentChecksum, open_segment_writer, segment_table
-from spark.manifest import Manifest, PartitionRange, Segment
-from spark.storage import open_storage
+from spark.archive.land import SegmentChecksum, open_segment_writer, segment_table
+from spark.archive.manifest import Manifest, PartitionRange, Segment
+from spark.archive.storage import open_storage
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -22,7 +22,7 @@ from cdc_codecs import PROTOCOLS, RawMessage, SourcePosition, get_decoder, get_e
 from cdc_codecs.dts_avro import SCHEMAS as DTS_SCHEMAS
 from cdc_codecs.open_protocol import split_frames
 from cdc_codecs.simple import AVRO_SCHEMA
-from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.demo.workload import Workload, WorkloadSpec
 
 VARIANTS: list[tuple[str, dict[str, str]]] = [(p, {}) for p in sorted(PROTOCOLS)] + [("simple", {"encoding": "avro"})]
 

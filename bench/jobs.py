@@ -25,7 +25,7 @@ import psutil
 
 from bench.archive import PIPELINE
 from cdc_codecs import TidelakeError
-from spark import layout
+from spark.archive import layout
 
 REPO = Path(__file__).resolve().parents[1]
 APPLY_JOB = REPO / "spark" / "jobs" / "apply.py"

@@ -34,9 +34,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark.config import PipelineConfig
-from spark.land import LocalRunner, SparkRunner, land_interval
-from spark.session import build_context
-from spark.tasks import no_cyclic_gc
+from spark.archive.land import LocalRunner, SparkRunner, land_interval
+from spark.runtime.session import build_context
+from spark.runtime.tasks import no_cyclic_gc
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -45,7 +45,7 @@ BARE_EACH = "bare consume, 1 consumer per partition"
 
 
 def _warm(_: int) -> int:
-    import spark.land  # noqa: F401 - imports pyarrow, confluent-kafka, as a reused Spark worker has
+    import spark.archive.land  # noqa: F401 - imports pyarrow, confluent-kafka, as a reused Spark worker has
 
     return os.getpid()
 
@@ -129,7 +129,7 @@ def open_runner(name: str, stack: ExitStack) -> tuple[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spark.embedded import kafka_service
+    from spark.runtime.embedded import kafka_service
 
     parser = argparse.ArgumentParser(prog="python -m bench land")
     parser.add_argument("--messages", type=int, default=200_000)

@@ -37,19 +37,19 @@ from pathlib import Path
 
 from cdc_codecs import get_encoder
 from cdc_codecs.events import ProducerRecord
-from cdc_codecs.workload import Workload, WorkloadSpec
-from spark import catalog as cat
-from spark.apply import apply_interval
+from spark.demo.workload import Workload, WorkloadSpec
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
 from spark.config import MaintenanceConfig, PipelineConfig
-from spark.iceberg.files import live_data_files
-from spark.iceberg.internals import MAIN_BRANCH
-from spark.land import LocalRunner
+from spark.write.files import live_data_files
+from spark.write.internals import MAIN_BRANCH
+from spark.archive.land import LocalRunner
 from spark.maintain.compaction import compact_table
 from spark.maintain.run import maintain as run_maintenance
-from spark.publish import published_watermarks
-from spark.query import View, open_view
-from spark.storage import Storage, open_storage
-from spark.watermark import tag_name
+from spark.commit.published import published_watermarks
+from spark.query.read import View, open_view
+from spark.archive.storage import Storage, open_storage
+from spark.commit.watermark import tag_name
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from cdc_codecs import Column, DdlChange, Op, RowChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
-from cdc_codecs.workload import create_sql, tso
+from spark.demo.workload import create_sql, tso
 
 DATABASE = "bench"
 COLUMNS = (("id", "bigint"), ("v", "int"), ("s", "varchar(48)"), ("amount", "decimal(12,2)"), ("updated_at", "datetime(6)"))

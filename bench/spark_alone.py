@@ -1,6 +1,6 @@
 """What any PySpark job pays before and after its own work: submitted by ``bench.jobs.submit_spark_alone``.
 
-Starts the context exactly as the apply job does (``spark.session.build_context``), runs one
+Starts the context exactly as the apply job does (``spark.runtime.session.build_context``), runs one
 trivial job with a task per slot (so every Python worker starts, as in a real run), and stops.
 The throughput benchmark subtracts this from each run's wall time: the part of a run no code
 of ours can scale.
@@ -8,7 +8,7 @@ of ours can scale.
 
 from __future__ import annotations
 
-from spark.session import build_context
+from spark.runtime.session import build_context
 
 
 def main() -> None:

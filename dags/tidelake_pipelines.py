@@ -71,7 +71,7 @@ def watermark_asset(pipeline: str) -> Asset:
 
 
 def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
-    """The event's ``extra`` for a ``spark.publish.Announcement``.
+    """The event's ``extra`` for a ``spark.commit.published.Announcement``.
 
     Watermarks are TiDB TSOs above 2^53: JavaScript (the Airflow UI, most JSON clients)
     rounds such integers, so each also travels as an exact decimal string.
@@ -126,7 +126,7 @@ def spark_submit_args(config: PipelineConfig, environ: dict[str, str] | os._Envi
 
 def load_task_config(path: Path) -> PipelineConfig:
     """The pipeline file as a task uses it: secrets it leaves out come from the worker's environment."""
-    from spark.credentials import from_environment
+    from spark.runtime.credentials import from_environment
 
     return from_environment(load_pipeline_config(str(path)))
 
@@ -183,7 +183,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         @task
         def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
             require_interval(dag_id, data_interval_start, data_interval_end)
-            from spark.offsets import snapshot_offsets as snapshot
+            from spark.archive.offsets import snapshot_offsets as snapshot
 
             ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
             return sum(r.end - r.start for r in ranges)
@@ -193,7 +193,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             """An interval done already -- an operator cleared an old run, a backfill went over
             published intervals -- is confirmed here in seconds, from the archive and the catalog:
             land, apply and publish are skipped (no spark-submit; no Asset event, nothing is new)."""
-            from spark.apply import confirm_if_done as confirm
+            from spark.commit.apply import confirm_if_done as confirm
             from spark.jobs.apply import apply_summary
 
             result = confirm(load_task_config(path), data_interval_start, data_interval_end)
@@ -218,7 +218,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         @task(outlets=[asset])
         def publish(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict[str, Any]:
             # Imported when the task runs: no I/O at parse time, and tests substitute the module.
-            from spark.publish import announcement
+            from spark.commit.published import announcement
 
             found = announcement(load_task_config(path), data_interval_start, data_interval_end)
             if found is None:

@@ -151,7 +151,7 @@ class PipelineConfig:
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
     on_bad_message: str = "fail"
     # One table's DDL or value tidelake cannot apply: "isolate" the table (held at its last good
-    # W, the others go on; spark.isolation) or "fail" the run.
+    # W, the others go on; spark.commit.isolation) or "fail" the run.
     on_table_error: str = "isolate"
     schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig())
     # The pipeline's lease (one run at a time): how long it lives without renewal, and how long

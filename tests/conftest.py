@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import settings
 
-from spark.embedded import KafkaService, S3Service, kafka_service, s3_service
+from spark.runtime.embedded import KafkaService, S3Service, kafka_service, s3_service
 
 REPO = Path(__file__).resolve().parents[1]
 

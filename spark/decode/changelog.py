@@ -44,14 +44,15 @@ from cdc_codecs import (
     parse_mysql_type,
     protocol_spec,
 )
-from spark import credentials, layout
+from spark.runtime import credentials
+from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SegmentRuns, SideOutput, read_side_output
-from spark.net_change import change_effects, key_bytes, key_hash, table_seed
-from spark.storage import AlreadyExists, Storage, open_storage
-from spark.tasks import no_cyclic_gc
+from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
+from spark.archive.storage import AlreadyExists, Storage, open_storage
+from spark.runtime.tasks import no_cyclic_gc
 
 __all__ = [
     "CHANGE_LOG_FORMAT", "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput",

@@ -19,7 +19,7 @@ from cdc_codecs import DdlChange, DecodeError, RawMessage, SourcePosition, Table
 from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError, PendingSchemaError
 from cdc_codecs.events import BinlogPosition
 from spark.decode.clock import BinlogMark
-from spark.storage import Storage
+from spark.archive.storage import Storage
 
 # 2: the segment's table schemas by schema_id. 3: DDL, errors and schemas as plain JSON fields
 # (2 held pickles, which reading would have run): docs/archive.md, "Side output".

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from cdc_codecs.canal_json import AUTO, TIDB_EXTENSION_OPTION
 from cdc_codecs.registry import protocol_spec
-from spark import layout
+from spark.archive import layout
 from spark.config import PipelineConfig, TopicConfig
-from spark.manifest import list_manifests, read_manifest
-from spark.storage import AlreadyExists, Storage
+from spark.archive.manifest import list_manifests, read_manifest
+from spark.archive.storage import AlreadyExists, Storage
 
 FORMAT = 1
 # Messages looked at, at most, for one that says either way (a topic may start with others' noise).

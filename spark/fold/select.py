@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark.decode.side_output import SideOutput
-from spark.net_change import Order, transaction_rank
+from spark.fold.net_change import Order, transaction_rank
 
 APPLY, PENDING, SKIPPED = 0, 1, 2
 

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
-from spark.net_change import COUNT, ORDER_COLUMNS, Order, greatest, multiset_net, with_count
-from spark.storage import Storage
+from spark.fold.net_change import COUNT, ORDER_COLUMNS, Order, greatest, multiset_net, with_count
+from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
 HASH_SPACE = 1 << 32  # key_hash is a CRC-32

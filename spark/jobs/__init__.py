@@ -94,8 +94,8 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
     from spark.config import load_pipeline_config, parse_instant
-    from spark.credentials import from_environment
-    from spark.session import build_context
+    from spark.runtime.credentials import from_environment
+    from spark.runtime.session import build_context
 
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")

@@ -16,10 +16,10 @@ import datetime as dt
 import sys
 from typing import Any
 
-from spark.apply import ApplyResult, apply_interval, confirm_if_done
-from spark.cli import isolated_lines
+from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
+from spark.cli.main import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text
-from spark.land import SparkRunner
+from spark.archive.land import SparkRunner
 
 
 def apply_summary(result: ApplyResult) -> list[str]:

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from spark.jobs import emit, human_bytes, interval_job, utc_text
-from spark.land import LandResult, SparkRunner, land_interval
+from spark.archive.land import LandResult, SparkRunner, land_interval
 
 
 def land_summary(result: LandResult) -> list[str]:

@@ -32,11 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
 
     from spark.config import load_pipeline_config, parse_instant
-    from spark.credentials import from_environment
+    from spark.runtime.credentials import from_environment
     from spark.jobs import SPARK_LOG_LEVEL_ENV
-    from spark.land import SparkRunner
+    from spark.archive.land import SparkRunner
     from spark.maintain.run import maintain, summary_lines
-    from spark.session import build_context
+    from spark.runtime.session import build_context
 
     args = parser().parse_args(argv)
     _configure_logging(args.verbose)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from spark import layout
+from spark.archive import layout
 
 _RANGE = re.compile(r"^(\d+)-(\d+)\.(parquet|json)$")
 

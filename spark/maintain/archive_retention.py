@@ -1,7 +1,7 @@
 """Archive retention: delete raw and change-log segments no retained watermark can need.
 
 A replay from a retained W starts at that W's checkpoint's *pending offsets* (the first offset
-per partition holding a change above W): ``spark.apply`` decodes a partition from there, with
+per partition holding a change above W): ``spark.commit.apply`` decodes a partition from there, with
 the checkpoint's announced schemas, and the derived clock of protocols without commitTs is
 lifted to W + 1, so nothing before the pending offset is read or needed. Per partition the
 *floor* is the least pending offset over the retained checkpoints; a segment whose offsets end
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import orjson
 
 from cdc_codecs import TidelakeError
-from spark import layout
+from spark.archive import layout
 from spark.maintain.archive_files import archive_file
-from spark.manifest import list_manifests, read_manifest
-from spark.storage import Storage
+from spark.archive.manifest import list_manifests, read_manifest
+from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
 
@@ -94,7 +94,7 @@ def prune_archive(
     in intervals that ended more than ``horizon_seconds`` before ``now``.
 
     Args:
-        retained_checkpoints: the ``spark.apply.Checkpoint`` of every retained W (the latest included).
+        retained_checkpoints: the ``spark.commit.apply.Checkpoint`` of every retained W (the latest included).
     """
     manifests = [read_manifest(storage, path) for _, _, path in list_manifests(storage, pipeline)]
     partitions = sorted({(p.topic, p.partition) for m in manifests for p in m.partitions})

@@ -1,7 +1,7 @@
 """Compaction: bin-pack a table's small data files, per partition (bucket), into target-size files.
 
 Every copy-on-write run leaves a few small files per table; planning and reading cost grows
-with their number. Compaction uses the data plane's mechanism (``spark.iceberg``): the driver
+with their number. Compaction uses the data plane's mechanism (``spark.write``): the driver
 plans bins from the branch head's manifests (metadata only), the executors read each bin's
 files and write its rows sorted by key as new files (one task per bin, ``DataFile`` metadata
 back), and the driver commits one ``replace`` snapshot removing every input and adding every
@@ -34,14 +34,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from cdc_codecs import TidelakeError
-from spark.catalog import KEY_COLUMNS
-from spark.iceberg import internals
-from spark.iceberg.errors import CommitConflictError
-from spark.iceberg.files import live_files
-from spark.iceberg.target import TableTarget
-from spark.land import Runner
-from spark.lease import LeaseLostError
-from spark.watermark import tag_name, watermark_tags
+from spark.tables.catalog import KEY_COLUMNS
+from spark.write import internals
+from spark.write.errors import CommitConflictError
+from spark.write.files import live_files
+from spark.write.target import TableTarget
+from spark.archive.land import Runner
+from spark.commit.lease import LeaseLostError
+from spark.commit.watermark import tag_name, watermark_tags
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 # A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).

@@ -34,10 +34,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 
-from spark import catalog as cat
-from spark import layout
-from spark.lease import Lease
-from spark.storage import Storage
+from spark.tables import catalog as cat
+from spark.archive import layout
+from spark.commit.lease import Lease
+from spark.archive.storage import Storage
 
 MANIFEST_LIST, MANIFEST, DATA, DELETE = "manifest-list", "manifest", "data", "delete"
 KINDS = (DATA, DELETE, MANIFEST, MANIFEST_LIST)

@@ -27,10 +27,10 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
 from cdc_codecs import TidelakeError
-from spark import layout
+from spark.archive import layout
 from spark.maintain.archive_files import archive_file
-from spark.manifest import list_manifests, read_manifest
-from spark.storage import Storage, StoredFile
+from spark.archive.manifest import list_manifests, read_manifest
+from spark.archive.storage import Storage, StoredFile
 
 
 class OrphanCleanupUnavailable(TidelakeError):

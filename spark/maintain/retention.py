@@ -12,7 +12,7 @@ receiving changes stops aging (its storage does not grow either). Kept:
 - the last W of each UTC hour, while younger than ``keep_hourly``;
 - the last W of each UTC day, while younger than ``keep_daily``;
 - the latest published W, always (it is what ``main`` shows and what ``--at latest`` reads);
-- a W an isolated table is held at (``on_table_error = "isolate"``, ``spark.isolation``), while
+- a W an isolated table is held at (``on_table_error = "isolate"``, ``spark.commit.isolation``), while
   it is: the table's last readable state, and the checkpoint its replay starts from.
 
 "Last of its hour/day" is decided over every published W, so a W kept by the hourly tier stays
@@ -22,7 +22,7 @@ if the policy is loosened later (its snapshots may be expired and its files dele
 Retiring never leaves a W half-retired. The order of writes:
 
 1. the marker ``<pipeline>/retired/<W>.json`` (create-only, atomic): from here on every reader
-   treats W as gone (``spark.publish.retired_watermarks``);
+   treats W as gone (``spark.commit.published.retired_watermarks``);
 2. a ``retired`` entry in W's published record (a record that says it is retired);
 3. tag ``wm_<W>`` removed from every table, one commit per table for all its retired tags.
 
@@ -39,12 +39,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
-from spark import catalog as cat
+from spark.tables import catalog as cat
 from spark.config import MaintenanceConfig, PipelineConfig
-from spark.lease import Lease
-from spark.publish import mark_retired, record_retired
-from spark.storage import Storage
-from spark.watermark import tag_name, tag_watermark
+from spark.commit.lease import Lease
+from spark.commit.published import mark_retired, record_retired
+from spark.archive.storage import Storage
+from spark.commit.watermark import tag_name, tag_watermark
 
 UTC = dt.timezone.utc
 

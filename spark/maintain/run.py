@@ -1,6 +1,6 @@
 """One maintenance run of a pipeline: retire watermarks, expire snapshots, delete their files.
 
-``maintain(config)`` holds the pipeline's lease (``spark.lease``, the one apply holds), so
+``maintain(config)`` holds the pipeline's lease (``spark.commit.lease``, the one apply holds), so
 maintenance and a run never write at once, and every commit checks the lease is still held.
 Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
 
@@ -32,21 +32,21 @@ from typing import Any, Callable
 
 import orjson
 
-from spark import catalog as cat
-from spark import layout
+from spark.tables import catalog as cat
+from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.land import LocalRunner, Runner
-from spark.lease import Lease
-from spark.isolation import held_watermarks
+from spark.archive.land import LocalRunner, Runner
+from spark.commit.lease import Lease
+from spark.commit.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
 from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
 from spark.maintain.orphans import OrphanReport, remove_orphans
-from spark.manifest import list_manifests
+from spark.archive.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
-from spark.publish import published_watermarks, record_snapshots, retired_watermarks
-from spark.storage import Storage, open_storage
-from spark.watermark import watermark_tags
+from spark.commit.published import published_watermarks, record_snapshots, retired_watermarks
+from spark.archive.storage import Storage, open_storage
+from spark.commit.watermark import watermark_tags
 
 UTC = dt.timezone.utc
 
@@ -221,7 +221,7 @@ def _plain(report: Any) -> Any:
 
 
 def _checkpoints(storage: Storage, config: PipelineConfig) -> list[Any]:
-    from spark.apply import Checkpoint, checkpoint_path
+    from spark.commit.apply import Checkpoint, checkpoint_path
 
     return [Checkpoint.from_json(storage.read(checkpoint_path(config.name, s, e)))
             for s, e, _ in list_manifests(storage, config.name) if storage.exists(checkpoint_path(config.name, s, e))]
@@ -235,7 +235,7 @@ def _without_tags(table: Any, plan: Any) -> Any:
     """A dry run's stand-in for ``table`` once retention removed its retired tags (metadata only, nothing committed)."""
     from pyiceberg.table import Table
 
-    from spark.watermark import tag_name
+    from spark.commit.watermark import tag_name
 
     gone = {tag_name(w) for w in (*plan.retire, *plan.retired_before)}
     refs = {n: r for n, r in table.metadata.refs.items() if n not in gone}

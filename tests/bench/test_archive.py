@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 from bench import rows
 from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config, segment_paths
 from cdc_codecs import Op, RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
-from spark.manifest import read_manifest
-from spark.storage import open_storage
+from spark.archive.manifest import read_manifest
+from spark.archive.storage import open_storage
 
 
 def _records(keys: range, partitions: int) -> list:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, SourcePosition, get_decoder, get_encoder
 from cdc_codecs.events import EVENT_TYPES
-from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.demo.workload import Workload, WorkloadSpec
 
 from ..conftest import shared_dir
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import PROTOCOLS, RawMessage, RowChange, SourcePosition, Watermark, get_decoder, get_encoder
-from cdc_codecs.oracle import Oracle, row_key
-from cdc_codecs.workload import Workload, WorkloadSpec
+from tests.model.oracle import Oracle, row_key
+from spark.demo.workload import Workload, WorkloadSpec
 
 TIDB_PROTOCOLS = sorted(p for p, spec in PROTOCOLS.items() if spec.has_commit_ts)
 

@@ -23,10 +23,10 @@ import pytest
 from confluent_kafka import Producer
 
 from cdc_codecs import get_encoder
-from cdc_codecs.workload import Workload, WorkloadSpec
+from spark.demo.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
-from spark.embedded import free_port, start_process_group, stop_process_group
-from spark.query import published_watermarks, read_pipeline
+from spark.runtime.embedded import free_port, start_process_group, stop_process_group
+from spark.query.read import published_watermarks, read_pipeline
 from tests.spark.archive import normalise, oracle_rows
 
 from .conftest import AIRFLOW_ENV
@@ -155,8 +155,8 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
 
         def heads() -> dict:
             """What a reader of each table's main sees: its watermark and rows."""
-            from spark import catalog as cat
-            from spark.commit import table_watermark
+            from spark.tables import catalog as cat
+            from spark.commit.table import table_watermark
 
             return {cat.upstream_name(t): (table_watermark(t), normalise(t.scan().to_arrow().to_pylist()))
                     for t in cat.pipeline_tables(cat.open_catalog(config), config)}

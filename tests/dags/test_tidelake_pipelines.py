@@ -214,9 +214,9 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
     from confluent_kafka import Producer
 
     from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.demo.workload import Workload, WorkloadSpec
     from spark.config import load_pipeline_config
-    from spark.query import published_watermarks, read_pipeline
+    from spark.query.read import published_watermarks, read_pipeline
     from tests.spark.archive import normalise, oracle_rows
 
     topic = make_topic(2)
@@ -268,7 +268,7 @@ W1, W2, W3 = 447656165965824001, 447656165965824002 + (1 << 18), 447656165965824
 
 @dataclass(frozen=True)
 class Announcement:
-    """The lead's ``spark.publish.Announcement`` contract."""
+    """The lead's ``spark.commit.published.Announcement`` contract."""
 
     watermark: int
     repair: bool
@@ -278,7 +278,7 @@ class Announcement:
 
 @pytest.fixture
 def announcements(monkeypatch: pytest.MonkeyPatch) -> list:
-    """A ``spark.publish`` whose ``announcement()`` answers from this list, in order, recording its calls."""
+    """A ``spark.commit.published`` whose ``announcement()`` answers from this list, in order, recording its calls."""
     answers: list = []
     calls: list = []
 
@@ -286,11 +286,11 @@ def announcements(monkeypatch: pytest.MonkeyPatch) -> list:
         calls.append((config.name, interval_start, interval_end))
         return answers.pop(0)
 
-    fake = types.ModuleType("spark.publish")
+    fake = types.ModuleType("spark.commit.published")
     fake.Announcement = Announcement
     fake.announcement = announcement
     fake.calls = calls
-    monkeypatch.setitem(sys.modules, "spark.publish", fake)
+    monkeypatch.setitem(sys.modules, "spark.commit.published", fake)
     return answers
 
 
@@ -311,7 +311,7 @@ def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is
              "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None}
     assert events[asset].extra == extra and returned == extra
     assert W1 > 2**53 and float(W1) != W1  # what a JavaScript number would lose
-    assert sys.modules["spark.publish"].calls == [("shop", start, end)]
+    assert sys.modules["spark.commit.published"].calls == [("shop", start, end)]
 
     announcements.append(Announcement(W3, True, W2, end))
     events = OutletEventAccessors()
@@ -374,10 +374,10 @@ def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_tas
 
 
 def test_an_interval_that_is_done_skips_land_apply_and_publish(pipelines: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    """The short-circuit before land: a done interval (spark.apply.confirm_if_done) costs no spark-submit."""
+    """The short-circuit before land: a done interval (spark.commit.apply.confirm_if_done) costs no spark-submit."""
     import datetime as dt
 
-    from spark.apply import ApplyResult
+    from spark.commit.apply import ApplyResult
 
     write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     task = dagbag().dags["tidelake_shop"].task_dict["confirm_if_done"]
@@ -385,7 +385,7 @@ def test_an_interval_that_is_done_skips_land_apply_and_publish(pipelines: Path, 
     report = {"pipeline": "shop", "outcome": "confirmed", "watermark": 0, "previous_watermark": 0,
               "interval": {"start": start.isoformat(), "end": end.isoformat()}, "note": "already published"}
     answers = iter([None, ApplyResult(0, 0, [], report)])
-    monkeypatch.setattr("spark.apply.confirm_if_done", lambda config, s, e: next(answers))
+    monkeypatch.setattr("spark.commit.apply.confirm_if_done", lambda config, s, e: next(answers))
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is True  # work to do: go on
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is False  # done: skip the rest
     assert task.ignore_downstream_trigger_rules

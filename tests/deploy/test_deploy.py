@@ -15,9 +15,9 @@ from sqlalchemy import create_engine
 
 import spark.jobs
 from cdc_codecs import ConfigError
-from spark.catalog import catalog_properties
+from spark.tables.catalog import catalog_properties
 from spark.config import load_pipeline_config
-from spark.credentials import KAFKA_SECRET_OPTIONS, from_environment, kafka_env_name
+from spark.runtime.credentials import KAFKA_SECRET_OPTIONS, from_environment, kafka_env_name
 
 from .submit import build_code_archive, submit_commands
 
@@ -176,21 +176,21 @@ def test_the_code_archive_builds_from_the_repo_with_every_package_and_its_data(t
     archive = build_code_archive(tmp_path)
     assert archive.name == "tidelake-0.1.0.zip"
     names = set(zipfile.ZipFile(archive).namelist())
-    for module in ("cdc_codecs/__init__.py", "cdc_codecs/canal_json.py", "spark/__init__.py", "spark/land.py",
-                   "spark/apply.py", "spark/credentials.py", "spark/jobs/land.py", "spark/jobs/apply.py"):
+    for module in ("cdc_codecs/__init__.py", "cdc_codecs/canal_json.py", "spark/__init__.py", "spark/archive/land.py",
+                   "spark/commit/apply.py", "spark/runtime/credentials.py", "spark/jobs/land.py", "spark/jobs/apply.py"):
         assert module in names, module
     schemas = sorted(p.name for p in (REPO / "cdc_codecs/schemas").glob("*.json"))
     assert schemas and {f"cdc_codecs/schemas/{s}" for s in schemas} <= names
     # Imported from the archive alone (first on sys.path, as PySpark puts --py-files), package data included.
     probe = (
         f"import sys; sys.path.insert(0, {str(archive)!r});"
-        "import spark.land, cdc_codecs.dts_avro as d;"
+        "import spark.archive.land, cdc_codecs.dts_avro as d;"
         "from importlib import resources;"
-        "print(spark.land.__file__); print(len(resources.files('cdc_codecs.schemas').joinpath('simple_message.json').read_text()))"
+        "print(spark.archive.land.__file__); print(len(resources.files('cdc_codecs.schemas').joinpath('simple_message.json').read_text()))"
     )
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     module_file, schema_size = run.stdout.split()
-    assert module_file == f"{archive}/spark/land.py"
+    assert module_file == f"{archive}/spark/archive/land.py"
     assert int(schema_size) == len((REPO / "cdc_codecs/schemas/simple_message.json").read_text())

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Sequence
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder, get_encoder
-from cdc_codecs.oracle import Oracle
-from cdc_codecs.workload import Workload, WorkloadSpec
-from spark import layout
+from tests.model.oracle import Oracle
+from spark.demo.workload import Workload, WorkloadSpec
+from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.land import SegmentChecksum, open_segment_writer, range_checksum, segment_table
-from spark.manifest import Manifest, PartitionRange, Segment
-from spark.storage import Storage, open_storage
+from spark.archive.land import SegmentChecksum, open_segment_writer, range_checksum, segment_table
+from spark.archive.manifest import Manifest, PartitionRange, Segment
+from spark.archive.storage import Storage, open_storage
 
 
 class ArchiveWriter:
@@ -67,7 +67,7 @@ class ArchiveWriter:
 def oracle_from_records(protocol: str, topic: str, records, partitions: int, oracle=None):
     """Feed encoder records, in delivery order, through per-partition decoders into the reference model."""
     from cdc_codecs import RawMessage, SourcePosition, get_decoder
-    from cdc_codecs.oracle import Oracle
+    from tests.model.oracle import Oracle
 
     oracle = oracle if oracle is not None else Oracle()
     decoders = [get_decoder(protocol) for _ in range(partitions)]

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder, get_encoder
 from cdc_codecs.events import BinlogPosition, DdlChange, Event, Op, RowChange, Watermark
-from cdc_codecs.workload import Workload, WorkloadSpec, create_sql, quote_ident, table_schema
+from spark.demo.workload import Workload, WorkloadSpec, create_sql, quote_ident, table_schema
 
 GARBAGE = b"\x00not a message\xff"
 # The partitions of a partitioned table, as (name, LESS THAN bound); None is MAXVALUE.

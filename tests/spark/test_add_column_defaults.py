@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import DdlChange, Op, RowChange, get_encoder
-from cdc_codecs.oracle import BinlogOracle, Oracle
-from spark import catalog as cat
-from spark.apply import apply_interval
-from spark.commit import UnsupportedSchemaChange
+from tests.model.oracle import BinlogOracle, Oracle
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
+from spark.commit.table import UnsupportedSchemaChange
 from spark.config import LayoutConfig
-from spark.query import read_table
-from spark.storage import open_storage
-from spark.watermark import tag_name
+from spark.query.read import read_table
+from spark.archive.storage import open_storage
+from spark.commit.watermark import tag_name
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
 from .test_catalog import duckdb_with_iceberg, jdbc_metadata_location
@@ -273,8 +273,8 @@ def test_without_commit_ts_current_timestamp_is_the_binlog_event_time(tmp_path: 
 @pytest.mark.slow
 def test_the_fill_runs_on_spark_executors(tmp_path: Path) -> None:
     """The key-less case with every run's fold, rewrite and fill on Spark (local[2])."""
-    from spark.land import SparkRunner
-    from spark.session import build_context
+    from spark.archive.land import SparkRunner
+    from spark.runtime.session import build_context
 
     context = build_context("tidelake-defaults", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
     try:

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from cdc_codecs import PROTOCOLS
-from spark.apply import apply_interval
-from spark.query import published_watermarks, read_pipeline
+from spark.commit.apply import apply_interval
+from spark.query.read import published_watermarks, read_pipeline
 
 from .archive import HOUR, T0, normalise, run_history
 
@@ -37,8 +37,8 @@ def test_every_published_watermark_matches_the_oracle(tmp_path: Path, protocol: 
 def test_the_write_mode_decides_delete_files_or_rewrites_and_is_recorded_on_every_table(tmp_path: Path, write_mode: str) -> None:
     import dataclasses
 
-    from spark import catalog as cat
-    from spark.iceberg.files import live_files
+    from spark.tables import catalog as cat
+    from spark.write.files import live_files
 
     config, checks = run_history(tmp_path, "canal-json", seed=3, intervals=3, partitions=2)
     config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode))
@@ -69,9 +69,9 @@ def test_a_pickle_planted_in_a_change_log_row_fails_the_run_naming_where_and_nev
     import pyarrow.parquet as pq
 
     from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.demo.workload import Workload, WorkloadSpec
     from spark.decode.effect import CorruptChangeValue
-    from spark.storage import open_storage
+    from spark.archive.storage import open_storage
 
     from .archive import ArchiveWriter, make_config
 

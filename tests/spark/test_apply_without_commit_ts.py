@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import PROTOCOLS, RowChange, get_encoder
-from cdc_codecs.oracle import row_key
-from cdc_codecs.workload import Workload, WorkloadSpec
-from spark.apply import apply_interval
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from tests.model.oracle import row_key
+from spark.demo.workload import Workload, WorkloadSpec
+from spark.commit.apply import apply_interval
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import ArchiveWriter
 from .archive import HOUR, T0, make_config, normalise

@@ -31,14 +31,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_codecs import DECODER_VERSION
-from cdc_codecs.oracle import BinlogOracle, Oracle
-from spark import manifest as manifest_module
-from spark.apply import Checkpoint, apply_interval, checkpoint_path
+from tests.model.oracle import BinlogOracle, Oracle
+from spark.archive import manifest as manifest_module
+from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.decode import side_output
 from spark.decode.changelog import CHANGE_LOG_FORMAT, decode_effect, decoder_version
-from spark.publish import published_watermarks, read_published
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from spark.commit.published import published_watermarks, read_published
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 from tests.fixtures import make_archive
 
 from .archive import normalise, oracle_rows

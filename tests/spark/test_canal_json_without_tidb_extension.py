@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from cdc_codecs import ProducerRecord, RawMessage, SourcePosition, get_decoder
-from cdc_codecs.oracle import BinlogOracle
+from tests.model.oracle import BinlogOracle
 from spark.decode.topic_clock import topic_clock_path
-from spark.apply import BadMessagesError, apply_interval
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from spark.commit.apply import BadMessagesError, apply_interval
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 
@@ -111,7 +111,7 @@ def test_an_auto_topic_keeps_the_clock_its_first_message_showed(tmp_path: Path) 
     """One clock per topic for its life: a topic whose first messages carry ``_tidb`` stays in
     commit order, and a later message without it is a bad message naming the settings."""
     from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
+    from spark.demo.workload import Workload, WorkloadSpec
 
     config = make_config(tmp_path, "canal-json")
     storage = open_storage(config.storage)

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc_codecs import Op
-from spark import catalog as cat
-from spark.query import published_watermarks, read_pipeline, read_table
-from spark.watermark import tag_name
+from spark.tables import catalog as cat
+from spark.query.read import published_watermarks, read_pipeline, read_table
+from spark.commit.watermark import tag_name
 
 from .test_schema_evolution import History, run, schema
 
@@ -106,7 +106,7 @@ def test_rename_table_across_databases_moves_it_between_namespaces(pipeline) -> 
 
 def _to_legacy(config) -> dict[tuple[str, ...], tuple[str, ...]]:
     """Rename every table back to the pre-nesting identifier (<ns>, "<enc db>.<enc table>"), as old catalogs hold them."""
-    from spark import layout
+    from spark.archive import layout
 
     catalog = cat.open_catalog(config)
     legacy = {}

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Producer
 
 from cdc_codecs import TidelakeError, get_encoder
-from cdc_codecs.workload import Workload, WorkloadSpec
-from spark.cli import intervals, main, parser, query
+from spark.demo.workload import Workload, WorkloadSpec
+from spark.cli.main import intervals, main, parser, query
 from spark.config import load_pipeline_config
 
 from .archive import oracle_from_records

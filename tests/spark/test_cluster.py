@@ -4,7 +4,7 @@ A master and one worker start from the installed pyspark on 127.0.0.1. The code 
 executors only as the archive deploy/README.md builds (``--py-files``): the cluster's processes get
 no PYTHONPATH, and a probe job shows the executors import tidelake from the archive. The pipeline
 file holds no credentials: the S3 keys are in the environment of spark-submit, as values.yaml puts
-them in the Airflow worker's, and reach the executors through the driver (spark.credentials).
+them in the Airflow worker's, and reach the executors through the driver (spark.runtime.credentials).
 Kafka is noida-db, S3 is SeaweedFS, the catalog is PostgreSQL; the tables are checked against the
 reference model.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.embedded import standalone_cluster
+from spark.runtime.embedded import standalone_cluster
 from tests.deploy.submit import build_code_archive, submit_commands
 
 from .archive import normalise, oracle_from_records, oracle_rows, produce_history
@@ -47,9 +47,9 @@ def clean_environment(**extra: str) -> dict[str, str]:
 
 
 def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, make_topic, s3, bucket, tmp_path: Path) -> None:
-    from cdc_codecs.workload import WorkloadSpec
+    from spark.demo.workload import WorkloadSpec
     from spark.config import load_pipeline_config
-    from spark.query import read_pipeline
+    from spark.query.read import read_pipeline
 
     archive = build_code_archive(tmp_path / "build")
 
@@ -101,14 +101,14 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
         probe.write_text(
             "from pyspark.sql import SparkSession\n"
             "s = SparkSession.builder.getOrCreate()\n"
-            "print('EXECUTOR', s.sparkContext.parallelize([0], 1).map(lambda _: __import__('spark.land').land.__file__).collect()[0])\n"
+            "print('EXECUTOR', s.sparkContext.parallelize([0], 1).map(lambda _: __import__('spark.archive.land').archive.land.__file__).collect()[0])\n"
             "s.stop()\n"
         )
         head = land[:land.index("--deploy-mode") + 2]  # spark-submit's options; the application follows
         seen = subprocess.run([*head, str(probe)], cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600, check=False)
         assert seen.returncode == 0, seen.stderr[-3000:]
         executor_file = next(line.split(" ", 1)[1] for line in seen.stdout.splitlines() if line.startswith("EXECUTOR "))
-        assert executor_file.endswith(f"/{archive.name}/spark/land.py"), executor_file
+        assert executor_file.endswith(f"/{archive.name}/spark/archive/land.py"), executor_file
 
     config = load_pipeline_config(str(pipeline))
     reader = dataclasses.replace(config, storage=dataclasses.replace(

@@ -12,10 +12,10 @@ import pytest
 from pyspark import cloudpickle  # what PySpark pickles task closures with
 
 from cdc_codecs import ConfigError
-from spark import credentials
+from spark.runtime import credentials
 from spark.config import CatalogConfig, PipelineConfig
-from spark.land import chunks, land_chunk
-from spark.manifest import PartitionRange
+from spark.archive.land import chunks, land_chunk
+from spark.archive.manifest import PartitionRange
 
 from .archive import HOUR, T0, build, normalise
 
@@ -103,8 +103,8 @@ def test_land_tasks_pickle_without_secrets_and_resolve_them_from_the_executor_en
 
 
 def test_apply_decode_tasks_pickle_without_secrets_and_still_apply_exactly(tmp_path: Path) -> None:
-    from spark.apply import apply_interval
-    from spark.query import read_pipeline
+    from spark.commit.apply import apply_interval
+    from spark.query.read import read_pipeline
 
     plain, expected = build(tmp_path, "canal-json", seed=3, partitions=2, intervals=1, dup_rate=0.0, lagging=False)
     config = with_inline_secrets(plain)

@@ -17,8 +17,8 @@ import pytest
 
 from cdc_codecs import Column, DdlChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
-from spark.apply_plan import SchemaStep, build_apply_plans, ddl_changes
-from spark.ddl import (
+from spark.commit.plan import SchemaStep, build_apply_plans, ddl_changes
+from spark.tables.ddl import (
     AddColumn,
     ChangeColumnType,
     CreateTable,
@@ -39,8 +39,8 @@ from spark.ddl import (
     existing_rows_value,
     parse_ddl,
 )
-from spark.ddl import AddPartitions, DropPartitions, ReorganizePartitions, SetPartitioning, TruncatePartitions
-from spark.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
+from spark.tables.ddl import AddPartitions, DropPartitions, ReorganizePartitions, SetPartitioning, TruncatePartitions
+from spark.tables.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"
 T = (DB, "t")
@@ -203,7 +203,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t ROW_FORMAT=COMPRESSED, KEY_BLOCK_SIZE=8", NOOP),
     ("ALTER TABLE t FORCE", NOOP),
     ("ALTER TABLE t ORDER BY a", NOOP),
-    # partitioning: kept, so that TRUNCATE / DROP PARTITION know which rows go (spark.partitioning)
+    # partitioning: kept, so that TRUNCATE / DROP PARTITION know which rows go (spark.tables.partitioning)
     ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", [by("HASH", "id", ("id",), listed=False)]),
     ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
      [by("RANGE", "id", ("id",), less("p0", 10), less("p1", MAXVALUE))]),
@@ -453,7 +453,7 @@ def test_schema_after_makes_like_a_create_and_leaves_other_tables_alone() -> Non
 
 
 def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
-    from spark.plane import NetSummary
+    from spark.runtime.plane import NetSummary
 
     alter = DdlChange(DB, "t", "ALTER TABLE t ADD PRIMARY KEY (a, b)", 5, P, "ALTER")
     rename = DdlChange(DB, "t", "RENAME TABLE t TO u", 20, P, "RENAME")
@@ -538,7 +538,7 @@ def test_schema_after_keeps_the_statements_default() -> None:
 def test_plans_drop_every_table_a_dropped_database_has_at_that_point() -> None:
     """The lake's tables of the database, one created, one renamed into it and one made by rows
     earlier in the run; not one renamed out of it or dropped before, nor another database's."""
-    from spark.plane import NetSummary
+    from spark.runtime.plane import NetSummary
 
     def ddl(sql: str, ts: int, table: str = "") -> DdlChange:
         return DdlChange(DB, table, sql, ts, P, "QUERY")
@@ -580,7 +580,7 @@ def _ddl(sql: str, ts: int) -> DdlChange:
 
 
 def _rows(table: str, ts: int, segment: int = 0):  # noqa: ANN202
-    from spark.plane import NetSummary
+    from spark.runtime.plane import NetSummary
 
     return NetSummary(DB, table, segment, keys=1, deletes=0, first=(ts, "topic", 0, ts, 0))
 
@@ -621,7 +621,7 @@ def test_a_copy_before_its_source_changes_runs_first() -> None:
 def test_a_copy_that_must_run_both_before_and_after_its_source_fails_naming_the_tables() -> None:
     """``CREATE u LIKE t``, ``ALTER t``, ``RENAME t TO x, u TO t`` without schemas in the events: u must copy t
     before t's plan changes it, and rename into t after t's plan moved it away."""
-    from spark.apply_plan import UnorderableDdl
+    from spark.commit.plan import UnorderableDdl
 
     ddls = [_ddl("CREATE TABLE u LIKE t", 5), _ddl("ALTER TABLE t ADD COLUMN a INT", 6), _ddl("RENAME TABLE t TO x, u TO t", 7)]
     with pytest.raises(UnorderableDdl, match=r"shop.t, shop.u.*Simple, Debezium"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spark.embedded import kafka_service, s3_service
+from spark.runtime.embedded import kafka_service, s3_service
 
 
 def processes_using(folder: Path) -> list[psutil.Process]:

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import PROTOCOLS
-from spark.apply import apply_interval
-from spark.query import published_watermarks, read_pipeline
+from spark.commit.apply import apply_interval
+from spark.query.read import published_watermarks, read_pipeline
 
 from .archive import HOUR, T0, build, normalise
 
@@ -41,8 +41,8 @@ def check_tags(config, expected) -> None:
 
 
 def table_watermarks(config) -> dict[str, int]:
-    from spark import catalog as cat
-    from spark.commit import table_watermark
+    from spark.tables import catalog as cat
+    from spark.commit.table import table_watermark
 
     return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(cat.open_catalog(config), config)}
 

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_codecs import Op, get_encoder
-from spark import catalog as cat
-from spark.apply import apply_interval
-from spark.iceberg.files import live_data_files
-from spark.query import read_table
-from spark.storage import open_storage
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
+from spark.write.files import live_data_files
+from spark.query.read import read_table
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import Op, get_encoder
-from spark import apply_plan
-from spark.apply import apply_interval
-from spark.cli import main, print_report
-from spark.ddl import DdlParseError, TruncateTable
-from spark.isolation import read_isolated
-from spark.commit import table_watermark
+from spark.commit import plan as apply_plan
+from spark.commit.apply import apply_interval
+from spark.cli.main import main, print_report
+from spark.tables.ddl import DdlParseError, TruncateTable
+from spark.commit.isolation import read_isolated
+from spark.commit.table import table_watermark
 from spark.jobs.apply import apply_summary
-from spark.publish import read_published
-from spark.query import IsolatedTable, read_table, run_query
-from spark.storage import open_storage
-from spark.watermark import tag_name
+from spark.commit.published import read_published
+from spark.query.read import IsolatedTable, read_table, run_query
+from spark.archive.storage import open_storage
+from spark.commit.watermark import tag_name
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
@@ -165,7 +165,7 @@ def test_a_fixed_version_replays_the_table_to_w(tmp_path: Path, monkeypatch) -> 
 
 
 def test_repair_replays_an_isolated_table(tmp_path: Path, monkeypatch) -> None:
-    from spark.repair import repair
+    from spark.repair.run import repair
 
     _, batches, (w1, w2, w3) = _history()
     config = _pipeline(tmp_path, "isolate", batches)
@@ -200,7 +200,7 @@ def test_crash_during_an_isolating_run_then_retry(tmp_path: Path, crash_at: str)
 
 
 def _iceberg(config, table: str):
-    from spark import catalog as cat
+    from spark.tables import catalog as cat
 
     return cat.load_table(cat.open_catalog(config), config, "shop", table)
 
@@ -219,7 +219,7 @@ def test_retention_keeps_the_held_w_and_what_its_replay_reads(tmp_path: Path, mo
 
     from spark.config import MaintenanceConfig
     from spark.maintain.run import maintain
-    from spark.publish import retained_watermarks
+    from spark.commit.published import retained_watermarks
 
     _, batches, (w1, w2, w3) = _history()
     config = _pipeline(tmp_path, "isolate", batches)
@@ -313,8 +313,8 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
 @pytest.mark.slow
 def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
     """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""
-    from spark.land import SparkRunner
-    from spark.session import build_context
+    from spark.archive.land import SparkRunner
+    from spark.runtime.session import build_context
 
     context = build_context("tidelake-isolation", "local[2]", **{"spark.ui.enabled": "false",
                                                                 "spark.ui.showConsoleProgress": "false"})
@@ -326,8 +326,8 @@ def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
 
 def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_table_s() -> None:
     from cdc_codecs import DdlChange, SourcePosition
-    from spark.isolation import statement_table, table_error
-    from spark.schema_map import UnsupportedValue
+    from spark.commit.isolation import statement_table, table_error
+    from spark.tables.schema_map import UnsupportedValue
 
     def ddl(sql: str, database: str = "", table: str = "") -> DdlChange:
         return DdlChange(database, table, sql, 1, SourcePosition("cdc", 0, 0))
@@ -340,7 +340,7 @@ def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_
     assert table_error(UnsupportedValue("x")) and not table_error(RuntimeError("lease lost"))
     # An executor's error as Spark hands it to the driver: the Python traceback inside a Java one.
     wrapped = RuntimeError("An error occurred while calling o12.collect.\n: org.apache.spark.SparkException: Job aborted\n"
-                           "Traceback (most recent call last):\n  File ...\nspark.schema_map.UnsupportedValue: column 'd' "
+                           "Traceback (most recent call last):\n  File ...\nspark.tables.schema_map.UnsupportedValue: column 'd' "
                            "(decimal(5, 2)): 1000 does not fit decimal(5, 2)\n\tat org.apache.spark...")
     assert table_error(wrapped)
 

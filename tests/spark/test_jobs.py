@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import spark.session
-from spark.apply import ApplyResult
+import spark.runtime.session
+from spark.commit.apply import ApplyResult
 from spark.jobs import apply as apply_job
 from spark.jobs import human_bytes, human_duration, interval_job
 from spark.jobs import land as land_job
-from spark.land import LandResult
-from spark.manifest import Gap, Manifest, PartitionRange, Segment
+from spark.archive.land import LandResult
+from spark.archive.manifest import Gap, Manifest, PartitionRange, Segment
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -41,7 +41,7 @@ def context(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
         made.update(app=app, master=master, log_level=log_level, spark=FakeSpark(capsys))
         return made["spark"]
 
-    monkeypatch.setattr(spark.session, "build_context", build_context)
+    monkeypatch.setattr(spark.runtime.session, "build_context", build_context)
     monkeypatch.delenv("TIDELAKE_SPARK_LOG_LEVEL", raising=False)
     return made
 
@@ -94,7 +94,7 @@ def test_spark_log_level_quiet_by_default_info_when_asked(context: dict, pipelin
 
 def test_errors_are_one_logged_line_with_exit_codes(context: dict, pipeline: Path, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    from spark.apply import ApplyError
+    from spark.commit.apply import ApplyError
 
     def failing(*_):
         raise ApplyError("no manifest for 20240101T000000Z..20240101T010000Z: land the interval first")
@@ -152,7 +152,7 @@ def test_apply_summary_without_a_consistent_watermark() -> None:
 
 
 def test_apply_summary_of_a_run_that_confirmed_a_published_watermark() -> None:
-    # The report a rerun writes (spark/apply.py): no decode counts, no lag field.
+    # The report a rerun writes (spark/commit/apply.py): no decode counts, no lag field.
     report = {"step": "apply", "pipeline": "shop", "outcome": "confirmed",
               "interval": {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00"},
               "watermark": W, "previous_watermark": W - 7, "watermark_time": "2024-01-01T00:57:00+00:00",
@@ -191,10 +191,10 @@ def test_land_job_prints_its_report(context: dict, pipeline: Path, monkeypatch: 
 
 def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_before_spark_stops(
         context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import spark.land
+    import spark.archive.land
     from spark.jobs import maintain as maintain_job
 
-    monkeypatch.setattr(spark.land, "SparkRunner", lambda spark: None)
+    monkeypatch.setattr(spark.archive.land, "SparkRunner", lambda spark: None)
     assert maintain_job.main(["--config", str(pipeline), "--now", "2024-01-02T03:00:00Z"]) == 0
     out = context["spark"].stdout_at_stop
     assert out.splitlines()[0] == "maintain shop at 2024-01-02T03:00:00+00:00"
@@ -208,10 +208,10 @@ def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_before_spark_
 def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
     """A rerun of an applied interval (an operator clearing it) must not pay for Spark."""
     from cdc_codecs import get_encoder
-    from cdc_codecs.workload import Workload, WorkloadSpec
-    from spark.apply import apply_interval
+    from spark.demo.workload import Workload, WorkloadSpec
+    from spark.commit.apply import apply_interval
     from spark.jobs import apply as job
-    from spark.storage import open_storage
+    from spark.archive.storage import open_storage
 
     from .archive import HOUR, T0, ArchiveWriter, make_config
 
@@ -227,7 +227,7 @@ def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: 
     def no_spark(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("Spark was started for an interval that is done")
 
-    monkeypatch.setattr("spark.session.build_context", no_spark)
+    monkeypatch.setattr("spark.runtime.session.build_context", no_spark)
     code = job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()])
     assert code == 0
     assert f"W {w} confirmed" in capsys.readouterr().out

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import Op, get_encoder
-from spark.apply import apply_interval
+from spark.commit.apply import apply_interval
 from spark.config import LayoutConfig
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, per_mark, schema

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import Op, RowChange, SourcePosition, get_encoder
-from cdc_codecs.oracle import Oracle
-from spark.apply import apply_interval
+from tests.model.oracle import Oracle
+from spark.commit.apply import apply_interval
 from spark.config import WRITE_MODES, LayoutConfig
-from spark.query import published_watermarks, read_pipeline
-from spark.storage import open_storage
+from spark.query.read import published_watermarks, read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
@@ -60,7 +60,7 @@ def oracle_bag(events: list) -> list[tuple]:
 
 def sliced():  # noqa: ANN201
     """The Spark plane through a stand-in for Spark's core API: the fold in 6 key-hash slices."""
-    from spark.land import SparkRunner
+    from spark.archive.land import SparkRunner
 
     from .fold.test_spark_fold import FakeContext
 

@@ -16,12 +16,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cdc_codecs import ConfigError
-from spark import layout
+from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.land import LandResult, LocalRunner, land_chunk, land_interval
-from spark.manifest import ManifestError, list_manifests
-from spark.offsets import OffsetsMissingError
-from spark.storage import LocalStorage, Storage, open_storage
+from spark.archive.land import LandResult, LocalRunner, land_chunk, land_interval
+from spark.archive.manifest import ManifestError, list_manifests
+from spark.archive.offsets import OffsetsMissingError
+from spark.archive.storage import LocalStorage, Storage, open_storage
 
 UTC = dt.timezone.utc
 
@@ -241,7 +241,7 @@ def test_s3_archive_and_no_credentials_anywhere(kafka, make_topic, s3, bucket, c
 
 def test_manifest_create_is_create_only_on_s3(s3, bucket) -> None:
     from spark.config import StorageConfig
-    from spark.storage import AlreadyExists
+    from spark.archive.storage import AlreadyExists
 
     storage = open_storage(StorageConfig(f"s3://{bucket}", s3.endpoint, None, s3.access_key, s3.secret_key))
     storage.create("m/x.json", b"1")
@@ -253,7 +253,7 @@ def test_manifest_create_is_create_only_on_s3(s3, bucket) -> None:
 def test_land_chunk_of_an_empty_range_writes_nothing(kafka, make_topic, tmp_path: Path) -> None:
     topic = make_topic(1)
     cfg = config(kafka, [topic], str(tmp_path / "a"))
-    from spark.land import LandTask
+    from spark.archive.land import LandTask
 
     chunk = land_chunk(LandTask(cfg, topic, 0, 0, 0))
     assert chunk.segment is None and chunk.messages == 0
@@ -275,7 +275,7 @@ def test_config_errors_name_the_file_and_key(kafka) -> None:
 def test_segment_checksum_ignores_batching_and_tells_null_from_empty() -> None:
     import pyarrow as pa
 
-    from spark.land import SEGMENT_SCHEMA, SegmentChecksum
+    from spark.archive.land import SEGMENT_SCHEMA, SegmentChecksum
 
     def table(rows):
         cols = {n: [r.get(n) for r in rows] for n in SEGMENT_SCHEMA.names}
@@ -305,7 +305,7 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
 
 
 def test_a_spark_runner_takes_a_context_or_a_session_and_uses_its_context() -> None:
-    from spark.land import SparkRunner
+    from spark.archive.land import SparkRunner
 
     context = object()
     session = type("Session", (), {"sparkContext": context})()

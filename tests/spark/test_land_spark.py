@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spark.land import SparkRunner, land_interval
-from spark.storage import open_storage
+from spark.archive.land import SparkRunner, land_interval
+from spark.archive.storage import open_storage
 
 from .test_land import HOUR, T0, assert_exact, config, produce
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark():
-    from spark.session import build_context
+    from spark.runtime.session import build_context
 
     context = build_context("tidelake-tests", "local[2]", **{"spark.ui.enabled": "false"})
     yield context
@@ -72,9 +72,9 @@ def test_land_job_entry_point(kafka, make_topic, tmp_path: Path) -> None:
 
 def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, make_topic, tmp_path: Path) -> None:
     """Real broker -> land on Spark -> apply on Spark (decode on executors) -> tables at W."""
-    from cdc_codecs.workload import WorkloadSpec
-    from spark.apply import apply_interval
-    from spark.query import read_pipeline
+    from spark.demo.workload import WorkloadSpec
+    from spark.commit.apply import apply_interval
+    from spark.query.read import read_pipeline
 
     from .archive import normalise, oracle_rows, produce_history
 
@@ -106,7 +106,7 @@ def test_land_benchmark_runs_the_parallel_runners() -> None:
 def test_session_defaults_apply_unless_spark_submit_sets_them(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.session import build_context\n"
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import build_context\n"
         "s = build_context('probe')\nprint('UDS=' + s.getConf().get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n"
     )
     bin_dir = Path(sys.executable).parent

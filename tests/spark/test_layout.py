@@ -5,7 +5,7 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark import layout
+from spark.archive import layout
 
 UTC = dt.timezone.utc
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from spark.lease import Lease, LeaseHeldError, LeaseLostError, current_lease, lease_dir
-from spark.storage import LocalStorage
+from spark.commit.lease import Lease, LeaseHeldError, LeaseLostError, current_lease, lease_dir
+from spark.archive.storage import LocalStorage
 
 
 class CountingStorage(LocalStorage):

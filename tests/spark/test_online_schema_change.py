@@ -31,15 +31,15 @@ import pytest
 
 from cdc_codecs import Column, DdlChange, Op, RawMessage, RowChange, SourcePosition, TableSchema, Watermark, get_decoder, get_encoder
 from cdc_codecs import PROTOCOLS as CODECS
-from cdc_codecs.oracle import BinlogOracle, Oracle
+from tests.model.oracle import BinlogOracle, Oracle
 from cdc_codecs.types import parse_mysql_type
-from spark import catalog as cat
-from spark.apply import apply_interval
-from spark.cli import main
-from spark.commit import DROPPED
-from spark.publish import published_watermarks
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
+from spark.cli.main import main
+from spark.commit.table import DROPPED
+from spark.commit.published import published_watermarks
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 

@@ -20,7 +20,7 @@ After every step:
   never moves back;
 - no lease is left held.
 
-The model (cdc_codecs/oracle.py) applies decoded events one by one in commitTs order and
+The model (tests/model/oracle.py) applies decoded events one by one in commitTs order and
 shares no code with apply. ``make test`` replays fixed examples; other runs explore.
 ``python -m bench consistency --histories N`` runs many more.
 """
@@ -46,20 +46,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, SourcePosition, get_decoder
-from cdc_codecs.oracle import BinlogOracle, Oracle
-from spark import catalog as cat
-from spark.apply import ApplyResult, BadMessagesError, apply_interval
-from spark import apply_plan
-from spark.commit import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
-from spark.isolation import read_isolated
+from tests.model.oracle import BinlogOracle, Oracle
+from spark.tables import catalog as cat
+from spark.commit.apply import ApplyResult, BadMessagesError, apply_interval
+from spark.commit import plan as apply_plan
+from spark.commit.table import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
+from spark.commit.isolation import read_isolated
 from spark.config import WRITE_MODES, LayoutConfig, MaintenanceConfig
-from spark.lease import Lease, LeaseHeldError, current_lease
+from spark.commit.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.run import STEPS as MAINTENANCE_STEPS
 from spark.maintain.run import maintain
-from spark.publish import published_watermarks, read_published, retired_watermarks
-from spark.query import IsolatedTable, RetiredWatermark, read_pipeline, read_table
-from spark.schema_map import metadata_columns
-from spark.storage import open_storage
+from spark.commit.published import published_watermarks, read_published, retired_watermarks
+from spark.query.read import IsolatedTable, RetiredWatermark, read_pipeline, read_table
+from spark.tables.schema_map import metadata_columns
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 from .history import Changefeed, Upstream
@@ -427,8 +427,8 @@ def test_operations_match_the_model_many(protocol: str) -> None:
 
 @pytest.fixture(scope="module")
 def spark_runner():  # noqa: ANN201
-    from spark.land import SparkRunner
-    from spark.session import build_context
+    from spark.archive.land import SparkRunner
+    from spark.runtime.session import build_context
 
     context = build_context("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
                                                                  "spark.ui.showConsoleProgress": "false"})

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from cdc_codecs.types import parse_mysql_type
-from spark.ddl import SetPartitioning, parse_ddl
-from spark.partitioning import Partitioning, UnknownPartitionRows, _to_days
+from spark.tables.ddl import SetPartitioning, parse_ddl
+from spark.tables.partitioning import Partitioning, UnknownPartitionRows, _to_days
 
 
 def partitioning(create: str) -> Partitioning:

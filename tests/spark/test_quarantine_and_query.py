@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from cdc_codecs import ProducerRecord, get_encoder
-from cdc_codecs.workload import Workload, WorkloadSpec
-from spark.apply import BadMessagesError, apply_interval
+from spark.demo.workload import Workload, WorkloadSpec
+from spark.commit.apply import BadMessagesError, apply_interval
 from spark.config import PipelineConfig
-from spark.query import NoSuchWatermark, published_watermarks, read_pipeline, resolve_watermark, to_tso
-from spark.storage import open_storage
+from spark.query.read import NoSuchWatermark, published_watermarks, read_pipeline, resolve_watermark, to_tso
+from spark.archive.storage import open_storage
 
 from .archive import ArchiveWriter
 from .archive import HOUR, T0, make_config

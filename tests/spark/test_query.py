@@ -25,8 +25,8 @@ from pyiceberg.expressions import (
 from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType
 
-from spark.cli import main, query
-from spark.query import QueryError, QueryFailed, TableScan, View, plan_scans, read_pipeline, run_query
+from spark.cli.main import main, query
+from spark.query.read import QueryError, QueryFailed, TableScan, View, plan_scans, read_pipeline, run_query
 
 from .test_catalog import ODD_DB, ODD_TABLE, _pipeline
 

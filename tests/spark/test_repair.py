@@ -2,7 +2,7 @@
 
 Each test scripts the model-based machine of ``test_operations``: intervals are landed
 (the reference model decodes them with the real decoders), then runs happen under a
-"decoder bug" -- the decoders spark/apply.py uses garble some values -- so published tags
+"decoder bug" -- the decoders spark/commit/apply.py uses garble some values -- so published tags
 hold wrong rows. The bug is then fixed (the patch removed) and ``repair`` must bring every
 published W back to the model, moving only the tags whose rows changed.
 """
@@ -18,16 +18,16 @@ import pytest
 
 from cdc_codecs import RowChange, Watermark
 from spark.decode import changelog as decode_module
-from spark import catalog as cat
-from spark import layout
-from spark.apply import ApplyError, apply_interval
-from spark.cli import main
-from spark.commit import table_watermark
-from spark.lease import Lease, LeaseHeldError, current_lease
-from spark.publish import announcement, published_watermarks, read_published, repair_records
-from spark.query import read_pipeline
-from spark.repair import REPAIR_BRANCH, RepairError, repair, scratch_config
-from spark.watermark import tag_name
+from spark.tables import catalog as cat
+from spark.archive import layout
+from spark.commit.apply import ApplyError, apply_interval
+from spark.cli.main import main
+from spark.commit.table import table_watermark
+from spark.commit.lease import Lease, LeaseHeldError, current_lease
+from spark.commit.published import announcement, published_watermarks, read_published, repair_records
+from spark.query.read import read_pipeline
+from spark.repair.run import REPAIR_BRANCH, RepairError, repair, scratch_config
+from spark.commit.watermark import tag_name
 
 from .archive import HOUR, T0, normalise
 from .history import Upstream

@@ -13,13 +13,13 @@ import pytest
 
 from cdc_codecs import Op, RowChange, SourcePosition, get_encoder
 from cdc_codecs.events import BinlogPosition, DdlChange
-from cdc_codecs.workload import create_sql, table_schema
-from spark import catalog as cat
-from spark.apply import apply_interval
-from spark.commit import WATERMARK, table_watermark
-from spark.lease import Lease, LeaseLostError
-from spark.query import read_pipeline, read_table
-from spark.storage import open_storage
+from spark.demo.workload import create_sql, table_schema
+from spark.tables import catalog as cat
+from spark.commit.apply import apply_interval
+from spark.commit.table import WATERMARK, table_watermark
+from spark.commit.lease import Lease, LeaseLostError
+from spark.query.read import read_pipeline, read_table
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .history import Upstream
@@ -234,7 +234,7 @@ def test_a_run_whose_lease_was_taken_stops_before_committing(tmp_path: Path) -> 
 
 def test_a_scheduled_run_reads_its_own_manifest_and_the_last_checkpoint_not_the_history(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark.storage import Storage
+    from spark.archive.storage import Storage
 
     m = landed("canal-json", seed=5, chunks=12, intervals=10)
     reads: list[str] = []
@@ -261,8 +261,8 @@ def test_a_scheduled_run_reads_its_own_manifest_and_the_last_checkpoint_not_the_
 
 def test_an_interval_landed_after_a_later_one_was_applied_is_confirmed_not_an_assertion(tmp_path: Path) -> None:
     """Backfill 05:00, then 04:00: 05:00's offsets began where 03:00 ended, so 04:00 lands empty."""
-    from spark.manifest import Manifest, PartitionRange
-    from spark.publish import announcement
+    from spark.archive.manifest import Manifest, PartitionRange
+    from spark.commit.published import announcement
 
     up = Upstream(seed=5, tables=("t0",))
     chunks = []
@@ -297,8 +297,8 @@ def test_an_interval_landed_after_a_later_one_was_applied_is_confirmed_not_an_as
 def test_a_confirming_rerun_keeps_the_applying_run_s_report_and_announces_nothing(tmp_path: Path) -> None:
     import orjson
 
-    from spark import layout
-    from spark.publish import announcement
+    from spark.archive import layout
+    from spark.commit.published import announcement
 
     up = Upstream(seed=6, tables=("t0",))
     up.changes(8)
@@ -323,7 +323,7 @@ def test_a_confirming_rerun_keeps_the_applying_run_s_report_and_announces_nothin
 
 
 def test_an_interval_that_is_done_is_confirmed_without_spark_and_one_with_work_is_not() -> None:
-    from spark.apply import confirm_if_done
+    from spark.commit.apply import confirm_if_done
 
     m = landed("canal-json", seed=3, chunks=5, intervals=3)
     span = [(T0 + j * HOUR, T0 + (j + 1) * HOUR) for j in range(3)]

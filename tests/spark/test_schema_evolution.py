@@ -11,13 +11,13 @@ import pytest
 
 from cdc_codecs import Column, DdlChange, Op, RowChange, SourcePosition, TableSchema, Watermark, get_encoder
 from cdc_codecs.types import parse_mysql_type
-from cdc_codecs.workload import quote_ident
-from spark.apply import apply_interval
-from spark.commit import UnsupportedSchemaChange
+from spark.demo.workload import quote_ident
+from spark.commit.apply import apply_interval
+from spark.commit.table import UnsupportedSchemaChange
 from spark.config import WRITE_MODES, LayoutConfig
-from spark.iceberg.files import live_data_files
-from spark.query import NoSuchWatermark, read_pipeline, read_table
-from spark.storage import open_storage
+from spark.write.files import live_data_files
+from spark.query.read import NoSuchWatermark, read_pipeline, read_table
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 
@@ -149,7 +149,7 @@ def published(config, w: int) -> dict:  # noqa: ANN001
 
 def model_at(events: list) -> dict[int, dict]:
     """The reference model's tables (empty ones left out) at each watermark of ``events``."""
-    from cdc_codecs.oracle import Oracle
+    from tests.model.oracle import Oracle
 
     oracle, out = Oracle(), {}
     for batch in per_mark(events):
@@ -356,7 +356,7 @@ def test_a_run_that_dies_inside_a_rename_is_finished_by_its_retry_or_the_next_ru
 
 
 def cat_tables(config) -> list:  # noqa: ANN001
-    from spark import catalog as cat
+    from spark.tables import catalog as cat
 
     return cat.pipeline_tables(cat.open_catalog(config), config)
 
@@ -388,7 +388,7 @@ def test_hostile_names_round_trip(tmp_path: Path, protocol: str) -> None:
 
 
 def iceberg_table(config, db: str, table: str):
-    from spark import catalog as cat
+    from spark.tables import catalog as cat
 
     t = cat.load_table(cat.open_catalog(config), config, db, table)
     assert t is not None
@@ -406,7 +406,7 @@ def per_mark(events: list) -> list[list]:
 
 
 def upstream_columns(table) -> list[str]:
-    from spark.schema_map import metadata_columns
+    from spark.tables.schema_map import metadata_columns
 
     return [f.name for f in table.schema().fields if f.name not in metadata_columns(table.schema(), table.properties).names]
 
@@ -559,7 +559,7 @@ def test_if_not_exists_case_folding_and_unknown_drops(tmp_path: Path) -> None:
 
 
 def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
-    from spark.ddl import DdlParseError
+    from spark.tables.ddl import DdlParseError
 
     h = History()
     h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, v int)", kind="CREATE")

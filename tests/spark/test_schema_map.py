@@ -28,7 +28,7 @@ from cdc_codecs import (
     parse_mysql_type,
 )
 from cdc_codecs.types import EnumIndex, SetMask, TypeKind, from_text, int_range, to_text
-from spark.schema_map import (
+from spark.tables.schema_map import (
     UnsupportedValue,
     arrow_table,
     fit_upstream_value,

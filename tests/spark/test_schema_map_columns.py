@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.types import DecimalType
 
 from cdc_codecs import parse_mysql_type
-from spark.schema_map import UnsupportedValue, arrow_table, iceberg_schema, to_iceberg_value
+from spark.tables.schema_map import UnsupportedValue, arrow_table, iceberg_schema, to_iceberg_value
 
 # ---------------------------------------------------------------- arrow_table fast paths
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from spark.tasks import no_cyclic_gc
+from spark.runtime.tasks import no_cyclic_gc
 
 
 def test_a_task_body_pauses_the_cyclic_gc_and_restores_its_state() -> None:

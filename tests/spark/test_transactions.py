@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cdc_codecs import Op, ProducerRecord, RowChange, Watermark, get_encoder
-from cdc_codecs.oracle import Oracle
-from spark.apply import apply_interval
-from spark.query import read_pipeline
-from spark.storage import open_storage
+from tests.model.oracle import Oracle
+from spark.commit.apply import apply_interval
+from spark.query.read import read_pipeline
+from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, oracle_from_records
 from .test_schema_evolution import History, schema

@@ -27,8 +27,9 @@ from cdc_codecs import (
     get_encoder,
     parse_mysql_type,
 )
-from cdc_codecs.workload import tso
-from spark import credentials, layout
+from spark.demo.workload import tso
+from spark.runtime import credentials
+from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import (
     CHANGE_LOG_FORMAT,
@@ -45,10 +46,10 @@ from spark.decode.changelog import (
     segments_carry_state,
 )
 from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, SideOutputError, read_side_output
-from spark.land import open_segment_writer, segment_table
-from spark.net_change import key_bytes
-from spark.storage import LocalStorage, Storage, open_storage
-from spark.watermark import derived_commit_ts, derived_mark
+from spark.archive.land import open_segment_writer, segment_table
+from spark.fold.net_change import key_bytes
+from spark.archive.storage import LocalStorage, Storage, open_storage
+from spark.commit.watermark import derived_commit_ts, derived_mark
 from tests.spark.archive import make_config
 from tests.spark.history import GARBAGE
 

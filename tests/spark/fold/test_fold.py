@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
-from spark.net_change import greatest_per_key, key_bytes, sort_for_fold
+from spark.fold.net_change import greatest_per_key, key_bytes, sort_for_fold
 
 
 def rows(items: list[tuple]) -> pa.Table:

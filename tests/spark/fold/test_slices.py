@@ -14,8 +14,8 @@ from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
 from spark.decode import changelog
 from spark.fold.select import FoldWindow
 from spark.fold.slices import EVERYTHING, Slice, _row_groups, add_counts, fold_slice, merge_summaries, read_slice
-from spark.net_change import key_hash, table_seed
-from spark.storage import LocalStorage
+from spark.fold.net_change import key_hash, table_seed
+from spark.archive.storage import LocalStorage
 
 TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
 TABLES = [("shop", "t"), ("shop", "u"), ("shop.x", "t")]  # a dotted database must not meet shop.x's table t

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cdc_codecs import parse_mysql_type
-from spark import layout
+from spark.archive import layout
 
 
 
@@ -66,7 +66,7 @@ class FakeContext:
 
 
 def _machine(protocol: str, parallelism: int):
-    from spark.land import SparkRunner
+    from spark.archive.land import SparkRunner
 
     from ..test_operations import machine_for
 
@@ -101,8 +101,8 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     from cdc_codecs import Op, RowChange, SourcePosition
     from spark.decode import changelog
     from spark.fold.select import FoldWindow
-    from spark.plane import SparkPlane
-    from spark.storage import open_storage
+    from spark.runtime.plane import SparkPlane
+    from spark.archive.storage import open_storage
 
     from ..archive import make_config
 
@@ -133,8 +133,8 @@ def test_a_run_is_cut_into_more_slices_than_slots_when_a_slice_would_hold_over_f
     from cdc_codecs import Op, RowChange, SourcePosition
     from spark.decode import changelog
     from spark.fold.select import FoldWindow
-    from spark.plane import SparkPlane
-    from spark.storage import open_storage
+    from spark.runtime.plane import SparkPlane
+    from spark.archive.storage import open_storage
 
     from ..archive import make_config
 

@@ -12,9 +12,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark.catalog import KEY_COLUMNS
-from spark.iceberg import internals
-from spark.iceberg.target import TableTarget
+from spark.tables.catalog import KEY_COLUMNS
+from spark.write import internals
+from spark.write.target import TableTarget
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 
@@ -34,8 +34,8 @@ def rows(ids, tag: str = "v0") -> pa.Table:
 def upsert(table: Table, new: pa.Table, merge_on_read: bool = False) -> int:
     """A run in miniature: drop the keys from the files holding them (rewrite them, or position
     deletes with ``merge_on_read``), add the new rows (one snapshot)."""
-    from spark.iceberg.files import LiveFiles, live_files, plan_rewrite
-    from spark.iceberg.rewrite import delete_keys, rewrite_file, write_rows
+    from spark.write.files import LiveFiles, live_files, plan_rewrite
+    from spark.write.rewrite import delete_keys, rewrite_file, write_rows
 
     target = TableTarget.of(table)
     head = table.current_snapshot()

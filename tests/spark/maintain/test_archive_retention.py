@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from spark import catalog as cat
-from spark.apply import Checkpoint, apply_interval, checkpoint_path
-from spark.commit import DROPPED, WATERMARK
+from spark.tables import catalog as cat
+from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+from spark.commit.table import DROPPED, WATERMARK
 from spark.decode.changelog import decoder_version
 from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
-from spark.manifest import list_manifests, read_manifest
-from spark.schema_map import metadata_columns
-from spark.storage import open_storage
-from spark.watermark import tag_name
+from spark.archive.manifest import list_manifests, read_manifest
+from spark.tables.schema_map import metadata_columns
+from spark.archive.storage import open_storage
+from spark.commit.watermark import tag_name
 
 from ..archive import HOUR, T0, normalise, run_history
 

@@ -6,15 +6,15 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from spark import layout
+from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import decoder_version
-from spark.iceberg import internals
-from spark.iceberg.target import TableTarget
-from spark.land import LocalRunner
+from spark.write import internals
+from spark.write.target import TableTarget
+from spark.archive.land import LocalRunner
 from spark.maintain.compaction import compact_table
 from spark.maintain.orphans import referenced_files, remove_orphans
-from spark.storage import open_storage
+from spark.archive.storage import open_storage
 
 from ..archive import HOUR, T0, ArchiveWriter
 from .conftest import all_referenced, keyed_table, read_at, rows

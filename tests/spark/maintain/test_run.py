@@ -17,21 +17,21 @@ from urllib.parse import urlparse
 import orjson
 import pytest
 
-from spark import catalog as cat
-from spark import layout
-from spark.apply import apply_interval
+from spark.tables import catalog as cat
+from spark.archive import layout
+from spark.commit.apply import apply_interval
 from spark.config import COPY_ON_WRITE, MERGE_ON_READ, MaintenanceConfig
-from spark.iceberg.files import live_files
-from spark.lease import Lease, LeaseHeldError, current_lease
+from spark.write.files import live_files
+from spark.commit.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.compaction import MAINTENANCE
 from spark.maintain.expiry import snapshot_files
 from spark.maintain.retention import RetentionPlan, retire_watermarks, w_time
 from spark.maintain.run import STEPS, maintain
-from spark.publish import published_watermarks, read_published, retained_watermarks, retired_watermarks
-from spark.query import RetiredWatermark, read_pipeline, resolve_watermark
-from spark.repair import repair
-from spark.storage import open_storage
-from spark.watermark import tag_name
+from spark.commit.published import published_watermarks, read_published, retained_watermarks, retired_watermarks
+from spark.query.read import RetiredWatermark, read_pipeline, resolve_watermark
+from spark.repair.run import repair
+from spark.archive.storage import open_storage
+from spark.commit.watermark import tag_name
 
 from ..archive import HOUR, T0, normalise, run_history
 
@@ -371,7 +371,7 @@ def test_runs_and_repair_after_retirement_leave_retired_ws_alone(history: Histor
 
 
 def test_tidelake_maintain_prints_what_it_would_and_did_remove(history: History, tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    from spark.cli import main
+    from spark.cli.main import main
 
     h = history
     path = tmp_path / "shop.toml"

@@ -1,0 +1,143 @@
+"""Manifests: the create-only record of which offset ranges an interval landed, and where.
+
+A manifest is written last, after every segment it lists is durable, so its existence
+means the interval is in the archive. Manifests chain: each partition's ``start`` is the
+previous manifest's ``end``, so intervals are contiguous in offset space.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from cdc_codecs import TidelakeError
+from spark.archive import layout
+from spark.archive.storage import Storage
+
+FORMAT = 1
+
+
+class ManifestError(TidelakeError):
+    """A manifest is unreadable or contradicts its neighbours."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: str
+    start: int
+    end: int  # exclusive: the next offset after the range this file covers
+    messages: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets retention deleted before they were archived (only with on_missing_offsets=skip)."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+    gap: Gap | None = None
+    segments: tuple[Segment, ...] = ()
+    messages: int = 0
+    checksum: str = ""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    pipeline: str
+    interval_start: dt.datetime
+    interval_end: dt.datetime
+    partitions: tuple[PartitionRange, ...]
+    previous: str | None = None
+    created_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+
+    @property
+    def path(self) -> str:
+        return layout.manifest_path(self.pipeline, self.interval_start, self.interval_end)
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        return {(p.topic, p.partition): p.end for p in self.partitions}
+
+    def starts(self) -> dict[tuple[str, int], int]:
+        return {(p.topic, p.partition): p.start for p in self.partitions}
+
+    @property
+    def messages(self) -> int:
+        return sum(p.messages for p in self.partitions)
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "pipeline": self.pipeline,
+            "interval": {"start": self.interval_start.isoformat(), "end": self.interval_end.isoformat()},
+            "previous": self.previous,
+            "created_at": self.created_at.isoformat(),
+            "messages": self.messages,
+            "partitions": [asdict(p) for p in self.partitions],
+        }
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @staticmethod
+    def from_json(data: bytes, where: str) -> Manifest:
+        try:
+            doc = orjson.loads(data)
+            if doc.get("format") != FORMAT:
+                raise ManifestError(f"{where}: manifest format {doc.get('format')!r}, this tidelake reads {FORMAT}")
+            parts = []
+            for p in doc["partitions"]:
+                gap = Gap(**p["gap"]) if p.get("gap") else None
+                segments = tuple(Segment(**s) for s in p["segments"])
+                parts.append(PartitionRange(p["topic"], p["partition"], p["start"], p["end"], gap, segments, p["messages"], p["checksum"]))
+            return Manifest(
+                doc["pipeline"],
+                dt.datetime.fromisoformat(doc["interval"]["start"]),
+                dt.datetime.fromisoformat(doc["interval"]["end"]),
+                tuple(parts),
+                doc.get("previous"),
+                dt.datetime.fromisoformat(doc["created_at"]),
+            )
+        except ManifestError:
+            raise
+        except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
+            raise ManifestError(f"{where}: unreadable manifest: {type(exc).__name__}: {exc}") from None
+
+
+def read_manifest(storage: Storage, path: str) -> Manifest:
+    return Manifest.from_json(storage.read(path), f"{storage.url}/{path}")
+
+
+def list_manifests(storage: Storage, pipeline: str) -> list[tuple[dt.datetime, dt.datetime, str]]:
+    """(interval start, interval end, path) of every manifest, in interval order."""
+    out = []
+    for path in storage.list(layout.manifests_dir(pipeline)):
+        parsed = layout.parse_manifest_name(path)
+        if parsed is not None:
+            out.append((parsed[0], parsed[1], path))
+    return sorted(out)
+
+
+def neighbours(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> tuple[Manifest | None, Manifest | None]:
+    """The manifest ending last at or before ``start``, and the first starting at or after ``end``."""
+    before = after = None
+    for s, e, path in list_manifests(storage, pipeline):
+        if e <= start:
+            before = path
+        elif s >= end and after is None:
+            after = path
+        elif s < end and e > start and (s, e) != (start, end):
+            raise ManifestError(
+                f"interval {layout.instant(start)}..{layout.instant(end)} overlaps the landed interval "
+                f"{layout.instant(s)}..{layout.instant(e)} ({path}); runs must use the DAG's fixed intervals"
+            )
+    return (read_manifest(storage, before) if before else None, read_manifest(storage, after) if after else None)

@@ -1,0 +1,590 @@
+"""``tidelake``: run, backfill and query pipelines without Airflow.
+
+    tidelake run --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
+    tidelake backfill --config pipeline.toml 2024-01-01T00:00:00Z 2024-01-02T00:00:00Z
+    tidelake watermarks --config pipeline.toml
+    tidelake tables --config pipeline.toml [--at latest|TSO|ISO-time]
+    tidelake query --config pipeline.toml [--at ...] "SELECT count(*) FROM shop.orders"
+    tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
+    tidelake maintain --config pipeline.toml [--dry-run]
+    tidelake decode --protocol canal-json segment.parquet|message-files...
+    tidelake demo
+
+``query`` runs DuckDB SQL in which every table of the pipeline is ``<database>.<table>``
+(quote names with unusual characters: ``"my db"."my table"``); it reads only the tables the
+SQL names. Errors print one line and exit 2 (usage: config, bad times, bad SQL, unknown table
+or column) or 1 (the run failed, or the output was closed); ``--debug`` shows the traceback.
+Results go to stdout; diagnostics go through ``logging`` to stderr (``-v`` more, ``-q`` errors
+only), as do the progress bars of ``run`` and ``backfill``. Lags and ages read ``2h 03m``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import logging
+import os
+import re
+import sys
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator, Sequence
+
+import orjson
+
+from cdc_codecs import ConfigError, TidelakeError
+from spark.jobs import human_duration
+
+UTC = dt.timezone.utc
+log = logging.getLogger("tidelake.cli")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from spark.config import load_pipeline_config
+
+    return load_pipeline_config(args.config)
+
+
+def _instant(text: str, what: str) -> dt.datetime:
+    from spark.config import parse_instant
+
+    return parse_instant(text, what)
+
+
+def _interval(start: str, end: str, start_flag: str, end_flag: str) -> tuple[dt.datetime, dt.datetime]:
+    """The interval the user typed, checked before anything runs; errors echo the text as typed."""
+    a, b = _instant(start, start_flag), _instant(end, end_flag)
+    if b <= a:
+        raise ConfigError(f"{end_flag} {end!r} is not after {start_flag} {start!r}")
+    return a, b
+
+
+def _w_time(w: int) -> str:
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class StepProgress:
+    """Progress bars (on stderr) for the long steps of a run: land, then apply's decode, net change,
+    commit (one per table plan) and tag. Pass it as ``apply_interval``'s ``progress`` callback."""
+
+    def __init__(self, bars: Any) -> None:
+        self.bars = bars
+        self.tasks: dict[str, Any] = {}
+
+    @contextmanager
+    def land(self) -> Iterator[None]:
+        task = self._task("land", None)  # one call that reports nothing until done: a pulsing bar
+        yield
+        self.bars.update(task, total=1, completed=1)
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        self.bars.update(self._task(step, total), total=total, completed=done)
+
+    def _task(self, step: str, total: int | None) -> Any:
+        if step not in self.tasks:
+            self.tasks[step] = self.bars.add_task(step, total=total)
+        return self.tasks[step]
+
+    def clear(self) -> None:
+        """Drop the step bars: the next interval of a backfill starts its own."""
+        for task in self.tasks.values():
+            self.bars.remove_task(task)
+        self.tasks.clear()
+
+
+def progress_bars(quiet: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    # Bars on stderr, results on stdout. When stdout is the same terminal, rich routes print()
+    # above the bars; when it is a pipe or file, results go there untouched.
+    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), disable=quiet, redirect_stdout=sys.stdout.isatty())
+
+
+def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None,
+                 progress: StepProgress | None = None) -> dict[str, Any]:
+    """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``).
+
+    Returns ``{"land": report, "apply": report}``; the land report always says whether the
+    interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.
+    """
+    from spark.commit.apply import apply_interval
+    from spark.archive.land import LocalRunner, SparkRunner, land_interval
+
+    runner: Any = LocalRunner()
+    context = None
+    if spark_master:
+        from spark.runtime.session import build_context
+
+        context = build_context(f"tidelake-{config.name}", spark_master)
+        runner = SparkRunner(context)
+    try:
+        log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
+        with progress.land() if progress else nullcontext():
+            landed = land_interval(config, start, end, runner=runner)
+        log.debug("landed %s messages (%s); applying", landed.manifest.messages,
+                  "manifest reused" if landed.reused else "new manifest")
+        applied = apply_interval(config, start, end, runner=runner, progress=progress)
+    finally:
+        if context is not None:
+            context.stop()
+    land = {**landed.report, "messages": landed.manifest.messages, "reused": landed.reused}
+    return {"land": land, "apply": applied.report}
+
+
+def lag_seconds(apply: dict[str, Any]) -> float | None:
+    """How far W's wall time is behind the interval end (a confirming run's report does not store it)."""
+    w = apply["watermark"]
+    if not w:
+        return None
+    if apply.get("lag_seconds") is not None:
+        return float(apply["lag_seconds"])
+    return dt.datetime.fromisoformat(apply["interval"]["end"]).timestamp() - (w >> 18) / 1000
+
+
+OUTCOMES = {
+    "published": "published: this run made W visible to readers",
+    "confirmed": "confirmed: W was already published by an earlier run; tables and tags left as they are",
+    "not-consistent": "not consistent yet: some partition has reported no watermark, nothing tagged",
+}
+
+
+def print_report(report: dict[str, Any], out: Any = None) -> None:
+    out = out or sys.stdout
+    apply, land = report["apply"], report["land"]
+    w = apply["watermark"]
+    print(f"interval {apply['interval']['start']} .. {apply['interval']['end']}", file=out)
+    reused = " (reused: an earlier run landed this interval; nothing re-read from Kafka)" if land.get("reused") else ""
+    print(f"  landed     {land.get('messages', 0):>10,} messages{reused}", file=out)
+    if "events_decoded" in apply:
+        print(f"  decoded    {apply['events_decoded']:>10,} events ({apply['already_applied_skipped']:,} already applied, "
+              f"{apply['quarantined']:,} quarantined)", file=out)
+    if w:
+        print(f"  watermark  {w} = {_w_time(w)} (lag {human_duration(lag_seconds(apply) or 0)} behind the interval end)",
+              file=out)
+    else:
+        print("  watermark  none yet: some partition has reported no watermark", file=out)
+    outcome = apply.get("outcome", "published" if w else "not-consistent")
+    print(f"  outcome    {OUTCOMES.get(outcome, outcome)}", file=out)
+    tables = apply.get("tables", {})
+    width = max([len(n) for n in tables] + [5])
+    for name, t in tables.items():
+        flag = " (dropped)" if t["dropped"] else ""
+        print(f"  {name:<{width}}  {t['events_applied']:>8,} events applied{flag}", file=out)
+    for line in isolated_lines(apply):
+        print(f"  {line}", file=out)
+
+
+def isolated_lines(apply: dict[str, Any]) -> list[str]:
+    """An apply report's isolated tables (on_table_error = "isolate"), one line each, and those it caught up."""
+    lines = [f"ISOLATED {name}: held at W {e['held_at']} ({_w_time(e['held_at']) if e['held_at'] else 'before its first W'}) "
+             f"since {e['since']}, not tagged at this W: {e['reason']}" for name, e in apply.get("isolated", {}).items()]
+    lines += [f"caught up {name}: replayed from the archive to this W" for name in apply.get("caught_up", [])]
+    return lines
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    start, end = _interval(args.start, args.end, "--start", "--end")
+    with progress_bars(args.quiet) as bars:
+        report = run_interval(config, start, end, args.spark, progress=StepProgress(bars))
+    print_report(report)
+    return 0
+
+
+def intervals(cron: str, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The schedule's data intervals that lie within [start, end)."""
+    from croniter import croniter
+
+    it = croniter(cron, start - dt.timedelta(microseconds=1))
+    out = []
+    a = it.get_next(dt.datetime)
+    while True:
+        b = it.get_next(dt.datetime)
+        if b > end:
+            break
+        out.append((a, b))
+        a = b
+    return out
+
+
+def backfill_line(start: dt.datetime, end: dt.datetime, report: dict[str, Any]) -> str:
+    """One interval of a backfill: messages (reused or landed), W, its wall time and lag, the outcome."""
+    land, apply = report["land"], report["apply"]
+    w = apply["watermark"]
+    line = f"{start.isoformat()} .. {end.isoformat()}: {land.get('messages', 0):,} messages"
+    line += " (reused)" if land.get("reused") else ""
+    if not w:
+        return line + ", no consistent W yet"
+    return (line + f", W={w} ({_w_time(w)}, lag {human_duration(lag_seconds(apply) or 0)}) "
+            f"{apply.get('outcome', 'published')}")
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    config = _config(args)
+    start, end = _interval(args.start, args.end, "FROM", "TO")
+    spans = intervals(config.schedule.cron, start, end)
+    if not spans:
+        raise ConfigError(f"no {config.schedule.cron!r} interval fits between FROM {args.start!r} and TO {args.end!r}")
+    with progress_bars(args.quiet) as bars:
+        steps = StepProgress(bars)
+        task = bars.add_task(f"backfill {config.name}", total=len(spans))
+        for a, b in spans:
+            steps.clear()
+            report = run_interval(config, a, b, args.spark, progress=steps)
+            print(backfill_line(a, b, report), flush=True)
+            bars.advance(task)
+    return 0
+
+
+def cmd_watermarks(args: argparse.Namespace) -> int:
+    from spark.query.read import published, published_watermarks, retired_watermarks
+
+    config = _config(args)
+    marks = published_watermarks(config)
+    if not marks:
+        print(f"{config.name}: no watermark published yet")
+        return 0
+    retired = set(retired_watermarks(config))
+    now = dt.datetime.now(UTC).timestamp()
+    print(f"{'watermark (TSO)':>20}  {'wall time':<26} {'age now':>10}  {'status':<8}  interval")
+    for w in marks:
+        doc = published(config, w)
+        status = "retired" if w in retired else "retained"
+        held = "".join(f"; isolated: {e['database']}.{e['table']} (held at W {e['held_at']})" for e in doc.get("isolated", []))
+        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
+    print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
+    return 0
+
+
+def _at(text: str) -> Any:
+    return int(text) if text.isdigit() else text
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from spark.query.read import open_view
+
+    config = _config(args)
+    view = open_view(config, _at(args.at))
+    w = view.watermark
+    print(f"{config.name} at W={w} ({_w_time(w)}):")
+    for (db, table) in sorted({*view.tables, *view.isolated}):
+        if (db, table) in view.isolated:
+            e = view.isolated[(db, table)]
+            print(f"  {db}.{table}: ISOLATED, held at W {e['held_at']} since {e['since']} (read it --at {e['held_at']}): "
+                  f"{e['error']}{' on ' + repr(e['ddl']) if e.get('ddl') else ''}: {e['message']}")
+            continue
+        data = view.scan((db, table))
+        print(f"  {db}.{table}: {data.num_rows:,} rows, {data.num_columns} columns")
+    return 0
+
+
+def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) -> tuple[int, Any]:
+    """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.read.run_query``."""
+    from spark.query.read import run_query
+
+    return run_query(config, sql, at, metadata=metadata)
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    config = _config(args)
+    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
+    log.info("-- %s at W=%s (%s)", config.name, w, _w_time(w))
+    write_result(result, "json" if args.json else args.format, sys.stdout)
+    return 0
+
+
+def write_result(table: Any, fmt: str, out: Any) -> None:
+    """A query result as an aligned table, JSON lines or CSV (with a header)."""
+    if fmt == "json":
+        for row in table.to_pylist():
+            out.write(orjson.dumps(row, default=_json_value).decode() + "\n")
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        out.flush()
+        pcsv.write_csv(table, out.buffer)
+        out.buffer.flush()
+    else:
+        _print_table(table, out)
+
+
+def _json_value(value: Any) -> Any:
+    """A value JSON has no type for, wherever it is (nested in lists and structs too): binary as
+    base64 text (RFC 4648, padded), anything else as its text (a decimal keeps every digit)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
+
+
+def _print_table(table: Any, out: Any = None) -> None:
+    out = out or sys.stdout
+    rows = table.to_pylist()
+    cols = table.column_names
+    cells = [[str(r[c]) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=out)
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)
+
+
+def from_watermark(text: str | None) -> int | None:
+    """``--from``: a W (TSO), or an ISO time meaning every W from that instant's first TSO on."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    return int(_instant(text, "--from").timestamp() * 1000) << 18
+
+
+def print_repair(report: Any, out: Any = None) -> None:
+    out = out or sys.stdout
+    scope = f"W >= {report.from_watermark}" if report.from_watermark is not None else "all"
+    print(f"repair {report.pipeline}: re-derived from the archive; compared {len(report.compared)} published "
+          f"watermark(s) ({scope})", file=out)
+    if not (report.differences or report.checkpoints or report.resumed):
+        print("  nothing differs: every published W reads what the archive derives", file=out)
+        return
+    width = max([len(d.name) for d in report.differences] + [5])
+    for d in report.differences:
+        move = "would move" if report.dry_run else f"moved to snapshot {d.snapshot_after}"
+        before = "tag lost" if d.snapshot_before is None else f"{d.rows_before:>8,} rows published"
+        print(f"  W {d.watermark} ({_w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
+              f"tag wm_{d.watermark} {move}", file=out)
+    for name in report.main_moved:
+        print(f"  main of {name} moved forward to its repaired latest watermark", file=out)
+    if report.checkpoints:
+        print(f"  {len(report.checkpoints)} checkpoint(s) {'differ' if report.dry_run else 'replaced'} "
+              "(pending offsets or schemas derived differently)", file=out)
+    for path in report.resumed:
+        print(f"  finished the unfinished repair {path}", file=out)
+    if report.dry_run:
+        print("  dry run: nothing was changed; run without --dry-run to move the tags", file=out)
+    else:
+        print(f"  recorded in {report.record}", file=out)
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from spark.repair.run import repair
+
+    config = _config(args)
+    print_repair(repair(config, from_watermark(args.start), dry_run=args.dry_run))
+    return 0
+
+
+def print_maintenance(report: Any, out: Any = None) -> None:
+    from spark.maintain.run import summary_lines
+
+    print("\n".join(summary_lines(report)), file=out or sys.stdout)
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from spark.maintain.run import maintain
+
+    config = _config(args)
+    with progress_bars(args.quiet) as bars:
+        report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    print_maintenance(report)
+    return 0
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from cdc_codecs import DecodeError, RawMessage, SourcePosition, get_decoder
+    from cdc_codecs.render import event_to_json
+
+    options = {}
+    for text in args.option or []:
+        key, eq, value = text.partition("=")
+        if not (key and eq):
+            raise ConfigError(f"--option {text!r}: expected KEY=VALUE, e.g. --option timezone=Asia/Shanghai")
+        options[key] = value
+    decoder = get_decoder(args.protocol, **options)
+    out = sys.stdout.buffer
+    for path in args.files:
+        try:
+            if path.endswith(".parquet"):
+                import pyarrow.parquet as pq
+
+                rows = pq.read_table(path).to_pylist()
+                messages = [RawMessage(r["key"], r["value"], SourcePosition(str(r["topic"]), r["partition"], r["offset"]),
+                                       tuple((h["key"], h["value"]) for h in r["headers"] or ()), r["timestamp_ms"]) for r in rows]
+            else:
+                with open(path, "rb") as f:
+                    messages = [RawMessage(None, f.read(), SourcePosition(path.rsplit("/", 1)[-1], 0, 0))]
+        except OSError as exc:  # pyarrow raises FileNotFoundError (an OSError) too
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        for msg in messages:
+            try:
+                for event in decoder.decode(msg):
+                    out.write(event_to_json(event) + b"\n")
+            except DecodeError as exc:
+                log.error("%s: %s", path, exc)
+                return 1
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from spark.demo.run import run_demo
+
+    return run_demo(args.workdir, args.events)
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidelake")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _output_options(p: argparse.ArgumentParser, default: Any) -> None:
+    """``--debug``, ``-v``, ``-q``: on the top level (defaults) and on every subcommand (SUPPRESS, so
+    ``tidelake -v run`` and ``tidelake run -v`` both work and neither resets the other)."""
+    p.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+    loudness = p.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", default=default,
+                          help="more diagnostics on stderr (tidelake's debug lines, libraries' info)")
+    loudness.add_argument("-q", "--quiet", action="store_true", default=default,
+                          help="errors only on stderr: no progress bars, no warnings")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidelake", description="CDC in Kafka -> Iceberg tables at consistent watermarks")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                   help="print the installed tidelake version and exit")
+    _output_options(p, False)
+    common = argparse.ArgumentParser(add_help=False)
+    _output_options(common, argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary, parents=[common])
+
+    def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml/.yml)")
+        return sp
+
+    spark_help = "run the tasks on Spark with this master (e.g. local[2]) instead of in-process"
+    run = with_config(command("run", "land and apply one interval, end to end"))
+    run.add_argument("--start", required=True, help="interval start, ISO-8601 with a time zone (2024-01-01T00:00:00Z)")
+    run.add_argument("--end", required=True, help="interval end (exclusive), after --start, ISO-8601 with a time zone")
+    run.add_argument("--spark", metavar="MASTER", help=spark_help)
+    run.set_defaults(fn=cmd_run)
+    back = with_config(command("backfill", "run every scheduled interval in [FROM, TO)"))
+    back.add_argument("start", metavar="FROM", help="first interval's start, ISO-8601 with a time zone")
+    back.add_argument("end", metavar="TO", help="last interval's end (exclusive), ISO-8601 with a time zone")
+    back.add_argument("--spark", metavar="MASTER", help=spark_help)
+    back.set_defaults(fn=cmd_backfill)
+    with_config(command("watermarks", "published watermarks, with wall time and age")).set_defaults(fn=cmd_watermarks)
+    tables = with_config(command("tables", "tables and row counts at a watermark"))
+    tables.add_argument("--at", default="latest", help="latest (default), a TSO, or an ISO time (greatest published W <= it)")
+    tables.set_defaults(fn=cmd_tables)
+    q = with_config(command("query", "DuckDB SQL over the pipeline's tables at one consistent watermark"))
+    q.add_argument("--at", default="latest", help="latest (default), a TSO, or an ISO time (greatest published W <= it)")
+    q.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="an aligned table (default), JSON lines (binary values as base64 text), or CSV with a header")
+    q.add_argument("--json", action="store_true", help="the same as --format json")
+    q.add_argument("--with-metadata", action="store_true",
+                   help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
+    q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
+    q.set_defaults(fn=cmd_query)
+    rep = with_config(command("repair", "re-derive published watermarks from the archive, move tags that changed"))
+    rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
+    rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")
+    rep.set_defaults(fn=cmd_repair)
+    mt = with_config(command("maintain", "retire old watermarks, expire snapshots, delete the files only they read"))
+    mt.add_argument("--dry-run", action="store_true", help="print what would be removed, change nothing")
+    mt.set_defaults(fn=cmd_maintain)
+    d = command("decode", "a raw segment (.parquet) or message files to JSON lines")
+    d.add_argument("--protocol", required=True, help="the topic's protocol, e.g. canal-json (tidelake-codecs lists them)")
+    d.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a decoder option, as in a topic's options (repeatable), e.g. timezone=Asia/Shanghai")
+    d.add_argument("files", nargs="+", metavar="FILE", help="a landed segment (.parquet) or files holding one message each")
+    d.set_defaults(fn=cmd_decode)
+    demo = command("demo", "embedded broker + generated TiCDC workload -> tables, then a query")
+    demo.add_argument("--workdir", default=".tidelake/demo", help="where the demo writes (emptied first; default %(default)s)")
+    demo.add_argument("--events", type=int, default=3000, help="upstream events per feed (default %(default)s)")
+    demo.set_defaults(fn=cmd_demo)
+    return p
+
+
+class _StderrHandler(logging.Handler):
+    """``error: ...`` / ``warning: ...`` lines (info as it is) on whatever ``sys.stderr`` is *now*,
+    so lines go above rich's progress bars while they are shown."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+            sys.stderr.write(f"{prefix}{text}\n")
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
+OWN_LOGGERS = ("tidelake", "spark", "cdc_codecs")
+
+
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    """Diagnostics to stderr: ours at INFO (DEBUG with -v, ERROR with -q); libraries at WARNING
+    (INFO with -v, ERROR with -q); Python warnings become one ``warning:`` line each."""
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(h)
+    root.addHandler(_StderrHandler())
+    root.setLevel(logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING)
+    own = logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(own)
+    logging.captureWarnings(True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
+
+
+def _output_closed() -> int:
+    # The reader left (`| head`): point stdout at /dev/null so the flush at exit cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout has no descriptor (captured, replaced)
+        sys.stdout = os.fdopen(devnull, "w")
+    log.error("the output was closed before everything was written")
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 done, 2 usage or configuration error, 1 the run failed (or the output was closed)."""
+    try:
+        args = parser().parse_args(argv)
+    except BrokenPipeError:  # argparse itself ignores a closed pipe for --help and --version; a belt to its braces
+        return _output_closed()
+    configure_logging(args.verbose, args.quiet)
+    try:
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at exit
+        return code
+    except TidelakeError as exc:
+        if args.debug:
+            raise
+        from spark.query.read import QueryError
+
+        log.error("%s", _one_line(exc))
+        return 2 if isinstance(exc, (ConfigError, QueryError)) else 1
+    except BrokenPipeError:
+        if args.debug:
+            raise
+        return _output_closed()
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        log.error("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

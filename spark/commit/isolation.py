@@ -1,0 +1,211 @@
+"""One table never stops the others: tables held back at their last good W (``on_table_error``).
+
+A run that cannot apply one table's changes -- a DDL tidelake cannot parse or Iceberg cannot
+express (``DdlParseError``, ``UnsupportedSchemaChange``), a value that does not fit its column
+(``UnsupportedValue``) -- either fails as a whole (``on_table_error = "fail"``) or, under
+``"isolate"``, leaves that table out of the run and goes on with the others:
+
+- the table is *held* at the run's previous watermark W_prev, its last good W: none of its
+  changes of the run is committed, it is not tagged at this W or any later one;
+- ``<pipeline>/isolated.json`` records it (the error's type and message, the DDL and where it
+  came from, the W it is held at, the interval that isolated it); every later published
+  record lists it under ``isolated`` (``spark.commit.published``), and reading it at such a W fails
+  with ``query.IsolatedTable`` naming the held W;
+- every later run tries it again from its held W (``spark.commit.apply`` walks forward from the
+  archive as for a table behind): a version of tidelake that handles it, or ``tidelake
+  repair``, replays it to the pipeline's W, and the published records of the Ws it missed
+  then name it. Its changes stay in the archive meanwhile: retention keeps its held W and
+  the segments a replay from it reads (``spark.maintain``).
+
+A DDL of a run that involves an isolated table (renames it, renames onto it, copies it with
+``CREATE TABLE ... LIKE``) isolates every table it names: a table cannot be applied from or
+into one whose state is unknown. Errors that are not about one table (the lease, storage, the
+catalog, an undecodable message under ``on_bad_message = "fail"``) still fail the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+
+from cdc_codecs import DdlChange
+from spark.archive import layout
+from spark.commit.table import UnsupportedSchemaChange
+from spark.tables.ddl import DdlParseError
+from spark.tables.schema_map import UnsupportedValue
+from spark.archive.storage import Storage
+
+FAIL, ISOLATE = "fail", "isolate"
+POLICIES = (FAIL, ISOLATE)
+TableRef = tuple[str, str]
+
+# The errors that are one table's: what ``isolate`` holds a table back for.
+TABLE_ERRORS: tuple[type[Exception], ...] = (DdlParseError, UnsupportedSchemaChange, UnsupportedValue)
+
+
+def table_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one table's error. On Spark an executor's error reaches the driver as a
+    Py4J/PySpark exception carrying the Python traceback: its last line names the class."""
+    if isinstance(exc, TABLE_ERRORS):
+        return True
+    text = str(exc)
+    return any(f"{cls.__module__}.{cls.__qualname__}: " in text for cls in TABLE_ERRORS)
+
+
+def _error_name(exc: BaseException) -> str:
+    if isinstance(exc, TABLE_ERRORS):
+        return type(exc).__name__
+    text = str(exc)
+    return next((cls.__name__ for cls in TABLE_ERRORS if f"{cls.__module__}.{cls.__qualname__}: " in text), type(exc).__name__)
+
+
+def _error_message(exc: BaseException) -> str:
+    if isinstance(exc, TABLE_ERRORS):
+        return str(exc)
+    text = str(exc)
+    for cls in TABLE_ERRORS:  # the Python error's own line out of an executor's traceback
+        marker = f"{cls.__module__}.{cls.__qualname__}: "
+        if marker in text:
+            return text.rsplit(marker, 1)[1].splitlines()[0]
+    return text
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """A table held at its last good W, and why."""
+
+    database: str
+    table: str
+    held_at: int  # the last W the table is consistent at: not tagged at any later W
+    since: str  # the interval whose run isolated it
+    error: str  # the error's type: DdlParseError, UnsupportedSchemaChange, UnsupportedValue
+    message: str
+    ddl: str | None = None  # the statement that caused it, when a DDL did
+    commit_ts: int | None = None
+    position: str | None = None  # topic/partition@offset of that DDL
+    involved: str | None = None  # "db.table": isolated because a DDL involves that isolated table
+
+    @property
+    def ref(self) -> TableRef:
+        return (self.database, self.table)
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @staticmethod
+    def from_dict(doc: Mapping[str, Any]) -> Isolated:
+        return Isolated(**doc)
+
+    def reason(self) -> str:
+        """One line: what failed, on which statement."""
+        where = f" on {self.ddl!r} (commitTs {self.commit_ts}, {self.position})" if self.ddl else ""
+        return f"{self.error}{where}: {self.message}"
+
+
+def statement_table(ddl: DdlChange) -> TableRef | None:
+    """The table a DDL statement tidelake could not parse is about: the protocol's, or the first one
+    the statement names (``ALTER / CREATE / DROP / TRUNCATE / RENAME TABLE [IF [NOT] EXISTS] name``);
+    None when neither says."""
+    if ddl.table:
+        return (ddl.database, ddl.table)
+    try:
+        tokens = Dialect.get_or_raise("mysql").tokenize(ddl.sql)
+        words = [t.text.upper() for t in tokens]
+        at = words.index("TABLE") + 1 if "TABLE" in words[:4] else 1 if words[:1] == ["TRUNCATE"] else len(tokens)
+        while at < len(tokens) and words[at] in ("IF", "NOT", "EXISTS"):
+            at += 1
+        end = at + 3 if at + 2 < len(tokens) and words[at + 1] == "." else at + 1
+        if end > len(tokens):
+            return None
+        table = exp.to_table(ddl.sql[tokens[at].start:tokens[end - 1].end + 1], dialect="mysql")
+    except (ParseError, TokenError, ValueError):
+        return None
+    return (table.db or ddl.database, table.name) if table.name else None
+
+
+def isolated_path(pipeline: str) -> str:
+    return f"{layout.pipeline_root(pipeline)}/isolated.json"
+
+
+def read_isolated(storage: Storage, pipeline: str) -> dict[TableRef, Isolated]:
+    """The pipeline's isolated tables now (written by runs under the pipeline's lease)."""
+    path = isolated_path(pipeline)
+    if not storage.exists(path):
+        return {}
+    entries = [Isolated.from_dict(e) for e in orjson.loads(storage.read(path))["tables"]]
+    return {e.ref: e for e in entries}
+
+
+def write_isolated(storage: Storage, pipeline: str, entries: Mapping[TableRef, Isolated]) -> None:
+    doc = {"tables": [entries[ref].to_dict() for ref in sorted(entries)]}
+    storage.write(isolated_path(pipeline), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def held_watermarks(storage: Storage, pipeline: str) -> set[int]:
+    """The Ws isolated tables are held at: retention keeps them (and what a replay from them reads)."""
+    return {e.held_at for e in read_isolated(storage, pipeline).values()}
+
+
+class RunIsolation:
+    """Which tables one interval's run leaves out.
+
+    ``before``: the pipeline's isolated tables as the run starts. One held at the run's W_prev
+    is *retried* (this interval is the next one it needs) if the run moves W at all; one held
+    earlier is left out (it waits for its own earlier interval, which the walk replays first);
+    one held at or after W is not isolated in this (replayed, earlier) interval. Errors of the
+    run add tables.
+    """
+
+    def __init__(self, policy: str, before: Mapping[TableRef, Isolated], w_prev: int, w: int, interval: str) -> None:
+        self.policy = policy
+        self.before = dict(before)
+        self.w_prev = w_prev
+        self.interval = interval
+        # A run that does not move W applies nothing: it cannot tell whether a retried table goes through.
+        self.retried = {ref for ref, e in before.items() if e.held_at == w_prev and w > w_prev}
+        self.held = {ref: e for ref, e in before.items() if e.held_at <= w_prev and ref not in self.retried}
+        self.new: dict[TableRef, Isolated] = {}
+
+    def out(self, ref: TableRef) -> bool:
+        return ref in self.held or ref in self.new
+
+    def at_w(self) -> dict[TableRef, Isolated]:
+        """The tables isolated at this run's W."""
+        return {**self.held, **self.new}
+
+    def isolate(self, refs: Iterable[TableRef], exc: BaseException, ddl: DdlChange | None = None) -> None:
+        """Hold ``refs`` at W_prev for ``exc`` (re-raised under ``on_table_error = "fail"``)."""
+        if self.policy != ISOLATE:
+            raise exc
+        position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}" if ddl is not None else None
+        for ref in sorted(refs):
+            if not self.out(ref):
+                self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, _error_name(exc), _error_message(exc),
+                                         ddl.sql if ddl is not None else None, ddl.commit_ts if ddl is not None else None,
+                                         position)
+
+    def involve(self, refs: Iterable[TableRef], cause: TableRef, ddl: DdlChange) -> None:
+        """Hold ``refs``: ``ddl`` involves ``cause``, an isolated table."""
+        first = self.new.get(cause) or self.held[cause]
+        position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}"
+        for ref in sorted(refs):
+            if not self.out(ref):
+                self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, first.error,
+                                         f"involves {first.name}, isolated: {first.message}", ddl.sql, ddl.commit_ts,
+                                         position, involved=first.name)
+
+    def after(self) -> dict[TableRef, Isolated]:
+        """The pipeline's isolated tables once this run is published: the retried ones that went
+        through are gone (they are behind now, and the walk brings them on)."""
+        kept = {ref: e for ref, e in self.before.items() if ref not in self.retried}
+        return {**kept, **self.new}

@@ -1,0 +1,1 @@
+"""Reading: every table of a pipeline at one published watermark W, through DuckDB (``read``)."""

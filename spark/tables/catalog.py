@@ -1,0 +1,263 @@
+"""The one place tidelake talks to an Iceberg catalog (and calls ``load_catalog``).
+
+Upstream names are data. An upstream table ``db.table`` of a pipeline is the Iceberg table
+
+    namespace (<pipeline namespace...>, <db as identifier>)   table <table as identifier>
+
+so every engine reads ``<pipeline namespace>.<db>.<table>`` the way it is meant: Spark
+``cat.shop.shop.orders``, Trino ``shop."shop".orders``, DuckDB ``"shop"."shop"."orders"``, and
+an Iceberg SQL (JDBC) catalog row ``table_namespace = 'shop.shop'``, ``table_name = 'orders'``.
+The pipeline namespace (``catalog.namespace``, default the pipeline name) is the operator's
+choice and taken as pyiceberg reads it (dots separate levels); database and table names are
+encoded by ``identifier_part``:
+
+- ``[a-z0-9_]`` stay as they are, so conventional snake_case names are plain identifiers;
+- every other character, uppercase letters included, becomes ``%xx`` of its UTF-8 bytes in
+  lowercase hex (``my.db`` -> ``my%2edb``, ``Orders`` -> ``%4frders``, ``é`` -> ``%c3%a9``).
+
+The result is lowercase, has no dot, and is injective, so engines that lowercase identifiers
+(Trino) or match them case-insensitively (Spark, DuckDB) still find exactly one table, and
+``Orders`` and ``orders`` stay two tables. Names outside ``[a-z0-9_]`` must be quoted in SQL
+(``"my%2edb"``). ``identifier_name`` decodes a part; the upstream names are also kept in the
+table's properties. Files live at ``<warehouse>/<namespace>/<encoded db>/<encoded table>``
+(``layout.encode_name``; a table's location never changes, not even on RENAME TABLE).
+
+A dropped table stays in the catalog, empty, so that the Ws before its DROP still read it. When
+a RENAME gives its name to another table, the dropped one moves aside (``release_name``) to
+``<encoded table>%00<its uuid>`` in the same namespace: no upstream name encodes to that, its
+UUID, files and tags stay, and published Ws find it by UUID under the name it had then.
+
+Catalogs written before this scheme named tables ``(<pipeline namespace>, "<db>.<table>")``;
+``open_catalog`` renames those once (``migrate_identifiers``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from cdc_codecs import ConfigError
+from spark.archive import layout
+from spark.config import PipelineConfig
+from spark.write.layout import table_layout
+from spark.tables.schema_map import metadata_property
+
+UPSTREAM_DATABASE = "tidelake.upstream.database"
+UPSTREAM_TABLE = "tidelake.upstream.table"
+KEY_COLUMNS = "tidelake.key-columns"
+PIPELINE = "tidelake.pipeline"
+
+
+def catalog_properties(config: PipelineConfig) -> dict[str, str]:
+    """tidelake's defaults (embedded SQLite next to a local archive), then the configured ones."""
+    props: dict[str, str] = {"type": config.catalog.type}
+    url = config.storage.url
+    if config.catalog.type == "sql":
+        if url.startswith("s3://"):
+            if "uri" not in config.catalog.properties:
+                raise ConfigError(
+                    f"pipeline {config.name}: catalog.properties.uri is required when storage is S3 "
+                    "(a shared SQL catalog, e.g. postgresql+psycopg2://user@host/db)"
+                )
+            props["warehouse"] = f"{url.rstrip('/')}/warehouse"
+        else:
+            root = Path(urlparse(url).path if url.startswith("file://") else url).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            props["uri"] = f"sqlite:///{root / 'catalog.db'}"
+            props["warehouse"] = (root / "warehouse").as_uri()
+    if url.startswith("s3://"):
+        s = config.storage
+        key = s.access_key_id or os.environ.get("AWS_ACCESS_KEY_ID")
+        secret = s.secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
+        props.update({k: v for k, v in {
+            "s3.endpoint": s.endpoint_url, "s3.region": s.region or os.environ.get("AWS_REGION") or "us-east-1",
+            "s3.access-key-id": key, "s3.secret-access-key": secret,
+        }.items() if v})
+    props.update(config.catalog.properties)
+    return props
+
+
+# One catalog per process and configuration: a pyiceberg SqlCatalog holds a SQLAlchemy engine
+# whose compiled-statement cache makes every later call cheap (a fresh one costs ~35 ms to
+# open and use). Identifiers are migrated once, when the catalog is first opened.
+_CATALOGS: dict[tuple[str, str, tuple[tuple[str, str], ...]], Catalog] = {}
+
+
+def open_catalog(config: PipelineConfig) -> Catalog:
+    properties = catalog_properties(config)
+    key = (config.name, config.namespace, tuple(sorted(properties.items())))
+    catalog = _CATALOGS.get(key)
+    if catalog is None:
+        catalog = load_catalog(f"tidelake-{config.name}", **properties)
+        ensure_namespace(catalog, pipeline_namespace(config))
+        migrate_identifiers(catalog, config)
+        _CATALOGS[key] = catalog
+    else:
+        ensure_namespace(catalog, pipeline_namespace(config))
+    return catalog
+
+
+def close_catalogs() -> None:
+    """Forget this process's open catalogs: the next ``open_catalog`` starts afresh, as a new process would."""
+    _CATALOGS.clear()
+
+
+# Tables of one run are created from several threads (spark.commit.apply commits tables side by side):
+# namespaces are made under a lock, since a SQL catalog reports a concurrent create as a
+# constraint violation rather than NamespaceAlreadyExistsError.
+_NAMESPACE_LOCK = threading.Lock()
+
+
+def ensure_namespace(catalog: Catalog, namespace: tuple[str, ...]) -> None:
+    try:
+        catalog.load_namespace_properties(namespace)  # a read; a failed create costs a rolled-back write
+        return
+    except NoSuchNamespaceError:
+        pass
+    with _NAMESPACE_LOCK:
+        try:
+            catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+
+
+_IDENTIFIER_SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_EMPTY = "%00empty"  # no upstream database allows an empty name or NUL; kept as layout spells it
+
+
+def identifier_part(name: str) -> str:
+    """An upstream database or table name as one lowercase, dot-free Iceberg identifier part."""
+    if not name:
+        return _EMPTY
+    return "".join(c if c in _IDENTIFIER_SAFE else "".join(f"%{b:02x}" for b in c.encode()) for c in name)
+
+
+def identifier_name(part: str) -> str:
+    """The upstream name an ``identifier_part`` encodes."""
+    return "" if part == _EMPTY else unquote(part, errors="strict")
+
+
+def pipeline_namespace(config: PipelineConfig) -> tuple[str, ...]:
+    return Catalog.identifier_to_tuple(config.namespace)
+
+
+def database_namespace(config: PipelineConfig, database: str) -> tuple[str, ...]:
+    return (*pipeline_namespace(config), identifier_part(database))
+
+
+def identifier(config: PipelineConfig, database: str, table: str) -> tuple[str, ...]:
+    return (*database_namespace(config, database), identifier_part(table))
+
+
+def migrate_identifiers(catalog: Catalog, config: PipelineConfig) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Move tables named the old way, ``(<pipeline namespace>, "<enc db>.<enc table>")``, to ``identifier``.
+
+    Idempotent and safe to race: a table another process already moved is skipped. The
+    table's files, UUID, snapshots and tags stay as they are; only its catalog entry moves.
+    Returns the (old, new) identifiers this call moved.
+    """
+    moved = []
+    for old in sorted(catalog.list_tables(pipeline_namespace(config))):
+        try:
+            props: dict[str, Any] = catalog.load_table(old).properties
+        except NoSuchTableError:
+            continue  # moved by a concurrent open
+        if props.get(PIPELINE) != config.name or UPSTREAM_DATABASE not in props:
+            continue  # not a tidelake table of this pipeline: leave it where its owner put it
+        new = identifier(config, props[UPSTREAM_DATABASE], props[UPSTREAM_TABLE])
+        ensure_namespace(catalog, new[:-1])
+        try:
+            catalog.rename_table(old, new)
+        except (NoSuchTableError, TableAlreadyExistsError):
+            continue  # a concurrent open moved it first
+        moved.append((tuple(old), new))
+    return moved
+
+
+def rename_table(catalog: Catalog, table: Table, new: tuple[str, ...]) -> Table:
+    """``catalog.rename_table`` into a database namespace that may not exist yet (RENAME TABLE a.t TO b.t)."""
+    ensure_namespace(catalog, new[:-1])
+    return catalog.rename_table(table.name(), new)
+
+
+def released_identifier(config: PipelineConfig, database: str, table: str, uuid: str) -> tuple[str, ...]:
+    """Where a dropped table of upstream ``database.table`` goes when its name is taken: ``identifier_part``
+    writes ``%00`` only as the whole empty name's part, so no upstream table is ever named here."""
+    return (*database_namespace(config, database), f"{identifier_part(table)}%00{uuid}")
+
+
+def release_name(catalog: Catalog, config: PipelineConfig, table: Table) -> Table:
+    """Move a dropped table aside so its name can be taken (RENAME TABLE onto a dropped table's name)."""
+    database, name = upstream_name(table)
+    return catalog.rename_table(table.name(), released_identifier(config, database, name, str(table.metadata.table_uuid)))
+
+
+def table_location(catalog: Catalog, config: PipelineConfig, database: str, table: str) -> str:
+    warehouse = str(catalog.properties.get("warehouse", "")).rstrip("/")
+    return f"{warehouse}/{layout.encode_name(config.namespace)}/{layout.encode_name(database)}/{layout.encode_name(table)}"
+
+
+def load_table(catalog: Catalog, config: PipelineConfig, database: str, table: str) -> Table | None:
+    try:
+        return catalog.load_table(identifier(config, database, table))
+    except NoSuchTableError:
+        return None
+
+
+def create_table(catalog: Catalog, config: PipelineConfig, database: str, table: str, schema: Schema, keys: tuple[str, ...],
+                 buckets: int | None = None, properties: dict[str, str] | None = None) -> Table:
+    """Create the Iceberg table for upstream ``database.table``, laid out by ``[layout]`` (or ``buckets``),
+    with ``properties`` besides tidelake's own; ``schema`` is an ``iceberg_schema`` (its metadata columns
+    last, recorded in the table's properties).
+
+    Raises:
+        LayoutUnavailable: a bucketed layout without pyiceberg-core; nothing is created.
+    """
+    partition_spec, sort_order = table_layout(schema, keys, config.layout.buckets if buckets is None else buckets)
+    ensure_namespace(catalog, database_namespace(config, database))
+    return catalog.create_table(
+        identifier(config, database, table),
+        schema=schema,
+        location=table_location(catalog, config, database, table),
+        partition_spec=partition_spec,
+        sort_order=sort_order,
+        properties={
+            UPSTREAM_DATABASE: database,
+            UPSTREAM_TABLE: table,
+            KEY_COLUMNS: json.dumps(list(keys)),
+            PIPELINE: config.name,
+            "format-version": "2",
+            **metadata_property(schema),
+            **(properties or {}),
+        },
+    )
+
+
+def pipeline_tables(catalog: Catalog, config: PipelineConfig) -> list[Table]:
+    """Every table of the pipeline: the tables of each database namespace under the pipeline namespace."""
+    ids = [i for ns in sorted(catalog.list_namespaces(pipeline_namespace(config))) for i in catalog.list_tables(ns)]
+    return [catalog.load_table(i) for i in sorted(ids)]
+
+
+def upstream_name(table: Table) -> tuple[str, str]:
+    props: dict[str, Any] = table.properties
+    return props[UPSTREAM_DATABASE], props[UPSTREAM_TABLE]
+
+
+def table_label(table: Table) -> str:
+    """How runs and reports name a table, one name per table: ``db.table``, and for a dropped table
+    whose name a rename took (``release_name``) ``db.table (dropped, <uuid>)``: the new one has the name."""
+    database, name = upstream_name(table)
+    uuid = str(table.metadata.table_uuid)
+    if table.name()[-1] != f"{identifier_part(name)}%00{uuid}":
+        return f"{database}.{name}"
+    return f"{database}.{name} (dropped, {uuid})"

@@ -1,0 +1,238 @@
+"""A table's net change as file rewrites, on the executors: route, then rewrite or write per group.
+
+``route`` turns net-change rows (one per touched key: ``key``, ``deletes``, ``change``, ``ts``)
+into the table's own typed columns and sends every key where it must go:
+
+- a *drop* row to each live data file that can hold the key (``files.key_file_pairs``): group
+  ``f<file index>``; that file is rewritten without its dropped keys (``rewrite.rewrite_file``,
+  copy-on-write) or gets a position delete file naming their rows (``rewrite.delete_keys``,
+  merge-on-read);
+- a *write* row for every key the net change writes: group ``p<partition>`` (one writer per
+  bucket of a bucketed table; ``p`` alone for an unpartitioned one), written sorted by key
+  (``rewrite.write_rows``).
+
+A key-less table is a multiset (``UpsertTarget.multiset``): a net row writes or deletes
+``count`` copies of its image. Written copies are write rows, one per copy, and nothing is
+dropped for them; the images losing copies go to one group ``m`` with their counts, whose task
+walks the files that can hold them in file order and drops the first copies it finds
+(``rewrite.drop_copies``): deterministic, so a run done again writes the same table.
+
+``run_groups`` executes the groups of a stream sorted by (request, group); each yields one
+pickled ``FileRewrite`` (removed file, added files) for its request. A *request* is one table's
+net change in one DDL segment, rewritten against its ``UpsertTarget``: the tables of a run are
+rewritten by one Spark job, their routed rows told apart by the request's index. Spark shuffles
+routed rows by (request, group); the in-process plane sorts them; both call these functions, and
+only the pickled ``FileRewrite``s (file metadata) go back to the driver.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.manifest import DataFile
+from pyiceberg.transforms import IdentityTransform
+
+from spark.decode.changelog import decode_effect
+from spark.decode.effect import CorruptChangeValue
+from spark.write.files import _transformed, key_file_pairs
+from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
+from spark.write.target import TableTarget
+from spark.tables.schema_map import arrow_table, metadata_columns
+
+GROUP, ROLE, COPIES = "_tidelake_group", "_tidelake_role", "_tidelake_copies"
+DROP, WRITE = 0, 1
+MULTISET_DROPS = "m"
+# Routed rows cross the shuffle as (group, Arrow IPC bytes of that group's rows): Spark moves
+# them without mapping Iceberg types (time, uuid, fixed) onto its own.
+ROUTED_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("group", pa.string()), pa.field("rows", pa.binary())])
+RESULT_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("rewrite", pa.binary())])
+
+
+@dataclass(frozen=True)
+class UpsertTarget:
+    """Everything an executor needs to rewrite one table for one net change (plain values)."""
+
+    table: TableTarget
+    files: tuple[DataFile, ...]
+    key_columns: tuple[str, ...]
+    upstream_types: Mapping[str, str] = field(default_factory=dict)
+    deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
+    merge_on_read: bool = False  # drop keys with position deletes instead of rewriting files
+    multiset: bool = False  # a key-less table: identical rows are copies, counted
+
+    def deletes_of(self, index: int) -> tuple[DataFile, ...]:
+        return self.deletes[index] if self.deletes else ()
+
+    def routed_schema(self) -> pa.Schema:
+        schema = self.table.metadata().schema().as_arrow()
+        if self.multiset:
+            schema = schema.append(pa.field(COPIES, pa.int64()))
+        return schema.insert(0, pa.field(ROLE, pa.int8())).insert(0, pa.field(GROUP, pa.string()))
+
+
+def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
+    """The net change's rows in the table's columns (deleted keys as key-only rows) and which write."""
+    images = []
+    writes = np.zeros(net.num_rows, dtype=bool)
+    metadata = target.table.metadata()
+    names = metadata_columns(metadata.schema(), metadata.properties)  # upstream names are data: never these
+    for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
+                                                net.column("ts").to_pylist())):
+        try:
+            op, row = decode_effect(blob)
+        except CorruptChangeValue as exc:
+            where = f"{net.column('topic')[i]}/{net.column('partition')[i]}@{net.column('offset')[i]}"
+            raise CorruptChangeValue(f"change log of {target.table.name} at {where}: {exc}") from None
+        if not deletes:
+            writes[i] = True
+            row[names.commit_ts] = ts
+            row[names.op] = op.value
+        images.append(row)
+    return arrow_table(metadata.schema(), images, target.upstream_types), writes
+
+
+def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
+    """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``."""
+    rows, writes = _rows(net, target)
+    if target.multiset:
+        return _pack(_route_copies(rows, writes, net.column("count").to_numpy(), target), request)
+    metadata = target.table.metadata()
+    key_index, file_index = key_file_pairs(metadata, target.key_columns, rows.select(list(target.key_columns)), target.files)
+    drops = rows.take(pa.array(key_index, pa.int64()))
+    drop_groups = pa.array([f"f{i}" for i in file_index.tolist()], pa.string())
+    written = rows.filter(pa.array(writes))
+    write_groups = _partition_groups(written, target)
+    routed = pa.concat_tables([
+        drops.add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8))).add_column(0, GROUP, drop_groups),
+        written.add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8))).add_column(0, GROUP, write_groups),
+    ]).cast(target.routed_schema())
+    return _pack(routed, request)
+
+
+def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget) -> pa.Table:
+    """A key-less table's routed rows: a write row per copy written, the dropped images in group ``m``."""
+    written = rows.take(pa.array(np.repeat(np.flatnonzero(writes), count[writes]), pa.int64()))
+    drops = rows.filter(pa.array(~writes))
+    return pa.concat_tables([
+        drops.append_column(COPIES, pa.array(count[~writes], pa.int64()))
+        .add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8)))
+        .add_column(0, GROUP, pa.array([MULTISET_DROPS] * drops.num_rows, pa.string())),
+        written.append_column(COPIES, pa.array(np.ones(written.num_rows, np.int64)))
+        .add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8)))
+        .add_column(0, GROUP, _partition_groups(written, target)),
+    ]).cast(target.routed_schema())
+
+
+def _pack(routed: pa.Table, request: int) -> pa.Table:
+    routed = routed.sort_by([(GROUP, "ascending")])
+    groups, blobs = [], []
+    names = routed.column(GROUP).to_pylist()
+    start = 0
+    for i in range(1, len(names) + 1):
+        if i == len(names) or names[i] != names[start]:
+            groups.append(names[start])
+            blobs.append(_ipc(routed.slice(start, i - start).drop_columns([GROUP])))
+            start = i
+    return pa.table([pa.array([request] * len(groups), pa.int32()), pa.array(groups, pa.string()), pa.array(blobs, pa.binary())],
+                    schema=ROUTED_SCHEMA)
+
+
+def _ipc(rows: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _unipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
+
+
+def _partition_groups(rows: pa.Table, target: UpsertTarget) -> pa.Array:
+    """``p<value>`` of the default spec's partition field on a key column (the bucket), else ``p``."""
+    metadata = target.table.metadata()
+    spec, schema = metadata.spec(), metadata.schema()
+    values: pa.Array | None = None
+    for pfield in spec.fields:
+        source = schema.find_field(pfield.source_id)
+        if source.name in target.key_columns and not isinstance(pfield.transform, IdentityTransform):
+            values = _transformed(pfield.transform, source.field_type, rows.column(source.name).combine_chunks())
+            break
+    if values is None or rows.num_rows == 0:
+        return pa.array(["p"] * rows.num_rows, pa.string())
+    return pc.binary_join_element_wise("p", pc.cast(pc.fill_null(pc.cast(values, pa.string()), "null"), pa.string()), "")
+
+
+def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget]) -> Iterator[pa.RecordBatch]:
+    """Rewrite or write each group of packed ``batches`` sorted by (request, group), against
+    ``targets[request]``: one pickled ``FileRewrite`` per group, with its request."""
+    current: tuple[int, str] | None = None
+    parts: list[pa.Table] = []
+    for batch in batches:
+        for request, group, blob in zip(batch.column("request").to_pylist(), batch.column("group").to_pylist(),
+                                        batch.column("rows").to_pylist()):
+            if (request, group) != current and current is not None:
+                yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
+                parts = []
+            current = (request, group)
+            parts.append(_unipc(blob))
+    if current is not None:
+        yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
+
+
+def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
+    data = rows.drop_columns([ROLE])
+    if group == MULTISET_DROPS:
+        return _drop_copies(data, target)
+    if target.multiset:
+        data = data.drop_columns([COPIES])
+    if group.startswith("f"):
+        touched = data.select(list(target.key_columns))
+        index = int(group[1:])
+        drop = delete_keys if target.merge_on_read else rewrite_file
+        return [drop(target.table, target.files[index], target.key_columns, touched, deletes=target.deletes_of(index))]
+    added = write_rows(target.table, data, target.key_columns)
+    return [FileRewrite(None, added, 0, 0)]
+
+
+def _drop_copies(drops: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
+    """Drop each image's copies from the files that can hold it, in file order until none are left."""
+    touched = drops.select(list(target.key_columns))
+    left = drops.column(COPIES).to_numpy().copy()
+    key_index, file_index = key_file_pairs(target.table.metadata(), target.key_columns, touched, target.files)
+    out = []
+    for index in np.unique(file_index):
+        images = key_index[file_index == index]
+        images = images[left[images] > 0]
+        if not len(images):
+            continue
+        rewrite, dropped = drop_copies(target.table, target.files[index], target.key_columns,
+                                       touched.take(pa.array(images)), left[images], target.deletes_of(index),
+                                       target.merge_on_read)
+        left[images] -= dropped
+        if rewrite.removed is not None or rewrite.deletes_added:
+            out.append(rewrite)
+    return out
+
+
+def _result(request: int, rewrites: list[FileRewrite]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"request": [request] * len(rewrites), "rewrite": [pickle.dumps(r) for r in rewrites]}, schema=RESULT_SCHEMA)
+
+
+def group_sorted(packed: pa.Table) -> pa.Table:
+    return packed.sort_by([("request", "ascending"), ("group", "ascending")])
+
+
+def results(batches: Iterable[pa.RecordBatch], requests: int) -> list[list[FileRewrite]]:
+    """The ``FileRewrite``s of each of ``requests`` requests, from ``run_groups``' batches."""
+    out: list[list[FileRewrite]] = [[] for _ in range(requests)]
+    for batch in batches:
+        for request, blob in zip(batch.column("request").to_pylist(), batch.column("rewrite").to_pylist()):
+            out[request].append(pickle.loads(blob))
+    return out

@@ -1,0 +1,73 @@
+"""key_mask: which rows carry a touched key, for one, several and whole-row keys with NULLs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark.write.keys import KeyColumnsMissing, key_mask
+
+
+def test_one_key_column_with_a_wider_touched_type():
+    rows = pa.table({"id": pa.array([1, 2, 3, None], pa.int32()), "v": ["a", "b", "c", "d"]})
+    touched = pa.table({"id": pa.array([3, 1, 99], pa.int64())})
+    assert key_mask(rows, touched, ["id"]).to_pylist() == [True, False, True, False]
+
+
+def test_a_null_key_matches_a_null_touched_key_only():
+    rows = pa.table({"id": pa.array([1, None], pa.int64())})
+    assert key_mask(rows, pa.table({"id": pa.array([None], pa.int64())}), ["id"]).to_pylist() == [False, True]
+
+
+def test_composite_keys_match_all_parts_and_nulls_as_values():
+    rows = pa.table({
+        "a": pa.array([1, 1, 2, None, None], pa.int64()),
+        "b": pa.array(["x", "y", "x", "x", None]),
+        "c": pa.array([Decimal("1.5"), None, Decimal("2.0"), None, None], pa.decimal128(5, 2)),
+    })
+    touched = pa.table({
+        "a": pa.array([1, None, None, 2], pa.int64()),
+        "b": pa.array(["y", "x", None, "x"]),
+        "c": pa.array([None, None, None, Decimal("2.5")], pa.decimal128(5, 2)),
+    })
+    assert key_mask(rows, touched, ["a", "b", "c"]).to_pylist() == [False, True, False, True, True]
+
+
+def test_temporal_and_all_null_columns():
+    rows = pa.table({"d": pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2)]), "n": pa.nulls(2, pa.string())})
+    touched = pa.table({"d": pa.array([dt.date(2024, 1, 2)]), "n": pa.nulls(1, pa.string())})
+    assert key_mask(rows, touched, ["d", "n"]).to_pylist() == [False, True]
+
+
+def test_empty_inputs_and_missing_columns():
+    rows = pa.table({"a": pa.array([1], pa.int64()), "b": pa.array([1], pa.int64())})
+    assert key_mask(rows, rows.slice(0, 0), ["a", "b"]).to_pylist() == [False]
+    assert key_mask(rows.slice(0, 0), rows, ["a", "b"]).to_pylist() == []
+    with pytest.raises(KeyColumnsMissing, match="touched keys: no key column 'b'"):
+        key_mask(rows, rows.select(["a"]), ["a", "b"])
+
+
+values = st.one_of(st.none(), st.integers(-3, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(values, values), max_size=30), st.lists(st.tuples(values, values), max_size=30))
+def test_matches_python_tuple_membership(row_keys, touched_keys):
+    rows = pa.table({"a": pa.array([r[0] for r in row_keys], pa.int64()), "b": pa.array([r[1] for r in row_keys], pa.int64())})
+    touched = pa.table({"a": pa.array([t[0] for t in touched_keys], pa.int64()),
+                        "b": pa.array([t[1] for t in touched_keys], pa.int64())})
+    assert key_mask(rows, touched, ["a", "b"]).to_pylist() == [r in set(touched_keys) for r in row_keys]
+
+
+@pytest.mark.parametrize("type_", [pa.float32(), pa.float64()])
+def test_minus_zero_and_zero_are_one_key_as_in_mysql_and_the_fold(type_):
+    rows = pa.table({"id": pa.array([0.0, -0.0, 1.0], type_), "v": pa.array([0.0, 1.0, -0.0], type_)})
+    assert key_mask(rows, pa.table({"id": pa.array([-0.0], type_)}), ["id"]).to_pylist() == [True, True, False]
+    assert key_mask(rows, pa.table({"id": pa.array([0.0], type_)}), ["id"]).to_pylist() == [True, True, False]
+    whole = pa.table({"id": pa.array([-0.0], type_), "v": pa.array([0.0], type_)})
+    assert key_mask(rows, whole, ["id", "v"]).to_pylist() == [True, False, False]
