@@ -34,7 +34,7 @@ from bench.jobs import JobFailed
 from cdc_codecs import Op, Watermark, get_encoder
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
-from spark.commit.table import table_watermark
+from spark.tables.properties import table_watermark
 from spark.config import LayoutConfig
 from spark.archive.land import SparkRunner
 from spark.tables.schema_map import COMMIT_TS, OP

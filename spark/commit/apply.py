@@ -47,7 +47,8 @@ from spark.tables import catalog as cat
 from spark.runtime import credentials
 from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
-from spark.commit.table import CREATED_AT, DROPPED, RunContext, TableCommitter, table_watermark, tag_table, walk_watermark
+from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark
+from spark.commit.table import RunContext, TableCommitter, tag_table
 from spark.config import PipelineConfig
 from spark.tables.ddl import CreateTableLike, DdlParseError, RenameTable
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log

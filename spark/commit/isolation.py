@@ -36,7 +36,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from cdc_codecs import DdlChange
 from spark.archive import layout
-from spark.commit.table import UnsupportedSchemaChange
+from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.schema_map import UnsupportedValue
 from spark.archive.storage import Storage

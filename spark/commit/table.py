@@ -5,9 +5,11 @@ Progress is recorded with the data: the transaction sets the table property
 interval, so a table is either fully at the new watermark or untouched. Rows are
 written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
 touched key are rewritten without it, the net rows written as new files); the driver stages
-the removed and added files as one overwrite snapshot per data step (``iceberg.internals``)
-in the table's transaction, next to its schema changes, and commits once. An ADD COLUMN
-whose default MySQL gives the rows the table holds is one more such step (``_fill``).
+the removed and added files as one overwrite snapshot per data step (``spark.write.internals``)
+in the table's transaction, next to its schema changes, and commits once. Each DDL change is one
+small update staged in that transaction (``spark.tables.updates``); this module only decides
+their order, the renames (which are catalog operations, not transactional) and the commit. An
+ADD COLUMN whose default MySQL gives the rows the table holds is one more rewrite (``_fill``).
 
 A run whose plans rename or copy tables commits them one after another, in the plans' order
 (``spark.commit.plan``), and every commit a plan makes stamps the table with ``tidelake.plan``
@@ -20,91 +22,64 @@ one aside (``catalog.release_name``): its history stays readable at the Ws befor
 
 from __future__ import annotations
 
-import itertools
-import json
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
-from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, ColumnType, DdlChange, TableSchema, TidelakeError, parse_mysql_type, protocol_spec
+from cdc_codecs import ColumnType, DdlChange, protocol_spec
 from cdc_codecs._base import parse_timezone
-from spark.tables import catalog as cat
 from spark.commit.plan import DataStep, SchemaStep, TablePlan
+from spark.commit.watermark import tag_name
 from spark.config import PipelineConfig, TopicConfig
+from spark.runtime.plane import FillRequest, RewriteRequest
+from spark.tables import catalog as cat
+from spark.tables import updates
 from spark.tables.ddl import (
     AddColumn,
-    AddPartitions,
-    ChangeColumnType,
     CreateTable,
     CreateTableLike,
-    DropColumn,
     DropPartitions,
     DropTable,
-    MoveColumn,
-    RenameColumn,
     RenameTable,
-    ReorganizePartitions,
-    SetKeyColumns,
-    SetPartitioning,
     TruncatePartitions,
     TruncateTable,
-    ValueNotReproducible,
-    existing_rows_value,
 )
+from spark.tables.properties import (
+    CREATED_AT,
+    DELETE_GRANULARITY,
+    DROPPED,
+    INTERVAL,
+    PARTITIONING,
+    PLAN,
+    PREVIOUS,
+    RENAME_PENDING,
+    RENAMED_FROM,
+    SCHEMA_CHANGED_AT,
+    UPSTREAM_TYPE_PREFIX,
+    WATERMARK,
+    WRITE_MODE_PROPERTIES,
+    created_at,
+    key_columns,
+    table_watermark,
+    upstream_types,
+)
+from spark.tables.schema_map import arrow_table, iceberg_schema, table_columns
+from spark.tables.updates import UnsupportedSchemaChange
 from spark.write import internals
 from spark.write.files import LiveFiles, live_files
-from spark.write.layout import lay_out
 from spark.write.rewrite import FileRewrite
 from spark.write.target import TableTarget
 from spark.write.upsert import UpsertTarget
-from spark.tables.partitioning import Partitioning, UnknownPartitionRows
-from spark.runtime.plane import FillRequest, RewriteRequest
-from spark.tables.schema_map import (
-    COMMIT_TS,
-    METADATA_PROPERTY,
-    OP,
-    arrow_table,
-    iceberg_schema,
-    iceberg_type,
-    metadata_columns,
-    metadata_field_ids,
-    metadata_name,
-    table_columns,
-)
-from spark.commit.watermark import tag_name
 
 if TYPE_CHECKING:
     from spark.runtime.plane import Fold
-
-WATERMARK = "tidelake.watermark"
-PREVIOUS = "tidelake.previous-watermark"
-INTERVAL = "tidelake.interval"
-DROPPED = "tidelake.dropped"
-RENAME_PENDING = "tidelake.rename-pending"
-RENAMED_FROM = "tidelake.renamed-from"
-PLAN = "tidelake.plan"  # "<interval>:<n>": the last plan of that interval's run to commit to the table
-CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
-UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
-SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
-PARTITIONING = "tidelake.partitioning"  # the upstream table's partitioning as the stream defined it (JSON)
-
-
-# Iceberg's table properties for how updates, deletes and merges drop old rows.
-WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
-DELETE_GRANULARITY = "write.delete.granularity"
-
-
-class UnsupportedSchemaChange(TidelakeError):
-    """A DDL that Iceberg cannot express for this table."""
 
 
 @dataclass(frozen=True)
@@ -113,102 +88,6 @@ class RunContext:
     previous: int
     interval: str
 
-
-def table_watermark(table: Table) -> int:
-    return int(table.properties.get(WATERMARK, "0"))
-
-
-def created_at(table: Table) -> int:
-    """The first W the table exists at (0: unknown, a table made before this was recorded)."""
-    return int(table.properties.get(CREATED_AT, "0"))
-
-
-def walk_watermark(table: Table) -> int:
-    """How far the run walk (``spark.commit.apply``) counts a table: its watermark, or, for a table a run
-    created and died before committing, just below the W it was created at -- no earlier interval
-    has anything for it, so the walk need not replay them."""
-    return table_watermark(table) or max(created_at(table) - 1, 0)
-
-
-def _widened(old: IcebergType, new: IcebergType) -> bool:
-    if old == new:
-        return True
-    if isinstance(old, IntegerType) and isinstance(new, LongType):
-        return True
-    if isinstance(old, FloatType) and isinstance(new, DoubleType):
-        return True
-    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
-        return new.scale == old.scale and new.precision >= old.precision
-    return False
-
-
-def _key_columns(properties: dict[str, str]) -> tuple[str, ...]:
-    return tuple(json.loads(properties.get(cat.KEY_COLUMNS, "[]")))
-
-
-def _field_name(fields: dict[str, Any], column: str) -> str | None:
-    """The table's name for upstream column ``column`` among ``fields`` (upstream columns): MySQL
-    column names ignore case."""
-    if column in fields:
-        return column
-    folded = [n for n in fields if n.casefold() == column.casefold()]
-    return folded[0] if len(folded) == 1 else None
-
-
-def _upstream_fields(metadata: Any) -> dict[str, Any]:
-    """The table's upstream columns (its metadata columns left out), by name."""
-    meta = metadata_columns(metadata.schema(), metadata.properties).names
-    return {f.name: f for f in metadata.schema().fields if f.name not in meta}
-
-
-def _metadata_aside(tx: Transaction, upstream: list[str], *, new_table: bool = False) -> None:
-    """Rename the metadata columns (by field id) that an upstream column of ``upstream`` (the
-    table's upstream columns after a change) names, and record their ids (see ``schema_map``).
-    A metadata column keeps a derived name once it has one (its name at earlier Ws stays its
-    name), except for ``new_table`` (CREATE over an old table), named as a new table would be."""
-    metadata = tx.table_metadata
-    schema = metadata.schema()
-    ids = metadata_field_ids(schema, metadata.properties)
-    taken = {u.casefold() for u in upstream}
-    renames = {}
-    for field_id, base in zip(ids, (COMMIT_TS, OP)):
-        if field_id is None:
-            continue
-        name = schema.find_column_name(field_id)
-        if new_table or name.casefold() in taken:
-            wanted = metadata_name(base, upstream)
-            if name != wanted:
-                renames[name] = wanted
-    if renames:
-        with tx.update_schema() as u:
-            for old, new in renames.items():
-                u.rename_column((old,), new)
-    if METADATA_PROPERTY not in metadata.properties and None not in ids:
-        tx.set_properties({METADATA_PROPERTY: json.dumps(list(ids))})
-
-
-def _reset_columns(tx: Transaction, wanted: Schema) -> None:
-    """Give an emptied table exactly ``wanted``'s columns, in its order (CREATE over an old table):
-    upstream columns of the same name and type stay, the metadata columns stay (renamed as ``wanted`` names them)."""
-    have = _upstream_fields(tx.table_metadata)
-    wanted_upstream = list(wanted.fields[:-2])  # an iceberg_schema: the metadata columns last
-    kept = {f.name for f in wanted_upstream if f.name in have and have[f.name].field_type == f.field_type}
-    if set(have) - kept:
-        with tx.update_schema(allow_incompatible_changes=True) as u:
-            for name in set(have) - kept:
-                u.delete_column((name,))
-    _metadata_aside(tx, [f.name for f in wanted_upstream], new_table=True)
-    added = [f for f in wanted_upstream if f.name not in kept]
-    if added:
-        with tx.update_schema(allow_incompatible_changes=True) as u:
-            for f in added:
-                u.add_column((f.name,), f.field_type)
-    names = [f.name for f in wanted.fields]
-    if [f.name for f in tx.table_metadata.schema().fields] != names:
-        with tx.update_schema() as u:
-            u.move_first((names[0],))
-            for before, name in itertools.pairwise(names):
-                u.move_after((name,), (before,))
 
 
 # A plan's commit, paused at each data step (and each ADD COLUMN that fills the table's rows):
@@ -313,11 +192,11 @@ class TableCommitter:
                         current = self._rename(current, change, plan, run)
                         continue
                     tx = tx or current.transaction()
-                    fields = {f.name: f for f in tx.table_metadata.schema().fields}
-                    added = isinstance(change, AddColumn) and _field_name(fields, change.column.name) is None
-                    self._schema_change(current, tx, change, step)
+                    update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets)
+                    added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
+                    updates.stage(change, update)
                     if added:
-                        fills.update(self._existing_rows_fill(current, tx, change, step))  # type: ignore[arg-type]
+                        fills.update(self._existing_rows_fill(update, change, step.ddl))
             else:
                 if current is None:
                     if not step.upserts:
@@ -346,7 +225,8 @@ class TableCommitter:
                 plan: TablePlan, run: RunContext):
         copied: dict[str, str] = {}
         if isinstance(change, CreateTableLike):
-            like, partitioning = self._like_schema(change, step, run)
+            like, partitioning = updates.like_schema(self.catalog, self.config, change, step.ddl.sql, step.ddl.commit_ts,
+                                                     step.source_at, run.watermark)
             change = CreateTable(like, change.if_not_exists)
             if partitioning is not None:  # LIKE copies the source's partitioning too
                 copied[PARTITIONING] = partitioning
@@ -368,180 +248,15 @@ class TableCommitter:
             return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or table.transaction()
-        _remove_all_rows(table, tx)
-        lay_out(tx, (), 0)  # the old key's columns may go
-        _reset_columns(tx, iceberg_schema(table_columns(schema)))
-        lay_out(tx, schema.key_columns, self.config.layout.buckets)  # as a new table with this key
-        stale = [k for k in tx.table_metadata.properties if k in (DROPPED, PARTITIONING) or k.startswith(UPSTREAM_TYPE_PREFIX)]
-        if stale:
-            tx.remove_properties(*stale)
-        tx.set_properties({**types, **changed_at, **copied, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})
+        updates.recreate(table, tx, schema, self.config.layout.buckets, {**types, **changed_at, **copied})
         return table, tx
 
-    def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> tuple[TableSchema, str | None]:
-        """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds
-        them, and its partitioning (JSON, None if unknown)."""
-        where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
-        src = f"{change.source[0]}.{change.source[1]}"
-        # A rename later in the run, committed before this plan, may have moved the source (apply_plan).
-        source = cat.load_table(self.catalog, self.config, *(step.source_at or change.source))
-        if source is None or DROPPED in source.properties:
-            raise UnsupportedSchemaChange(
-                f"{where} copies {src}, which tidelake does not hold; start the pipeline before {src}'s CREATE TABLE, "
-                "or use a protocol that carries the schema after each DDL (Simple, Debezium)"
-            )
-        # The source's plan in this run may have run first, changing its columns after this
-        # statement: then the lake no longer holds the columns this statement copied.
-        changed_at = int(source.properties.get(SCHEMA_CHANGED_AT, "0"))
-        if table_watermark(source) == run.watermark and (step.ddl.commit_ts or 0) < changed_at <= run.watermark:
-            raise UnsupportedSchemaChange(
-                f"{where} copies {src}, whose columns changed at commitTs {changed_at}, after this statement and in the "
-                "same run, so its columns at the statement are unknown; use a protocol that carries the schema after "
-                "each DDL (Simple, Debezium)"
-            )
-        types = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in source.properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
-        columns = []
-        for f in _upstream_fields(source.metadata).values():
-            if f.name not in types:
-                raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
-            columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
-        keys = _key_columns(source.properties)
-        return TableSchema(change.table[0], change.table[1], tuple(columns), keys), source.properties.get(PARTITIONING)
-
-    def _schema_change(self, table: Table, tx: Transaction, change: Any, step: SchemaStep) -> None:
-        """Stage one column, key, truncate or drop change. Upstream names are single-element
-        Iceberg paths (`a.b` is a column, not field b of a), matched as MySQL does: without case."""
-        name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
-        sql = step.ddl.sql
-        fields = _upstream_fields(tx.table_metadata)
-        props = tx.table_metadata.properties
-        keys = _key_columns(props)
-
-        def field(column: str) -> str:
-            found = _field_name(fields, column)
-            if found is None:
-                raise UnsupportedSchemaChange(
-                    f"{name}: {sql!r} names column {column!r}, which the table does not have "
-                    f"(it has {', '.join(repr(n) for n in fields)})"
-                )
-            return found
-
-        if isinstance(change, AddColumn):
-            column = change.column.name
-            existing = _field_name(fields, column)
-            if existing is not None:
-                if change.if_not_exists:
-                    return  # ADD COLUMN IF NOT EXISTS: upstream kept the column it had
-                if fields[existing].field_type != iceberg_type(change.column.type):
-                    raise UnsupportedSchemaChange(f"{name}: {sql!r} adds column {column!r}, which the table already has as {fields[existing].field_type}")
-            else:
-                _metadata_aside(tx, [*fields, column])
-                first_metadata = metadata_columns(tx.table_metadata.schema(), tx.table_metadata.properties).commit_ts
-                with tx.update_schema() as u:
-                    u.add_column((column,), iceberg_type(change.column.type))
-                    if first_metadata is not None:  # last of the upstream columns, as MySQL adds it
-                        u.move_before((column,), (first_metadata,))
-            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{existing or column}": str(change.column.type)})
-        elif isinstance(change, DropColumn):
-            column = _field_name(fields, change.name)
-            if column is None:
-                return  # DROP COLUMN IF EXISTS, or a column the lake never had
-            _stop_laying_out_by(table, tx, fields[column].field_id, name, sql)
-            with tx.update_schema() as u:
-                u.delete_column((column,))
-            if f"{UPSTREAM_TYPE_PREFIX}{column}" in props:
-                tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{column}")
-            if column in keys:  # MySQL drops a dropped column from the primary key too
-                remaining = [k for k in keys if k != column]
-                tx.set_properties({cat.KEY_COLUMNS: json.dumps(remaining)})
-                lay_out(tx, remaining, self.config.layout.buckets)  # new files follow the new key
-        elif isinstance(change, RenameColumn):
-            old = field(change.old)
-            clash = _field_name(fields, change.new)
-            if clash is not None and clash != old:
-                raise UnsupportedSchemaChange(f"{name}: {sql!r} renames {old!r} to {change.new!r}, but the table has column {clash!r}")
-            _metadata_aside(tx, [change.new if n == old else n for n in fields])
-            with tx.update_schema() as u:
-                u.rename_column((old,), change.new)
-            old_type = props.get(f"{UPSTREAM_TYPE_PREFIX}{old}")
-            if old_type:
-                tx.remove_properties(f"{UPSTREAM_TYPE_PREFIX}{old}")
-                tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{change.new}": old_type})
-            if old in keys:
-                tx.set_properties({cat.KEY_COLUMNS: json.dumps([change.new if k == old else k for k in keys])})
-        elif isinstance(change, ChangeColumnType):
-            column = field(change.name)
-            new_type = iceberg_type(change.type)
-            old_type = fields[column].field_type
-            if not _widened(old_type, new_type):
-                raise UnsupportedSchemaChange(
-                    f"{name}: {sql!r} changes {column!r} from {old_type} to {new_type}, which Iceberg "
-                    "cannot do in place (only int->long, float->double, decimal precision widening). Add a new column "
-                    "upstream and backfill it, or re-create the table and replay the archive"
-                )
-            if old_type != new_type:
-                with tx.update_schema() as u:
-                    u.update_column((column,), field_type=new_type)
-            tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{column}": str(change.type)})
-        elif isinstance(change, MoveColumn):
-            column = field(change.name)
-            with tx.update_schema() as u:
-                if change.after is None:
-                    u.move_first((column,))
-                else:
-                    u.move_after((column,), (field(change.after),))
-        elif isinstance(change, SetKeyColumns):
-            new_keys = [field(k) for k in change.columns]
-            tx.set_properties({cat.KEY_COLUMNS: json.dumps(new_keys)})
-            if tuple(new_keys) != keys:
-                lay_out(tx, new_keys, self.config.layout.buckets)  # new files follow the new key
-        elif isinstance(change, TruncateTable) or (isinstance(change, TruncatePartitions) and change.names is None):
-            _remove_all_rows(table, tx)  # TRUNCATE TABLE, TRUNCATE PARTITION ALL
-            return
-        elif isinstance(change, (SetPartitioning, AddPartitions, ReorganizePartitions, DropPartitions, TruncatePartitions)):
-            self._partition_change(table, tx, change, name, sql, fields)
-            return
-        elif isinstance(change, DropTable):
-            # Kept, empty and marked, so tags before the drop stay readable and backfills can restore.
-            _remove_all_rows(table, tx)
-            tx.set_properties({DROPPED: str(step.ddl.commit_ts)})
-            return
-        else:
-            raise UnsupportedSchemaChange(f"{name}: {sql!r}: no committer for {type(change).__name__}")
-        # CREATE TABLE ... LIKE this table, later in the run, checks this (see _like_schema).
-        tx.set_properties({SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)})
-
-    def _existing_rows_fill(self, table: Table, tx: Transaction, change: AddColumn, step: SchemaStep) -> dict[int, Any]:
-        """{field id: value} for a column ``change`` just added, when MySQL gives the rows the table
-        holds a value other than NULL (its DEFAULT, explicit or implicit; ``existing_rows_value``);
-        {} for NULL (what a column added to Iceberg reads in older files) or a table without rows.
-
-        Raises:
-            UnsupportedSchemaChange: the table holds rows and their value cannot be known.
-        """
-        head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
-        live = live_files(table.io, head) if head is not None else LiveFiles((), {})
-        if not live.data:
-            return {}  # an empty table: nothing to fill, whatever the default
-        ddl = step.ddl
+    def _existing_rows_fill(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
+        """{field id: value} the rows the table holds get in the column ``change`` added, when not NULL
+        (``updates.existing_rows_fill``, at the statement's time in the topic's time zone)."""
         topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
-        try:
-            value = existing_rows_value(change.column, change.default, _statement_ms(ddl, topic),
-                                        parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC"))
-        except ValueNotReproducible as exc:
-            # Files whose rows are all deleted hold no row to fill (our delete files name a position once).
-            if sum(f.record_count for f in live.data) <= sum(d.record_count for f in live.data for d in live.deletes_of(f)):
-                return {}
-            name = f"{table.properties.get(cat.UPSTREAM_DATABASE)}.{table.properties.get(cat.UPSTREAM_TABLE)}"
-            raise UnsupportedSchemaChange(
-                f"{name}: {ddl.sql!r} at commitTs {ddl.commit_ts} adds column {change.column.name!r} to a table holding rows, "
-                f"and the value MySQL gave those rows cannot be known: {exc}. Re-create the table from a snapshot "
-                "that includes the column"
-            ) from None
-        if value is None:
-            return {}
-        field = next(f for f in tx.table_metadata.schema().fields if f.name == change.column.name)
-        return {field.field_id: value}
+        tz = parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC")
+        return updates.existing_rows_fill(update, change, _statement_ms(ddl, topic), tz)
 
     def _fill(self, table: Table, tx: Transaction, fills: dict[int, Any],
               run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
@@ -568,44 +283,6 @@ class TableCommitter:
             deletes_removed=[d for r in rewrites for d in r.deletes_removed],
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
-
-    def _partition_change(self, table: Table, tx: Transaction, change: Any, name: str, sql: str, fields: dict[str, Any]) -> None:
-        """Keep the table's partitioning as the stream defines it; delete the rows of a truncated or
-        dropped partition by its bounds (upstream sends no row events for them)."""
-        props = tx.table_metadata.properties
-        known = Partitioning.from_json(props[PARTITIONING]) if PARTITIONING in props else None
-        if isinstance(change, SetPartitioning):
-            if change.partitioning is not None:
-                tx.set_properties({PARTITIONING: change.partitioning.to_json()})
-            elif known is not None:
-                tx.remove_properties(PARTITIONING)
-            return
-        if isinstance(change, (AddPartitions, ReorganizePartitions)):
-            if known is None:
-                return  # still unknown: a later TRUNCATE / DROP PARTITION says so
-            try:
-                known = known.with_added(change.partitions) if isinstance(change, AddPartitions) else known.reorganized(change.names, change.into)
-            except UnknownPartitionRows:
-                tx.remove_properties(PARTITIONING)  # the stream and the lake disagree: forget the bounds
-                return
-            tx.set_properties({PARTITIONING: known.to_json()})
-            return
-        names = change.names
-        what = (f"{name}: {sql!r} deletes the rows of partition(s) {', '.join(names)} without row events, and tidelake "
-                "cannot tell which rows those are")
-        if known is None:
-            raise UnsupportedSchemaChange(
-                f"{what}: the stream never defined the table's partitioning (CREATE TABLE or ALTER TABLE ... PARTITION BY "
-                "after the pipeline's start). Re-create the table from a snapshot")
-        columns = {c: f for c in known.columns if (f := _field_name(fields, c)) is not None}
-        types = {c: parse_mysql_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
-                 if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
-        try:
-            _remove_partition_rows(table, tx, known.holding(names, columns, types))
-        except UnknownPartitionRows as exc:
-            raise UnsupportedSchemaChange(f"{what}: {exc}. Re-create the table from a snapshot") from None
-        if isinstance(change, DropPartitions):
-            tx.set_properties({PARTITIONING: known.without(names).to_json()})
 
     def _rename(self, table: Table, change: RenameTable, plan: TablePlan, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
@@ -728,13 +405,13 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against."""
     props = metadata.properties
-    keys = _key_columns(props)
+    keys = key_columns(props)
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
     multiset = not keys
     if multiset:  # without a key the whole row is the key, and rows equal in every column are copies
-        keys = tuple(_upstream_fields(metadata))
-    upstream = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in props.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
+        keys = tuple(updates.upstream_fields(metadata))
+    upstream = upstream_types(props)
     head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
     live = live_files(table.io, head) if head is not None else LiveFiles((), {})
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
@@ -742,56 +419,6 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset),
             head.snapshot_id if head is not None else None)
-
-
-def _stop_laying_out_by(table: Table, tx: Transaction, field_id: int, name: str, sql: str) -> None:
-    """Before a column goes: a sort order using it goes first (Iceberg cannot drop a column the
-    table is sorted by; new files are then written unsorted). A bucket partition on it cannot go,
-    in the default spec nor in the spec of a live file (an older key's, before a key change):
-    pyiceberg 0.12's overwrite cannot read manifests of a spec whose source column is gone."""
-    metadata = tx.table_metadata
-    head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
-    in_use = {metadata.default_spec_id} | ({f.spec_id for f in live_files(table.io, head).data} if head else set())
-    specs = metadata.specs()
-    if any(f.source_id == field_id for spec_id in in_use for f in specs[spec_id].fields):
-        raise UnsupportedSchemaChange(
-            f"{name}: {sql!r} drops the column the table is bucketed by ([layout] buckets); pyiceberg 0.12 cannot "
-            "write the table after that. Rebuild the pipeline under a new name with [layout] buckets = 0 over the same "
-            "archive (README, Repairing history)"
-        )
-    if any(f.source_id == field_id for f in metadata.sort_order().fields):
-        internals.unsort(tx)
-
-
-def _remove_all_rows(table: Table, tx: Transaction) -> None:
-    """Stage a snapshot without any data file (TRUNCATE, DROP, CREATE over an old table)."""
-    head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
-    if head is None:
-        return
-    live = live_files(table.io, head)
-    internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id,
-                              removed=live.data, added=[], deletes_removed=live.delete_files)
-
-
-def _remove_partition_rows(table: Table, tx: Transaction, held: Callable[[pa.Table], pa.Array]) -> None:
-    """Stage a snapshot without the rows ``held`` marks (TRUNCATE / DROP PARTITION): every data
-    file is read on the driver (a rare statement), and the files holding such rows are rewritten
-    without them (their position deletes applied)."""
-    head = tx.table_metadata.snapshot_by_name(internals.MAIN_BRANCH)
-    if head is None:
-        return
-    live = live_files(table.io, head)
-    removed, added, deletes_removed = [], [], []
-    for data_file in live.data:
-        rows = internals.read_data_file(table.io, tx.table_metadata, data_file, live.deletes_of(data_file))
-        hit = held(rows)
-        if not pc.any(hit).as_py():
-            continue
-        removed.append(data_file)
-        deletes_removed += live.deletes_of(data_file)
-        added += internals.write_data_files(table.io, tx.table_metadata, rows.filter(pc.invert(hit)))
-    internals.stage_overwrite(tx, ".".join(table.name()), expected_snapshot_id=head.snapshot_id, removed=removed,
-                              added=added, deletes_removed=deletes_removed)
 
 
 def tag_table(table: Table, watermark: int) -> None:

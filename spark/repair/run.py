@@ -50,7 +50,7 @@ from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.decode.topic_clock import settle_topic_clocks
-from spark.commit.table import INTERVAL, WATERMARK, table_watermark
+from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
 from spark.write.internals import writing_with_schema
 from spark.archive.land import LocalRunner, Runner

@@ -156,7 +156,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         def heads() -> dict:
             """What a reader of each table's main sees: its watermark and rows."""
             from spark.tables import catalog as cat
-            from spark.commit.table import table_watermark
+            from spark.tables.properties import table_watermark
 
             return {cat.upstream_name(t): (table_watermark(t), normalise(t.scan().to_arrow().to_pylist()))
                     for t in cat.pipeline_tables(cat.open_catalog(config), config)}

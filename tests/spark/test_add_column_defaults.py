@@ -19,7 +19,7 @@ from cdc_codecs import DdlChange, Op, RowChange, get_encoder
 from tests.model.oracle import BinlogOracle, Oracle
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
-from spark.commit.table import UnsupportedSchemaChange
+from spark.tables.updates import UnsupportedSchemaChange
 from spark.config import LayoutConfig
 from spark.query.read import read_table
 from spark.archive.storage import open_storage

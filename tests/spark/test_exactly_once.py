@@ -42,7 +42,7 @@ def check_tags(config, expected) -> None:
 
 def table_watermarks(config) -> dict[str, int]:
     from spark.tables import catalog as cat
-    from spark.commit.table import table_watermark
+    from spark.tables.properties import table_watermark
 
     return {".".join(cat.upstream_name(t)): table_watermark(t) for t in cat.pipeline_tables(cat.open_catalog(config), config)}
 

@@ -16,7 +16,7 @@ from spark.commit.apply import apply_interval
 from spark.cli.main import main, print_report
 from spark.tables.ddl import DdlParseError, TruncateTable
 from spark.commit.isolation import read_isolated
-from spark.commit.table import table_watermark
+from spark.tables.properties import table_watermark
 from spark.jobs.apply import apply_summary
 from spark.commit.published import read_published
 from spark.query.read import IsolatedTable, read_table, run_query

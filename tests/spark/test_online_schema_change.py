@@ -36,7 +36,7 @@ from cdc_codecs.types import parse_mysql_type
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
 from spark.cli.main import main
-from spark.commit.table import DROPPED
+from spark.tables.properties import DROPPED
 from spark.commit.published import published_watermarks
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage

@@ -50,7 +50,7 @@ from tests.model.oracle import BinlogOracle, Oracle
 from spark.tables import catalog as cat
 from spark.commit.apply import ApplyResult, BadMessagesError, apply_interval
 from spark.commit import plan as apply_plan
-from spark.commit.table import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
+from spark.tables.properties import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
 from spark.commit.isolation import read_isolated
 from spark.config import WRITE_MODES, LayoutConfig, MaintenanceConfig
 from spark.commit.lease import Lease, LeaseHeldError, current_lease

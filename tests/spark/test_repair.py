@@ -22,7 +22,7 @@ from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.commit.apply import ApplyError, apply_interval
 from spark.cli.main import main
-from spark.commit.table import table_watermark
+from spark.tables.properties import table_watermark
 from spark.commit.lease import Lease, LeaseHeldError, current_lease
 from spark.commit.published import announcement, published_watermarks, read_published, repair_records
 from spark.query.read import read_pipeline

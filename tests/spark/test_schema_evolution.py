@@ -13,7 +13,7 @@ from cdc_codecs import Column, DdlChange, Op, RowChange, SourcePosition, TableSc
 from cdc_codecs.types import parse_mysql_type
 from spark.demo.workload import quote_ident
 from spark.commit.apply import apply_interval
-from spark.commit.table import UnsupportedSchemaChange
+from spark.tables.updates import UnsupportedSchemaChange
 from spark.config import WRITE_MODES, LayoutConfig
 from spark.write.files import live_data_files
 from spark.query.read import NoSuchWatermark, read_pipeline, read_table

@@ -6,7 +6,7 @@ import pytest
 
 from spark.tables import catalog as cat
 from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
-from spark.commit.table import DROPPED, WATERMARK
+from spark.tables.properties import DROPPED, WATERMARK
 from spark.decode.changelog import decoder_version
 from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
 from spark.archive.manifest import list_manifests, read_manifest

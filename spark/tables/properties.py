@@ -1,0 +1,55 @@
+"""The Iceberg table properties tidelake keeps on each table: its progress, and what upstream said of it.
+
+Progress is recorded with the data (``spark.commit.table``): a table is either fully at a run's
+watermark or untouched. What upstream said -- each column's MySQL type, the key, the partitioning
+-- is what later DDL and the type mapping read, since an Iceberg schema cannot say it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyiceberg.table import Table
+
+from spark.tables.catalog import KEY_COLUMNS
+
+WATERMARK = "tidelake.watermark"
+PREVIOUS = "tidelake.previous-watermark"
+INTERVAL = "tidelake.interval"
+DROPPED = "tidelake.dropped"
+RENAME_PENDING = "tidelake.rename-pending"
+RENAMED_FROM = "tidelake.renamed-from"
+PLAN = "tidelake.plan"  # "<interval>:<n>": the last plan of that interval's run to commit to the table
+CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Iceberg identity) exists at
+UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
+SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
+PARTITIONING = "tidelake.partitioning"  # the upstream table's partitioning as the stream defined it (JSON)
+
+# Iceberg's table properties for how updates, deletes and merges drop old rows.
+WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
+DELETE_GRANULARITY = "write.delete.granularity"
+
+
+def table_watermark(table: Table) -> int:
+    return int(table.properties.get(WATERMARK, "0"))
+
+
+def created_at(table: Table) -> int:
+    """The first W the table exists at (0: unknown, a table made before this was recorded)."""
+    return int(table.properties.get(CREATED_AT, "0"))
+
+
+def walk_watermark(table: Table) -> int:
+    """How far the run walk (``spark.commit.apply``) counts a table: its watermark, or, for a table a run
+    created and died before committing, just below the W it was created at -- no earlier interval
+    has anything for it, so the walk need not replay them."""
+    return table_watermark(table) or max(created_at(table) - 1, 0)
+
+
+def key_columns(properties: dict[str, str]) -> tuple[str, ...]:
+    return tuple(json.loads(properties.get(KEY_COLUMNS, "[]")))
+
+
+def upstream_types(properties: dict[str, str]) -> dict[str, str]:
+    """{column: its MySQL type as upstream declared it}."""
+    return {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
