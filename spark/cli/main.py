@@ -27,12 +27,13 @@ import logging
 import os
 import re
 import sys
-from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import orjson
 
 from cdc_codecs import ConfigError, TidelakeError
+from spark.cli.interval import StepProgress, intervals, progress_bars, run_interval
+from spark.cli.report import backfill_line, print_report, w_time
 from spark.jobs import human_duration
 
 UTC = dt.timezone.utc
@@ -59,131 +60,6 @@ def _interval(start: str, end: str, start_flag: str, end_flag: str) -> tuple[dt.
     return a, b
 
 
-def _w_time(w: int) -> str:
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class StepProgress:
-    """Progress bars (on stderr) for the long steps of a run: land, then apply's decode, net change,
-    commit (one per table plan) and tag. Pass it as ``apply_interval``'s ``progress`` callback."""
-
-    def __init__(self, bars: Any) -> None:
-        self.bars = bars
-        self.tasks: dict[str, Any] = {}
-
-    @contextmanager
-    def land(self) -> Iterator[None]:
-        task = self._task("land", None)  # one call that reports nothing until done: a pulsing bar
-        yield
-        self.bars.update(task, total=1, completed=1)
-
-    def __call__(self, step: str, done: int, total: int) -> None:
-        self.bars.update(self._task(step, total), total=total, completed=done)
-
-    def _task(self, step: str, total: int | None) -> Any:
-        if step not in self.tasks:
-            self.tasks[step] = self.bars.add_task(step, total=total)
-        return self.tasks[step]
-
-    def clear(self) -> None:
-        """Drop the step bars: the next interval of a backfill starts its own."""
-        for task in self.tasks.values():
-            self.bars.remove_task(task)
-        self.tasks.clear()
-
-
-def progress_bars(quiet: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    # Bars on stderr, results on stdout. When stdout is the same terminal, rich routes print()
-    # above the bars; when it is a pipe or file, results go there untouched.
-    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=quiet, redirect_stdout=sys.stdout.isatty())
-
-
-def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None,
-                 progress: StepProgress | None = None) -> dict[str, Any]:
-    """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``).
-
-    Returns ``{"land": report, "apply": report}``; the land report always says whether the
-    interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.
-    """
-    from spark.commit.apply import apply_interval
-    from spark.archive.land import LocalRunner, SparkRunner, land_interval
-
-    runner: Any = LocalRunner()
-    context = None
-    if spark_master:
-        from spark.runtime.session import build_context
-
-        context = build_context(f"tidelake-{config.name}", spark_master)
-        runner = SparkRunner(context)
-    try:
-        log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
-        with progress.land() if progress else nullcontext():
-            landed = land_interval(config, start, end, runner=runner)
-        log.debug("landed %s messages (%s); applying", landed.manifest.messages,
-                  "manifest reused" if landed.reused else "new manifest")
-        applied = apply_interval(config, start, end, runner=runner, progress=progress)
-    finally:
-        if context is not None:
-            context.stop()
-    land = {**landed.report, "messages": landed.manifest.messages, "reused": landed.reused}
-    return {"land": land, "apply": applied.report}
-
-
-def lag_seconds(apply: dict[str, Any]) -> float | None:
-    """How far W's wall time is behind the interval end (a confirming run's report does not store it)."""
-    w = apply["watermark"]
-    if not w:
-        return None
-    if apply.get("lag_seconds") is not None:
-        return float(apply["lag_seconds"])
-    return dt.datetime.fromisoformat(apply["interval"]["end"]).timestamp() - (w >> 18) / 1000
-
-
-OUTCOMES = {
-    "published": "published: this run made W visible to readers",
-    "confirmed": "confirmed: W was already published by an earlier run; tables and tags left as they are",
-    "not-consistent": "not consistent yet: some partition has reported no watermark, nothing tagged",
-}
-
-
-def print_report(report: dict[str, Any], out: Any = None) -> None:
-    out = out or sys.stdout
-    apply, land = report["apply"], report["land"]
-    w = apply["watermark"]
-    print(f"interval {apply['interval']['start']} .. {apply['interval']['end']}", file=out)
-    reused = " (reused: an earlier run landed this interval; nothing re-read from Kafka)" if land.get("reused") else ""
-    print(f"  landed     {land.get('messages', 0):>10,} messages{reused}", file=out)
-    if "events_decoded" in apply:
-        print(f"  decoded    {apply['events_decoded']:>10,} events ({apply['already_applied_skipped']:,} already applied, "
-              f"{apply['quarantined']:,} quarantined)", file=out)
-    if w:
-        print(f"  watermark  {w} = {_w_time(w)} (lag {human_duration(lag_seconds(apply) or 0)} behind the interval end)",
-              file=out)
-    else:
-        print("  watermark  none yet: some partition has reported no watermark", file=out)
-    outcome = apply.get("outcome", "published" if w else "not-consistent")
-    print(f"  outcome    {OUTCOMES.get(outcome, outcome)}", file=out)
-    tables = apply.get("tables", {})
-    width = max([len(n) for n in tables] + [5])
-    for name, t in tables.items():
-        flag = " (dropped)" if t["dropped"] else ""
-        print(f"  {name:<{width}}  {t['events_applied']:>8,} events applied{flag}", file=out)
-    for line in isolated_lines(apply):
-        print(f"  {line}", file=out)
-
-
-def isolated_lines(apply: dict[str, Any]) -> list[str]:
-    """An apply report's isolated tables (on_table_error = "isolate"), one line each, and those it caught up."""
-    lines = [f"ISOLATED {name}: held at W {e['held_at']} ({_w_time(e['held_at']) if e['held_at'] else 'before its first W'}) "
-             f"since {e['since']}, not tagged at this W: {e['reason']}" for name, e in apply.get("isolated", {}).items()]
-    lines += [f"caught up {name}: replayed from the archive to this W" for name in apply.get("caught_up", [])]
-    return lines
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     start, end = _interval(args.start, args.end, "--start", "--end")
@@ -191,34 +67,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         report = run_interval(config, start, end, args.spark, progress=StepProgress(bars))
     print_report(report)
     return 0
-
-
-def intervals(cron: str, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
-    """The schedule's data intervals that lie within [start, end)."""
-    from croniter import croniter
-
-    it = croniter(cron, start - dt.timedelta(microseconds=1))
-    out = []
-    a = it.get_next(dt.datetime)
-    while True:
-        b = it.get_next(dt.datetime)
-        if b > end:
-            break
-        out.append((a, b))
-        a = b
-    return out
-
-
-def backfill_line(start: dt.datetime, end: dt.datetime, report: dict[str, Any]) -> str:
-    """One interval of a backfill: messages (reused or landed), W, its wall time and lag, the outcome."""
-    land, apply = report["land"], report["apply"]
-    w = apply["watermark"]
-    line = f"{start.isoformat()} .. {end.isoformat()}: {land.get('messages', 0):,} messages"
-    line += " (reused)" if land.get("reused") else ""
-    if not w:
-        return line + ", no consistent W yet"
-    return (line + f", W={w} ({_w_time(w)}, lag {human_duration(lag_seconds(apply) or 0)}) "
-            f"{apply.get('outcome', 'published')}")
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -253,7 +101,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
         doc = published(config, w)
         status = "retired" if w in retired else "retained"
         held = "".join(f"; isolated: {e['database']}.{e['table']} (held at W {e['held_at']})" for e in doc.get("isolated", []))
-        print(f"{w:>20}  {_w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
+        print(f"{w:>20}  {w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
     print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
     return 0
 
@@ -268,7 +116,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     config = _config(args)
     view = open_view(config, _at(args.at))
     w = view.watermark
-    print(f"{config.name} at W={w} ({_w_time(w)}):")
+    print(f"{config.name} at W={w} ({w_time(w)}):")
     for (db, table) in sorted({*view.tables, *view.isolated}):
         if (db, table) in view.isolated:
             e = view.isolated[(db, table)]
@@ -290,7 +138,7 @@ def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) 
 def cmd_query(args: argparse.Namespace) -> int:
     config = _config(args)
     w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
-    log.info("-- %s at W=%s (%s)", config.name, w, _w_time(w))
+    log.info("-- %s at W=%s (%s)", config.name, w, w_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
 
@@ -352,7 +200,7 @@ def print_repair(report: Any, out: Any = None) -> None:
     for d in report.differences:
         move = "would move" if report.dry_run else f"moved to snapshot {d.snapshot_after}"
         before = "tag lost" if d.snapshot_before is None else f"{d.rows_before:>8,} rows published"
-        print(f"  W {d.watermark} ({_w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
+        print(f"  W {d.watermark} ({w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
               f"tag wm_{d.watermark} {move}", file=out)
     for name in report.main_moved:
         print(f"  main of {name} moved forward to its repaired latest watermark", file=out)

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
-from spark.cli.main import isolated_lines
+from spark.cli.report import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text
 from spark.archive.land import SparkRunner
 

@@ -19,7 +19,8 @@ from confluent_kafka import Producer
 
 from cdc_codecs import TidelakeError, get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
-from spark.cli.main import intervals, main, parser, query
+from spark.cli.interval import intervals
+from spark.cli.main import main, parser, query
 from spark.config import load_pipeline_config
 
 from .archive import oracle_from_records

@@ -13,7 +13,8 @@ import pytest
 from cdc_codecs import Op, get_encoder
 from spark.commit import plan as apply_plan
 from spark.commit.apply import apply_interval
-from spark.cli.main import main, print_report
+from spark.cli.main import main
+from spark.cli.report import print_report
 from spark.tables.ddl import DdlParseError, TruncateTable
 from spark.commit.isolation import read_isolated
 from spark.tables.properties import table_watermark
