@@ -24,14 +24,21 @@ would mark every DAG defined here stale (``_update_import_errors`` flags all DAG
 fileloc is the erring file), so the healthy pipelines would stop being scheduled. One
 Python file per pipeline would give each its own import error, but doubles what an
 operator deploys and breaks the ``TIDELAKE_PIPELINES`` folder that deploy/ mounts. So a file
-that does not validate becomes a *stand-in DAG* under the id its pipeline has (or would
-have): unscheduled, tagged ``config-error``, its description and docs stating the file,
-the key and what was expected, and one task ``config_error`` that fails with that message
-if anyone runs it. An Airflow user sees the broken pipeline where they look for it -- in
-the DAG list, with the error -- while every other pipeline keeps its schedule; because the
-stand-in creates no runs, fixing the file resumes the pipeline where its schedule left off
-(with catch-up, the missed intervals run), exactly as after an import error. The error is
-also logged by the dag-processor.
+that does not validate becomes *stand-in DAGs* under the ids its pipeline has (or would
+have), the pipeline's and its maintenance DAG's: unscheduled, tagged ``config-error``, their
+description and docs stating the file, the key and what was expected. An Airflow user sees
+the broken pipeline where they look for it -- in the DAG list, with the error -- while every
+other pipeline keeps its schedule; because a stand-in creates no runs, fixing the file
+resumes the pipeline where its schedule left off (with catch-up, the missed intervals run).
+
+A stand-in has its pipeline's task ids, each a sensor that waits (reschedule mode) for the
+file to be fixed, logging the error at every poke. A file edited while a run is in flight
+(with Airflow's unversioned local bundle, a running run follows the DAG's latest version) so
+neither removes the run's tasks nor adds any: the run's next task waits, and once the file
+validates it runs the pipeline's own task on the same try -- what Airflow itself does for a
+task whose DAG it cannot load at start (``[workers] missing_dag_retries``), without its
+three-minute limit. A stand-in task fails after ``STAND_IN_WAIT`` (then fix the file and
+``airflow tasks clear`` the run). The error is also logged by the dag-processor.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, get_parsing_context, task
+from airflow.sdk import DAG, Asset, BaseSensorOperator, Param, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -59,6 +66,9 @@ PIPELINES = Path(os.environ.get("TIDELAKE_PIPELINES", Path(__file__).parent / "p
 PIPELINE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 INTERVAL_ARGS = ["--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"]
 CONFIG_ERROR_TAG = "config-error"
+# The tasks of a pipeline's DAG and of its maintenance DAG, in order: their stand-ins keep them.
+PIPELINE_TASK_IDS = ("snapshot_offsets", "confirm_if_done", "land", "apply", "publish")
+MAINTENANCE_TASK_IDS = ("maintain",)
 
 
 def dag_id_of(pipeline: str) -> str:
@@ -266,29 +276,60 @@ def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
     return dag
 
 
-def config_error_dag(dag_id: str, path: Path, error: str) -> DAG:
-    """The stand-in for a pipeline file that does not validate (see the module docstring)."""
+# A stand-in task polls like Airflow's own reschedule of a task whose DAG it cannot load
+# ([workers] missing_dag_retry_delay); it gives up after a sensor's default timeout.
+STAND_IN_POKE = pendulum.duration(seconds=60)
+STAND_IN_WAIT = pendulum.duration(days=7)
+
+
+class WaitForValidPipelineFile(BaseSensorOperator):
+    """A stand-in's task: waits, in reschedule mode, until the pipeline file validates again.
+
+    Every poke is a new try's process, which parses the file afresh: while it is broken, this
+    stand-in task runs and logs the error as it is now; once it validates, the try after the
+    fix runs the pipeline's own task under the same task id (a reschedule keeps the try number).
+    It never succeeds: that would mark the pipeline's task done without running it.
+    """
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(mode="reschedule", poke_interval=STAND_IN_POKE, timeout=STAND_IN_WAIT, retries=0, **kwargs)
+        self.message = message
+
+    def poke(self, context: Any) -> bool:
+        log.error("%s; %s waits for it to be fixed (poking every %s, for %s at most), then runs the pipeline's own task",
+                  self.message, self.task_id, STAND_IN_POKE.in_words(), STAND_IN_WAIT.in_words())
+        return False
+
+
+def config_error_dag(dag_id: str, path: Path, error: str, task_ids: tuple[str, ...]) -> DAG:
+    """A stand-in for a pipeline file that does not validate (see the module docstring).
+
+    ``task_ids``: the tasks of the DAG it stands in for, chained in that order, so a run in
+    flight when the file broke keeps its tasks and waits.
+    """
     message = f"tidelake pipeline file {path} is invalid: {error}"
     with DAG(
         dag_id=dag_id,
         description=f"CONFIG ERROR: {error}",
-        doc_md=f"**This pipeline is not running.** Fix the file and the DAG comes back with its schedule.\n\n"
+        doc_md=f"**This pipeline is not running.** Fix the file and the DAG comes back with its schedule; "
+               f"a run that was in flight waits for the fix (at most {STAND_IN_WAIT.in_words()}) and goes on.\n\n"
                f"```\n{message}\n```",
         schedule=None,
+        max_active_runs=1,
         tags=["tidelake", CONFIG_ERROR_TAG],
         auto_register=False,
     ) as dag:
-
-        @task(task_id="config_error", retries=0)
-        def config_error() -> None:
-            raise AirflowFailException(message)
-
-        config_error()
+        previous = None
+        for task_id in task_ids:
+            waiting = WaitForValidPipelineFile(task_id=task_id, message=message)
+            if previous is not None:
+                previous >> waiting
+            previous = waiting
     return dag
 
 
-def _stand_in_ids(path: Path) -> list[str]:
-    """DAG ids a broken file's stand-in may take, best first: its pipeline's id, then one from the file name."""
+def _stand_in_names(path: Path) -> list[str]:
+    """Pipeline names a broken file's stand-ins may take, best first: the file's ``name``, then its file name."""
     candidates = []
     try:
         import json
@@ -305,10 +346,10 @@ def _stand_in_ids(path: Path) -> list[str]:
             doc = yaml.safe_load(text)
         name = doc.get("name") if isinstance(doc, dict) else None
         if isinstance(name, str) and name:
-            candidates.append(dag_id_of(name))
+            candidates.append(name)
     except Exception:  # noqa: BLE001 - an unreadable file falls back to its file name
         pass
-    candidates.append(dag_id_of(path.stem))
+    candidates.append(path.stem)
     return candidates
 
 
@@ -341,13 +382,16 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
             error = str(exc) if str(exc).startswith(str(path)) else f"{path}: {type(exc).__name__}: {exc}"
             broken.append((path, error))
     for path, error in broken:
-        free = [d for d in _stand_in_ids(path) if d not in dags]
+        free = [n for n in _stand_in_names(path) if dag_id_of(n) not in dags and maintenance_dag_id_of(n) not in dags]
         if not free:
-            log.error("no DAG id left for the stand-in of %s (taken by %s)", path, ", ".join(_stand_in_ids(path)))
+            log.error("no DAG id left for the stand-in of %s (taken by %s)", path,
+                      ", ".join(dag_id_of(n) for n in _stand_in_names(path)))
             continue
-        if parsing_for in (None, free[0]):
-            log.error("tidelake pipeline file is invalid, its DAG %s is a stand-in: %s", free[0], error)
-        dags[free[0]] = config_error_dag(free[0], path, error)
+        dag_id, maintenance_id = dag_id_of(free[0]), maintenance_dag_id_of(free[0])
+        if parsing_for in (None, dag_id, maintenance_id):
+            log.error("tidelake pipeline file is invalid, its DAGs %s and %s are stand-ins: %s", dag_id, maintenance_id, error)
+        dags[dag_id] = config_error_dag(dag_id, path, error, PIPELINE_TASK_IDS)
+        dags[maintenance_id] = config_error_dag(maintenance_id, path, error, MAINTENANCE_TASK_IDS)
     return dags
 
 

@@ -132,16 +132,14 @@ def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: 
 
 
 def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
     write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     bad = write_pipeline(pipelines, "broken", VALID.format(name="broken", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
                          .replace('protocol = "canal-json"', 'protocol = "canal-xml"'))
     write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_broken", "tidelake_crm",
-                                "tidelake_shop"]
+    assert sorted(bag.dags) == ["tidelake-maintenance-broken", "tidelake-maintenance-crm", "tidelake-maintenance-shop",
+                                "tidelake_broken", "tidelake_crm", "tidelake_shop"]
     for good in ("tidelake_crm", "tidelake_shop"):
         assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}
         assert "config-error" not in bag.dags[good].tags
@@ -151,11 +149,40 @@ def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipel
     assert expected in stand_in.doc_md
     assert set(stand_in.tags) == {"tidelake", "config-error"}
     assert stand_in.schedule is None and type(stand_in.timetable).__name__ == "NullTimetable"  # it takes no interval
-    (failing,) = stand_in.tasks
-    assert failing.task_id == "config_error" and failing.retries == 0
-    with pytest.raises(AirflowFailException, match="canal-xml") as raised:
-        failing.python_callable()
-    assert str(raised.value).startswith(f"tidelake pipeline file {bad} is invalid: {expected}")
+    maintenance = bag.dags["tidelake-maintenance-broken"]
+    assert maintenance.description == stand_in.description and set(maintenance.tags) == {"tidelake", "config-error"}
+    assert maintenance.schedule is None
+
+
+def test_a_stand_in_keeps_its_pipelines_tasks_and_waits_for_the_file(pipelines: Path, tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A run in flight when its file broke keeps its tasks (none removed, none added): each waits for the fix."""
+    from airflow.sdk import BaseSensorOperator
+
+    from dags.tidelake_pipelines import MAINTENANCE_TASK_IDS, PIPELINE_TASK_IDS, STAND_IN_WAIT
+
+    good = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    valid = dagbag().dags
+    order = {dag_id: [t.task_id for t in valid[dag_id].topological_sort()] for dag_id in ("tidelake_shop", "tidelake-maintenance-shop")}
+    assert order == {"tidelake_shop": list(PIPELINE_TASK_IDS), "tidelake-maintenance-shop": list(MAINTENANCE_TASK_IDS)}
+
+    good.write_text(good.read_text().replace('protocol = "canal-json"', 'protocol = "canal-jsn"'))  # a typo
+    bag = dagbag()
+    assert bag.import_errors == {}
+    for dag_id, tasks in order.items():
+        stand_in = bag.dags[dag_id]
+        assert "config-error" in stand_in.tags
+        assert [t.task_id for t in stand_in.topological_sort()] == tasks
+        for real, waiting in zip(valid[dag_id].topological_sort(), stand_in.topological_sort(), strict=True):
+            assert waiting.upstream_task_ids == real.upstream_task_ids
+            assert isinstance(waiting, BaseSensorOperator) and waiting.mode == "reschedule" and waiting.retries == 0
+            assert waiting.timeout == STAND_IN_WAIT.total_seconds()
+    apply = bag.dags["tidelake_shop"].task_dict["apply"]
+    caplog.clear()
+    assert apply.poke({}) is False  # never success: the pipeline's own apply has not run
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert logged.startswith(f"tidelake pipeline file {good} is invalid: {good}: topics[0].protocol: expected one of")
+    assert "apply waits for it to be fixed" in logged
 
 
 def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipelines: Path, tmp_path: Path) -> None:
@@ -166,7 +193,8 @@ def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipel
                    .replace('cron = "0 * * * *"', 'cron = "99 * * * *"'))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake-maintenance-shop", "tidelake_cronned", "tidelake_garbled", "tidelake_shop",
+    assert sorted(bag.dags) == ["tidelake-maintenance-cronned", "tidelake-maintenance-garbled", "tidelake-maintenance-shop",
+                                "tidelake-maintenance-shop_copy", "tidelake_cronned", "tidelake_garbled", "tidelake_shop",
                                 "tidelake_shop_copy"]
     assert "config-error" not in bag.dags["tidelake_shop"].tags
     assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
@@ -365,11 +393,14 @@ def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_tas
 
     write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     (pipelines / "garbled.toml").write_text('name = "garbled\n')
-    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake_shop", False)):
+    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake-maintenance-garbled", True),
+                                ("tidelake_shop", False)):
         caplog.clear()
-        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake-maintenance-shop", "tidelake_garbled", "tidelake_shop"]
+        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake-maintenance-garbled", "tidelake-maintenance-shop",
+                                                             "tidelake_garbled", "tidelake_shop"]
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-        assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
+        assert errors == ([f"tidelake pipeline file is invalid, its DAGs tidelake_garbled and tidelake-maintenance-garbled are "
+                           f"stand-ins: {pipelines / 'garbled.toml'}: "
                            "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for
 
 
