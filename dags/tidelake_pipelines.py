@@ -8,8 +8,8 @@ at once; whichever comes second waits ``lease_wait_seconds`` and then fails and 
 Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
 in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
 
-Each run covers its data interval [data_interval_start, data_interval_end) of a
-``CronDataIntervalTimetable``; runs of one pipeline never overlap (max_active_runs=1) and
+Each run covers its data interval [data_interval_start, data_interval_end) of the pipeline's
+cron, bounded by its start and end dates (``spark/airflow_plugin.py``); runs of one pipeline never overlap (max_active_runs=1) and
 every task is safe to retry: offsets are snapshotted once per interval, manifests and
 checkpoints are create-only, and apply brings every table to the interval's watermark
 whatever state it finds. Replay with ``airflow backfill create --dag-id tidelake_<name>
@@ -55,6 +55,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 import spark.jobs
+from spark.airflow_plugin import PipelineTimetable
 from spark.config import PipelineConfig, load_pipeline_config
 
 log = logging.getLogger(__name__)
@@ -141,13 +142,15 @@ def load_task_config(path: Path) -> PipelineConfig:
     return from_environment(load_pipeline_config(str(path)))
 
 
-def require_interval(dag_id: str, start: Any, end: Any) -> None:
-    """Fail a run without a data interval at once, saying how to start one that has it.
+def require_interval(dag_id: str, start: Any, end: Any, config: PipelineConfig | None = None, path: Path | None = None) -> None:
+    """Fail a run without a data interval, or with one outside the pipeline's bounds, at once, saying what to do.
 
-    ``airflow dags trigger`` without ``--logical-date`` creates such a run. Guessing an
-    interval for it would re-run one the scheduler owns without the run showing which; with
-    any logical date, Airflow 3.3's CLI gives the run the last complete interval before the
-    trigger time (the REST API: before the logical date), shown on the run like any other.
+    ``airflow dags trigger`` without ``--logical-date`` creates a run without an interval.
+    Guessing one for it would re-run one the scheduler owns without the run showing which;
+    with any logical date, Airflow 3.3's CLI gives the run the last complete interval before
+    the trigger time (the REST API: before the logical date), shown on the run like any other
+    -- and for a bounded pipeline that interval may lie past ``[schedule] end_date``, which no
+    interval of the pipeline crosses (the timetable schedules none there: spark/airflow_plugin.py).
     """
     if start is None or end is None:
         raise AirflowFailException(
@@ -157,6 +160,49 @@ def require_interval(dag_id: str, start: Any, end: Any) -> None:
             f"to run the last complete interval now: airflow dags trigger {dag_id} --logical-date <now, e.g. "
             "$(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)"
         )
+    if config is None:
+        return
+    first, last = pendulum.parse(config.schedule.start_date), config.schedule.end_date and pendulum.parse(config.schedule.end_date)
+    interval = f"{pendulum.instance(start).isoformat()}..{pendulum.instance(end).isoformat()}"
+    if last is not None and end > last:
+        raise AirflowFailException(
+            f"{dag_id}: this run's data interval {interval} ends after the pipeline's end_date {last.isoformat()} "
+            f"({path}: schedule.end_date), and no interval of the pipeline does (a triggered run gets the last complete "
+            "interval before the trigger time, whatever its logical date). To run intervals after it, move end_date in "
+            f"the file; to run one before it: airflow backfill create --dag-id {dag_id} --from-date <its start> "
+            "--to-date <its start> (docs/operating.md)"
+        )
+    if start < first:
+        raise AirflowFailException(
+            f"{dag_id}: this run's data interval {interval} starts before the pipeline's start_date {first.isoformat()} "
+            f"({path}: schedule.start_date), and no interval of the pipeline does. To run earlier intervals, move "
+            "start_date in the file (docs/operating.md)"
+        )
+
+
+def pipeline_timetable(config: PipelineConfig) -> PipelineTimetable:
+    """The pipeline's cron intervals within its ``start_date`` and ``end_date`` (exclusive: no interval ends after it)."""
+    schedule = config.schedule
+    return PipelineTimetable(schedule.cron, "UTC", start=pendulum.parse(schedule.start_date),
+                             end=pendulum.parse(schedule.end_date) if schedule.end_date else None)
+
+
+def require_registered(timetable: PipelineTimetable, path: Path) -> None:
+    """Fail this pipeline alone if Airflow cannot serialize its timetable (tidelake's plugin is not loaded).
+
+    Found later, by the dag-processor, it would be an import error of this module: every
+    pipeline's DAG stale.
+    """
+    from airflow.serialization.encoders import encode_timetable
+
+    try:
+        encode_timetable(timetable)
+    except Exception as exc:  # noqa: BLE001 - TimetableNotRegistered, or whatever stops serialization
+        raise ValueError(
+            f"{path}: schedule: the DAG's timetable {type(timetable).__qualname__} cannot be serialized ({exc}); it is registered by "
+            "tidelake's Airflow plugin, the airflow.plugins entry point of the tidelake package: install tidelake in the "
+            "environment of the dag-processor, scheduler and api-server (deploy/README.md)"
+        ) from exc
 
 
 def build_dag(config: PipelineConfig, path: Path) -> DAG:
@@ -166,13 +212,15 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
     with DAG(
         dag_id=dag_id,
         description=f"CDC {', '.join(t.name for t in config.topics)} -> Iceberg namespace {config.namespace}",
-        schedule=CronDataIntervalTimetable(schedule.cron, timezone="UTC"),
-        start_date=pendulum.parse(schedule.start_date),
-        # Airflow schedules every interval that *starts* at or before end_date; ours is exclusive.
-        end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
+        # The bounds live in the timetable, not in the DAG's end_date: Airflow gives a run past a
+        # DAG's (its tasks') end_date no tasks at all, so a trigger there "succeeded" doing nothing.
+        schedule=pipeline_timetable(config),
         catchup=schedule.catchup,
         max_active_runs=1,
         default_args={
+            # As a default argument, the start is also checked by `airflow dags trigger`, which refuses
+            # a logical date before it saying so (a run before a task's start_date would have no tasks).
+            "start_date": pendulum.parse(schedule.start_date),
             "retries": schedule.retries,
             "retry_delay": pendulum.duration(minutes=1),
             "execution_timeout": schedule.execution_timeout,
@@ -192,7 +240,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
 
         @task
         def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
-            require_interval(dag_id, data_interval_start, data_interval_end)
+            require_interval(dag_id, data_interval_start, data_interval_end, config, path)
             from spark.offsets import snapshot_offsets as snapshot
 
             ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
@@ -374,6 +422,7 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
             # What the DagBag would check (the timetable, params) fails here, for this file alone.
             dag.validate()
             maintenance.validate()
+            require_registered(dag.timetable, path)
             dags[dag_id] = dag
             dags[maintenance.dag_id] = maintenance
             sources[dag_id] = path

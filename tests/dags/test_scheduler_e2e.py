@@ -269,13 +269,28 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, final[-1])[1].items()} == expected
 
         # A manual trigger without a logical date fails in its first task, saying what to do.
+        def failed_run(prefix: str):
+            return [r for r in runs() if r["run_id"].startswith(prefix) and r["state"] == "failed"] or None
+
+        def first_task_log(run_id: str) -> str:
+            logs = list((home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id=snapshot_offsets/attempt=1.log"))
+            assert logs, f"{run_id}: snapshot_offsets did not run: {task_states(db, dag_id, run_id)}"
+            return logs[0].read_text()
+
         triggered = cli("dags", "trigger", dag_id, "-o", "json")
         assert triggered.returncode == 0, triggered.stderr[-2000:]
-        manual = wait_for("the manual run to fail",
-                          lambda: [r for r in runs() if r["run_id"].startswith("manual__") and r["state"] == "failed"])
+        manual = wait_for("the manual run to fail", lambda: failed_run("manual__"), progress)
         assert manual[0]["logical_date"] == ""
-        logs = list((home / "logs").glob(f"dag_id={dag_id}/run_id={manual[0]['run_id']}/task_id=snapshot_offsets/attempt=1.log"))
-        assert logs and "triggered without a logical date" in logs[0].read_text()
+        assert "triggered without a logical date" in first_task_log(manual[0]["run_id"])
+
+        # A trigger with a logical date after end_date: Airflow would give the run no task and call it a
+        # success; it has its tasks, and the first fails at once saying why.
+        after = cli("dags", "trigger", dag_id, "--logical-date", "2024-01-01T05:00:00+00:00", "--run-id", "after_end", "-o", "json")
+        assert after.returncode == 0, after.stderr[-2000:]
+        wait_for("the run after end_date to fail", lambda: failed_run("after_end"), progress)
+        assert task_states(db, dag_id, "after_end")["snapshot_offsets"] == "failed"
+        assert "ends after the pipeline's end_date 2024-01-01T04:00:00+00:00" in first_task_log("after_end")
+        assert published_watermarks(config) == final  # nothing ran past the bounds
     finally:
         for p in procs:
             stop_process_group(p)

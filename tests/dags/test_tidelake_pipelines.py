@@ -56,9 +56,9 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert bag.import_errors == {}
     assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_crm", "tidelake_shop"]
     dag = bag.dags["tidelake_shop"]
-    from airflow.timetables.interval import CronDataIntervalTimetable
+    from spark.airflow_plugin import PipelineTimetable
 
-    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert isinstance(dag.timetable, PipelineTimetable) and dag.timetable.summary == "0 * * * *"
     assert dag.max_active_runs == 1
     assert dag.params["on_bad_message"] == "fail"
     assert dag.params["on_table_error"] == "isolate"
@@ -125,10 +125,75 @@ def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: 
     write_pipeline(pipelines, "shop", body + '    end_date = "2024-01-02T00:00:00Z"\n')
     bag = dagbag()
     assert bag.import_errors == {}
-    assert bag.dags["tidelake_shop"].end_date is not None  # the pipeline's intervals stop
+    assert bag.dags["tidelake_shop"].timetable.end == dt.datetime(2024, 1, 2, tzinfo=UTC)  # the pipeline's intervals stop
     maintenance = bag.dags["tidelake-maintenance-shop"]
     (task,) = maintenance.tasks
     assert maintenance.end_date is None and task.end_date is None  # a run after it still has its task
+
+
+def test_the_pipelines_bounds_are_its_timetables_so_every_run_has_its_tasks(pipelines: Path, tmp_path: Path) -> None:
+    """Airflow gives a run outside the DAG's or a task's start_date/end_date no tasks (it "succeeds" doing nothing):
+    the bounds live in the timetable; the scheduler and backfills stay inside them, serialized and back."""
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    from spark.airflow_plugin import PipelineTimetable
+
+    body = VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+    write_pipeline(pipelines, "shop", body.replace("retries = 0", "retries = 0\n    catchup = true")
+                   + '    end_date = "2024-01-01T03:00:00Z"\n')
+    bag = dagbag()
+    assert bag.import_errors == {} and "config-error" not in bag.dags["tidelake_shop"].tags
+    dag = bag.dags["tidelake_shop"]
+    assert dag.end_date is None and all(t.end_date is None for t in dag.tasks)
+    # The start is also the DAG's default start_date: `airflow dags trigger` refuses a logical date before it.
+    assert dag.default_args["start_date"] == dag.start_date == T0 == dag.timetable.start
+    scheduler_side = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler reads
+    timetable = scheduler_side.timetable
+    assert isinstance(timetable, PipelineTimetable) and timetable == dag.timetable
+    assert all(t.end_date is None for t in scheduler_side.tasks)
+
+    def intervals(restriction: TimeRestriction) -> list[tuple[int, int]]:
+        found, last = [], None
+        while (info := timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)) is not None:
+            last = info.data_interval
+            found.append((last.start.hour, last.end.hour))
+            assert len(found) < 10
+        return found
+
+    # The scheduler (no DAG dates: no restriction) with catch-up: 00:00..03:00, nothing ending after end_date.
+    assert intervals(TimeRestriction(None, None, catchup=True)) == [(0, 1), (1, 2), (2, 3)]
+    # A backfill over 01:00..05:00 (interval starts): the bounds hold there too.
+    assert intervals(TimeRestriction(T0.replace(hour=1), T0.replace(hour=5), catchup=True)) == [(1, 2), (2, 3)]
+    assert "until 2024-01-01T03:00:00" in timetable.summary
+
+
+def test_a_run_outside_the_pipelines_bounds_fails_at_once_saying_why(pipelines: Path, tmp_path: Path, airflow_db: Path) -> None:
+    """A trigger gets the last complete interval before the trigger time, whatever its logical date: for a pipeline
+    that ended in 2024, one after end_date. The run has its tasks; the first fails, without retries, saying why."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dags.tidelake_pipelines import require_interval
+
+    name = f"bounded{uuid.uuid4().hex[:6]}"
+    path = write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                          .replace("retries = 0", "retries = 3") + '    end_date = "2024-01-01T03:00:00Z"\n')
+    dag = dagbag().dags[f"tidelake_{name}"]
+    first = dag.partial_subset(task_ids=["snapshot_offsets"], include_upstream=False)
+    logical = dt.datetime(2024, 1, 1, 5, tzinfo=UTC)  # after end_date
+    run = first.test(logical_date=logical)
+    ti = run.get_task_instance("snapshot_offsets")
+    assert ti is not None, "the run has no task (Airflow's task end_date filter)"
+    assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed" and ti.try_number == 1
+    config = __import__("spark.config", fromlist=["x"]).load_pipeline_config(str(path))
+    with pytest.raises(AirflowFailException) as raised:
+        require_interval(dag.dag_id, run.data_interval_start, run.data_interval_end, config, path)
+    assert f"ends after the pipeline's end_date 2024-01-01T03:00:00+00:00 ({path}: schedule.end_date)" in str(raised.value)
+    assert "move end_date in the file" in str(raised.value)
+    # The pipeline's own intervals pass; one starting before start_date does not.
+    require_interval(dag.dag_id, T0.replace(hour=2), T0.replace(hour=3), config, path)
+    with pytest.raises(AirflowFailException, match="starts before the pipeline's start_date 2024-01-01T00:00:00"):
+        require_interval(dag.dag_id, T0 - dt.timedelta(hours=1), T0, config, path)
 
 
 def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
