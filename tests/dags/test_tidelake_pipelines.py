@@ -485,3 +485,21 @@ def test_an_interval_that_is_done_skips_land_apply_and_publish(pipelines: Path, 
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is True  # work to do: go on
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is False  # done: skip the rest
     assert task.ignore_downstream_trigger_rules
+
+
+def test_without_tidelakes_airflow_plugin_a_pipeline_is_a_stand_in_saying_so(pipelines: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow serializes the pipeline's timetable only if the plugin registers it: found at parse time, for this
+    pipeline alone, not as an import error of the module later (which would stop every pipeline)."""
+    import airflow.plugins_manager
+
+    from dags.tidelake_pipelines import load_dags
+
+    path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    assert "config-error" not in load_dags(pipelines)["tidelake_shop"].tags
+    monkeypatch.setattr(airflow.plugins_manager, "get_timetables_plugins", lambda: {})  # tidelake not installed
+    stand_in = load_dags(pipelines)["tidelake_shop"]
+    assert "config-error" in stand_in.tags
+    assert stand_in.description.startswith(f"CONFIG ERROR: {path}: schedule: the DAG's timetable PipelineTimetable cannot "
+                                           "be serialized")
+    assert "install tidelake in the environment of the dag-processor, scheduler and api-server" in stand_in.description
