@@ -247,3 +247,47 @@ def test_duckdb_reads_tables_by_identifier_and_every_tag(pipeline, name: tuple[s
         expected = _rows(read_table(config, *upstream, w, metadata=True))
         got = con.execute(f"SELECT * FROM iceberg_scan(?, snapshot_from_id={snapshot.snapshot_id})", [location]).fetch_arrow_table()
         assert _rows(got) == expected and expected, (name, w)
+
+
+def test_the_earlier_catalog_name_moves_in_a_postgresql_catalog_too(tmp_path: Path) -> None:
+    """The production catalog: PostgreSQL. A table written under tidelake-<pipeline>, with a tag, reads the same after the move."""
+    import uuid
+
+    import psycopg2
+
+    from spark.config import PipelineConfig
+
+    db = f"tidelake_cat_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    try:
+        uri = f"postgresql+psycopg2://root@127.0.0.1:5432/{db}"
+        config = PipelineConfig.from_mapping({
+            "name": "shop-eu", "kafka": {"bootstrap_servers": "unused:9092"},
+            "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")},
+            "catalog": {"type": "sql", "properties": {"uri": uri, "warehouse": (tmp_path / "warehouse").as_uri()}},
+        }, "test")
+        earlier = cat.load_catalog("tidelake-shop-eu", **cat.catalog_properties(config))  # as an earlier version wrote it
+        earlier.create_namespace(("shop-eu",))
+        earlier.create_namespace(("shop-eu", "shop"))
+        table = earlier.create_table(("shop-eu", "shop", "items"), schema=pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [1, 2]}))
+        table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, "wm_7").commit()
+        table.append(pa.table({"id": [3]}))
+
+        cat.close_catalogs()
+        catalog = cat.open_catalog(config)
+        assert catalog.name == "tidelake_shop_eu"
+        moved = catalog.load_table(("shop-eu", "shop", "items"))
+        assert sorted(moved.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+        assert sorted(moved.scan(snapshot_id=moved.snapshot_by_name("wm_7").snapshot_id).to_arrow()["id"].to_pylist()) == [1, 2]
+        with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+            cur.execute("SELECT DISTINCT catalog_name FROM iceberg_tables UNION SELECT DISTINCT catalog_name "
+                        "FROM iceberg_namespace_properties")
+            assert cur.fetchall() == [("tidelake_shop_eu",)]
+        assert cat.migrate_catalog_name(catalog, config) == (0, 0)
+    finally:
+        cat.close_catalogs()
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
