@@ -304,13 +304,15 @@ def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
         dag_id=maintenance_dag_id_of(config.name),
         description=f"maintenance of tidelake pipeline {config.name}: retention, snapshot expiry, file deletion",
         schedule=CronDataIntervalTimetable(config.maintenance.schedule, timezone="UTC"),
-        start_date=pendulum.parse(schedule.start_date),
         # No end_date: a bounded pipeline's tables still age through the retention tiers and
         # need expiry after its last interval (and Airflow gives a run past a DAG's end_date no
         # tasks, so a trigger would do nothing).
         catchup=False,  # missed maintenance runs are not owed: the next one does their work
         max_active_runs=1,
         default_args={
+            # As for the pipeline DAG: `airflow dags trigger` then refuses a logical date before it,
+            # where Airflow would give the run no task.
+            "start_date": pendulum.parse(schedule.start_date),
             "retries": schedule.retries,
             "retry_delay": pendulum.duration(minutes=5),
             "execution_timeout": schedule.execution_timeout,

@@ -129,6 +129,8 @@ def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: 
     maintenance = bag.dags["tidelake-maintenance-shop"]
     (task,) = maintenance.tasks
     assert maintenance.end_date is None and task.end_date is None  # a run after it still has its task
+    # Its start is a default argument, which `airflow dags trigger` checks a logical date against.
+    assert maintenance.default_args["start_date"] == maintenance.start_date == T0
 
 
 def test_the_pipelines_bounds_are_its_timetables_so_every_run_has_its_tasks(pipelines: Path, tmp_path: Path) -> None:
