@@ -8,8 +8,8 @@ at once; whichever comes second waits ``lease_wait_seconds`` and then fails and 
 Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
 in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
 
-Each run covers its data interval [data_interval_start, data_interval_end) of a
-``CronDataIntervalTimetable``; runs of one pipeline never overlap (max_active_runs=1) and
+Each run covers its data interval [data_interval_start, data_interval_end) of the pipeline's
+cron, bounded by its start and end dates (``spark/jobs/airflow_plugin.py``); runs of one pipeline never overlap (max_active_runs=1) and
 every task is safe to retry: offsets are snapshotted once per interval, manifests and
 checkpoints are create-only, and apply brings every table to the interval's watermark
 whatever state it finds. Replay with ``airflow backfill create --dag-id tidelake_<name>
@@ -24,14 +24,21 @@ would mark every DAG defined here stale (``_update_import_errors`` flags all DAG
 fileloc is the erring file), so the healthy pipelines would stop being scheduled. One
 Python file per pipeline would give each its own import error, but doubles what an
 operator deploys and breaks the ``TIDELAKE_PIPELINES`` folder that deploy/ mounts. So a file
-that does not validate becomes a *stand-in DAG* under the id its pipeline has (or would
-have): unscheduled, tagged ``config-error``, its description and docs stating the file,
-the key and what was expected, and one task ``config_error`` that fails with that message
-if anyone runs it. An Airflow user sees the broken pipeline where they look for it -- in
-the DAG list, with the error -- while every other pipeline keeps its schedule; because the
-stand-in creates no runs, fixing the file resumes the pipeline where its schedule left off
-(with catch-up, the missed intervals run), exactly as after an import error. The error is
-also logged by the dag-processor.
+that does not validate becomes *stand-in DAGs* under the ids its pipeline has (or would
+have), the pipeline's and its maintenance DAG's: unscheduled, tagged ``config-error``, their
+description and docs stating the file, the key and what was expected. An Airflow user sees
+the broken pipeline where they look for it -- in the DAG list, with the error -- while every
+other pipeline keeps its schedule; because a stand-in creates no runs, fixing the file
+resumes the pipeline where its schedule left off (with catch-up, the missed intervals run).
+
+A stand-in has its pipeline's task ids, each a sensor that waits (reschedule mode) for the
+file to be fixed, logging the error at every poke. A file edited while a run is in flight
+(with Airflow's unversioned local bundle, a running run follows the DAG's latest version) so
+neither removes the run's tasks nor adds any: the run's next task waits, and once the file
+validates it runs the pipeline's own task on the same try -- what Airflow itself does for a
+task whose DAG it cannot load at start (``[workers] missing_dag_retries``), without its
+three-minute limit. A stand-in task fails after ``STAND_IN_WAIT`` (then fix the file and
+``airflow tasks clear`` the run). The error is also logged by the dag-processor.
 """
 
 from __future__ import annotations
@@ -43,11 +50,12 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, get_parsing_context, task
+from airflow.sdk import DAG, Asset, BaseSensorOperator, Param, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 import spark.jobs
+from spark.jobs.airflow_plugin import PipelineTimetable
 from spark.config import PipelineConfig, load_pipeline_config
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,9 @@ PIPELINES = Path(os.environ.get("TIDELAKE_PIPELINES", Path(__file__).parent / "p
 PIPELINE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 INTERVAL_ARGS = ["--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"]
 CONFIG_ERROR_TAG = "config-error"
+# The tasks of a pipeline's DAG and of its maintenance DAG, in order: their stand-ins keep them.
+PIPELINE_TASK_IDS = ("snapshot_offsets", "confirm_if_done", "land", "apply", "publish")
+MAINTENANCE_TASK_IDS = ("maintain",)
 
 
 def dag_id_of(pipeline: str) -> str:
@@ -131,13 +142,15 @@ def load_task_config(path: Path) -> PipelineConfig:
     return from_environment(load_pipeline_config(str(path)))
 
 
-def require_interval(dag_id: str, start: Any, end: Any) -> None:
-    """Fail a run without a data interval at once, saying how to start one that has it.
+def require_interval(dag_id: str, start: Any, end: Any, config: PipelineConfig | None = None, path: Path | None = None) -> None:
+    """Fail a run without a data interval, or with one outside the pipeline's bounds, at once, saying what to do.
 
-    ``airflow dags trigger`` without ``--logical-date`` creates such a run. Guessing an
-    interval for it would re-run one the scheduler owns without the run showing which; with
-    any logical date, Airflow 3.3's CLI gives the run the last complete interval before the
-    trigger time (the REST API: before the logical date), shown on the run like any other.
+    ``airflow dags trigger`` without ``--logical-date`` creates a run without an interval.
+    Guessing one for it would re-run one the scheduler owns without the run showing which;
+    with any logical date, Airflow 3.3's CLI gives the run the last complete interval before
+    the trigger time (the REST API: before the logical date), shown on the run like any other
+    -- and for a bounded pipeline that interval may lie past ``[schedule] end_date``, which no
+    interval of the pipeline crosses (the timetable schedules none there: spark/jobs/airflow_plugin.py).
     """
     if start is None or end is None:
         raise AirflowFailException(
@@ -147,6 +160,49 @@ def require_interval(dag_id: str, start: Any, end: Any) -> None:
             f"to run the last complete interval now: airflow dags trigger {dag_id} --logical-date <now, e.g. "
             "$(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)"
         )
+    if config is None:
+        return
+    first, last = pendulum.parse(config.schedule.start_date), config.schedule.end_date and pendulum.parse(config.schedule.end_date)
+    interval = f"{pendulum.instance(start).isoformat()}..{pendulum.instance(end).isoformat()}"
+    if last is not None and end > last:
+        raise AirflowFailException(
+            f"{dag_id}: this run's data interval {interval} ends after the pipeline's end_date {last.isoformat()} "
+            f"({path}: schedule.end_date), and no interval of the pipeline does (a triggered run gets the last complete "
+            "interval before the trigger time, whatever its logical date). To run intervals after it, move end_date in "
+            f"the file; to run one before it: airflow backfill create --dag-id {dag_id} --from-date <its start> "
+            "--to-date <its start> (docs/operating.md)"
+        )
+    if start < first:
+        raise AirflowFailException(
+            f"{dag_id}: this run's data interval {interval} starts before the pipeline's start_date {first.isoformat()} "
+            f"({path}: schedule.start_date), and no interval of the pipeline does. To run earlier intervals, move "
+            "start_date in the file (docs/operating.md)"
+        )
+
+
+def pipeline_timetable(config: PipelineConfig) -> PipelineTimetable:
+    """The pipeline's cron intervals within its ``start_date`` and ``end_date`` (exclusive: no interval ends after it)."""
+    schedule = config.schedule
+    return PipelineTimetable(schedule.cron, "UTC", start=pendulum.parse(schedule.start_date),
+                             end=pendulum.parse(schedule.end_date) if schedule.end_date else None)
+
+
+def require_registered(timetable: PipelineTimetable, path: Path) -> None:
+    """Fail this pipeline alone if Airflow cannot serialize its timetable (tidelake's plugin is not loaded).
+
+    Found later, by the dag-processor, it would be an import error of this module: every
+    pipeline's DAG stale.
+    """
+    from airflow.serialization.encoders import encode_timetable
+
+    try:
+        encode_timetable(timetable)
+    except Exception as exc:  # noqa: BLE001 - TimetableNotRegistered, or whatever stops serialization
+        raise ValueError(
+            f"{path}: schedule: the DAG's timetable {type(timetable).__qualname__} cannot be serialized ({exc}); it is registered by "
+            "tidelake's Airflow plugin, the airflow.plugins entry point of the tidelake package: install tidelake in the "
+            "environment of the dag-processor, scheduler and api-server (deploy/README.md)"
+        ) from exc
 
 
 def build_dag(config: PipelineConfig, path: Path) -> DAG:
@@ -156,13 +212,15 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
     with DAG(
         dag_id=dag_id,
         description=f"CDC {', '.join(t.name for t in config.topics)} -> Iceberg namespace {config.namespace}",
-        schedule=CronDataIntervalTimetable(schedule.cron, timezone="UTC"),
-        start_date=pendulum.parse(schedule.start_date),
-        # Airflow schedules every interval that *starts* at or before end_date; ours is exclusive.
-        end_date=pendulum.parse(schedule.end_date).subtract(microseconds=1) if schedule.end_date else None,
+        # The bounds live in the timetable, not in the DAG's end_date: Airflow gives a run past a
+        # DAG's (its tasks') end_date no tasks at all, so a trigger there "succeeded" doing nothing.
+        schedule=pipeline_timetable(config),
         catchup=schedule.catchup,
         max_active_runs=1,
         default_args={
+            # As a default argument, the start is also checked by `airflow dags trigger`, which refuses
+            # a logical date before it saying so (a run before a task's start_date would have no tasks).
+            "start_date": pendulum.parse(schedule.start_date),
             "retries": schedule.retries,
             "retry_delay": pendulum.duration(minutes=1),
             "execution_timeout": schedule.execution_timeout,
@@ -182,7 +240,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
 
         @task
         def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
-            require_interval(dag_id, data_interval_start, data_interval_end)
+            require_interval(dag_id, data_interval_start, data_interval_end, config, path)
             from spark.archive.offsets import snapshot_offsets as snapshot
 
             ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
@@ -246,13 +304,15 @@ def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
         dag_id=maintenance_dag_id_of(config.name),
         description=f"maintenance of tidelake pipeline {config.name}: retention, snapshot expiry, file deletion",
         schedule=CronDataIntervalTimetable(config.maintenance.schedule, timezone="UTC"),
-        start_date=pendulum.parse(schedule.start_date),
         # No end_date: a bounded pipeline's tables still age through the retention tiers and
         # need expiry after its last interval (and Airflow gives a run past a DAG's end_date no
         # tasks, so a trigger would do nothing).
         catchup=False,  # missed maintenance runs are not owed: the next one does their work
         max_active_runs=1,
         default_args={
+            # As for the pipeline DAG: `airflow dags trigger` then refuses a logical date before it,
+            # where Airflow would give the run no task.
+            "start_date": pendulum.parse(schedule.start_date),
             "retries": schedule.retries,
             "retry_delay": pendulum.duration(minutes=5),
             "execution_timeout": schedule.execution_timeout,
@@ -266,29 +326,60 @@ def build_maintenance_dag(config: PipelineConfig, path: Path) -> DAG:
     return dag
 
 
-def config_error_dag(dag_id: str, path: Path, error: str) -> DAG:
-    """The stand-in for a pipeline file that does not validate (see the module docstring)."""
+# A stand-in task polls like Airflow's own reschedule of a task whose DAG it cannot load
+# ([workers] missing_dag_retry_delay); it gives up after a sensor's default timeout.
+STAND_IN_POKE = pendulum.duration(seconds=60)
+STAND_IN_WAIT = pendulum.duration(days=7)
+
+
+class WaitForValidPipelineFile(BaseSensorOperator):
+    """A stand-in's task: waits, in reschedule mode, until the pipeline file validates again.
+
+    Every poke is a new try's process, which parses the file afresh: while it is broken, this
+    stand-in task runs and logs the error as it is now; once it validates, the try after the
+    fix runs the pipeline's own task under the same task id (a reschedule keeps the try number).
+    It never succeeds: that would mark the pipeline's task done without running it.
+    """
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(mode="reschedule", poke_interval=STAND_IN_POKE, timeout=STAND_IN_WAIT, retries=0, **kwargs)
+        self.message = message
+
+    def poke(self, context: Any) -> bool:
+        log.error("%s; %s waits for it to be fixed (poking every %s, for %s at most), then runs the pipeline's own task",
+                  self.message, self.task_id, STAND_IN_POKE.in_words(), STAND_IN_WAIT.in_words())
+        return False
+
+
+def config_error_dag(dag_id: str, path: Path, error: str, task_ids: tuple[str, ...]) -> DAG:
+    """A stand-in for a pipeline file that does not validate (see the module docstring).
+
+    ``task_ids``: the tasks of the DAG it stands in for, chained in that order, so a run in
+    flight when the file broke keeps its tasks and waits.
+    """
     message = f"tidelake pipeline file {path} is invalid: {error}"
     with DAG(
         dag_id=dag_id,
         description=f"CONFIG ERROR: {error}",
-        doc_md=f"**This pipeline is not running.** Fix the file and the DAG comes back with its schedule.\n\n"
+        doc_md=f"**This pipeline is not running.** Fix the file and the DAG comes back with its schedule; "
+               f"a run that was in flight waits for the fix (at most {STAND_IN_WAIT.in_words()}) and goes on.\n\n"
                f"```\n{message}\n```",
         schedule=None,
+        max_active_runs=1,
         tags=["tidelake", CONFIG_ERROR_TAG],
         auto_register=False,
     ) as dag:
-
-        @task(task_id="config_error", retries=0)
-        def config_error() -> None:
-            raise AirflowFailException(message)
-
-        config_error()
+        previous = None
+        for task_id in task_ids:
+            waiting = WaitForValidPipelineFile(task_id=task_id, message=message)
+            if previous is not None:
+                previous >> waiting
+            previous = waiting
     return dag
 
 
-def _stand_in_ids(path: Path) -> list[str]:
-    """DAG ids a broken file's stand-in may take, best first: its pipeline's id, then one from the file name."""
+def _stand_in_names(path: Path) -> list[str]:
+    """Pipeline names a broken file's stand-ins may take, best first: the file's ``name``, then its file name."""
     candidates = []
     try:
         import json
@@ -305,10 +396,10 @@ def _stand_in_ids(path: Path) -> list[str]:
             doc = yaml.safe_load(text)
         name = doc.get("name") if isinstance(doc, dict) else None
         if isinstance(name, str) and name:
-            candidates.append(dag_id_of(name))
+            candidates.append(name)
     except Exception:  # noqa: BLE001 - an unreadable file falls back to its file name
         pass
-    candidates.append(dag_id_of(path.stem))
+    candidates.append(path.stem)
     return candidates
 
 
@@ -333,6 +424,7 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
             # What the DagBag would check (the timetable, params) fails here, for this file alone.
             dag.validate()
             maintenance.validate()
+            require_registered(dag.timetable, path)
             dags[dag_id] = dag
             dags[maintenance.dag_id] = maintenance
             sources[dag_id] = path
@@ -341,13 +433,16 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
             error = str(exc) if str(exc).startswith(str(path)) else f"{path}: {type(exc).__name__}: {exc}"
             broken.append((path, error))
     for path, error in broken:
-        free = [d for d in _stand_in_ids(path) if d not in dags]
+        free = [n for n in _stand_in_names(path) if dag_id_of(n) not in dags and maintenance_dag_id_of(n) not in dags]
         if not free:
-            log.error("no DAG id left for the stand-in of %s (taken by %s)", path, ", ".join(_stand_in_ids(path)))
+            log.error("no DAG id left for the stand-in of %s (taken by %s)", path,
+                      ", ".join(dag_id_of(n) for n in _stand_in_names(path)))
             continue
-        if parsing_for in (None, free[0]):
-            log.error("tidelake pipeline file is invalid, its DAG %s is a stand-in: %s", free[0], error)
-        dags[free[0]] = config_error_dag(free[0], path, error)
+        dag_id, maintenance_id = dag_id_of(free[0]), maintenance_dag_id_of(free[0])
+        if parsing_for in (None, dag_id, maintenance_id):
+            log.error("tidelake pipeline file is invalid, its DAGs %s and %s are stand-ins: %s", dag_id, maintenance_id, error)
+        dags[dag_id] = config_error_dag(dag_id, path, error, PIPELINE_TASK_IDS)
+        dags[maintenance_id] = config_error_dag(maintenance_id, path, error, MAINTENANCE_TASK_IDS)
     return dags
 
 

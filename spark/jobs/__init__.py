@@ -1,4 +1,5 @@
-"""Thin entry points for spark-submit; each parses arguments and calls one tested function.
+"""Thin entry points for spark-submit (each parses arguments and calls one tested function) and for Airflow
+(``airflow_plugin``: the pipeline DAGs' timetable).
 
 What a task log shows: diagnostics go through ``logging`` to stderr (Spark's own log4j lines
 at WARN unless ``--verbose`` or ``TIDELAKE_SPARK_LOG_LEVEL`` asks for more); the job's result

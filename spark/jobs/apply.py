@@ -16,6 +16,12 @@ import datetime as dt
 import sys
 from typing import Any
 
+if __name__ == "__main__":  # run by spark-submit: this file is the installation's, the library may be the --py-files archive
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
+
 from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
 from spark.cli.report import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text

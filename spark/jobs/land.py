@@ -12,6 +12,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+if __name__ == "__main__":  # run by spark-submit: this file is the installation's, the library may be the --py-files archive
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
+
 from spark.jobs import emit, human_bytes, interval_job, utc_text
 from spark.archive.land import LandResult, SparkRunner, land_interval
 

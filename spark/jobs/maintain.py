@@ -14,6 +14,12 @@ import argparse
 import sys
 from typing import Sequence
 
+if __name__ == "__main__":  # run by spark-submit: this file is the installation's, the library may be the --py-files archive
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
+
 from cdc_codecs import ConfigError, TidelakeError
 from spark.jobs import _configure_logging, emit, log
 

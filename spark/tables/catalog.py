@@ -29,6 +29,14 @@ UUID, files and tags stay, and published Ws find it by UUID under the name it ha
 
 Catalogs written before this scheme named tables ``(<pipeline namespace>, "<db>.<table>")``;
 ``open_catalog`` renames those once (``migrate_identifiers``).
+
+The catalog itself is named ``catalog_name(pipeline)``, ``tidelake_<pipeline>`` with every
+character outside ``[A-Za-z0-9_]`` as ``_``: an identifier every engine takes unquoted. It is
+what a SQL (JDBC) catalog keys its rows by (``catalog_name``), so another engine reading the
+same database through Iceberg's JdbcCatalog must register the catalog under that name (Spark:
+``spark.sql.catalog.tidelake_shop``) or set it (Trino: ``iceberg.jdbc-catalog.catalog-name``).
+Catalogs written before were ``tidelake-<pipeline>``: ``open_catalog`` moves their rows to the
+new name once (``migrate_catalog_name``).
 """
 
 from __future__ import annotations
@@ -92,12 +100,71 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
 _CATALOGS: dict[tuple[str, str, tuple[tuple[str, str], ...]], Catalog] = {}
 
 
+def catalog_name(pipeline: str) -> str:
+    """The pipeline's Iceberg catalog name: ``tidelake_<pipeline>``, every character outside ``[A-Za-z0-9_]`` as ``_``.
+
+    Pipeline names are letters, digits, ``_``, ``.`` and ``-`` (``spark.config``), so ``shop-eu.1``
+    is ``tidelake_shop_eu_1``. Two pipelines whose names differ only there share a catalog name;
+    in one SQL catalog database they then need different namespaces (the default namespace is
+    the pipeline name, so they differ unless both set ``[catalog] namespace`` alike).
+    """
+    return "tidelake_" + "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in pipeline)
+
+
+def legacy_catalog_name(pipeline: str) -> str:
+    """The catalog name of tidelake before ``catalog_name``: a SQL identifier only when quoted."""
+    return f"tidelake-{pipeline}"
+
+
+def migrate_catalog_name(catalog: Catalog, config: PipelineConfig) -> tuple[int, int]:
+    """Move a SQL catalog's rows from ``legacy_catalog_name`` to ``catalog.name``: (tables, namespace properties) moved.
+
+    A JDBC catalog keys every row by its catalog name, so the rename is two UPDATEs in one
+    transaction; the tables' metadata, files, snapshots and tags are untouched. Idempotent and
+    safe to race (a second run finds nothing to move). A commit by a process still running the
+    earlier version then fails (its row is gone) and its retry, on this version, commits under
+    the new name. A namespace property an earlier version wrote again after the move is
+    dropped when the new name holds it already; a table under both names is an error naming it.
+    """
+    from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, SqlCatalog
+    from sqlalchemy import delete, select, update
+    from sqlalchemy.orm import Session
+
+    old = legacy_catalog_name(config.name)
+    if not isinstance(catalog, SqlCatalog) or old == catalog.name:
+        return 0, 0
+    with Session(catalog.engine) as session, session.begin():
+        def keys(model: Any, *columns: Any, name: str) -> set[tuple[str, ...]]:
+            return {tuple(r) for r in session.execute(select(*columns).where(model.catalog_name == name))}
+
+        tables = IcebergTables.table_namespace, IcebergTables.table_name
+        both = keys(IcebergTables, *tables, name=old) & keys(IcebergTables, *tables, name=catalog.name)
+        if both:
+            raise ConfigError(
+                f"pipeline {config.name}: the SQL catalog holds tables under both its catalog name {catalog.name!r} and the "
+                f"earlier {old!r}: {sorted('.'.join(t) for t in both)}; keep one of each (drop the other's row) and rerun"
+            )
+        props = IcebergNamespaceProperties.namespace, IcebergNamespaceProperties.property_key
+        for namespace, key in keys(IcebergNamespaceProperties, *props, name=old) & keys(IcebergNamespaceProperties, *props,
+                                                                                          name=catalog.name):
+            session.execute(delete(IcebergNamespaceProperties).where(
+                IcebergNamespaceProperties.catalog_name == old, IcebergNamespaceProperties.namespace == namespace,
+                IcebergNamespaceProperties.property_key == key))
+        rows_only = {"synchronize_session": False}  # no ORM objects are loaded: plain UPDATEs
+        moved_tables = session.execute(update(IcebergTables).where(IcebergTables.catalog_name == old)
+                                       .values(catalog_name=catalog.name), execution_options=rows_only).rowcount
+        moved_props = session.execute(update(IcebergNamespaceProperties).where(IcebergNamespaceProperties.catalog_name == old)
+                                      .values(catalog_name=catalog.name), execution_options=rows_only).rowcount
+    return moved_tables, moved_props
+
+
 def open_catalog(config: PipelineConfig) -> Catalog:
     properties = catalog_properties(config)
     key = (config.name, config.namespace, tuple(sorted(properties.items())))
     catalog = _CATALOGS.get(key)
     if catalog is None:
-        catalog = load_catalog(f"tidelake-{config.name}", **properties)
+        catalog = load_catalog(catalog_name(config.name), **properties)
+        migrate_catalog_name(catalog, config)  # before anything is created under the new name
         ensure_namespace(catalog, pipeline_namespace(config))
         migrate_identifiers(catalog, config)
         _CATALOGS[key] = catalog

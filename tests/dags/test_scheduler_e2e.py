@@ -37,15 +37,46 @@ T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
-def wait_for(what: str, check, timeout: float = 420.0, every: float = 2.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+def wait_for(what: str, check, progress, stall: float = 300.0, every: float = 2.0):
+    """Poll ``check`` until it returns something truthy, for as long as ``progress()`` keeps changing.
+
+    Fails only when nothing moved for ``stall`` seconds -- no task changed state, no try was
+    rescheduled, no running task heartbeat, no DAG version parsed -- so a loaded machine that
+    runs slower but runs is never failed, and a stuck scheduler fails in minutes.
+    """
+    seen, since, last = progress(), time.monotonic(), None
+    while True:
         last = check()
         if last:
             return last
+        now = progress()
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since > stall:
+            raise AssertionError(f"no progress for {stall:.0f} s waiting for {what} (last: {last!r}; state: {now!r})")
         time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def scheduler_progress(db: str):
+    """What moves while Airflow works: task states and tries, reschedules, task heartbeats, runs, DAG versions."""
+    with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT dag_id, run_id, task_id, state, try_number FROM task_instance ORDER BY 1, 2, 3")
+        tasks = cur.fetchall()
+        cur.execute("SELECT count(*), max(last_heartbeat_at) FROM task_instance")
+        beats = cur.fetchone()
+        cur.execute("SELECT count(*) FROM task_reschedule")
+        reschedules = cur.fetchone()
+        cur.execute("SELECT dag_id, run_id, state FROM dag_run ORDER BY 1, 2")
+        runs = cur.fetchall()
+        cur.execute("SELECT count(*) FROM dag_version")
+        versions = cur.fetchone()
+    return tasks, beats, reschedules, runs, versions
+
+
+def task_states(db: str, dag_id: str, run_id: str) -> dict[str, str | None]:
+    with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
+        return dict(cur.fetchall())
 
 
 def json_out(done: subprocess.CompletedProcess):
@@ -81,6 +112,8 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        # The DAG file reads the pipeline files: re-parse it often, so an edit shows within seconds.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "TIDELAKE_PIPELINES": str(pipelines),
     }
@@ -115,7 +148,10 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
 
         dag_id = "tidelake_sched"
-        wait_for("the DAG to be parsed", lambda: dag_id in cli("dags", "list", "-o", "json").stdout)
+        def progress():
+            return scheduler_progress(db)
+
+        wait_for("the DAG to be parsed", lambda: dag_id in cli("dags", "list", "-o", "json").stdout, progress)
         assert cli("dags", "unpause", dag_id).returncode == 0
 
         def runs() -> list[dict]:
@@ -135,7 +171,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             ok = [r for r in rs if r["state"] == "success"]
             return rs if len(ok) >= expected else None
 
-        wait_for("three scheduled runs", lambda: all_done(3))
+        wait_for("three scheduled runs", lambda: all_done(3), progress)
         config = load_pipeline_config(str(path))
         marks = published_watermarks(config)
         assert len(marks) == 3
@@ -180,7 +216,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
                      and dt.datetime.fromisoformat(r["end_date"]) > backfill_started]
             return again or None
 
-        wait_for("the backfill run", backfilled)
+        wait_for("the backfill run", backfilled, progress)
         assert len(runs()) == 3, runs()  # the backfill re-ran the middle interval and created none
         # It confirmed a published W: readers of main saw nothing move back, tags are unchanged,
         # downstream got no event.
@@ -188,9 +224,39 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert {w: {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, w)[1].items()} for w in marks} == tags_before
         assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == marks
 
-        # The schedule continues: the next interval (03:00) becomes due.
-        path.write_text(path.read_text().replace('end_date = "2024-01-01T03:00:00Z"', 'end_date = "2024-01-01T04:00:00Z"'))
-        wait_for("the next scheduled run", lambda: all_done(4))
+        # The schedule continues: the next interval (03:00) becomes due. While it is in flight the file
+        # gets a typo: its stand-in must take none of the run's tasks away nor add its own; the run waits,
+        # and goes on once the file is fixed.
+        good = path.read_text().replace('end_date = "2024-01-01T03:00:00Z"', 'end_date = "2024-01-01T04:00:00Z"')
+        path.write_text(good)
+        fourth = wait_for("the fourth run to start", lambda: [r for r in runs() if r["logical_date"].startswith("2024-01-01T03:00")],
+                          progress)[0]
+        assert cli("dags", "pause", dag_id).returncode == 0  # its next tasks wait until the stand-in is parsed
+        assert fourth["state"] != "success", "the fourth run ended before the test could edit its file"
+        path.write_text(good.replace('protocol = "open-protocol"', 'protocol = "open-protocl"'))
+
+        def stand_in_parsed():
+            details = json_out(cli("dags", "details", dag_id, "-o", "json"))
+            return details and "CONFIG ERROR" in (details[0].get("description") or "")
+
+        wait_for("the stand-in to replace the DAG", stand_in_parsed, progress)
+        assert cli("dags", "unpause", dag_id).returncode == 0
+
+        def waiting():
+            states = task_states(db, dag_id, fourth["run_id"])
+            return states if "up_for_reschedule" in states.values() else None
+
+        states = wait_for("a task of the fourth run to wait for the fixed file", waiting, progress)
+        assert set(states) == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}, states
+        assert "removed" not in states.values() and "failed" not in states.values(), states
+        (waiter,) = [t for t, state in states.items() if state == "up_for_reschedule"]
+        log = home / "logs" / f"dag_id={dag_id}" / f"run_id={fourth['run_id']}" / f"task_id={waiter}" / "attempt=1.log"
+        assert f"{path}: topics[0].protocol: expected one of" in log.read_text() and "waits for it to be fixed" in log.read_text()
+        path.write_text(good)
+        wait_for("the fourth run to go on once the file is fixed", lambda: all_done(4), progress)
+        states = task_states(db, dag_id, fourth["run_id"])
+        assert states == {"snapshot_offsets": "success", "confirm_if_done": "success", "land": "success", "apply": "success",
+                          "publish": "success"}, states
         final = published_watermarks(config)
         assert final[:3] == marks and len(final) == 4 and final[3] > marks[-1]
         assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == final
@@ -203,13 +269,28 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert {k: normalise(v.to_pylist()) for k, v in read_pipeline(config, final[-1])[1].items()} == expected
 
         # A manual trigger without a logical date fails in its first task, saying what to do.
+        def failed_run(prefix: str):
+            return [r for r in runs() if r["run_id"].startswith(prefix) and r["state"] == "failed"] or None
+
+        def first_task_log(run_id: str) -> str:
+            logs = list((home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id=snapshot_offsets/attempt=1.log"))
+            assert logs, f"{run_id}: snapshot_offsets did not run: {task_states(db, dag_id, run_id)}"
+            return logs[0].read_text()
+
         triggered = cli("dags", "trigger", dag_id, "-o", "json")
         assert triggered.returncode == 0, triggered.stderr[-2000:]
-        manual = wait_for("the manual run to fail",
-                          lambda: [r for r in runs() if r["run_id"].startswith("manual__") and r["state"] == "failed"])
+        manual = wait_for("the manual run to fail", lambda: failed_run("manual__"), progress)
         assert manual[0]["logical_date"] == ""
-        logs = list((home / "logs").glob(f"dag_id={dag_id}/run_id={manual[0]['run_id']}/task_id=snapshot_offsets/attempt=1.log"))
-        assert logs and "triggered without a logical date" in logs[0].read_text()
+        assert "triggered without a logical date" in first_task_log(manual[0]["run_id"])
+
+        # A trigger with a logical date after end_date: Airflow would give the run no task and call it a
+        # success; it has its tasks, and the first fails at once saying why.
+        after = cli("dags", "trigger", dag_id, "--logical-date", "2024-01-01T05:00:00+00:00", "--run-id", "after_end", "-o", "json")
+        assert after.returncode == 0, after.stderr[-2000:]
+        wait_for("the run after end_date to fail", lambda: failed_run("after_end"), progress)
+        assert task_states(db, dag_id, "after_end")["snapshot_offsets"] == "failed"
+        assert "ends after the pipeline's end_date 2024-01-01T04:00:00+00:00" in first_task_log("after_end")
+        assert published_watermarks(config) == final  # nothing ran past the bounds
     finally:
         for p in procs:
             stop_process_group(p)

@@ -56,9 +56,9 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert bag.import_errors == {}
     assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_crm", "tidelake_shop"]
     dag = bag.dags["tidelake_shop"]
-    from airflow.timetables.interval import CronDataIntervalTimetable
+    from spark.jobs.airflow_plugin import PipelineTimetable
 
-    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert isinstance(dag.timetable, PipelineTimetable) and dag.timetable.summary == "0 * * * *"
     assert dag.max_active_runs == 1
     assert dag.params["on_bad_message"] == "fail"
     assert dag.params["on_table_error"] == "isolate"
@@ -125,23 +125,88 @@ def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: 
     write_pipeline(pipelines, "shop", body + '    end_date = "2024-01-02T00:00:00Z"\n')
     bag = dagbag()
     assert bag.import_errors == {}
-    assert bag.dags["tidelake_shop"].end_date is not None  # the pipeline's intervals stop
+    assert bag.dags["tidelake_shop"].timetable.end == dt.datetime(2024, 1, 2, tzinfo=UTC)  # the pipeline's intervals stop
     maintenance = bag.dags["tidelake-maintenance-shop"]
     (task,) = maintenance.tasks
     assert maintenance.end_date is None and task.end_date is None  # a run after it still has its task
+    # Its start is a default argument, which `airflow dags trigger` checks a logical date against.
+    assert maintenance.default_args["start_date"] == maintenance.start_date == T0
+
+
+def test_the_pipelines_bounds_are_its_timetables_so_every_run_has_its_tasks(pipelines: Path, tmp_path: Path) -> None:
+    """Airflow gives a run outside the DAG's or a task's start_date/end_date no tasks (it "succeeds" doing nothing):
+    the bounds live in the timetable; the scheduler and backfills stay inside them, serialized and back."""
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    from spark.jobs.airflow_plugin import PipelineTimetable
+
+    body = VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+    write_pipeline(pipelines, "shop", body.replace("retries = 0", "retries = 0\n    catchup = true")
+                   + '    end_date = "2024-01-01T03:00:00Z"\n')
+    bag = dagbag()
+    assert bag.import_errors == {} and "config-error" not in bag.dags["tidelake_shop"].tags
+    dag = bag.dags["tidelake_shop"]
+    assert dag.end_date is None and all(t.end_date is None for t in dag.tasks)
+    # The start is also the DAG's default start_date: `airflow dags trigger` refuses a logical date before it.
+    assert dag.default_args["start_date"] == dag.start_date == T0 == dag.timetable.start
+    scheduler_side = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler reads
+    timetable = scheduler_side.timetable
+    assert isinstance(timetable, PipelineTimetable) and timetable == dag.timetable
+    assert all(t.end_date is None for t in scheduler_side.tasks)
+
+    def intervals(restriction: TimeRestriction) -> list[tuple[int, int]]:
+        found, last = [], None
+        while (info := timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)) is not None:
+            last = info.data_interval
+            found.append((last.start.hour, last.end.hour))
+            assert len(found) < 10
+        return found
+
+    # The scheduler (no DAG dates: no restriction) with catch-up: 00:00..03:00, nothing ending after end_date.
+    assert intervals(TimeRestriction(None, None, catchup=True)) == [(0, 1), (1, 2), (2, 3)]
+    # A backfill over 01:00..05:00 (interval starts): the bounds hold there too.
+    assert intervals(TimeRestriction(T0.replace(hour=1), T0.replace(hour=5), catchup=True)) == [(1, 2), (2, 3)]
+    assert "until 2024-01-01T03:00:00" in timetable.summary
+
+
+def test_a_run_outside_the_pipelines_bounds_fails_at_once_saying_why(pipelines: Path, tmp_path: Path, airflow_db: Path) -> None:
+    """A trigger gets the last complete interval before the trigger time, whatever its logical date: for a pipeline
+    that ended in 2024, one after end_date. The run has its tasks; the first fails, without retries, saying why."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dags.tidelake_pipelines import require_interval
+
+    name = f"bounded{uuid.uuid4().hex[:6]}"
+    path = write_pipeline(pipelines, name, VALID.format(name=name, bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+                          .replace("retries = 0", "retries = 3") + '    end_date = "2024-01-01T03:00:00Z"\n')
+    dag = dagbag().dags[f"tidelake_{name}"]
+    first = dag.partial_subset(task_ids=["snapshot_offsets"], include_upstream=False)
+    logical = dt.datetime(2024, 1, 1, 5, tzinfo=UTC)  # after end_date
+    run = first.test(logical_date=logical)
+    ti = run.get_task_instance("snapshot_offsets")
+    assert ti is not None, "the run has no task (Airflow's task end_date filter)"
+    assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed" and ti.try_number == 1
+    config = __import__("spark.config", fromlist=["x"]).load_pipeline_config(str(path))
+    with pytest.raises(AirflowFailException) as raised:
+        require_interval(dag.dag_id, run.data_interval_start, run.data_interval_end, config, path)
+    assert f"ends after the pipeline's end_date 2024-01-01T03:00:00+00:00 ({path}: schedule.end_date)" in str(raised.value)
+    assert "move end_date in the file" in str(raised.value)
+    # The pipeline's own intervals pass; one starting before start_date does not.
+    require_interval(dag.dag_id, T0.replace(hour=2), T0.replace(hour=3), config, path)
+    with pytest.raises(AirflowFailException, match="starts before the pipeline's start_date 2024-01-01T00:00:00"):
+        require_interval(dag.dag_id, T0 - dt.timedelta(hours=1), T0, config, path)
 
 
 def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipelines: Path, tmp_path: Path) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
     write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     bad = write_pipeline(pipelines, "broken", VALID.format(name="broken", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
                          .replace('protocol = "canal-json"', 'protocol = "canal-xml"'))
     write_pipeline(pipelines, "crm", VALID.format(name="crm", bootstrap="k:9092", topic="c", url=tmp_path, extra=""))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-shop", "tidelake_broken", "tidelake_crm",
-                                "tidelake_shop"]
+    assert sorted(bag.dags) == ["tidelake-maintenance-broken", "tidelake-maintenance-crm", "tidelake-maintenance-shop",
+                                "tidelake_broken", "tidelake_crm", "tidelake_shop"]
     for good in ("tidelake_crm", "tidelake_shop"):
         assert {t.task_id for t in bag.dags[good].tasks} == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}
         assert "config-error" not in bag.dags[good].tags
@@ -151,11 +216,40 @@ def test_a_broken_file_stays_with_its_pipeline_and_the_others_keep_loading(pipel
     assert expected in stand_in.doc_md
     assert set(stand_in.tags) == {"tidelake", "config-error"}
     assert stand_in.schedule is None and type(stand_in.timetable).__name__ == "NullTimetable"  # it takes no interval
-    (failing,) = stand_in.tasks
-    assert failing.task_id == "config_error" and failing.retries == 0
-    with pytest.raises(AirflowFailException, match="canal-xml") as raised:
-        failing.python_callable()
-    assert str(raised.value).startswith(f"tidelake pipeline file {bad} is invalid: {expected}")
+    maintenance = bag.dags["tidelake-maintenance-broken"]
+    assert maintenance.description == stand_in.description and set(maintenance.tags) == {"tidelake", "config-error"}
+    assert maintenance.schedule is None
+
+
+def test_a_stand_in_keeps_its_pipelines_tasks_and_waits_for_the_file(pipelines: Path, tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A run in flight when its file broke keeps its tasks (none removed, none added): each waits for the fix."""
+    from airflow.sdk import BaseSensorOperator
+
+    from dags.tidelake_pipelines import MAINTENANCE_TASK_IDS, PIPELINE_TASK_IDS, STAND_IN_WAIT
+
+    good = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    valid = dagbag().dags
+    order = {dag_id: [t.task_id for t in valid[dag_id].topological_sort()] for dag_id in ("tidelake_shop", "tidelake-maintenance-shop")}
+    assert order == {"tidelake_shop": list(PIPELINE_TASK_IDS), "tidelake-maintenance-shop": list(MAINTENANCE_TASK_IDS)}
+
+    good.write_text(good.read_text().replace('protocol = "canal-json"', 'protocol = "canal-jsn"'))  # a typo
+    bag = dagbag()
+    assert bag.import_errors == {}
+    for dag_id, tasks in order.items():
+        stand_in = bag.dags[dag_id]
+        assert "config-error" in stand_in.tags
+        assert [t.task_id for t in stand_in.topological_sort()] == tasks
+        for real, waiting in zip(valid[dag_id].topological_sort(), stand_in.topological_sort(), strict=True):
+            assert waiting.upstream_task_ids == real.upstream_task_ids
+            assert isinstance(waiting, BaseSensorOperator) and waiting.mode == "reschedule" and waiting.retries == 0
+            assert waiting.timeout == STAND_IN_WAIT.total_seconds()
+    apply = bag.dags["tidelake_shop"].task_dict["apply"]
+    caplog.clear()
+    assert apply.poke({}) is False  # never success: the pipeline's own apply has not run
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert logged.startswith(f"tidelake pipeline file {good} is invalid: {good}: topics[0].protocol: expected one of")
+    assert "apply waits for it to be fixed" in logged
 
 
 def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipelines: Path, tmp_path: Path) -> None:
@@ -166,7 +260,8 @@ def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipel
                    .replace('cron = "0 * * * *"', 'cron = "99 * * * *"'))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["tidelake-maintenance-shop", "tidelake_cronned", "tidelake_garbled", "tidelake_shop",
+    assert sorted(bag.dags) == ["tidelake-maintenance-cronned", "tidelake-maintenance-garbled", "tidelake-maintenance-shop",
+                                "tidelake-maintenance-shop_copy", "tidelake_cronned", "tidelake_garbled", "tidelake_shop",
                                 "tidelake_shop_copy"]
     assert "config-error" not in bag.dags["tidelake_shop"].tags
     assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
@@ -365,11 +460,14 @@ def test_a_broken_file_is_logged_by_the_dag_processor_not_in_other_pipelines_tas
 
     write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     (pipelines / "garbled.toml").write_text('name = "garbled\n')
-    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake_shop", False)):
+    for parsing_for, logged in ((None, True), ("tidelake_garbled", True), ("tidelake-maintenance-garbled", True),
+                                ("tidelake_shop", False)):
         caplog.clear()
-        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake-maintenance-shop", "tidelake_garbled", "tidelake_shop"]
+        assert sorted(load_dags(pipelines, parsing_for)) == ["tidelake-maintenance-garbled", "tidelake-maintenance-shop",
+                                                             "tidelake_garbled", "tidelake_shop"]
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-        assert errors == ([f"tidelake pipeline file is invalid, its DAG tidelake_garbled is a stand-in: {pipelines / 'garbled.toml'}: "
+        assert errors == ([f"tidelake pipeline file is invalid, its DAGs tidelake_garbled and tidelake-maintenance-garbled are "
+                           f"stand-ins: {pipelines / 'garbled.toml'}: "
                            "not valid TOML: Illegal character '\\n' (at line 1, column 16)"] if logged else []), parsing_for
 
 
@@ -389,3 +487,21 @@ def test_an_interval_that_is_done_skips_land_apply_and_publish(pipelines: Path, 
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is True  # work to do: go on
     assert task.python_callable(data_interval_start=start, data_interval_end=end) is False  # done: skip the rest
     assert task.ignore_downstream_trigger_rules
+
+
+def test_without_tidelakes_airflow_plugin_a_pipeline_is_a_stand_in_saying_so(pipelines: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow serializes the pipeline's timetable only if the plugin registers it: found at parse time, for this
+    pipeline alone, not as an import error of the module later (which would stop every pipeline)."""
+    import airflow.plugins_manager
+
+    from dags.tidelake_pipelines import load_dags
+
+    path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    assert "config-error" not in load_dags(pipelines)["tidelake_shop"].tags
+    monkeypatch.setattr(airflow.plugins_manager, "get_timetables_plugins", lambda: {})  # tidelake not installed
+    stand_in = load_dags(pipelines)["tidelake_shop"]
+    assert "config-error" in stand_in.tags
+    assert stand_in.description.startswith(f"CONFIG ERROR: {path}: schedule: the DAG's timetable PipelineTimetable cannot "
+                                           "be serialized")
+    assert "install tidelake in the environment of the dag-processor, scheduler and api-server" in stand_in.description

@@ -49,11 +49,19 @@ def submit_commands(pipelines: Path, dag_id: str, start: dt.datetime, end: dt.da
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def documented_build_commands() -> list[str]:
+    """The commands deploy/README.md ("Images") gives to build the wheel and the code archive, as written."""
+    readme = (REPO / "deploy" / "README.md").read_text()
+    block = readme[readme.index("## Images"):].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def build_code_archive(dest: Path) -> Path:
-    """The code archive for ``--py-files``, built as deploy/README.md ("Images") says, from a clean copy of the repo.
+    """The code archive for ``--py-files``, built by deploy/README.md's commands ("Images") in a clean copy of the repo.
 
     A clean copy: setuptools reuses a ``build/`` folder left in a working tree, which can put
-    modules deleted since into the wheel. Returns ``dest/dist/tidelake-<version>.zip``.
+    modules deleted since into the wheel. ``python`` in the commands is this interpreter.
+    Returns ``dest/src/dist/tidelake-<version>.zip``; the wheel is beside it.
     """
     import shutil
 
@@ -63,12 +71,17 @@ def build_code_archive(dest: Path) -> Path:
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", "dist", "."], cwd=source,
-                           capture_output=True, text=True, timeout=600, check=False)
-    if built.returncode != 0:
-        raise AssertionError(f"pip wheel failed:\n{built.stdout[-2000:]}\n{built.stderr[-2000:]}")
+    shims = dest / "bin"
+    shims.mkdir(parents=True, exist_ok=True)
+    (shims / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for command in documented_build_commands():
+        built = subprocess.run(["bash", "-c", command], cwd=source, env=env, capture_output=True, text=True, timeout=600,
+                               check=False)
+        if built.returncode != 0:
+            raise AssertionError(f"{command} failed:\n{built.stdout[-2000:]}\n{built.stderr[-2000:]}")
     (wheel,) = (source / "dist").glob("tidelake-*-py3-none-any.whl")
     version = wheel.name.split("-")[1]
     archive = source / "dist" / f"tidelake-{version}.zip"
-    shutil.copyfile(wheel, archive)  # a wheel is a zip; PySpark puts only .zip/.egg/.jar --py-files on sys.path
+    assert archive.is_file(), f"the documented commands made no {archive.name}"
     return archive

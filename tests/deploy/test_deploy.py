@@ -194,3 +194,55 @@ def test_the_code_archive_builds_from_the_repo_with_every_package_and_its_data(t
     module_file, schema_size = run.stdout.split()
     assert module_file == f"{archive}/spark/archive/land.py"
     assert int(schema_size) == len((REPO / "cdc_codecs/schemas/simple_message.json").read_text())
+
+
+def test_the_documented_build_commands_are_the_ones_the_tests_run() -> None:
+    from .submit import documented_build_commands
+
+    assert documented_build_commands() == [
+        "python -m pip wheel --no-deps -w dist .",
+        "cp dist/tidelake-0.1.0-py3-none-any.whl dist/tidelake-0.1.0.zip",
+    ]
+
+
+def _spark_submit_land(site: Path, archive: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The land task's spark-submit as the Airflow image runs it: the installed entry script, the archive as --py-files."""
+    bin_dir = Path(sys.executable).parent
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    missing = tmp_path / "no-such-pipeline.toml"
+    return subprocess.run(
+        [str(bin_dir / "spark-submit"), "--master", "local[1]", "--py-files", str(archive), "--name", "tidelake-shop",
+         "--deploy-mode", "client", str(site / "spark/jobs/land.py"), "--config", str(missing),
+         "--start", "2024-06-01T00:15:00+00:00", "--end", "2024-06-01T00:30:00+00:00"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_a_stale_code_archive_stops_the_job_naming_both_builds(tmp_path: Path) -> None:
+    """deploy/README's build, the wheel installed as in the Airflow image, then spark-submit with the archive: the same
+    build passes the check (and fails on the missing pipeline file); an archive of another build stops the job first."""
+    archive = build_code_archive(tmp_path / "build")
+    wheel = archive.with_suffix(".whl").with_name(archive.stem + "-py3-none-any.whl")
+    site = tmp_path / "site-packages"  # the Airflow image's `pip install ... dist/tidelake-0.1.0-py3-none-any.whl`
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--target", str(site),
+                                str(wheel)], capture_output=True, text=True, timeout=600, check=False)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+
+    same = _spark_submit_land(site, archive, tmp_path)
+    assert same.returncode == 2, (same.stdout + same.stderr)[-3000:]
+    said = same.stdout + same.stderr  # spark-submit passes the Python driver's stderr on as its stdout
+    assert "two different builds" not in said and "no-such-pipeline.toml: cannot read" in said, said[-3000:]
+
+    stale = tmp_path / "stale" / archive.name  # an archive of an earlier build: one module differs
+    stale.parent.mkdir()
+    with zipfile.ZipFile(archive) as old, zipfile.ZipFile(stale, "w") as new:
+        for item in old.infolist():
+            data = old.read(item)
+            new.writestr(item, data + b"# an earlier build\n" if item.filename == "spark/archive/land.py" else data)
+    stopped = _spark_submit_land(site, stale, tmp_path)
+    said = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 2, said[-3000:]
+    assert "two different builds" in said, said[-3000:]
+    assert f"entry script {site / 'spark/jobs/land.py'} is from the tidelake installed at {site}" in said
+    assert f"its library is imported from {stale}" in said
+    assert "no-such-pipeline.toml" not in said  # stopped before it read anything

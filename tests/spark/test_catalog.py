@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_codecs import Op
+from cdc_codecs import ConfigError, Op
 from spark.tables import catalog as cat
 from spark.query.read import published_watermarks, read_pipeline, read_table
 from spark.commit.watermark import tag_name
@@ -124,7 +124,7 @@ def test_open_catalog_migrates_legacy_identifiers_once(tmp_path: Path) -> None:
     uuids = {str(t.metadata.table_uuid) for t in cat.pipeline_tables(cat.open_catalog(config), config)}
     legacy = _to_legacy(config)
     # Another owner's table in the pipeline namespace is not tidelake's to move.
-    raw = cat.load_catalog(f"tidelake-{config.name}", **cat.catalog_properties(config))
+    raw = cat.load_catalog(cat.catalog_name(config.name), **cat.catalog_properties(config))
     raw.create_table(("shop", "someone.elses"), schema=pa.schema([("x", pa.int64())]))
     assert set(raw.list_tables(("shop",))) == {*legacy, ("shop", "someone.elses")}
 
@@ -144,6 +144,59 @@ def test_open_catalog_runs_the_migration(tmp_path: Path) -> None:
     catalog = cat.open_catalog(config)
     assert sorted(tuple(t.name()) for t in cat.pipeline_tables(catalog, config)) == sorted(legacy.values())
     assert read_pipeline(config, w2)[1] == before
+
+
+def test_the_catalog_name_is_an_identifier_engines_take_unquoted() -> None:
+    assert cat.catalog_name("shop") == "tidelake_shop"
+    assert cat.catalog_name("Shop-eu.1") == "tidelake_Shop_eu_1"
+    assert cat.legacy_catalog_name("shop") == "tidelake-shop"
+
+
+def _catalog_rows(config) -> dict[str, tuple[int, int]]:
+    """Per catalog name of the SQL catalog: (tables, namespace properties)."""
+    db = Path(cat.catalog_properties(config)["uri"].removeprefix("sqlite:///"))
+    with sqlite3.connect(db) as conn:
+        tables = dict(conn.execute("SELECT catalog_name, count(*) FROM iceberg_tables GROUP BY 1").fetchall())
+        props = dict(conn.execute("SELECT catalog_name, count(*) FROM iceberg_namespace_properties GROUP BY 1").fetchall())
+    return {name: (tables.get(name, 0), props.get(name, 0)) for name in {*tables, *props}}
+
+
+def _sql(config, statement: str, *args) -> None:
+    db = Path(cat.catalog_properties(config)["uri"].removeprefix("sqlite:///"))
+    with sqlite3.connect(db) as conn:
+        conn.execute(statement, args)
+
+
+def test_open_catalog_moves_a_catalog_written_under_the_earlier_name(tmp_path: Path) -> None:
+    """An earlier version named the catalog tidelake-<pipeline>: its rows (keyed by that name) move, once; every W reads as before."""
+    config, w1, w2 = _pipeline(tmp_path)
+    before = {w: read_pipeline(config, w)[1] for w in (w1, w2)}
+    uuids = {str(t.metadata.table_uuid) for t in cat.pipeline_tables(cat.open_catalog(config), config)}
+    new, old = "tidelake_shop", "tidelake-shop"
+    rows = _catalog_rows(config)[new]
+    assert rows[0] == 3 and rows[1] > 0 and set(_catalog_rows(config)) == {new}
+    for table in ("iceberg_tables", "iceberg_namespace_properties"):  # the catalog as an earlier version left it
+        _sql(config, f"UPDATE {table} SET catalog_name = ? WHERE catalog_name = ?", old, new)
+    cat.close_catalogs()  # a new process of this version opens it
+
+    catalog = cat.open_catalog(config)
+    assert _catalog_rows(config) == {new: rows}
+    assert {str(t.metadata.table_uuid) for t in cat.pipeline_tables(catalog, config)} == uuids
+    assert {w: read_pipeline(config, w)[1] for w in (w1, w2)} == before
+    assert cat.migrate_catalog_name(catalog, config) == (0, 0)  # once
+
+    # A process of the earlier version still running writes a namespace property again under the old name:
+    # the next open drops it (the new name holds it), it does not fail on the duplicate.
+    _sql(config, "INSERT INTO iceberg_namespace_properties SELECT ?, namespace, property_key, property_value "
+                 "FROM iceberg_namespace_properties WHERE catalog_name = ? LIMIT 1", old, new)
+    assert cat.migrate_catalog_name(catalog, config) == (0, 0) and _catalog_rows(config) == {new: rows}
+    # A table under both names cannot be settled without the operator: the error names it.
+    _sql(config, "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location) "
+                 "SELECT ?, table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = ? "
+                 "AND table_name = 'items'", old, new)
+    with pytest.raises(ConfigError, match=r"under both its catalog name 'tidelake_shop' and the earlier 'tidelake-shop': "
+                                          r"\['shop.shop.items'\]"):
+        cat.migrate_catalog_name(catalog, config)
 
 
 # -- another engine: DuckDB's Iceberg extension (duckdb-ext-iceberg from PyPI)
@@ -194,3 +247,47 @@ def test_duckdb_reads_tables_by_identifier_and_every_tag(pipeline, name: tuple[s
         expected = _rows(read_table(config, *upstream, w, metadata=True))
         got = con.execute(f"SELECT * FROM iceberg_scan(?, snapshot_from_id={snapshot.snapshot_id})", [location]).fetch_arrow_table()
         assert _rows(got) == expected and expected, (name, w)
+
+
+def test_the_earlier_catalog_name_moves_in_a_postgresql_catalog_too(tmp_path: Path) -> None:
+    """The production catalog: PostgreSQL. A table written under tidelake-<pipeline>, with a tag, reads the same after the move."""
+    import uuid
+
+    import psycopg2
+
+    from spark.config import PipelineConfig
+
+    db = f"tidelake_cat_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    try:
+        uri = f"postgresql+psycopg2://root@127.0.0.1:5432/{db}"
+        config = PipelineConfig.from_mapping({
+            "name": "shop-eu", "kafka": {"bootstrap_servers": "unused:9092"},
+            "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")},
+            "catalog": {"type": "sql", "properties": {"uri": uri, "warehouse": (tmp_path / "warehouse").as_uri()}},
+        }, "test")
+        earlier = cat.load_catalog("tidelake-shop-eu", **cat.catalog_properties(config))  # as an earlier version wrote it
+        earlier.create_namespace(("shop-eu",))
+        earlier.create_namespace(("shop-eu", "shop"))
+        table = earlier.create_table(("shop-eu", "shop", "items"), schema=pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [1, 2]}))
+        table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, "wm_7").commit()
+        table.append(pa.table({"id": [3]}))
+
+        cat.close_catalogs()
+        catalog = cat.open_catalog(config)
+        assert catalog.name == "tidelake_shop_eu"
+        moved = catalog.load_table(("shop-eu", "shop", "items"))
+        assert sorted(moved.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+        assert sorted(moved.scan(snapshot_id=moved.snapshot_by_name("wm_7").snapshot_id).to_arrow()["id"].to_pylist()) == [1, 2]
+        with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+            cur.execute("SELECT DISTINCT catalog_name FROM iceberg_tables UNION SELECT DISTINCT catalog_name "
+                        "FROM iceberg_namespace_properties")
+            assert cur.fetchall() == [("tidelake_shop_eu",)]
+        assert cat.migrate_catalog_name(catalog, config) == (0, 0)
+    finally:
+        cat.close_catalogs()
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
