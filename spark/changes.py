@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +74,16 @@ from spark.schema_map import UnsupportedValue, arrow_table, metadata_columns
 from spark.storage import Storage, open_storage
 from spark.watermark import tag_name
 
-__all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesUnavailable", "TableChanges", "read_changes"]
+__all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesRequestError", "ChangesUnavailable", "TableChanges",
+           "read_changes"]
 
 TableRef = tuple[str, str]
+
+
+class ChangesRequestError(ChangesError, query.QueryError):
+    """The request is wrong: ``from_w`` after ``to_w``, or a table the pipeline does not have."""
+
+
 INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
 CHANGE_TYPES = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
 CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
@@ -155,7 +162,7 @@ def _names(wanted: Iterable[str | TableRef], known: set[TableRef]) -> set[TableR
         if len(found) != 1:
             what = ".".join(item) if isinstance(item, tuple) else item
             tables = ", ".join(f"{d}.{t}" for d, t in sorted(known)[:20])
-            raise ChangesError(f"{what!r} {'is ambiguous' if found else 'is not a table'} of the pipeline at either "
+            raise ChangesRequestError(f"{what!r} {'is ambiguous' if found else 'is not a table'} of the pipeline at either "
                                f"watermark; the tables are: {tables or 'none'}")
         out.add(found[0])
     return out
@@ -232,13 +239,14 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
 
 def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "latest",
                  tables: Iterable[str | TableRef] | None = None, *, catalog: Any = None,
-                 storage: Storage | None = None) -> ChangeSet:
+                 storage: Storage | None = None, progress: Callable[[str, int, int], None] | None = None) -> ChangeSet:
     """The net changes of every table (or of ``tables``: ``"db.t"`` or ``(db, t)``) between two
     published watermarks, ``from_w`` < ``to_w`` (each a W, a TSO or time resolving to the greatest
     published W at or before it, or "latest").
 
     Tables either W lists as isolated are left out and named in ``isolated`` (asked for by name,
-    they raise ``IsolatedTable``).
+    they raise ``IsolatedTable``). ``progress(step, done, total)`` is called with step ``"change log"``
+    (the window's change log read and folded) and ``"tables"`` (one per table).
 
     Raises:
         NoSuchWatermark: a W is not published; RetiredWatermark: retention retired it (naming the
@@ -248,9 +256,10 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     """
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
+    progress = progress or (lambda step, done, total: None)
     w1, w2 = resolve(config, from_w, storage), resolve(config, to_w, storage)
     if w1 > w2:
-        raise ChangesError(f"pipeline {config.name}: --from watermark {w1} is after --to watermark {w2}")
+        raise ChangesRequestError(f"pipeline {config.name}: --from watermark {w1} is after --to watermark {w2}")
     before, after = query.view_at(config, w1, catalog, storage), query.view_at(config, w2, catalog, storage)
     isolated = {**{n: {**e, "isolated_at": w1} for n, e in before.isolated.items()},
                 **{n: {**e, "isolated_at": w2} for n, e in after.isolated.items()}}
@@ -263,13 +272,16 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
             view.require_readable(name)
         out.isolated[name] = isolated[name]
     names = names - set(isolated)
+    progress("change log", 0, 1)
     if w1 == w2 or not names:
         window = None
     else:
         window = open_window(config, storage, query.published(config, w1, storage), query.published(config, w2, storage))
     touched = window.touched(names) if window is not None else None
     by_table, by_database, everywhere = _ddl_by_table(window, config) if window is not None else ({}, {}, [])
-    for name in sorted(names):
+    progress("change log", 1, 1)
+    progress("tables", 0, len(names))
+    for i, name in enumerate(sorted(names)):
         ddl = by_table.get(name, _Ddl())
         dropped_db = by_database.get(name[0])
         if dropped_db is not None:
@@ -277,6 +289,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         rows = _rows_of(touched, name) if touched is not None else None
         changes, details = _table_changes(name, before, after, rows, ddl, everywhere, window)
         out[name], out.details[name] = changes, details
+        progress("tables", i + 1, len(names))
     return out
 
 

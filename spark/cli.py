@@ -5,6 +5,7 @@
     tidelake watermarks --config pipeline.toml
     tidelake tables --config pipeline.toml [--at latest|TSO|ISO-time]
     tidelake query --config pipeline.toml [--at ...] "SELECT count(*) FROM shop.orders"
+    tidelake changes --config pipeline.toml --from W1 [--to W2] [--table db.t] [--out DIR]
     tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
     tidelake maintain --config pipeline.toml [--dry-run]
     tidelake decode --protocol canal-json segment.parquet|message-files...
@@ -492,6 +493,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
+    from spark.changes_cli import add_arguments as changes_arguments  # spark/changes_cli.py
+
+    changes_arguments(with_config(command("changes", "the net changes of every table between two published watermarks")))
     rep = with_config(command("repair", "re-derive published watermarks from the archive, move tags that changed"))
     rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
     rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")
