@@ -281,16 +281,19 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) -> tuple[int, Any]:
+def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, changes_from: Any = None) -> tuple[int, Any]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.run_query``."""
     from spark.query import run_query
 
-    return run_query(config, sql, at, metadata=metadata)
+    return run_query(config, sql, at, metadata=metadata, changes_from=changes_from)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     config = _config(args)
-    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
+    changes_from = args.changes_from
+    if changes_from is not None and not changes_from.isdigit():
+        changes_from = _instant(changes_from, "--changes-from")
+    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from)
     log.info("-- %s at W=%s (%s)", config.name, w, _w_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
@@ -491,6 +494,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="the same as --format json")
     q.add_argument("--with-metadata", action="store_true",
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
+    q.add_argument("--changes-from", metavar="W|ISO-TIME",
+                   help='also expose each table\'s changes since this W (up to --at) as changes."<database>"."<table>"')
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
     from spark.changes_cli import add_arguments as changes_arguments  # spark/changes_cli.py

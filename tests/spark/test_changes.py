@@ -57,11 +57,12 @@ class Lake:
         self.ws.append(w)
         return w
 
-    def create(self, table: str, columns: list[tuple[str, str]], keys: tuple[str, ...] = ("id",)) -> TableSchema:
-        s = schema("shop", table, columns, keys=keys)
+    def create(self, table: str, columns: list[tuple[str, str]], keys: tuple[str, ...] = ("id",),
+               database: str = "shop") -> TableSchema:
+        s = schema(database, table, columns, keys=keys)
         cols = ", ".join(f"`{n}` {t}" for n, t in columns)
         key = f", PRIMARY KEY ({', '.join(keys)})" if keys else ""
-        self.h.ddl("shop", table, f"CREATE TABLE shop.`{table}` ({cols}{key})", s, kind="CREATE")
+        self.h.ddl(database, table, f"CREATE TABLE `{database}`.`{table}` ({cols}{key})", s, kind="CREATE")
         return s
 
     def ddl(self, table: str, sql: str, after: TableSchema | None = None, before: TableSchema | None = None) -> None:
