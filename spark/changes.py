@@ -42,7 +42,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Schema
-from pyiceberg.types import NestedField
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from spark import catalog as cat
 from spark import query
@@ -145,7 +145,8 @@ def resolve(config: PipelineConfig, at: query.At, storage: Storage) -> int:
     as ``query`` does (the greatest published W at or before it)."""
     if isinstance(at, int) or (isinstance(at, str) and at.isdigit()):
         w = int(at)
-        query.published(config, w, storage)
+        if w:  # 0: before the first W, when no table had a row
+            query.published(config, w, storage)
         return w
     return query.resolve_watermark(config, at, storage)
 
@@ -242,7 +243,8 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
                  storage: Storage | None = None, progress: Callable[[str, int, int], None] | None = None) -> ChangeSet:
     """The net changes of every table (or of ``tables``: ``"db.t"`` or ``(db, t)``) between two
     published watermarks, ``from_w`` < ``to_w`` (each a W, a TSO or time resolving to the greatest
-    published W at or before it, or "latest").
+    published W at or before it, or "latest"). ``from_w`` 0 is before the first W: every row at
+    ``to_w`` is an insert (a first load in the change feed's form).
 
     Tables either W lists as isolated are left out and named in ``isolated`` (asked for by name,
     they raise ``IsolatedTable``). ``progress(step, done, total)`` is called with step ``"change log"``
@@ -260,7 +262,8 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     w1, w2 = resolve(config, from_w, storage), resolve(config, to_w, storage)
     if w1 > w2:
         raise ChangesRequestError(f"pipeline {config.name}: --from watermark {w1} is after --to watermark {w2}")
-    before, after = query.view_at(config, w1, catalog, storage), query.view_at(config, w2, catalog, storage)
+    after = query.view_at(config, w2, catalog, storage)
+    before = query.view_at(config, w1, catalog, storage) if w1 else query.View(config, 0, {})
     isolated = {**{n: {**e, "isolated_at": w1} for n, e in before.isolated.items()},
                 **{n: {**e, "isolated_at": w2} for n, e in after.isolated.items()}}
     known = set(before.tables) | set(after.tables) | set(isolated)
@@ -273,7 +276,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         out.isolated[name] = isolated[name]
     names = names - set(isolated)
     progress("change log", 0, 1)
-    if w1 == w2 or not names:
+    if w1 == w2 or not w1 or not names:  # from 0 every table is new: read whole, nothing to learn from the log
         window = None
     else:
         window = open_window(config, storage, query.published(config, w1, storage), query.published(config, w2, storage))
@@ -371,7 +374,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     match = list(key) if key else [f.name for f in shown]
     upstream_types = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in (t2 or t1).properties.items()  # type: ignore[union-attr]
                       if k.startswith(UPSTREAM_TYPE_PREFIX)}
-    typed = _typed_keys(touched, Schema(*[fields2[m] for m in match]), upstream_types) if keys_touched else None
+    typed = _typed_keys(touched, Schema(*[fields2[m] for m in match]), upstream_types, bool(key)) if keys_touched else None
     if typed is None and not reasons:
         reasons.append("a touched key's values do not fit the table's columns")
     whole = bool(reasons)
@@ -430,15 +433,87 @@ def _logged_ts(rows: pa.Table, taken: np.ndarray, typed: pa.Table | None, match:
     return np.where(found, latest, default)
 
 
-def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, str]) -> pa.Table | None:
+def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, str], keyed: bool) -> pa.Table | None:
     """The touched keys in the table's own types (as ``spark.iceberg.upsert`` types a run's net
-    rows), with ``_ts``, the commitTs of each key's last change; None if a value does not fit."""
-    images = [decode_effect(blob)[1] for blob in touched.column("change").to_pylist()]
-    try:
-        typed = arrow_table(schema, images, upstream_types)
-    except UnsupportedValue:
-        return None
+    rows), with ``_ts``, the commitTs of each key's last change; None if a value does not fit.
+
+    Integer and string keys are read back from the change log's canonical key bytes
+    (``net_change.key_bytes``); other keys, and a key-less table's images, from the change."""
+    typed = _key_column_from_bytes(touched.column("key"), schema, upstream_types) if keyed else None
+    if typed is None:
+        images = _keys_from_bytes(touched.column("key").to_pylist(), schema, upstream_types) if keyed else None
+        if images is None:
+            images = [decode_effect(blob)[1] for blob in touched.column("change").to_pylist()]
+        try:
+            typed = arrow_table(schema, images, upstream_types)
+        except UnsupportedValue:
+            return None
     return typed.append_column("_ts", touched.column("ts").cast(pa.int64()))
+
+
+def _key_column_from_bytes(keys: pa.ChunkedArray, schema: Schema, upstream_types: Mapping[str, str]) -> pa.Table | None:
+    """``_keys_from_bytes`` for a one-column key, in Arrow: ``<length>:<tag><value>`` per key."""
+    if len(schema.fields) != 1 or not len(keys):
+        return None
+    field = schema.fields[0]
+    tag = _KEY_TAGS.get(type(field.field_type))
+    if tag is None or upstream_types.get(field.name, "").lower().startswith(("enum", "set")):
+        return None
+    try:
+        text = pc.cast(keys, pa.string())
+    except pa.ArrowInvalid:
+        return None  # a lone surrogate (key_bytes keeps it): the Python path reads it
+    parts = pc.split_pattern(text, ":", max_splits=1)
+    length, value = pc.list_element(parts, 0), pc.list_element(parts, 1)
+    if not pc.all(pc.equal(pc.cast(length, pa.int64()), pc.utf8_length(value).cast(pa.int64()))).as_py():
+        return None  # more than one key part
+    null = pc.equal(value, "0")
+    body = pc.utf8_slice_codeunits(value, 1)
+    tagged = pc.or_(null, pc.starts_with(value, tag))
+    if tag == "n":
+        tagged = pc.and_(tagged, pc.or_(null, pc.match_substring_regex(body, r"^-?[0-9]+$")))
+    if not pc.all(tagged).as_py():
+        return None
+    values = pc.if_else(null, pa.scalar(None, pa.string()), body)
+    target = arrow_schema(schema).field(0).type
+    try:
+        column = pc.cast(values, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # out of the column's range: the rows decide
+    return pa.table({field.name: column})
+
+
+_KEY_TAGS = {IntegerType: "n", LongType: "n", StringType: "s"}
+
+
+def _keys_from_bytes(keys: list[bytes], schema: Schema, upstream_types: Mapping[str, str]) -> list[dict[str, Any]] | None:
+    """Key values parsed from ``key_bytes`` (length-prefixed tagged texts), when every key column is
+    an integer or a string (not an ENUM or SET, which some protocols send as an index or a mask)
+    and every key reads as such; else None."""
+    tags = [_KEY_TAGS.get(type(f.field_type)) for f in schema.fields]
+    if None in tags or any(upstream_types.get(f.name, "").lower().startswith(("enum", "set")) for f in schema.fields):
+        return None
+    names = [f.name for f in schema.fields]
+    out = []
+    for raw in keys:
+        text, at, values = raw.decode("utf-8", "surrogatepass"), 0, []
+        while at < len(text):
+            colon = text.index(":", at)
+            end = colon + 1 + int(text[at:colon])
+            values.append(text[colon + 1:end])
+            at = end
+        if len(values) != len(tags):
+            return None
+        row = {}
+        for name, tag, value in zip(names, tags, values):
+            if value == "0":
+                row[name] = None
+            elif value[:1] != tag or (tag == "n" and not value[1:].lstrip("-").isdigit()):
+                return None
+            else:
+                row[name] = int(value[1:]) if tag == "n" else value[1:]
+        out.append(row)
+    return out
 
 
 def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField], dropped_out: list[NestedField]) -> pa.Table:

@@ -418,3 +418,66 @@ def test_a_window_whose_change_log_retention_deleted_fails_naming_it(tmp_path: P
     with pytest.raises(ChangesUnavailable, match="archive retention deleted"):
         read_changes(lake.config, w1, w3)
     assert read_published(lake.storage, lake.config.name, w2) is not None
+
+
+def test_each_announcement_names_the_w_before_it_and_the_first_reads_from_0(tmp_path: Path) -> None:
+    """The Asset event of a new W carries the W published before it (``previous_watermark``):
+    ``read_changes(previous, W)`` is what a downstream DAG has not seen; before the first W it is 0,
+    from which every row is an insert."""
+    from spark.publish import announcement
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    t_first = lake.insert(t, id=1, v=1)
+    lake.publish()
+    t_second = lake.insert(t, id=2, v=2)
+    lake.publish()
+    lake.publish()  # nothing new upstream but time: W moves on
+    lake.update(t, {"id": 1, "v": 1}, {"id": 1, "v": 10})
+    lake.publish()
+    said = [announcement(lake.config, T0 + i * HOUR, T0 + (i + 1) * HOUR, lake.storage) for i in range(4)]
+    assert [(a.previous_watermark, a.watermark) for a in said] == list(zip([0, *lake.ws], lake.ws))
+    assert rows(read_changes(lake.config, 0, lake.ws[0]), "t") == [("insert", t_first, {"id": 1, "v": 1})]
+    mirror: dict[int, dict] = {}  # a downstream copy kept by the events alone
+    for a in said:
+        for kind, _, image in rows(read_changes(lake.config, a.previous_watermark, a.watermark), "t"):
+            if kind in ("delete", "update_before"):
+                del mirror[image["id"]]
+            else:
+                mirror[image["id"]] = image
+    assert sorted(mirror.values(), key=lambda r: r["id"]) == [{"id": 1, "v": 10}, {"id": 2, "v": 2}]
+    assert sorted((r["id"], r["v"]) for r in read_table(lake.config, "shop", "t", lake.ws[-1]).to_pylist()) == [(1, 10), (2, 2)]
+    assert t_first < t_second
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol", "simple"])
+def test_keys_of_every_kind_find_their_rows(tmp_path: Path, protocol: str) -> None:
+    """Composite, string, ENUM (the Open protocol sends its index) and decimal keys: the touched
+    keys, typed as the table types them, find their rows at both Ws."""
+    from decimal import Decimal
+
+    lake = Lake(tmp_path, protocol)
+    tables = {
+        "pair": (lake.create("pair", [("a", "int"), ("b", "varchar(8)"), ("v", "int")], keys=("a", "b")),
+                 [{"a": 1, "b": "x:y", "v": 1}, {"a": 1, "b": "z", "v": 2}]),
+        "named": (lake.create("named", [("k", "varchar(8)"), ("v", "int")], keys=("k",)),
+                  [{"k": "é 1", "v": 1}, {"k": "0", "v": 2}]),
+        "kind": (lake.create("kind", [("k", "enum('red','green')"), ("v", "int")], keys=("k",)),
+                 [{"k": "red", "v": 1}, {"k": "green", "v": 2}]),
+        "price": (lake.create("price", [("k", "decimal(8,2)"), ("v", "int")], keys=("k",)),
+                  [{"k": Decimal("1.50"), "v": 1}, {"k": Decimal("2.00"), "v": 2}]),
+    }
+    for s, images in tables.values():
+        for image in images:
+            lake.insert(s, **image)
+    w1 = lake.publish()
+    for s, (first, second) in tables.values():
+        lake.update(s, first, {**first, "v": 10})
+        lake.delete(s, second)
+    w2 = lake.publish()
+    changes = read_changes(lake.config, w1, w2)
+    for name, (_, (first, second)) in tables.items():
+        got = [(kind, image) for kind, _, image in rows(changes, name)]
+        assert sorted(got, key=repr) == sorted([("update_before", first), ("update_after", {**first, "v": 10}),
+                                                ("delete", second)], key=repr), name
+        assert changes.details[("shop", name)].read == KEYS, name
