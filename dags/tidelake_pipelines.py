@@ -88,10 +88,13 @@ def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
     rounds such integers, so each also travels as an exact decimal string.
     """
     repaired_from = announcement.repaired_from
+    previous = announcement.previous_watermark  # the W before it: read_changes(previous, W) is what is new
     return {
         "pipeline": pipeline,
         "watermark": announcement.watermark,
         "watermark_str": str(announcement.watermark),
+        "previous_watermark": previous,
+        "previous_watermark_str": str(previous),
         "interval_end": announcement.interval_end.isoformat(),
         "repair": announcement.repair,
         "repaired_from": repaired_from,

@@ -5,6 +5,7 @@
     tidelake watermarks --config pipeline.toml
     tidelake tables --config pipeline.toml [--at latest|TSO|ISO-time]
     tidelake query --config pipeline.toml [--at ...] "SELECT count(*) FROM shop.orders"
+    tidelake changes --config pipeline.toml --from W1 [--to W2] [--table db.t] [--out DIR]
     tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
     tidelake maintain --config pipeline.toml [--dry-run]
     tidelake decode --protocol canal-json segment.parquet|message-files...
@@ -128,16 +129,19 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False) -> tuple[int, Any]:
+def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, changes_from: Any = None) -> tuple[int, Any]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.read.run_query``."""
     from spark.query.read import run_query
 
-    return run_query(config, sql, at, metadata=metadata)
+    return run_query(config, sql, at, metadata=metadata, changes_from=changes_from)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     config = _config(args)
-    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata)
+    changes_from = args.changes_from
+    if changes_from is not None and not changes_from.isdigit():
+        changes_from = _instant(changes_from, "--changes-from")
+    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from)
     log.info("-- %s at W=%s (%s)", config.name, w, w_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
@@ -338,8 +342,13 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="the same as --format json")
     q.add_argument("--with-metadata", action="store_true",
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
+    q.add_argument("--changes-from", metavar="W|ISO-TIME",
+                   help='also expose each table\'s changes since this W (up to --at) as changes."<database>"."<table>"')
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
+    from spark.cli.changes import add_arguments as changes_arguments  # spark/cli/changes.py
+
+    changes_arguments(with_config(command("changes", "the net changes of every table between two published watermarks")))
     rep = with_config(command("repair", "re-derive published watermarks from the archive, move tags that changed"))
     rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
     rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")

@@ -235,6 +235,7 @@ class Announcement:
     repair: bool
     repaired_from: int | None  # the first W a repair re-derived
     interval_end: dt.datetime
+    previous_watermark: int = 0  # the W published before it (0: none): read_changes(previous, W) is what is new
 
 
 def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime,
@@ -263,8 +264,9 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
         if at >= report.get("finished_at", ""):
             return None
     if outcome == PUBLISHED:
+        previous = report.get("previous_watermark") or 0  # runs publish in order: the W published before
         repairs = _claim_repairs(storage, config.name, w)
         if repairs:
-            return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end)
-        return Announcement(w, False, None, interval_end)
+            return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end, previous)
+        return Announcement(w, False, None, interval_end, previous)
     return None

@@ -410,7 +410,8 @@ def _one_line(exc: Exception) -> str:
     return " ".join(lines)
 
 
-def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: bool = False) -> tuple[int, pa.Table]:
+def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: bool = False,
+              changes_from: At | None = None) -> tuple[int, pa.Table]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, result).
 
     Each pipeline table is a view ``"<database>"."<table>"`` (a database named like one of DuckDB's
@@ -418,6 +419,8 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     read, each with only the columns it uses and the rows its simple WHERE conditions keep
     (``plan_scans``). With ``metadata``, ``_tidelake_commit_ts`` and ``_tidelake_op`` are columns too
     (named with more leading underscores in a table whose upstream columns have those names: ``schema_map``).
+    With ``changes_from`` (a W or time before ``at``), each table's changes since it are the relation
+    ``changes."<database>"."<table>"`` too (``spark.query.changes_sql``).
 
     Raises:
         QueryError: the SQL does not parse, or names an unknown table or column (nothing is read then).
@@ -447,6 +450,10 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     # bound each is empty, and only the tables it names are then read.
     order = sorted(plan) + sorted(set(view.tables) - set(plan))  # a named table wins a case clash
     stand_ins = {name: f"__tidelake_{i}" for i, name in enumerate(order)}
+    if changes_from is not None:  # before the schemas: a database named "changes" gets a stand-in
+        from spark.query.changes_sql import attach_changes
+
+        attach_changes(con, config, sql, changes_from, view)
     catalog, schema_of = _duckdb_schemas(con, {db for db, _ in view.tables})
     sql = _with_duckdb_schemas(sql, schemas, schema_of)
 

@@ -3,6 +3,8 @@
 Metadata in a fresh PostgreSQL database (LocalExecutor), Kafka from noida-db, the archive
 and the SQLite catalog in local files. Each Airflow component is started as its own
 process and stopped by PID (they stop cleanly on TERM; ``airflow standalone`` does not).
+Beside the pipeline's DAGs runs the downstream DAG of docs/operating.md (the very code block),
+scheduled on the pipeline's Asset: it exports each new W's changes since the W before it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from tests.spark.archive import oracle_from_records
 import datetime as dt
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import psycopg2
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
@@ -26,6 +32,7 @@ from cdc_codecs import get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
 from spark.runtime.embedded import free_port, start_process_group, stop_process_group
+from spark.query.changes import read_changes
 from spark.query.read import published_watermarks, read_pipeline
 from tests.spark.archive import normalise, oracle_rows
 
@@ -97,6 +104,23 @@ def asset_events(db: str, uri: str) -> list[dict]:
         return [row[0] if isinstance(row[0], dict) else json.loads(row[0]) for row in cur.fetchall()]
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def downstream_dag(pipeline: str, pipeline_file: Path, out: Path) -> str:
+    """The downstream DAG of docs/operating.md, for ``pipeline``: its Python block, as written there."""
+    text = (REPO / "docs" / "operating.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def shop_changes" in b)
+    block = block.replace("tidelake://shop/", f"tidelake://{pipeline}/")
+    block = re.sub(r'^PIPELINE_FILE = .*$', f"PIPELINE_FILE = {str(pipeline_file)!r}", block, flags=re.M)
+    return re.sub(r'^OUT = .*$', f"OUT = {str(out)!r}", block, flags=re.M)
+
+
+def exported_windows(out: Path) -> list[dict]:
+    """The manifests the downstream DAG wrote, in window order."""
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*/manifest.json"))]
+
+
 def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
     db = f"airflow_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
@@ -116,6 +140,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "TIDELAKE_PIPELINES": str(pipelines),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
     }
     api_port = free_port()
     env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
@@ -137,6 +162,11 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
     # A broken pipeline file beside the good one: it must not stop the good one's schedule.
     broken = pipelines / "broken.toml"
     broken.write_text(path.read_text().replace('name = "sched"', 'name = "broken"').replace("open-protocol", "canal-xml"))
+    # The DAG folder: tidelake's DAG file and a downstream DAG scheduled on the pipeline's Asset.
+    (tmp_path / "dags").mkdir()
+    shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
+    exports = tmp_path / "mart"
+    (tmp_path / "dags" / "shop_changes.py").write_text(downstream_dag("sched", path, exports))
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     procs = []
     try:
@@ -151,7 +181,10 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         def progress():
             return scheduler_progress(db)
 
-        wait_for("the DAG to be parsed", lambda: dag_id in cli("dags", "list", "-o", "json").stdout, progress)
+        wait_for("the DAGs to be parsed", lambda: {dag_id, "shop_changes"} <= {d["dag_id"] for d in
+                                                                           json_out(cli("dags", "list", "-o", "json")) or []},
+                 progress)
+        assert cli("dags", "unpause", "shop_changes").returncode == 0  # first: it hears every event
         assert cli("dags", "unpause", dag_id).returncode == 0
 
         def runs() -> list[dict]:
@@ -171,7 +204,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             ok = [r for r in rs if r["state"] == "success"]
             return rs if len(ok) >= expected else None
 
-        wait_for("three scheduled runs", lambda: all_done(3), progress)
+        wait_for("three scheduled runs", lambda: all_done(3), progress)  # beside the downstream DAG's runs
         config = load_pipeline_config(str(path))
         marks = published_watermarks(config)
         assert len(marks) == 3
@@ -187,7 +220,11 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         events = asset_events(db, "tidelake://sched/watermark")
         assert [e["watermark"] for e in events] == marks
         assert [e["watermark_str"] for e in events] == [str(w) for w in marks]
+        assert [e["previous_watermark_str"] for e in events] == [str(w) for w in [0, *marks[:-1]]]
         assert {e["repair"] for e in events} == {False}
+        # The downstream DAG exported each new W's changes since the W before it.
+        windows = wait_for("the downstream DAG's exports", lambda: len(exported_windows(exports)) == 3 and exported_windows(exports), progress)
+        assert [(m["from_watermark"], m["to_watermark"]) for m in windows] == list(zip([0, *marks[:-1]], marks))
 
         def heads() -> dict:
             """What a reader of each table's main sees: its watermark and rows."""
@@ -260,6 +297,28 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         final = published_watermarks(config)
         assert final[:3] == marks and len(final) == 4 and final[3] > marks[-1]
         assert [e["watermark"] for e in asset_events(db, "tidelake://sched/watermark")] == final
+        # What the downstream DAG received: one window per new W (none for the backfill), each
+        # exactly read_changes of its two Ws; applied in order from nothing, they are the tables at the last W.
+        windows = wait_for("the downstream DAG's last export", lambda: len(exported_windows(exports)) == 4 and exported_windows(exports), progress)
+        assert [(m["from_watermark"], m["to_watermark"]) for m in windows] == list(zip([0, *final[:-1]], final))
+        mirror: dict[tuple, Counter] = {}
+        for m in windows:
+            expected_changes = read_changes(config, m["from_watermark"], m["to_watermark"])
+            assert sorted((t["database"], t["table"]) for t in m["tables"]) == sorted(expected_changes)
+            for t in m["tables"]:
+                got = pq.read_table(exports / f"{m['from_watermark']:020d}-{m['to_watermark']:020d}" / t["file"])
+                assert got.equals(expected_changes[(t["database"], t["table"])]), t
+                rows = mirror.setdefault((t["database"], t["table"]), Counter())
+                for r in got.to_pylist():
+                    image = tuple(sorted((k, v) for k, v in r.items() if v is not None and k not in ("_change_type", "_commit_ts")))
+                    if r["_change_type"] in ("delete", "update_before"):
+                        rows[image] -= 1
+                    else:
+                        rows[image] += 1
+        at_last = {k: Counter(tuple(sorted((c, v) for c, v in r.items() if v is not None)) for r in v.to_pylist())
+                   for k, v in read_pipeline(config, final[-1])[1].items()}
+        nonzero = {k: {i: n for i, n in c.items() if n} for k, c in mirror.items()}
+        assert {k: c for k, c in nonzero.items() if c} == {k: dict(c) for k, c in at_last.items() if c}
         main_after = heads()
         assert all(main_after[k][0] >= w for k, (w, _) in main_before.items())  # main only moved forward
 

@@ -369,6 +369,7 @@ class Announcement:
     repair: bool
     repaired_from: int | None
     interval_end: dt.datetime
+    previous_watermark: int = 0
 
 
 @pytest.fixture
@@ -403,16 +404,18 @@ def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is
     events = OutletEventAccessors()
     returned = publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
     extra = {"pipeline": "shop", "watermark": W1, "watermark_str": "447656165965824001",
+             "previous_watermark": 0, "previous_watermark_str": "0",
              "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None}
     assert events[asset].extra == extra and returned == extra
     assert W1 > 2**53 and float(W1) != W1  # what a JavaScript number would lose
     assert sys.modules["spark.commit.published"].calls == [("shop", start, end)]
 
-    announcements.append(Announcement(W3, True, W2, end))
+    announcements.append(Announcement(W3, True, W2, end, W2))
     events = OutletEventAccessors()
     publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
     assert events[asset].extra == {**extra, "watermark": W3, "watermark_str": str(W3), "repair": True,
-                                   "repaired_from": W2, "repaired_from_str": str(W2)}
+                                   "repaired_from": W2, "repaired_from_str": str(W2),
+                                   "previous_watermark": W2, "previous_watermark_str": str(W2)}
 
     announcements.append(None)
     with pytest.raises(AirflowSkipException, match="published no new watermark"):

@@ -62,6 +62,7 @@ from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import open_storage
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+from .changes_invariant import check_changes
 from .history import Changefeed, Upstream
 
 # Configurations of a protocol the machine also runs, by name: (protocol, topic options, which
@@ -333,6 +334,7 @@ class PipelineMachine(RuleBasedStateMachine):
         if self.tables_may_have_changed:
             self.every_published_watermark_reads_the_model()
             self.main_equals_the_model_at_each_tables_watermark_and_never_goes_back()
+            check_changes(self)  # the change feed between published Ws (read_changes) against the model
         self.no_lease_is_left_held()
         self.tables_may_have_changed = False
 
