@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import struct
-from decimal import Decimal
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
 
 import msgspec
@@ -284,6 +284,7 @@ def _members(data: bytes, what: str) -> dict[str, Any] | None:
 
 # JSON numbers with a fraction or an exponent as Decimal, from their text: exact at any precision.
 _EXACT = msgspec.json.Decoder(float_hook=Decimal)
+_DECIMALS = Context(prec=100, traps=[InvalidOperation])  # DECIMAL(65, s) exactly (the default context has 28 digits)
 
 
 def _inexact_decimals(payload: Mapping[str, Any], decimals: tuple[str, ...]) -> bool:
@@ -761,10 +762,17 @@ _TRANSACTION_SCHEMA = {
 }
 
 
-def field_schema_of(name: str, ct: ColumnType, optional: bool = True) -> dict[str, Any]:
-    """The Connect field schema Debezium writes for a MySQL column type."""
+def field_schema_of(name: str, ct: ColumnType, optional: bool = True, precise: bool = False) -> dict[str, Any]:
+    """The Connect field schema Debezium writes for a MySQL column type; ``precise``: DECIMAL as
+    Connect's Decimal (the MySQL connector's default ``decimal.handling.mode=precise``), else
+    as a double (TiCDC)."""
     k = ct.kind
     fs: dict[str, Any] = {"field": name, "optional": optional}
+    if k is TypeKind.DECIMAL and precise:
+        fs.update(type="bytes", name="org.apache.kafka.connect.data.Decimal", version=1,
+                  parameters={"scale": str(ct.scale or 0), "connect.decimal.precision": str(ct.precision or 10)})
+        fs["tidb_type"] = str(ct).upper()
+        return fs
     if k is TypeKind.INT:
         fs["type"] = "int16" if ct.mysql_type in ("tinyint", "smallint") and not (ct.unsigned and ct.mysql_type == "smallint") else "int32"
     elif k in (TypeKind.LONG, TypeKind.UNSIGNED_LONG):
@@ -799,10 +807,14 @@ def field_schema_of(name: str, ct: ColumnType, optional: bool = True) -> dict[st
     return fs
 
 
-def encode_value(ct: ColumnType, value: Any) -> Any:
+def encode_value(ct: ColumnType, value: Any, precise: bool = False) -> Any:
     if value is None:
         return None
     k = ct.kind
+    if k is TypeKind.DECIMAL and precise:  # Connect's Decimal: the unscaled value, big-endian two's complement
+        sign, digits, _ = Decimal(value).quantize(Decimal((0, (1,), -(ct.scale or 0))), context=_DECIMALS).as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+        return base64.b64encode(unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True)).decode()
     if k is TypeKind.DATE:
         return (value - EPOCH).days
     if k is TypeKind.TIMESTAMP:
@@ -866,15 +878,16 @@ class DebeziumEncoder(Encoder):
         types = dict(event.column_types or {})
         name = f"{self.options['cluster_id']}.{event.database}.{event.table}"
         image = event.image
-        key_payload = {k: encode_value(types[k], image.get(k)) for k in event.key_columns}
+        precise = self.options["flavor"] == "mysql"  # TiCDC writes DECIMAL as float64 (its protocol's docs)
+        key_payload = {k: encode_value(types[k], image.get(k), precise) for k in event.key_columns}
         key_schema = {
             "type": "struct", "optional": False, "name": f"{name}.Key",
-            "fields": [field_schema_of(k, types[k], False) for k in event.key_columns],
+            "fields": [field_schema_of(k, types[k], False, precise) for k in event.key_columns],
         }
-        row_schema = [field_schema_of(c, t) for c, t in types.items()]
+        row_schema = [field_schema_of(c, t, precise=precise) for c, t in types.items()]
 
         def image_of(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-            return None if row is None else {c: encode_value(types[c], v) for c, v in row.items()}
+            return None if row is None else {c: encode_value(types[c], v, precise) for c, v in row.items()}
 
         op = {Op.INSERT: "c", Op.UPDATE: "u", Op.DELETE: "d"}[event.op]
         payload = {

@@ -62,8 +62,9 @@ def quote_ident(name: str) -> str:
 
 def create_sql(schema: TableSchema) -> str:
     cols = ", ".join(f"{quote_ident(c.name)} {c.type}{'' if c.nullable else ' NOT NULL'}" for c in schema.columns)
-    keys = ", ".join(quote_ident(k) for k in schema.key_columns)
-    return f"CREATE TABLE {quote_ident(schema.database)}.{quote_ident(schema.table)} ({cols}, PRIMARY KEY ({keys}))"
+    if schema.key_columns:  # a table without one is a multiset (MySQL allows identical rows in it)
+        cols += ", PRIMARY KEY (" + ", ".join(quote_ident(k) for k in schema.key_columns) + ")"
+    return f"CREATE TABLE {quote_ident(schema.database)}.{quote_ident(schema.table)} ({cols})"
 
 
 class Workload:

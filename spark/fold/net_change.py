@@ -190,32 +190,97 @@ def with_count(net: pa.Table, count: pa.Array | np.ndarray | None = None) -> pa.
 
 
 def multiset_net(rows: pa.Table) -> pa.Table:
-    """The net change of key-less tables' rows (``run`` settled): per (table, segment, image) one
-    row writing (``deletes`` false) or deleting ``count`` copies; images whose copies even out
-    have none.
+    """The net change of key-less tables' rows (``run`` settled): per (table, segment, image), a
+    row deleting (``deletes``) up to ``count`` of the copies the table holds, then a row writing
+    ``count`` copies; either left out when 0.
+
+    A row event changes a row that is there: the image's changes apply in the fold's order, each
+    delete removing a copy only while one is live -- a DELETE re-sent after its row was gone
+    removes nothing, and never a copy a later INSERT adds. Their effect on a table holding c
+    copies is max(c + S, F) (S their sum; F >= 0 what they leave where they deleted D copies more
+    than there were at their deepest, S + D): delete up to D copies, then write F
+    (``_copy_steps`` lists the steps).
 
     A change's copies in its transaction: the most times it occurs in one run of its commitTs in
     its partition (a re-sent transaction repeats a run); summed over partitions (each change of a
-    transaction is sent to one) and commitTs, +1 a write and -1 a delete. The row that stands for
-    an image is its greatest write (or delete) in the fold's order."""
-    in_run = rows.group_by([*_COPY_COLUMNS, "run"]).aggregate([([], "count_all")])
-    copies = in_run.group_by(_COPY_COLUMNS).aggregate([("count_all", "max")])
-    most = copies.column("count_all_max")
-    signed = pc.if_else(copies.column("deletes"), pc.negate(most), most)
-    delta = pa.table({**{c: copies.column(c) for c in GROUP_COLUMNS}, "delta": signed}) \
-        .group_by(list(GROUP_COLUMNS)).aggregate([("delta", "sum")])
+    transaction is sent to one), deletes before writes (one TiDB transaction commits one final
+    mutation per row). On a derived clock (run ``EVERY_CHANGE``) every delivered change is a step
+    of its own, in offset order. The row that stands for an image is its greatest write (or
+    delete) in the fold's order."""
+    schema = rows.schema.append(COUNT)
+    if rows.num_rows == 0:
+        return schema.empty_table()
+    steps = _copy_steps(rows).sort_by([(c, "ascending") for c in (*GROUP_COLUMNS, *_STEP_ORDER)])
+    delta = steps.column("delta").to_numpy()
+    first = np.zeros(steps.num_rows, dtype=bool)
+    first[0] = True
+    for name in GROUP_COLUMNS:
+        column = steps.column(name).combine_chunks()
+        if steps.num_rows > 1:
+            first[1:] |= pc.not_equal(column.slice(1), column.slice(0, steps.num_rows - 1)).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(first)
+    prefix = np.cumsum(delta)
+    before = np.concatenate(([0], prefix[starts[1:] - 1]))  # the running sum where each image starts
+    within = prefix - np.repeat(before, np.diff(np.append(starts, steps.num_rows)))
+    total = np.add.reduceat(delta, starts)
+    deficit = np.maximum(0, -np.minimum.reduceat(within, starts))  # copies deleted beyond what was there
+    images = steps.take(pa.array(starts)).select(list(GROUP_COLUMNS))
+    deleted, written = deficit, total + deficit
     deletes = rows.column("deletes")
     parts = []
-    net = delta.column("delta_sum")
-    for deleting, kept in ((False, pc.greater(net, 0)), (True, pc.less(net, 0))):
-        changed = delta.filter(kept)
+    for deleting, count in ((True, deleted), (False, written)):
+        changed = images.append_column("copies", pa.array(count, pa.int64())).filter(pa.array(count > 0))
         if not changed.num_rows:
             continue
         chosen = greatest(rows.filter(deletes if deleting else pc.invert(deletes)))
         joined = chosen.join(changed, keys=list(GROUP_COLUMNS), join_type="inner")
-        parts.append(with_count(joined.select(rows.schema.names), pc.abs(joined.column("delta_sum"))))
-    schema = rows.schema.append(COUNT)
+        parts.append(with_count(joined.select(rows.schema.names), joined.column("copies").to_numpy()))
     return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
+
+
+# A key-less row's ``run`` on a derived clock: nothing tells a re-sent range there, so every
+# delivered change counts, each a step of its own (``spark.fold.select`` settles it).
+EVERY_CHANGE = np.iinfo(np.int64).max
+# The order of an image's steps: commitTs; in a transaction its deletes, then its writes; on a
+# derived clock, the changes' own order (a delete before a write at one position: an UPDATE).
+_STEP_ORDER = ("ts", "phase", "topic", "partition", "offset", "index", "then")
+
+
+def _copy_steps(rows: pa.Table) -> pa.Table:
+    """The signed copy counts (``delta``) an image's changes add, with their ``_STEP_ORDER``."""
+    every = pc.equal(rows.column("run"), EVERY_CHANGE)
+    in_transactions = rows.filter(pc.invert(every))
+    in_run = in_transactions.group_by([*_COPY_COLUMNS, "run"]).aggregate([([], "count_all")])
+    copies = in_run.group_by(_COPY_COLUMNS).aggregate([("count_all", "max")])
+    per_ts = copies.group_by([*GROUP_COLUMNS, "ts", "deletes"]).aggregate([("count_all_max", "sum")])
+    n = per_ts.num_rows
+    deleting = per_ts.column("deletes")
+    transactions = {
+        **{c: per_ts.column(c) for c in GROUP_COLUMNS}, "ts": per_ts.column("ts"),
+        "phase": pc.if_else(deleting, 0, 1).cast(pa.int8()), "topic": pa.array([""] * n, pa.string()),
+        "partition": pa.array(np.zeros(n, np.int64)), "offset": pa.array(np.zeros(n, np.int64)),
+        "index": pa.array(np.zeros(n, np.int64)), "then": pa.array(np.zeros(n, np.int8)),
+        "delta": pc.if_else(deleting, pc.negate(per_ts.column("count_all_max_sum")), per_ts.column("count_all_max_sum")),
+    }
+    changes = rows.filter(every)
+    m = changes.num_rows
+    each = {
+        **{c: changes.column(c) for c in GROUP_COLUMNS}, "ts": changes.column("ts"),
+        "phase": pa.array(np.zeros(m, np.int8)), "topic": changes.column("topic"),
+        "partition": changes.column("partition").cast(pa.int64()), "offset": changes.column("offset").cast(pa.int64()),
+        "index": changes.column("index").cast(pa.int64()),
+        "then": pc.if_else(changes.column("deletes"), 0, 1).cast(pa.int8()),
+        "delta": pc.if_else(changes.column("deletes"), -1, 1).cast(pa.int64()),
+    }
+    columns = list(transactions)
+    return pa.concat_tables([pa.table({c: transactions[c] for c in columns}).cast(_steps_schema(rows)),
+                             pa.table({c: each[c] for c in columns}).cast(_steps_schema(rows))])
+
+
+def _steps_schema(rows: pa.Table) -> pa.Schema:
+    return pa.schema([*(rows.schema.field(c) for c in GROUP_COLUMNS), rows.schema.field("ts"), pa.field("phase", pa.int8()),
+                      pa.field("topic", pa.string()), pa.field("partition", pa.int64()), pa.field("offset", pa.int64()),
+                      pa.field("index", pa.int64()), pa.field("then", pa.int8()), pa.field("delta", pa.int64())])
 
 
 def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

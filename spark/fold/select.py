@@ -14,8 +14,8 @@ pure function of an Arrow batch and a small ``FoldWindow``. It adds three column
 
 It also settles the ``run`` of key-less tables' rows (``net_change.multiset_net`` counts a
 change once per run): a run cut by a segment's start takes the run it continues
-(``link_runs``), and rows on a derived clock are all one run of their partition (nothing tells
-a re-sent range there, so every delivered change counts).
+(``link_runs``), and rows on a derived clock take the run ``EVERY_CHANGE`` (nothing tells a
+re-sent range there, so every delivered change counts, each in its own order).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark.decode.side_output import SideOutput
-from spark.fold.net_change import Order, transaction_rank
+from spark.fold.net_change import EVERY_CHANGE, Order, transaction_rank
 
 APPLY, PENDING, SKIPPED = 0, 1, 2
 
@@ -108,7 +108,7 @@ def _settle_runs(table: pa.Table, topics: np.ndarray, derived: np.ndarray, windo
     if not keyless.any():
         return table
     run = run.copy()
-    run[keyless & derived] = 0
+    run[keyless & derived] = EVERY_CHANGE
     linked = np.flatnonzero(keyless & ~derived) if window.run_links else ()
     if len(linked):
         links, partitions = window.run_links, table.column("partition").to_numpy()[linked]

@@ -172,7 +172,11 @@ def table_columns(schema: TableSchema) -> list[tuple[str, ColumnType]]:
 # raises (or, for other operations, rounds). Iceberg decimals hold at most 38 digits, so a
 # context of 38 digits (one per precision, below) is exact for every value that fits, and
 # traps every value that does not instead of rounding it.
-_DECIMAL_CONTEXTS = {p: Context(prec=p, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation]) for p in range(1, 39)}
+_DECIMAL_CONTEXTS = {p: Context(prec=p, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation]) for p in range(1, 66)}
+
+
+def _decimal_context(precision: int) -> Context:
+    return _DECIMAL_CONTEXTS.get(precision) or Context(prec=precision, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation])
 _FLOAT32 = struct.Struct("<f")
 
 
@@ -212,7 +216,23 @@ def to_iceberg_value(t: IcebergType, value: Any) -> Any:
     return value
 
 
+def _wide_decimal(upstream_type: str) -> tuple[int, int] | None:
+    """(p, s) of the DECIMAL(p > 38, s) an upstream type is (Iceberg holds it as a string), or None."""
+    try:
+        ct = parse_mysql_type(upstream_type)
+    except ColumnValueError:
+        return None
+    if ct.kind is not TypeKind.DECIMAL or (ct.precision or 0) <= 38:
+        return None
+    return ct.precision or 0, ct.scale or 0
+
+
 def _fit_decimal(t: DecimalType, value: Any) -> Decimal:
+    return _fit_digits(t.precision, t.scale, value)
+
+
+def _fit_digits(precision: int, scale: int, value: Any) -> Decimal:
+    """``value`` at ``scale``, if it fits DECIMAL(precision, scale) exactly."""
     if isinstance(value, Decimal):
         d = value
     elif isinstance(value, int):
@@ -223,27 +243,36 @@ def _fit_decimal(t: DecimalType, value: Any) -> Decimal:
         try:
             d = Decimal(str(value))
         except InvalidOperation:
-            raise UnsupportedValue(f"{value!r} is not a number for decimal({t.precision}, {t.scale})") from None
+            raise UnsupportedValue(f"{value!r} is not a number for decimal({precision}, {scale})") from None
     try:
-        q = d.quantize(Decimal((0, (1,), -t.scale)), context=_DECIMAL_CONTEXTS[t.precision])
+        q = d.quantize(Decimal((0, (1,), -scale)), context=_decimal_context(precision))
     except InvalidOperation:
         q = None  # more digits than the precision, or not finite
     if q is None or q != d:
-        raise UnsupportedValue(f"{value} does not fit decimal({t.precision}, {t.scale})")
+        raise UnsupportedValue(f"{value} does not fit decimal({precision}, {scale})")
     return q
 
 
 def fit_upstream_value(value: Any, upstream_type: str | None) -> Any:
     """A decoded value fitted to its column's upstream (DDL) type before it becomes an Iceberg value.
 
-    Today that is ENUM indexes and SET masks from protocols that send them without the
-    members (``EnumIndex`` / ``SetMask``, marked by the decoder): the DDL's member list
-    names them. Any other value, digit text included, already is what the column holds.
+    That is ENUM indexes and SET masks from protocols that send them without the members
+    (``EnumIndex`` / ``SetMask``, marked by the decoder): the DDL's member list names them;
+    and a DECIMAL(p > 38, s), which Iceberg holds as a string of digits: at the column's scale,
+    as MySQL prints it (1 in a DECIMAL(65, 30) is ``1.000000000000000000000000000000``, however
+    the protocol wrote it), and within its precision, as a decimal(p <= 38) is. Any other value,
+    digit text included, already is what the column holds.
 
     Raises:
-        UnsupportedValue: an index or mask outside the DDL's members.
+        UnsupportedValue: an index or mask outside the DDL's members; a decimal that does not
+        fit its DECIMAL(p, s).
     """
-    if upstream_type is None or not isinstance(value, (EnumIndex, SetMask)):
+    if upstream_type is None:
+        return value
+    if type(value) is Decimal:
+        wide = _wide_decimal(upstream_type)
+        return value if wide is None else _fit_digits(*wide, value)
+    if not isinstance(value, (EnumIndex, SetMask)):
         return value
     try:
         return member_label(parse_mysql_type(upstream_type), value)
@@ -281,7 +310,8 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_type
         at = arrow_type(f.field_type)
         values = [r.get(f.name) for r in rows]
         upstream = upstream_types.get(f.name) if upstream_types else None
-        if upstream is not None and not _MARKED.isdisjoint(map(type, values)):
+        if upstream is not None and (not _MARKED.isdisjoint(map(type, values)) or (
+                isinstance(f.field_type, StringType) and Decimal in map(type, values) and _wide_decimal(upstream))):
             try:
                 values = [fit_upstream_value(v, upstream) for v in values]
             except UnsupportedValue as exc:

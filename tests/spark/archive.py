@@ -21,6 +21,8 @@ from spark.archive.land import SegmentChecksum, open_segment_writer, range_check
 from spark.archive.manifest import Manifest, PartitionRange, Segment
 from spark.archive.storage import Storage, open_storage
 
+from .mysql_values import iceberg_value, row_order
+
 
 class ArchiveWriter:
     """Append intervals of records to an archive; offsets continue per partition."""
@@ -97,28 +99,13 @@ def make_config(tmp: Path, protocol: str, options: dict | None = None) -> Pipeli
 
 
 def normalise(rows: list[dict]) -> list[dict]:
-    """Rows as the oracle keeps them: NULLs left out, Iceberg's forms mapped back."""
-    out = []
-    for r in rows:
-        out.append({k: v for k, v in r.items() if v is not None})
-    return sorted(out, key=lambda r: repr(sorted(r.items())))
+    """Rows read from a table, as ``oracle_rows`` gives the model's: NULLs left out, in one order."""
+    return sorted(({k: v for k, v in r.items() if v is not None} for r in rows), key=row_order)
 
 
 def oracle_rows(oracle: Oracle, name) -> list[dict]:
-    import datetime as _dt
-    from decimal import Decimal
-
-    rows = []
-    for r in oracle.rows(*name):
-        row = {}
-        for k, v in r.items():
-            if isinstance(v, _dt.timedelta):
-                v = v // _dt.timedelta(microseconds=1)
-            elif isinstance(v, int) and k == "big":
-                v = Decimal(v)
-            row[k] = v
-        rows.append(row)
-    return sorted(rows, key=lambda r: repr(sorted(r.items())))
+    """The model's rows of table ``name`` as a table read at W holds them (README, "Type mapping")."""
+    return sorted(({k: iceberg_value(k, v) for k, v in r.items()} for r in oracle.rows(*name)), key=row_order)
 
 
 def build(tmp: Path, protocol: str, seed: int, partitions: int, intervals: int, dup_rate: float, lagging: bool,

@@ -98,6 +98,30 @@ def test_decimal_beyond_38_digits_is_text_without_exponent() -> None:
     assert _round_trip("decimal(65,30)", Decimal("-1.5E-29")) == "-0.000000000000000000000000000015"
 
 
+def _through_upstream(mysql_type: str, value):
+    """``value`` written as a table whose column has upstream type ``mysql_type`` writes it."""
+    schema = iceberg_schema([("c", parse_mysql_type(mysql_type))])
+    return arrow_table(schema, [{"c": value}], {"c": mysql_type}).column("c").to_pylist()[0]
+
+
+def test_decimal_beyond_38_digits_is_text_at_the_columns_scale_whatever_the_protocol_sent() -> None:
+    """Found by the model-based test (TiCDC Debezium writes DECIMAL as a float64, read back as
+    1E+34): the text depended on how the protocol wrote the number. It is MySQL's, at the scale."""
+    at_scale = "1" + "0" * 34 + "." + "0" * 30
+    assert _through_upstream("decimal(65,30)", Decimal("1E+34")) == at_scale
+    assert _through_upstream("decimal(65,30)", Decimal(at_scale)) == at_scale
+    assert _through_upstream("decimal(65,30)", Decimal("-1.5E-29")) == "-0.000000000000000000000000000015"
+    assert _through_upstream("decimal(40,0)", Decimal("1E+39")) == "1" + "0" * 39
+
+
+@pytest.mark.parametrize("value", [Decimal("1E+35"), Decimal("-1E+35"), Decimal("1E-31")])
+def test_decimal_beyond_38_digits_outside_its_precision_or_scale_is_a_typed_error(value: Decimal) -> None:
+    """As a decimal(p <= 38) is: 99...9.9...9 rounded to a float64 (TiCDC's Debezium protocol) is
+    1E+35, which no DECIMAL(65, 30) holds."""
+    with pytest.raises(UnsupportedValue, match=r"column 'c' .*does not fit decimal\(65, 30\)"):
+        _through_upstream("decimal(65,30)", value)
+
+
 # ---------------------------------------------------------------- ENUM / SET labels that are digits
 
 

@@ -102,7 +102,9 @@ def test_a_key_less_image_counts_each_change_once_per_copy_of_its_transaction() 
         (("tidb", 0, 6, 0, 100, "bag", 1, False), 6), (("tidb", 0, 7, 0, 100, "bag", 1, False), 6),
         (("tidb", 0, 8, 0, 100, "bag", 2, True), 6),
         (("tidb", 1, 0, 0, 100, "bag", 1, False), 0),  # the same transaction's share on partition 1
-        (("tidb", 0, 9, 0, 200, "bag", 2, False), 9),  # image 2 back: no change in all
+        # image 2 back: a copy deleted (if there was one), then one written -- the table holds one
+        # either way (a DELETE of a row that is not there changes nothing)
+        (("tidb", 0, 9, 0, 200, "bag", 2, False), 9),
         # no commitTs: every delivered row counts, whatever its run
         (("mysql", 0, 0, 0, 10, "bag", 4, False), 0), (("mysql", 0, 1, 0, 10, "bag", 4, False), 1),
     ]
@@ -112,4 +114,25 @@ def test_a_key_less_image_counts_each_change_once_per_copy_of_its_transaction() 
                         derived_topics=frozenset({"mysql"}))
     net = fold_slice([select(table.append_column("schema_id", pa.array([0] * table.num_rows, pa.int64())), window)]).net
     assert sorted((r["key"], r["deletes"], r["count"]) for r in net.to_pylist()) == [
-        (key_bytes((1,)), False, 3), (key_bytes((3,)), True, 2), (key_bytes((4,)), False, 2)]
+        (key_bytes((1,)), False, 3), (key_bytes((2,)), False, 1), (key_bytes((2,)), True, 1), (key_bytes((3,)), True, 2),
+        (key_bytes((4,)), False, 2)]
+
+
+def test_a_key_less_delete_removes_a_copy_only_while_one_is_there() -> None:
+    """A key-less image's changes apply in order: a delete beyond the copies there are removes
+    nothing, and never a copy written after it (net: delete up to the deepest deficit, then write
+    what is left)."""
+    from spark.fold.slices import fold_slice
+
+    items = [  # no commitTs: every delivered row is a step, in offset order
+        ("mysql", 0, 0, 0, 10, "bag", 1, True), ("mysql", 0, 1, 0, 10, "bag", 1, True),
+        ("mysql", 0, 2, 0, 10, "bag", 1, False),  # image 1: -1 -1 +1: up to 2 go, 1 comes
+        ("mysql", 0, 3, 0, 10, "bag", 2, False), ("mysql", 0, 4, 0, 10, "bag", 2, True),  # image 2: +1 -1: nothing
+        ("mysql", 0, 5, 0, 10, "bag", 3, False), ("mysql", 0, 6, 0, 10, "bag", 3, True),
+        ("mysql", 0, 7, 0, 10, "bag", 3, True),  # image 3: +1 -1 -1: up to 1 goes
+    ]
+    table = rows(items).set_column(rows(items).schema.get_field_index("run"), "run", pa.array([0] * len(items), pa.int64()))
+    window = FoldWindow(0, 1000, {("mysql", 0): (0, 100)}, derived_topics=frozenset({"mysql"}))
+    net = fold_slice([select(table.append_column("schema_id", pa.array([0] * table.num_rows, pa.int64())), window)]).net
+    assert sorted((r["key"], r["deletes"], r["count"]) for r in net.to_pylist()) == [
+        (key_bytes((1,)), False, 1), (key_bytes((1,)), True, 2), (key_bytes((3,)), True, 1)]
