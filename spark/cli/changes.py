@@ -59,7 +59,9 @@ def _at(text: str, flag: str) -> Any:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     from spark.query.changes import read_changes
-    from spark.cli.main import StepProgress, _config, _w_time, progress_bars
+    from spark.cli.interval import StepProgress, progress_bars
+    from spark.cli.main import _config
+    from spark.cli.report import w_time as _w_time
 
     config = _config(args)
     fmt = args.format or ("parquet" if args.out else "table")
