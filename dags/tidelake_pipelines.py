@@ -345,7 +345,10 @@ class WaitForValidPipelineFile(BaseSensorOperator):
     """
 
     def __init__(self, *, message: str, **kwargs: Any) -> None:
-        super().__init__(mode="reschedule", poke_interval=STAND_IN_POKE, timeout=STAND_IN_WAIT, retries=0, **kwargs)
+        # retry_delay: a pipeline task that failed on the broken file (its job read it) is retried
+        # while the stand-in is the DAG, and so waits here after one poke interval, not five minutes.
+        super().__init__(mode="reschedule", poke_interval=STAND_IN_POKE, timeout=STAND_IN_WAIT, retries=0,
+                         retry_delay=STAND_IN_POKE, **kwargs)
         self.message = message
 
     def poke(self, context: Any) -> bool:

@@ -80,6 +80,12 @@ def scheduler_progress(db: str):
     return tasks, beats, reschedules, runs, versions
 
 
+def task_tries(db: str, dag_id: str, run_id: str) -> dict[str, int]:
+    with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT task_id, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
+        return dict(cur.fetchall())
+
+
 def task_states(db: str, dag_id: str, run_id: str) -> dict[str, str | None]:
     with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
         cur.execute("SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
@@ -287,7 +293,9 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert set(states) == {"snapshot_offsets", "confirm_if_done", "land", "apply", "publish"}, states
         assert "removed" not in states.values() and "failed" not in states.values(), states
         (waiter,) = [t for t, state in states.items() if state == "up_for_reschedule"]
-        log = home / "logs" / f"dag_id={dag_id}" / f"run_id={fourth['run_id']}" / f"task_id={waiter}" / "attempt=1.log"
+        # A task whose job was running when the file broke failed reading it, and waits on its retry.
+        try_number = task_tries(db, dag_id, fourth["run_id"])[waiter]
+        log = home / "logs" / f"dag_id={dag_id}" / f"run_id={fourth['run_id']}" / f"task_id={waiter}" / f"attempt={try_number}.log"
         assert f"{path}: topics[0].protocol: expected one of" in log.read_text() and "waits for it to be fixed" in log.read_text()
         path.write_text(good)
         wait_for("the fourth run to go on once the file is fixed", lambda: all_done(4), progress)

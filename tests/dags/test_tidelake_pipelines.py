@@ -226,7 +226,7 @@ def test_a_stand_in_keeps_its_pipelines_tasks_and_waits_for_the_file(pipelines: 
     """A run in flight when its file broke keeps its tasks (none removed, none added): each waits for the fix."""
     from airflow.sdk import BaseSensorOperator
 
-    from dags.tidelake_pipelines import MAINTENANCE_TASK_IDS, PIPELINE_TASK_IDS, STAND_IN_WAIT
+    from dags.tidelake_pipelines import MAINTENANCE_TASK_IDS, PIPELINE_TASK_IDS, STAND_IN_POKE, STAND_IN_WAIT
 
     good = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
     valid = dagbag().dags
@@ -244,6 +244,8 @@ def test_a_stand_in_keeps_its_pipelines_tasks_and_waits_for_the_file(pipelines: 
             assert waiting.upstream_task_ids == real.upstream_task_ids
             assert isinstance(waiting, BaseSensorOperator) and waiting.mode == "reschedule" and waiting.retries == 0
             assert waiting.timeout == STAND_IN_WAIT.total_seconds()
+            # A pipeline task that failed on the broken file retries while the stand-in is the DAG: after one poke.
+            assert waiting.retry_delay == STAND_IN_POKE
     apply = bag.dags["tidelake_shop"].task_dict["apply"]
     caplog.clear()
     assert apply.poke({}) is False  # never success: the pipeline's own apply has not run
