@@ -481,3 +481,61 @@ def test_keys_of_every_kind_find_their_rows(tmp_path: Path, protocol: str) -> No
         assert sorted(got, key=repr) == sorted([("update_before", first), ("update_after", {**first, "v": 10}),
                                                 ("delete", second)], key=repr), name
         assert changes.details[("shop", name)].read == KEYS, name
+
+
+def test_the_window_folds_alike_in_key_hash_slices(tmp_path: Path, monkeypatch) -> None:
+    """With a runner the window's change log is folded a task per key-hash slice (as a run's is):
+    every key is in one slice, so the changes are the same as folding it whole in process."""
+    from spark import changes_log
+    from spark.land import LocalRunner
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    for i in range(40):
+        lake.insert(t, id=i, v=i)
+    w1 = lake.publish()
+    for i in range(0, 40, 3):
+        lake.update(t, {"id": i, "v": i}, {"id": i, "v": -i})
+    for i in range(1, 40, 7):
+        lake.delete(t, {"id": i, "v": i})
+    lake.publish()
+    for i in range(0, 36, 6):
+        lake.update(t, {"id": i, "v": -i}, {"id": i, "v": i})  # back: no change since W1
+    w3 = lake.publish()
+    whole = read_changes(lake.config, w1, w3)
+    tasks = []
+    real = changes_log.touched_slice
+
+    def recording(task):  # noqa: ANN001, ANN202
+        tasks.append(task.part)
+        return real(task)
+
+    monkeypatch.setattr(changes_log, "touched_slice", recording)
+    sliced = read_changes(dataclasses.replace(lake.config, fold_slice_rows=8), w1, w3, runner=LocalRunner())
+    assert len(tasks) > 3 and {p.count for p in tasks} == {len(tasks)}
+    assert sliced[("shop", "t")].equals(whole[("shop", "t")])
+    assert len(rows(whole, "t")) == 2 * 6 + 6  # 3, 9, 21, 27, 33, 39 updated; 1, 8, 15, 22, 29, 36 deleted
+
+
+@pytest.mark.slow
+def test_the_window_folds_alike_on_spark_executors(tmp_path: Path) -> None:
+    from spark.land import SparkRunner
+    from spark.session import build_context
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    for i in range(30):
+        lake.insert(t, id=i, v=i)
+    w1 = lake.publish()
+    for i in range(0, 30, 4):
+        lake.update(t, {"id": i, "v": i}, {"id": i, "v": -i})
+    lake.delete(t, {"id": 1, "v": 1})
+    w2 = lake.publish()
+    context = build_context("tidelake-changes", "local[2]", **{"spark.ui.enabled": "false",
+                                                               "spark.ui.showConsoleProgress": "false"})
+    try:
+        on_spark = read_changes(dataclasses.replace(lake.config, fold_slice_rows=5), w1, w2, runner=SparkRunner(context))
+    finally:
+        context.stop()
+    assert on_spark[("shop", "t")].equals(read_changes(lake.config, w1, w2)[("shop", "t")])
+    assert on_spark.details[("shop", "t")].counts == {"insert": 0, "delete": 1, "update_before": 7, "update_after": 7}
