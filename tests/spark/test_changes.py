@@ -539,3 +539,24 @@ def test_the_window_folds_alike_on_spark_executors(tmp_path: Path) -> None:
         context.stop()
     assert on_spark[("shop", "t")].equals(read_changes(lake.config, w1, w2)[("shop", "t")])
     assert on_spark.details[("shop", "t")].counts == {"insert": 0, "delete": 1, "update_before": 7, "update_after": 7}
+
+
+@pytest.mark.parametrize("write_mode", WRITE_MODES)
+def test_a_primary_key_changed_in_the_window(tmp_path: Path, write_mode: str) -> None:
+    """ALTER TABLE ... PRIMARY KEY: the table is read whole, rows are paired by the key at W2."""
+    lake = Lake(tmp_path, "canal-json", write_mode)
+    v1 = lake.create("k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")])
+    lake.insert(v1, id=1, region="us", v=1)
+    lake.insert(v1, id=2, region="us", v=2)
+    w1 = lake.publish()
+    v2 = schema("shop", "k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")], keys=("id", "region"))
+    lake.ddl("k", "ALTER TABLE shop.k DROP PRIMARY KEY, ADD PRIMARY KEY (id, region)")
+    t_eu = lake.insert(v2, id=1, region="eu", v=3)  # a second row with id 1
+    t_v = lake.update(v2, {"id": 2, "region": "us", "v": 2}, {"id": 2, "region": "us", "v": 20})
+    w2 = lake.publish()
+    changes = read_changes(lake.config, w1, w2)
+    d = changes.details[("shop", "k")]
+    assert d.read == WHOLE and "SetKeyColumns" in d.reason
+    assert rows(changes, "k") == [("insert", t_eu, {"id": 1, "region": "eu", "v": 3}),
+                                  ("update_before", t_v, {"id": 2, "region": "us", "v": 2}),
+                                  ("update_after", t_v, {"id": 2, "region": "us", "v": 20})]
