@@ -396,8 +396,12 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         rows1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, read1, match, keys_arg)
         if not same:
             rows1 = _by_name(rows1, shown, dropped, dropped_out)
-    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg) if t2 is not None \
-        else None
+    # A touched key's row at W2 was written in the window (its change was applied after W1, with
+    # its commitTs): files whose commitTs bound is at most W1 hold none of them. Not so for a
+    # key-less table's copies, nor for rows a DDL changed (read whole anyway).
+    recent = (commit_field.field_id, w1) if key and not whole and commit_field is not None else None
+    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent) \
+        if t2 is not None else None
     after_rows = rows2.select([f.name for f in shown]) if rows2 is not None else arrow_schema(Schema(*shown)).empty_table()
     compare = [f.name for f in shown]
     removed, added = multiset_difference(rows1.select(compare), after_rows, compare)
