@@ -1,7 +1,7 @@
 """``tidelake changes``: the change feed between two published watermarks, on the command line.
 
     tidelake changes --config F --from W1|ISO-time [--to W2|ISO-time|latest] [--table db.t ...]
-                     [--format table|json|csv|parquet] [--out DIR]
+                     [--format table|json|csv|parquet] [--out DIR] [--spark MASTER]
 
 Without ``--out`` the changes go to stdout: ``table`` (default) a heading per table (its counts)
 and its rows; ``json`` one object per change, ``{"database", "table", "row"}`` (values as
@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json", "csv", "parquet"),
                    help="stdout: table (default), json (one object per change) or csv (one table); "
                         "--out: parquet (default), json or csv files")
+    p.add_argument("--spark", metavar="MASTER",
+                   help="fold the window's change log on Spark with this master (e.g. local[2]) instead of in-process")
     p.add_argument("--out", metavar="DIR",
                    help="write a file per table and manifest.json to DIR: a local directory or s3://bucket/prefix "
                         "(the archive's object store)")
@@ -70,8 +72,19 @@ def cmd_changes(args: argparse.Namespace) -> int:
     if not args.out and fmt == "parquet":
         raise ConfigError("--format parquet writes files: give --out DIR")
     from_w, to_w = _at(args.from_w, "--from"), _at(args.to_w, "--to")
-    with progress_bars(args.quiet) as bars:
-        changes = read_changes(config, from_w, to_w, args.tables, progress=StepProgress(bars))
+    runner, context = None, None
+    if args.spark:
+        from spark.archive.land import SparkRunner
+        from spark.runtime.session import build_context
+
+        context = build_context(f"tidelake-changes-{config.name}", args.spark)
+        runner = SparkRunner(context)
+    try:
+        with progress_bars(args.quiet) as bars:
+            changes = read_changes(config, from_w, to_w, args.tables, progress=StepProgress(bars), runner=runner)
+    finally:
+        if context is not None:
+            context.stop()
     log.info("-- %s: changes from W=%s (%s) to W=%s (%s)", config.name, changes.from_watermark,
              _w_time(changes.from_watermark), changes.to_watermark, _w_time(changes.to_watermark))
     for (db, table), e in sorted(changes.isolated.items()):

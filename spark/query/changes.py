@@ -179,6 +179,7 @@ class _Ddl:
     whole: list[str] = field(default_factory=list)  # why its images must be read whole
     columns: set[str] = field(default_factory=set)  # columns a column DDL named (casefolded)
     last_ts: int = 0  # commitTs of the last DDL naming it
+    rows_ts: int = 0  # ... of the last one that changed its rows wholesale (a reason in ``whole``)
 
 
 def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef, _Ddl], dict[str, _Ddl], list[str]]:
@@ -193,6 +194,7 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
         d.last_ts = max(d.last_ts, ts)
         if whole:
             d.whole.append(whole)
+            d.rows_ts = max(d.rows_ts, ts)
         if column is not None:
             d.columns.add(column.casefold())
 
@@ -214,7 +216,7 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
             elif isinstance(change, DropDatabase):
                 d = databases.setdefault(change.database, _Ddl())
                 d.whole.append(f"its database was dropped in the window: {sql!r}")
-                d.last_ts = max(d.last_ts, ts)
+                d.last_ts = d.rows_ts = max(d.last_ts, ts)
             elif isinstance(change, (CreateTable, CreateTableLike, DropTable, TruncateTable, DropPartitions,
                                      TruncatePartitions, SetKeyColumns)):
                 what = type(change).__name__
@@ -240,7 +242,8 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
 
 def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "latest",
                  tables: Iterable[str | TableRef] | None = None, *, catalog: Any = None,
-                 storage: Storage | None = None, progress: Callable[[str, int, int], None] | None = None) -> ChangeSet:
+                 storage: Storage | None = None, progress: Callable[[str, int, int], None] | None = None,
+                 runner: Any = None) -> ChangeSet:
     """The net changes of every table (or of ``tables``: ``"db.t"`` or ``(db, t)``) between two
     published watermarks, ``from_w`` < ``to_w`` (each a W, a TSO or time resolving to the greatest
     published W at or before it, or "latest"). ``from_w`` 0 is before the first W: every row at
@@ -248,7 +251,9 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
 
     Tables either W lists as isolated are left out and named in ``isolated`` (asked for by name,
     they raise ``IsolatedTable``). ``progress(step, done, total)`` is called with step ``"change log"``
-    (the window's change log read and folded) and ``"tables"`` (one per table).
+    (the window's change log read and folded) and ``"tables"`` (one per table). With ``runner``
+    (``spark.archive.land.SparkRunner``) the window's change log is folded on the executors, a task per
+    key-hash slice of ``fold_slice_rows`` rows; without, in this process.
 
     Raises:
         NoSuchWatermark: a W is not published; RetiredWatermark: retention retired it (naming the
@@ -280,7 +285,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         window = None
     else:
         window = open_window(config, storage, query.published(config, w1, storage), query.published(config, w2, storage))
-    touched = window.touched(names) if window is not None else None
+    touched = window.touched(None if tables is None else names, runner) if window is not None else None
     by_table, by_database, everywhere = _ddl_by_table(window, config) if window is not None else ({}, {}, [])
     progress("change log", 1, 1)
     progress("tables", 0, len(names))
@@ -288,7 +293,8 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         ddl = by_table.get(name, _Ddl())
         dropped_db = by_database.get(name[0])
         if dropped_db is not None:
-            ddl = _Ddl([*ddl.whole, *dropped_db.whole], ddl.columns, max(ddl.last_ts, dropped_db.last_ts))
+            ddl = _Ddl([*ddl.whole, *dropped_db.whole], ddl.columns, max(ddl.last_ts, dropped_db.last_ts),
+                       max(ddl.rows_ts, dropped_db.rows_ts))
         rows = _rows_of(touched, name) if touched is not None else None
         changes, details = _table_changes(name, before, after, rows, ddl, everywhere, window)
         out[name], out.details[name] = changes, details
@@ -366,6 +372,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     names2 = {f.name for f in shown}
     if any(k not in names2 for k in key):
         reasons.append("its key columns are not all columns at the later W")
+        key = ()  # the rows are compared whole, unpaired
     if w1 == w2 or (not reasons and not keys_touched):
         return _empty(shown, dropped_out, change_col, ts_col), TableChanges(
             *name, NOTHING, None, 0, dict.fromkeys(CHANGE_TYPES, 0), change_col, ts_col, tuple(f.name for f in dropped_out))
@@ -389,8 +396,12 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         rows1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, read1, match, keys_arg)
         if not same:
             rows1 = _by_name(rows1, shown, dropped, dropped_out)
-    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg) if t2 is not None \
-        else None
+    # A touched key's row at W2 was written in the window (its change was applied after W1, with
+    # its commitTs): files whose commitTs bound is at most W1 hold none of them. Not so for a
+    # key-less table's copies, nor for rows a DDL changed (read whole anyway).
+    recent = (commit_field.field_id, w1) if key and not whole and commit_field is not None else None
+    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent) \
+        if t2 is not None else None
     after_rows = rows2.select([f.name for f in shown]) if rows2 is not None else arrow_schema(Schema(*shown)).empty_table()
     compare = [f.name for f in shown]
     removed, added = multiset_difference(rows1.select(compare), after_rows, compare)
@@ -400,7 +411,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     # _commit_ts: an after image's own (its last change) when the window wrote it; else the last
     # change of its key (a key-less table's image) in the change log; else the last DDL of the
     # table in the window (it made the difference).
-    fallback = ddl.last_ts or w2
+    fallback = ddl.rows_ts or ddl.last_ts or w2
     before_ts = _logged_ts(rows1, removed, typed, match, np.full(len(removed), fallback, np.int64))
     after_ts = _logged_ts(after_rows, added, typed, match, np.full(len(added), fallback, np.int64))
     if rows2 is not None and len(added):

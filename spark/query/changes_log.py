@@ -12,7 +12,10 @@ only those of the keys this module finds in the decoded change log (``spark.deco
   are decoded as a run would (``ensure_change_log``);
 - the *touched keys* are the rows each run's ``select`` marks applied, folded by the one fold rule
   (``net_change.greatest``): one row per table and key, the greatest change of the window, whose
-  ``ts`` is the commitTs of the last change to that key;
+  ``ts`` is the commitTs of the last change to that key. Every effect on a key has the key's
+  ``key_hash``, so the fold cuts into key-hash slices as a run's does (``spark.fold.slices``):
+  with a runner (``SparkRunner``) a task per slice of ``fold_slice_rows`` rows reads only its
+  row groups of the change log, on the executors; without one, one slice in this process;
 - the window's *DDL* are the side outputs' statements each run applied (the same window and
   commitTs rules as ``spark.commit.apply``), each with the commitTs it was applied at.
 
@@ -34,6 +37,7 @@ import pyarrow.parquet as pq
 
 from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark.archive import layout
+from spark.runtime import credentials
 from spark.commit.apply import Checkpoint, checkpoint_path
 from spark.config import PipelineConfig
 from spark.decode.changelog import (
@@ -47,10 +51,11 @@ from spark.decode.changelog import (
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.select import APPLY, FoldWindow, select
 from spark.archive.land import LocalRunner
-from spark.maintain.archive_retention import ArchivePruned, require_replayable
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
+from spark.archive.storage import Storage, open_storage
 from spark.fold.net_change import change_order, greatest
-from spark.archive.storage import Storage
+from spark.fold.slices import EVERYTHING, Slice
+from spark.maintain.archive_retention import ArchivePruned, require_replayable
 
 PKey = tuple[str, int]
 TableRef = tuple[str, str]
@@ -82,6 +87,7 @@ class Window:
     runs: list[Run]
     derived_topics: frozenset[str]
     storage: Storage
+    config: PipelineConfig  # its topic clocks settled
     paths: list[str] = field(default_factory=list)  # change-log Parquet files holding the runs' offsets
     sides: dict[PKey, list[SideOutput]] = field(default_factory=dict)
 
@@ -95,25 +101,20 @@ class Window:
         schemas = self.schemas
         return {decode_schema(schemas[sid])[0] for sid in set(schema_ids)}
 
-    def touched(self, tables: set[TableRef] | None = None) -> pa.Table:
+    def touched(self, tables: set[TableRef] | None = None, runner: Any = None) -> pa.Table:
         """The greatest applied change of every key the window's runs touched (``select``'s columns,
         one row per table and key; ``ts`` is the commitTs its run applied it at), of ``tables`` only
-        when given."""
-        parts = []
-        for path in self.paths:
-            rows = pq.read_table(self.storage.arrow_path(path), filesystem=self.storage.arrow_fs, schema=CHANGE_LOG_SCHEMA)
-            if tables is not None and rows.num_rows:
-                rows = rows.filter(_in_tables(rows, tables))
-            if rows.num_rows == 0:
-                continue
-            for run in self.runs:
-                selected = select(rows, FoldWindow(run.w_prev, run.w, run.offsets, self.derived_topics))
-                applied = selected.filter(pc.equal(selected.column("state"), APPLY))
-                if applied.num_rows:
-                    parts.append(applied)
+        when given. With ``runner``, a task per key-hash slice of ``fold_slice_rows`` change-log rows."""
+        rows = sum(side.rows for outputs in self.sides.values() for side in outputs)
+        count = max(1, -(-rows // self.config.fold_slice_rows)) if runner is not None else 1
+        carried = credentials.task_config(self.config)
+        tasks = [TouchedTask(carried, tuple(self.paths), tuple(self.runs), self.derived_topics,
+                             frozenset(tables) if tables is not None else None, Slice(i, count) if count > 1 else EVERYTHING)
+                 for i in range(count)]
+        parts = [p for p in (runner or LocalRunner()).map(touched_slice, tasks) if p.num_rows]
         if not parts:
             return select(CHANGE_LOG_SCHEMA.empty_table(), FoldWindow(self.from_w, self.to_w, {}))
-        return greatest(pa.concat_tables(parts))
+        return pa.concat_tables(parts)
 
     def ddls(self, protocols: Mapping[str, str]) -> list[DdlChange]:
         """The DDL the window's runs applied, in commit order, each with the commitTs it was applied at
@@ -137,7 +138,61 @@ class Window:
         return sorted(out.values(), key=change_order)  # type: ignore[arg-type]
 
 
-def _in_tables(rows: pa.Table, tables: set[TableRef]) -> pa.Array:
+@dataclass(frozen=True)
+class TouchedTask:
+    """One key-hash slice of a window's change log to fold (``config``: ``credentials.task_config``'s)."""
+
+    config: PipelineConfig
+    paths: tuple[str, ...]
+    runs: tuple[Run, ...]
+    derived_topics: frozenset[str]
+    tables: frozenset[TableRef] | None
+    part: Slice = EVERYTHING
+
+
+def touched_slice(task: TouchedTask) -> pa.Table:
+    """The greatest change per key of one slice: each run's applied rows (``select``), folded (runs
+    on an executor, or in process)."""
+    storage = open_storage(credentials.resolve(task.config).storage)
+    lo, hi = task.part.bounds
+    applied = []
+    for path in task.paths:
+        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
+            source = pq.ParquetFile(f)
+            groups = _row_groups(source.metadata, lo, hi) if task.part.count > 1 else list(range(source.num_row_groups))
+            if not groups:
+                continue
+            rows = source.read_row_groups(groups).cast(CHANGE_LOG_SCHEMA)
+        if task.part.count > 1:
+            hashes = rows.column("key_hash")
+            rows = rows.filter(pc.and_(pc.greater_equal(hashes, lo), pc.less(hashes, hi)))
+        if task.tables is not None and rows.num_rows:
+            rows = rows.filter(_in_tables(rows, task.tables))
+        if rows.num_rows == 0:
+            continue
+        for run in task.runs:
+            selected = select(rows, FoldWindow(run.w_prev, run.w, run.offsets, task.derived_topics))
+            selected = selected.filter(pc.equal(selected.column("state"), APPLY))
+            if selected.num_rows:
+                applied.append(selected)
+    if not applied:
+        return select(CHANGE_LOG_SCHEMA.empty_table(), FoldWindow(0, 0, {}))
+    return greatest(pa.concat_tables(applied))
+
+
+def _row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:
+    """The row groups whose key-hash range meets [lo, hi) (all of them without statistics), as a
+    run's fold slice reads them (``spark.fold.slices``)."""
+    column = metadata.schema.names.index("key_hash")
+    keep = []
+    for i in range(metadata.num_row_groups):
+        stats = metadata.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max or (stats.min < hi and stats.max >= lo):
+            keep.append(i)
+    return keep
+
+
+def _in_tables(rows: pa.Table, tables: Iterable[TableRef]) -> pa.Array:
     databases, names = rows.column("database"), rows.column("table")
     mask = None
     for database, table in tables:
@@ -183,7 +238,7 @@ def open_window(config: PipelineConfig, storage: Storage, from_doc: Mapping[str,
                    for p in manifest.partitions}
         runs.append(Run(names[i], previous.watermark, cp.watermark, offsets))
         previous = cp
-    window = Window(from_doc["watermark"], to_doc["watermark"], runs, derived, storage)
+    window = Window(from_doc["watermark"], to_doc["watermark"], runs, derived, storage, config)
     if not runs:
         return window
     history = _history(storage, config, chain, first, start_cp, manifests)

@@ -23,11 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.types import LongType
 
 from spark.write import internals
 from spark.write.files import key_file_pairs, live_files
@@ -41,12 +43,13 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 
 def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[str] = (),
-              touched: pa.Table | None = None) -> pa.Table:
+              touched: pa.Table | None = None, newer_than: tuple[int, int] | None = None) -> pa.Table:
     """The rows of ``table`` at snapshot ``snapshot_id`` in ``schema``'s columns (by field id);
     with ``touched``, only those whose ``match`` columns equal one of its rows (NULL equals NULL).
 
     ``match`` names columns of the snapshot's own schema (and of ``schema``); ``touched`` has one
-    column per ``match`` column."""
+    column per ``match`` column. ``newer_than`` (field id, value): leave out the files whose
+    upper bound of that long column is at most the value (the caller knows no row it wants is)."""
     metadata, io = table.metadata, table.io
     snapshot = metadata.snapshot_by_id(snapshot_id)
     out_schema = arrow_schema(schema)
@@ -54,6 +57,10 @@ def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[st
         return out_schema.empty_table()
     live = live_files(io, snapshot)
     files = list(live.data)
+    if newer_than is not None:
+        field_id, value = newer_than
+        files = [f for f in files if (bound := (f.upper_bounds or {}).get(field_id)) is None
+                 or from_bytes(LongType(), bound) > value]
     if touched is not None and files:
         # The plan reads key columns by their names at the snapshot: its schema, not today's.
         at = metadata.model_copy(update={"current_schema_id": snapshot.schema_id}) \

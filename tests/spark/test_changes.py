@@ -482,3 +482,82 @@ def test_keys_of_every_kind_find_their_rows(tmp_path: Path, protocol: str) -> No
         assert sorted(got, key=repr) == sorted([("update_before", first), ("update_after", {**first, "v": 10}),
                                                 ("delete", second)], key=repr), name
         assert changes.details[("shop", name)].read == KEYS, name
+
+
+def test_the_window_folds_alike_in_key_hash_slices(tmp_path: Path, monkeypatch) -> None:
+    """With a runner the window's change log is folded a task per key-hash slice (as a run's is):
+    every key is in one slice, so the changes are the same as folding it whole in process."""
+    from spark.query import changes_log
+    from spark.archive.land import LocalRunner
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    for i in range(40):
+        lake.insert(t, id=i, v=i)
+    w1 = lake.publish()
+    for i in range(0, 40, 3):
+        lake.update(t, {"id": i, "v": i}, {"id": i, "v": -i})
+    for i in range(1, 40, 7):
+        lake.delete(t, {"id": i, "v": i})
+    lake.publish()
+    for i in range(0, 36, 6):
+        lake.update(t, {"id": i, "v": -i}, {"id": i, "v": i})  # back: no change since W1
+    w3 = lake.publish()
+    whole = read_changes(lake.config, w1, w3)
+    tasks = []
+    real = changes_log.touched_slice
+
+    def recording(task):  # noqa: ANN001, ANN202
+        tasks.append(task.part)
+        return real(task)
+
+    monkeypatch.setattr(changes_log, "touched_slice", recording)
+    sliced = read_changes(dataclasses.replace(lake.config, fold_slice_rows=8), w1, w3, runner=LocalRunner())
+    assert len(tasks) > 3 and {p.count for p in tasks} == {len(tasks)}
+    assert sliced[("shop", "t")].equals(whole[("shop", "t")])
+    assert len(rows(whole, "t")) == 2 * 6 + 6  # 3, 9, 21, 27, 33, 39 updated; 1, 8, 15, 22, 29, 36 deleted
+
+
+@pytest.mark.slow
+def test_the_window_folds_alike_on_spark_executors(tmp_path: Path) -> None:
+    from spark.archive.land import SparkRunner
+    from spark.runtime.session import build_context
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    for i in range(30):
+        lake.insert(t, id=i, v=i)
+    w1 = lake.publish()
+    for i in range(0, 30, 4):
+        lake.update(t, {"id": i, "v": i}, {"id": i, "v": -i})
+    lake.delete(t, {"id": 1, "v": 1})
+    w2 = lake.publish()
+    context = build_context("tidelake-changes", "local[2]", **{"spark.ui.enabled": "false",
+                                                               "spark.ui.showConsoleProgress": "false"})
+    try:
+        on_spark = read_changes(dataclasses.replace(lake.config, fold_slice_rows=5), w1, w2, runner=SparkRunner(context))
+    finally:
+        context.stop()
+    assert on_spark[("shop", "t")].equals(read_changes(lake.config, w1, w2)[("shop", "t")])
+    assert on_spark.details[("shop", "t")].counts == {"insert": 0, "delete": 1, "update_before": 7, "update_after": 7}
+
+
+@pytest.mark.parametrize("write_mode", WRITE_MODES)
+def test_a_primary_key_changed_in_the_window(tmp_path: Path, write_mode: str) -> None:
+    """ALTER TABLE ... PRIMARY KEY: the table is read whole, rows are paired by the key at W2."""
+    lake = Lake(tmp_path, "canal-json", write_mode)
+    v1 = lake.create("k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")])
+    lake.insert(v1, id=1, region="us", v=1)
+    lake.insert(v1, id=2, region="us", v=2)
+    w1 = lake.publish()
+    v2 = schema("shop", "k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")], keys=("id", "region"))
+    lake.ddl("k", "ALTER TABLE shop.k DROP PRIMARY KEY, ADD PRIMARY KEY (id, region)")
+    t_eu = lake.insert(v2, id=1, region="eu", v=3)  # a second row with id 1
+    t_v = lake.update(v2, {"id": 2, "region": "us", "v": 2}, {"id": 2, "region": "us", "v": 20})
+    w2 = lake.publish()
+    changes = read_changes(lake.config, w1, w2)
+    d = changes.details[("shop", "k")]
+    assert d.read == WHOLE and "SetKeyColumns" in d.reason
+    assert rows(changes, "k") == [("insert", t_eu, {"id": 1, "region": "eu", "v": 3}),
+                                  ("update_before", t_v, {"id": 2, "region": "us", "v": 2}),
+                                  ("update_after", t_v, {"id": 2, "region": "us", "v": 20})]
