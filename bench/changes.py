@@ -37,7 +37,7 @@ from cdc_codecs import Op, Watermark, get_encoder
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
 from spark.query.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, read_changes
-from spark.commit.table import table_watermark
+from spark.tables.properties import table_watermark
 from spark.tables.schema_map import COMMIT_TS, OP, metadata_columns
 from spark.commit.watermark import tag_name
 

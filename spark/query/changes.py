@@ -49,7 +49,7 @@ from spark.query import read as query
 from spark.commit.plan import ddl_changes
 from spark.query.changes_log import ChangesError, ChangesUnavailable, Window, open_window, protocols
 from spark.query.changes_read import arrow_schema, read_rows
-from spark.commit.table import UPSTREAM_TYPE_PREFIX
+from spark.tables.properties import UPSTREAM_TYPE_PREFIX
 from spark.config import PipelineConfig
 from spark.tables.ddl import (
     AddColumn,
