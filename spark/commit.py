@@ -380,11 +380,14 @@ class TableCommitter:
 
     def _like_schema(self, change: CreateTableLike, step: SchemaStep, run: RunContext) -> tuple[TableSchema, str | None]:
         """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds
-        them, and its partitioning (JSON, None if unknown)."""
+        them (or as the protocol carried them), and its partitioning (JSON, None if unknown)."""
         where = f"{change.table[0]}.{change.table[1]}: {step.ddl.sql!r}"
         src = f"{change.source[0]}.{change.source[1]}"
         # A rename later in the run, committed before this plan, may have moved the source (apply_plan).
         source = cat.load_table(self.catalog, self.config, *(step.source_at or change.source))
+        if change.schema is not None:  # the protocol carried the columns: the source gives its partitioning, if known
+            held = source is not None and DROPPED not in source.properties
+            return change.schema, source.properties.get(PARTITIONING) if held else None  # type: ignore[union-attr]
         if source is None or DROPPED in source.properties:
             raise UnsupportedSchemaChange(
                 f"{where} copies {src}, which tidelake does not hold; start the pipeline before {src}'s CREATE TABLE, "
