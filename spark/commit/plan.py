@@ -131,8 +131,8 @@ def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Cha
     if isinstance(change, CreateTable):
         return CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns or change.schema.key_columns), change.if_not_exists)
     if isinstance(change, CreateTableLike):
-        # The protocol knows what the source looked like: no need to read it from the lake.
-        return CreateTable(TableSchema(ref[0], ref[1], after.columns, after.key_columns), change.if_not_exists)
+        # The protocol knows the source's columns; its partitioning (which LIKE copies too) only the lake does.
+        return dataclasses.replace(change, schema=TableSchema(ref[0], ref[1], after.columns, after.key_columns))
     if isinstance(change, AddColumn):
         column = after.column(change.column.name)
         return dataclasses.replace(change, column=column) if column is not None else change

@@ -108,11 +108,14 @@ class CreateTable:
 
 @dataclass(frozen=True)
 class CreateTableLike:
-    """``CREATE TABLE table LIKE source``: the committer copies the source's columns and key."""
+    """``CREATE TABLE table LIKE source``: the committer copies the source's columns, key and
+    partitioning. ``schema``: the columns and key as the protocol carried them after the statement
+    (Simple, Debezium), which the source then does not need to give."""
 
     table: tuple[str, str]
     source: tuple[str, str]
     if_not_exists: bool = False
+    schema: TableSchema | None = None
 
 
 @dataclass(frozen=True)

@@ -372,12 +372,15 @@ def recreate(table: Table, tx: Transaction, schema: TableSchema, buckets: int, p
 def like_schema(catalog: Catalog, config: PipelineConfig, change: CreateTableLike, sql: str, commit_ts: int | None,
                 source_at: tuple[str, str] | None, watermark: int) -> tuple[TableSchema, str | None]:
     """The columns, upstream types and key of ``CREATE TABLE x LIKE y``'s source, as the lake holds
-    them (``source_at``: where a rename earlier in the run moved it), and its partitioning (JSON,
-    None if unknown)."""
+    them (or as the protocol carried them) (``source_at``: where a rename earlier in the run moved
+    it), and its partitioning (JSON, None if unknown)."""
     where = f"{change.table[0]}.{change.table[1]}: {sql!r}"
     src = f"{change.source[0]}.{change.source[1]}"
     # A rename later in the run, committed before this plan, may have moved the source (spark.commit.plan).
     source = cat.load_table(catalog, config, *(source_at or change.source))
+    if change.schema is not None:  # the protocol carried the columns: the source gives its partitioning, if known
+        held = source is not None and DROPPED not in source.properties
+        return change.schema, source.properties.get(PARTITIONING) if held else None  # type: ignore[union-attr]
     if source is None or DROPPED in source.properties:
         raise UnsupportedSchemaChange(
             f"{where} copies {src}, which tidelake does not hold; start the pipeline before {src}'s CREATE TABLE, "

@@ -474,6 +474,10 @@ class Changefeed:
             for k in range(start, len(self.released[p])):
                 self._release(p, self.sources[p][k], self.released[p][k], first=False)
 
+    def resend(self, p: int, source: int) -> None:
+        """``records[source]`` sent to partition p again, now (a scripted fault)."""
+        self._release(p, source, self.records[source], first=False)
+
     def duplicate(self) -> None:
         """One earlier record sent again, later (at-least-once delivery)."""
         p = self.rng.randrange(self.partitions)

@@ -444,10 +444,11 @@ def test_schema_after_fixes_types_of_every_clause() -> None:
     ])
 
 
-def test_schema_after_makes_like_a_create_and_leaves_other_tables_alone() -> None:
+def test_schema_after_gives_like_its_columns_and_leaves_other_tables_alone() -> None:
+    # LIKE still names its source: the copy takes the source's partitioning, which no protocol carries.
     after = TableSchema(DB, "x", (col("id", "int", False), col("v", "text")), ("id",))
     like = DdlChange(DB, "x", "CREATE TABLE x LIKE y", 1, P, "CREATE", None, after)
-    assert ddl_changes(like) == [((DB, "x"), CreateTable(after))]
+    assert ddl_changes(like) == [((DB, "x"), CreateTableLike((DB, "x"), (DB, "y"), schema=after))]
     renames = DdlChange(DB, "a", "RENAME TABLE a TO b, c TO d", 1, P, "RENAME", None, TableSchema(DB, "b", (col("id", "int"),), ()))
     assert ddl_changes(renames) == [((DB, "a"), RenameTable(DB, "b")), ((DB, "c"), RenameTable(DB, "d"))]
 

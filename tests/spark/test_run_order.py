@@ -60,7 +60,7 @@ def test_a_replay_cut_by_an_interval_boundary_keeps_the_newest_change(protocol: 
     # after an older image of a key and before its newer one.
     m.feed.replay(len(m.feed.records) - 1)
     m.land_interval(0)
-    m.feed.released[0].append(m.feed.records[-1])  # the next resolved ts again, so W_1 exists too
+    m.feed.resend(0, len(m.feed.records) - 1)  # the next resolved ts again, so W_1 exists too
     m.land_interval(0)
     for j in range(2):
         m._run(j)
