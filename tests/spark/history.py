@@ -70,7 +70,7 @@ class Upstream(Workload):
     def changes(self, n: int) -> None:
         for _ in range(n):
             if self.schemas:
-                change = self._change(self.rng.choice(sorted(self.schemas)))
+                change = self.change(self.rng.choice(sorted(self.schemas)))
                 if self.skew_ms:
                     # A statement starts after the DDL before it completed (MySQL's metadata lock):
                     # its time may go back, but never before the last DDL's.
@@ -154,7 +154,7 @@ class Upstream(Workload):
         for row in list(self.rows[t].values()):  # insert ignore into the ghost select from t
             to_ghost(Op.INSERT, None, row)
         for _ in range(self.rng.randint(0, 3)):  # t's binlog rows, applied to the ghost too
-            change = self._change(t)
+            change = self.change(t)
             self.history.append(change)
             to_ghost(change.op, change.before, change.after)
         self._ddl(old, f"drop /* gh-ost */ table if exists {_ident(db, old)}", "DROP", None, None)
