@@ -1,12 +1,14 @@
 """Apply benchmarks (issue 12): throughput end to end, one batch as a table grows, the driver's memory.
 
-    python -m bench apply [--only throughput,growth,memory] [--repeat 3] [--workdir DIR] [suite flags]
+    python -m bench apply [--only throughput,growth,memory,tables] [--repeat 3] [--workdir DIR] [suite flags]
 
 (a) throughput  N events over 10 tables through ``spark-submit spark/jobs/apply.py`` on local[2]
                 and local[1], Spark start-up included; baseline: a bare decode of the same archive.
 (b) growth      one 20k-change batch as the table grows; baseline: the batch at the smallest size.
 (c) memory      a run touching K keys with a 1g driver and maxResultSize=64m; peak RSS per process;
                 baseline: the same job over 1,000 keys.
+(d) tables      one interval touching N tables, C changes each (every table existing); baseline: Spark
+                alone, and the peer's MERGE per table with --peer-home.
 
 Every figure is a median over ``--repeat`` repetitions. Generated archives are cached under
 ``--workdir`` by their parameters, so a second run measures without generating again.
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from spark.config import WRITE_MODES
 
-SUITES = ("throughput", "growth", "memory")
+SUITES = ("throughput", "growth", "memory", "tables")
 
 
 def _sizes(text: str) -> list[int]:
@@ -76,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--cluster", choices=("local", "standalone"), default="local",
                    help="local[2] (the JVM hosts driver and executors), or a standalone master and worker started "
                         "on 127.0.0.1 (the driver's JVM alone) (default %(default)s)")
+    d = parser.add_argument_group("(d) tables")
+    d.add_argument("--table-count", type=int, default=1000, help="tables the measured interval touches (default %(default)s)")
+    d.add_argument("--changes-per-table", type=int, default=5, help="row changes of each table (default %(default)s)")
+    d.add_argument("--peer-home", type=Path, default=None,
+                   help="the peer benchmark's PEER_HOME (../shared/peer/README.md): its MERGE per table runs in each round")
     return parser
 
 
@@ -101,4 +108,9 @@ def main(argv: list[str] | None = None) -> int:
 
         apply_memory.main(args.touch_keys, args.tables, args.partitions, args.repeat, args.buckets, args.workdir, conf,
                           args.cluster)
+    if "tables" in args.only:
+        from bench import apply_tables
+
+        apply_tables.main(args.table_count, args.changes_per_table, args.partitions, args.repeat, args.workdir, conf,
+                          args.peer_home)
     return 0

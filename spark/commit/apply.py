@@ -209,26 +209,26 @@ def apply_interval(
         )
     held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds)
     with held:
-        return _bring_forward(config, storage, catalog, runner, chain, target, held, fault or (lambda step: None),
+        return _bring_forward(config, storage, cat.RunTables(catalog, config), runner, chain, target, held, fault or (lambda step: None),
                               progress or (lambda step, done, total: None))
 
 
-def _lake_tables(catalog: Any, config: PipelineConfig) -> list[TableRef]:
+def _lake_tables(tables: cat.RunTables) -> list[TableRef]:
     """The upstream names of the tables the lake holds, dropped ones left out."""
-    return [cat.upstream_name(t) for t in cat.pipeline_tables(catalog, config) if DROPPED not in t.properties]
+    return [cat.upstream_name(t) for t in tables.all() if DROPPED not in t.properties]
 
 
-def _table_watermarks(catalog: Any, config: PipelineConfig) -> dict[str, int]:
-    return {cat.table_label(t): walk_watermark(t) for t in cat.pipeline_tables(catalog, config)}
+def _table_watermarks(tables: cat.RunTables) -> dict[str, int]:
+    return {cat.table_label(t): walk_watermark(t) for t in tables.all()}
 
 
-def _lowest(storage: Storage, catalog: Any, config: PipelineConfig, applied: int | None = None) -> int | None:
+def _lowest(storage: Storage, tables: cat.RunTables, config: PipelineConfig, applied: int | None = None) -> int | None:
     """The lowest watermark the walk brings tables forward from: every table's own, but an isolated
     table's held W instead -- so each run tries it again from there, once: after the walk applied
     the interval ending at ``applied``, a table still held below it waits for the next run."""
     held = read_isolated(storage, config.name)
     names = {e.name for e in held.values()}
-    marks = [w for name, w in _table_watermarks(catalog, config).items() if name not in names]
+    marks = [w for name, w in _table_watermarks(tables).items() if name not in names]
     marks += [e.held_at for e in held.values() if applied is None or e.held_at >= applied]
     return min(marks, default=None)
 
@@ -240,14 +240,16 @@ def confirm_if_done(config: PipelineConfig, interval_start: dt.datetime, interva
     has work to do (or the interval is not landed). The DAG and the apply job call it first, so
     a rerun of an old interval or a completed backfill costs seconds, not two spark-submits."""
     storage = storage or open_storage(config.storage)
-    catalog = catalog or cat.open_catalog(config)
     chain = [_Interval(s, e, p) for s, e, p in list_manifests(storage, config.name)]
     target = next((i for i, iv in enumerate(chain) if (iv.start, iv.end) == (interval_start, interval_end)), None)
     if target is None:
         return None
-    lowest = _lowest(storage, catalog, config)
+    if not any(storage.exists(checkpoint_path(config.name, iv.start, iv.end)) for iv in chain[target:]):
+        return None  # nothing at or after the interval was applied (the schedule's next run): no table is read
+    tables = cat.RunTables(catalog or cat.open_catalog(config), config)
+    lowest = _lowest(storage, tables, config)
     base, checkpoints = _base(storage, config, chain, lowest)
-    return _confirm_target(config, storage, catalog, chain, target, checkpoints) if target <= base else None
+    return _confirm_target(config, storage, tables, chain, target, checkpoints) if target <= base else None
 
 
 def _done(storage: Storage, pipeline: str, cp: Checkpoint | None) -> bool:
@@ -267,29 +269,29 @@ def _base(storage: Storage, config: PipelineConfig, chain: list[_Interval],
     return -1, checkpoints
 
 
-def _confirm_target(config: PipelineConfig, storage: Storage, catalog: Any, chain: list[_Interval], target: int,
+def _confirm_target(config: PipelineConfig, storage: Storage, tables: cat.RunTables, chain: list[_Interval], target: int,
                     checkpoints: dict[int, Checkpoint | None]) -> ApplyResult:
     """An interval at or before the base: its W is published and every table is past it."""
     cp = checkpoints.get(target) or _read_checkpoint(storage, config.name, chain[target])
     previous = _read_checkpoint(storage, config.name, chain[target - 1]) if target else None
     if cp is None:
-        return _confirm_landed_late(config, storage, catalog, chain, target)
-    return _confirm(config, storage, catalog, chain[target], cp, previous)
+        return _confirm_landed_late(config, storage, tables, chain, target)
+    return _confirm(config, storage, tables, chain[target], cp, previous)
 
 
-def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, chain: list[_Interval],
+def _bring_forward(config: PipelineConfig, storage: Storage, tables: cat.RunTables, runner: Runner, chain: list[_Interval],
                    target: int, lease: Lease, step: Callable[[str], None],
                    progress: Callable[[str, int, int], None]) -> ApplyResult:
     # The lowest table watermark: an interval at or below it is done for every table. Only an
     # applied interval moves tables, so it is read again only then.
-    lowest = _lowest(storage, catalog, config)
+    lowest = _lowest(storage, tables, config)
 
     def done(cp: Checkpoint | None) -> bool:
         return _done(storage, config.name, cp)
 
     base, checkpoints = _base(storage, config, chain, lowest)
     if target <= base:  # an interval whose W is published and every table past it: confirmed
-        return _confirm_target(config, storage, catalog, chain, target, checkpoints)
+        return _confirm_target(config, storage, tables, chain, target, checkpoints)
     # Every run leaves main at the latest published W at least: a table behind it is replayed.
     last_published = max((i for i, cp in checkpoints.items() if i > base and done(cp)), default=-1)
     previous = checkpoints.get(base) if base >= 0 else None
@@ -299,14 +301,14 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
         iv, cp = chain[i], checkpoints[i]
         if done(cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
             if i == target:
-                result = _confirm(config, storage, catalog, iv, cp, previous)  # type: ignore[arg-type]
+                result = _confirm(config, storage, tables, iv, cp, previous)  # type: ignore[arg-type]
             previous = cp
             continue
         if i != target:
             replayed.append(layout.instant(iv.end))
-        r = _apply_one(config, storage, catalog, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
+        r = _apply_one(config, storage, tables, runner, read_manifest(storage, iv.manifest_path), previous, lease, step,
                        progress)
-        lowest = _lowest(storage, catalog, config, r.watermark)
+        lowest = _lowest(storage, tables, config, r.watermark)
         if i == target:
             result = r
         previous = _read_checkpoint(storage, config.name, iv)
@@ -315,7 +317,7 @@ def _bring_forward(config: PipelineConfig, storage: Storage, catalog: Any, runne
     return result
 
 
-def _confirm_landed_late(config: PipelineConfig, storage: Storage, catalog: Any, chain: list[_Interval],
+def _confirm_landed_late(config: PipelineConfig, storage: Storage, tables: cat.RunTables, chain: list[_Interval],
                          target: int) -> ApplyResult:
     """An interval landed after a later one was applied (a backfill of 05:00, then of 04:00):
     the later interval's offsets began where the one before this ended, so this one holds no
@@ -329,7 +331,7 @@ def _confirm_landed_late(config: PipelineConfig, storage: Storage, catalog: Any,
     before = next((cp for cp in (_read_checkpoint(storage, config.name, chain[i]) for i in range(target - 1, -1, -1))
                    if cp is not None), None)
     cp = before or Checkpoint(iv.start, iv.end, 0, {}, {})
-    return _confirm(config, storage, catalog, iv, cp, before,
+    return _confirm(config, storage, tables, iv, cp, before,
                     note="landed after a later interval that took its offsets: it holds no message; confirmed at the W "
                          "of the interval before it")
 
@@ -343,7 +345,7 @@ def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoi
     return Checkpoint.from_json(storage.read(path)) if storage.exists(path) else None
 
 
-def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interval, cp: Checkpoint,
+def _confirm(config: PipelineConfig, storage: Storage, tables: cat.RunTables, iv: _Interval, cp: Checkpoint,
              previous: Checkpoint | None, note: str | None = None) -> ApplyResult:
     """The interval's W is published and every table is at or past it: nothing to write."""
     w = cp.watermark
@@ -351,7 +353,7 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
     retired = bool(w) and is_retired(storage, config.name, w)
     isolated = (read_published(storage, config.name, w) or {}).get("isolated", []) if w else []
     held = {(e["database"], e["table"]) for e in isolated}  # not tagged at W by design
-    missing = [".".join(cat.upstream_name(t)) for t in cat.pipeline_tables(catalog, config)
+    missing = [".".join(cat.upstream_name(t)) for t in tables.all()
                if w and not retired and t.snapshot_by_name(tag_name(w)) is None and _existed_at(t, w)
                and cat.upstream_name(t) not in held]
     if missing:
@@ -368,7 +370,7 @@ def _confirm(config: PipelineConfig, storage: Storage, catalog: Any, iv: _Interv
         "confirmed_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     _write_confirmation(storage, config.name, iv, report)
-    return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(catalog, config)), report)
+    return ApplyResult(w, report["previous_watermark"], sorted(_table_watermarks(tables)), report)
 
 
 def _write_confirmation(storage: Storage, pipeline: str, iv: _Interval, report: dict[str, Any]) -> None:
@@ -379,8 +381,8 @@ def _write_confirmation(storage: Storage, pipeline: str, iv: _Interval, report: 
     storage.write(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
 
 
-def _behind(catalog: Any, config: PipelineConfig, ref: tuple[str, str], w: int) -> bool:
-    table = cat.load_table(catalog, config, *ref)
+def _behind(tables: cat.RunTables, ref: tuple[str, str], w: int) -> bool:
+    table = tables.load(*ref)
     return table is not None and table_watermark(table) < w
 
 
@@ -449,7 +451,7 @@ def _plane(runner: Runner) -> Any:
 
 
 def _apply_one(
-    config: PipelineConfig, storage: Storage, catalog: Any, runner: Runner, manifest: Manifest,
+    config: PipelineConfig, storage: Storage, tables: cat.RunTables, runner: Runner, manifest: Manifest,
     previous: Checkpoint | None, lease: Lease, step: Callable[[str], None],
     progress: Callable[[str, int, int], None],
 ) -> ApplyResult:
@@ -524,7 +526,7 @@ def _apply_one(
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
     ddl_orders: dict[tuple[str, str], list[Order]] = {}
-    upstream = UpstreamTables(lambda: _lake_tables(catalog, config))
+    upstream = UpstreamTables(lambda: _lake_tables(tables))
     for e in ddls:
         for ref in {ref for ref, _ in upstream.changes(e)}:
             ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
@@ -541,7 +543,7 @@ def _apply_one(
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:
-        return _commit_run(config, storage, catalog, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
+        return _commit_run(config, storage, tables, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
                            derived_ddl, sides, quarantine, lease, step, progress, started, stages, isolation, linked)
     finally:
         fold.close()
@@ -616,6 +618,8 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
         _involve(links, isolation)
 
     progress("commit", 0, len(plans))
+    # Plans that rename or copy tables: a later plan's failure may isolate a table committed before it
+    # (``_involve``), which must then carry no tag of W, so their tables are tagged after all commits.
     linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
@@ -626,7 +630,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
             if plan.sequence >= resume:
                 if not isolation.out(plan.ref):
                     try:
-                        committer.commit_plan(plan, run, fold)
+                        committer.commit_plan(plan, run, fold, tag=not linked)
                     except Exception as exc:
                         if not table_error(exc):
                             raise
@@ -634,7 +638,9 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
                 step(f"committed:{i}")
             progress("commit", i + 1, len(plans))
         return
-    steps = {i: committer.commit_steps(plan, run, fold) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
+    # No plan renames or copies a table, so no later plan's failure can isolate a table committed
+    # before it: each commit tags its table wm_<W> as well (commit.table._stage_tag).
+    steps = {i: committer.commit_steps(plan, run, fold, tag=True) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
     sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
     done = len(plans) - len(steps)
     failed: dict[int, BaseException] = {}
@@ -677,6 +683,25 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
             sent = {i: r for i, r in zip(requests, rewrites) if r is not None}
 
 
+class _TimedRewrites:
+    """``fold`` whose ``rewrite`` calls add their seconds to ``stages["rewrite"]``: the part of
+    "commit and tag" the executors spend rewriting files (the rest is the driver's catalog work)."""
+
+    def __init__(self, fold: Fold, stages: dict[str, float]) -> None:
+        self._fold, self._stages = fold, stages
+        stages.setdefault("rewrite", 0.0)
+
+    def rewrite(self, requests: Any) -> list[list[FileRewrite]]:
+        started = time.perf_counter()
+        try:
+            return self._fold.rewrite(requests)
+        finally:
+            self._stages["rewrite"] += time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fold, name)
+
+
 def _rewrite_each(fold: Fold, requests: dict[int, RewriteRequest],
                   isolate: Callable[[int, BaseException], None]) -> list[list[FileRewrite] | None]:
     """A round's rewrites one request at a time, after the round failed on one table's values:
@@ -693,7 +718,7 @@ def _rewrite_each(fold: Fold, requests: dict[int, RewriteRequest],
     return out
 
 
-def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest: Manifest, interval: str, fold: Fold,
+def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables, manifest: Manifest, interval: str, fold: Fold,
                 ddls: list[DdlChange], pending: dict[PKey, int], previous: Checkpoint | None, w: int, w_prev: int,
                 marks: PartitionWatermarks, history: dict[PKey, list[SegmentRef]], derived_ddl: list[tuple[Any, ...]],
                 sides: list[tuple[PKey, SideOutput]], quarantine: Any, lease: Lease, step: Callable[[str], None], progress: Callable[[str, int, int], None],
@@ -708,7 +733,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
 
     # A table past W while W is not published would need rewriting behind main's head: the
     # walk in _bring_forward never gets here for such a run, unless runs broke the one-at-a-time rule.
-    ahead = {n: tw for n, tw in _table_watermarks(catalog, config).items() if tw > w}
+    ahead = {n: tw for n, tw in _table_watermarks(tables).items() if tw > w}
     if ahead and not storage.exists(published_path(config.name, w)):
         raise TablesAheadError(
             f"tables {', '.join(f'{n} (at {tw})' for n, tw in sorted(ahead.items()))} are past watermark {w} of "
@@ -717,30 +742,31 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
             "archive (README, Repairing history)"
         )
     run = RunContext(w, w_prev, interval)
-    committer = TableCommitter(catalog, config, step, lease.check)
-    plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(catalog, config))
+    committer = TableCommitter(tables.catalog, config, step, lease.check, tables)
+    plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(tables))
     replay = storage.exists(published_path(config.name, w))
     if replay:
         # A replay of a published W (the walk bringing a table from its held W): every table W lists
         # is at W already, as publishing comes last. Only tables retried from their held W, or behind
         # W, are applied -- never one renamed or dropped since, whose old name would make it again.
-        plans = [p for p in plans if p.ref in isolation.retried or _behind(catalog, config, p.ref, w)]
+        plans = [p for p in plans if p.ref in isolation.retried or _behind(tables, p.ref, w)]
     committing = time.perf_counter()
-    _commit_plans(committer, plans, run, fold, step, progress, isolation, linked, replay)
+    _commit_plans(committer, plans, run, _TimedRewrites(fold, stages), step, progress, isolation, linked, replay)
     isolated = isolation.at_w()
     before = read_isolated(storage, config.name)
     if {**before, **isolation.new} != before:
         lease.check()
-        write_isolated(storage, config.name, {**before, **isolation.new})  # before anything of W is tagged
+        write_isolated(storage, config.name, {**before, **isolation.new})  # before the tables left untagged are tagged
     step("isolated")
-    tables = cat.pipeline_tables(catalog, config)
+    every = tables.all()
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
-        for i, table in enumerate(tables):
+        for i, table in enumerate(every):
             # An isolated table stops at its held W; one past W (made later, in a replayed interval) has its own tags.
-            if cat.upstream_name(table) not in isolated and table_watermark(table) <= w:
+            # Most tables the run committed carry the tag already (their commit made it).
+            if cat.upstream_name(table) not in isolated and table_watermark(table) <= w and tag_name(w) not in table.refs():
                 lease.check()
                 tag_table(table, w)
-            progress("tag", i + 1, len(tables))
+            progress("tag", i + 1, len(every))
     stages["commit and tag"] = time.perf_counter() - committing
     step("tagged")
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
@@ -753,8 +779,8 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
         if existing.watermark != w or existing.pending != pending:
             raise ApplyError(f"{cp_path}: a checkpoint with watermark {existing.watermark} exists, this run computed {w}") from None
     step("checkpointed")
-    tables = cat.pipeline_tables(catalog, config)
-    names = {cat.table_label(t): t for t in tables}
+    every = tables.all()
+    names = {cat.table_label(t): t for t in every}
     outcome = NOT_CONSISTENT
     caught_up: list[str] = []
     if w:
@@ -762,7 +788,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, catalog: Any, manifest
         # A W published already (a replay) is only confirmed: a table made after it carries no tag of it.
         again = storage.exists(published_path(config.name, w))
         view = [PublishedTable(*cat.upstream_name(t), str(t.metadata.table_uuid), t.snapshot_by_name(tag_name(w)).snapshot_id)
-                for t in tables if DROPPED not in t.properties and cat.upstream_name(t) not in isolated
+                for t in every if DROPPED not in t.properties and cat.upstream_name(t) not in isolated
                 and not (again and t.snapshot_by_name(tag_name(w)) is None)]
         new = publish_watermark(storage, config.name, w, interval, view, [e.to_dict() for _, e in sorted(isolated.items())])
         outcome = PUBLISHED if new else CONFIRMED

@@ -2,7 +2,9 @@
 
 Progress is recorded with the data: the transaction sets the table property
 ``tidelake.watermark`` and stamps every snapshot it writes with the watermark and the
-interval, so a table is either fully at the new watermark or untouched. Rows are
+interval, so a table is either fully at the new watermark or untouched; in a run without
+renames it also tags the table ``wm_<W>`` (``_stage_tag``), so the tag exists exactly when the
+data does, and the table costs one catalog commit. Rows are
 written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
 touched key are rewritten without it, the net rows written as new files); the driver stages
 the removed and added files as one overwrite snapshot per data step (``spark.write.internals``)
@@ -28,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ManageSnapshots
@@ -106,12 +107,15 @@ def drive(steps: CommitSteps, rewrite: Callable[[RewriteRequest | FillRequest], 
 
 
 class TableCommitter:
-    """Runs plans for one pipeline against one catalog."""
+    """Runs plans for one pipeline against one catalog.
+
+    ``tables``: the run's tables (``catalog.RunTables``), read and written through."""
 
     def __init__(self, catalog: Catalog, config: PipelineConfig, fault: Callable[[str], None] | None = None,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], None] | None = None, tables: cat.RunTables | None = None) -> None:
         self.catalog = catalog
         self.config = config
+        self.tables = tables or cat.RunTables(catalog, config)
         # Called with "staged:<table>" when data files are written but not committed (tests crash there).
         self.fault = fault or (lambda step: None)
         # Called before every commit: the run still holds the pipeline's lease (raises if not).
@@ -124,22 +128,24 @@ class TableCommitter:
         none). Plans run one after another (a run with renames or copies), so every plan before it
         is done, whatever tables and names it left."""
         prefix = f"{run.interval}:"
-        stamps = [t.properties.get(PLAN, "") for t in cat.pipeline_tables(self.catalog, self.config)]
+        stamps = [t.properties.get(PLAN, "") for t in self.tables.all()]
         return max((int(p[len(prefix):]) for p in stamps if p.startswith(prefix)), default=-1)
 
-    def commit_plan(self, plan: TablePlan, run: RunContext, fold: Fold) -> Table | None:
+    def commit_plan(self, plan: TablePlan, run: RunContext, fold: Fold, tag: bool = False) -> Table | None:
         """Apply ``plan`` if the table is not already at ``run.watermark``; returns the table after it.
 
-        ``fold`` holds the run's net changes on the executors and rewrites files for a data step.
+        ``fold`` holds the run's net changes on the executors and rewrites files for a data step;
+        ``tag``: see ``commit_steps``.
         """
-        return drive(self.commit_steps(plan, run, fold), lambda request: fold.rewrite([request])[0])
+        return drive(self.commit_steps(plan, run, fold, tag), lambda request: fold.rewrite([request])[0])
 
-    def commit_steps(self, plan: TablePlan, run: RunContext, fold: Fold) -> CommitSteps:
+    def commit_steps(self, plan: TablePlan, run: RunContext, fold: Fold, tag: bool = False) -> CommitSteps:
         """``commit_plan`` as a generator that yields a ``RewriteRequest`` per data step and is sent
         that request's file rewrites: a run advances every table's plan to its next data step, has
         the executors rewrite all of those tables in one job, and sends each its files (``drive``
-        does it for one plan)."""
-        table = cat.load_table(self.catalog, self.config, plan.database, plan.table)
+        does it for one plan). ``tag``: the plan's commit tags the table ``wm_<W>`` too
+        (``_stage_tag``), for a run that will tag every table it commits."""
+        table = self.tables.load(plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
         if table is not None and created_at(table) > run.watermark:
@@ -176,7 +182,7 @@ class TableCommitter:
                         )
                     if isinstance(change, RenameTable):
                         # Renames are not transactional: commit the data with a marker, then rename.
-                        tx = tx or current.transaction()
+                        tx = tx or internals.transaction(current)
                         if fills:  # ALTER TABLE t ADD c ... DEFAULT 1, RENAME TO u
                             yield from self._fill(current, tx, fills, run)
                             fills = {}
@@ -191,7 +197,7 @@ class TableCommitter:
                         tx = None
                         current = self._rename(current, change, plan, run)
                         continue
-                    tx = tx or current.transaction()
+                    tx = tx or internals.transaction(current)
                     update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets)
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
                     updates.stage(change, update)
@@ -201,9 +207,9 @@ class TableCommitter:
                 if current is None:
                     if not step.upserts:
                         continue  # only deletes, of a table the lake never had: nothing to delete
-                    current = create_from_rows(self.catalog, self.config, plan, step, fold,
-                                               {**_stamp(plan, run), CREATED_AT: str(run.watermark)})
-                tx = tx or current.transaction()
+                    current = self.tables.add(create_from_rows(self.catalog, self.config, plan, step, fold,
+                                                               {**_stamp(plan, run), CREATED_AT: str(run.watermark)}))
+                tx = tx or internals.transaction(current)
                 if step.upserts and DROPPED in tx.table_metadata.properties:
                     # Rows for a dropped table (a changefeed re-sending old messages after the
                     # DROP, ordered by offset): the table lives again, as a table the lake never
@@ -215,9 +221,9 @@ class TableCommitter:
         if current is None:
             return None
         if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
-            self._finish(current, tx, plan, run)
+            self._finish(current, tx, plan, run, tag)
         # else: a rename ends its plan; the renamed table's own plan (if any) records progress.
-        return self.catalog.load_table(current.name())
+        return current  # its commits replaced its metadata
 
     # -- steps
 
@@ -234,10 +240,10 @@ class TableCommitter:
         types = {f"{UPSTREAM_TYPE_PREFIX}{c.name}": str(c.type) for c in schema.columns}
         changed_at = {SCHEMA_CHANGED_AT: str(step.ddl.commit_ts or 0)}
         if table is None:
-            table = cat.create_table(self.catalog, self.config, schema.database, schema.table,
-                                     iceberg_schema(table_columns(schema)), schema.key_columns,
-                                     properties={**_stamp(plan, run), CREATED_AT: str(run.watermark)})
-            tx = table.transaction()
+            table = self.tables.add(cat.create_table(self.catalog, self.config, schema.database, schema.table,
+                                                     iceberg_schema(table_columns(schema)), schema.key_columns,
+                                                     properties={**_stamp(plan, run), CREATED_AT: str(run.watermark)}))
+            tx = internals.transaction(table)
             tx.set_properties({**types, **changed_at, **copied, CREATED_AT: str(run.watermark)})
             return table, tx
         props = (tx.table_metadata if tx is not None else table.metadata).properties
@@ -247,7 +253,7 @@ class TableCommitter:
         if change.if_not_exists and exists_upstream:
             return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
-        tx = tx or table.transaction()
+        tx = tx or internals.transaction(table)
         updates.recreate(table, tx, schema, self.config.layout.buckets, {**types, **changed_at, **copied})
         return table, tx
 
@@ -286,14 +292,12 @@ class TableCommitter:
 
     def _rename(self, table: Table, change: RenameTable, plan: TablePlan, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
-        try:
-            existing = self.catalog.load_table(new_id)
-        except NoSuchTableError:
-            existing = None
+        existing = self.tables.load(change.database, change.table)
         if existing is not None and DROPPED in existing.properties:
             # A dropped table's history holds the name (its tags, read at the Ws before its drop):
             # it moves aside. The table renamed here carries this plan's stamp already.
             self.check()
+            self.tables.moved()
             cat.release_name(self.catalog, self.config, existing)
         elif existing is not None:
             raise UnsupportedSchemaChange(
@@ -301,6 +305,7 @@ class TableCommitter:
                 "while upstream renames only onto a free name: the stream lacks that table's DROP or RENAME"
             )
         self.check()
+        self.tables.moved()
         renamed = cat.rename_table(self.catalog, table, new_id)  # creates the target database's namespace
         self.fault(f"renamed:{'.'.join(new_id[1:])}")
         return self._mark_renamed(renamed, change, plan, run)
@@ -310,7 +315,7 @@ class TableCommitter:
         old one; the pending marker goes."""
         self.check()
         old = f"{renamed.properties.get(cat.UPSTREAM_DATABASE)}.{renamed.properties.get(cat.UPSTREAM_TABLE)}"
-        with renamed.transaction() as tx:
+        with internals.transaction(renamed) as tx:
             tx.set_properties({cat.UPSTREAM_DATABASE: change.database, cat.UPSTREAM_TABLE: change.table,
                                RENAMED_FROM: f"{run.interval}:{old}", **_stamp(plan, run)})
             if RENAME_PENDING in renamed.properties:
@@ -329,7 +334,7 @@ class TableCommitter:
         if table is not None and table.properties.get(RENAME_PENDING) == pending:
             return self._rename(table, rename, plan, run)  # data committed, rename not done
         if table is None:
-            renamed = cat.load_table(self.catalog, self.config, rename.database, rename.table)
+            renamed = self.tables.load(rename.database, rename.table)
             if renamed is None:
                 return None
             if renamed.properties.get(RENAMED_FROM) == f"{run.interval}:{plan.database}.{plan.table}":
@@ -353,16 +358,19 @@ class TableCommitter:
             snapshot_properties={WATERMARK: str(run.watermark), INTERVAL: run.interval},
         )
 
-    def _finish(self, table: Table, tx: Transaction | None, plan: TablePlan, run: RunContext) -> None:
-        tx = tx or table.transaction()
+    def _finish(self, table: Table, tx: Transaction | None, plan: TablePlan, run: RunContext, tag: bool = False) -> None:
+        tx = tx or internals.transaction(table)
         progress = {WATERMARK: str(run.watermark), PREVIOUS: str(run.previous), INTERVAL: run.interval, **_stamp(plan, run)}
         if CREATED_AT not in tx.table_metadata.properties:
             progress[CREATED_AT] = str(run.watermark)
         # How this pipeline writes, for other engines that write the table. File-scoped position deletes
         # (Spark's write.delete.granularity) are the only ones tidelake can read and compact.
         wanted = {**dict.fromkeys(WRITE_MODE_PROPERTIES, self.config.layout.write_mode), DELETE_GRANULARITY: "file"}
-        progress.update({k: v for k, v in wanted.items() if tx.table_metadata.properties.get(k) != v})
+        properties = tx.table_metadata.properties
+        progress.update({k: v for k, v in wanted.items() if properties.get(k) != v})
         tx.set_properties(progress)
+        if tag:
+            _stage_tag(tx, run.watermark)
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
         tx.commit_transaction()
@@ -395,7 +403,7 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
         raise UnsupportedSchemaChange(f"{plan.database}.{plan.table}: rows without column types and no CREATE TABLE")
     table = cat.create_table(catalog, config, plan.database, plan.table, iceberg_schema(list(columns.items())), keys,
                              properties=properties)
-    with table.transaction() as tx:
+    with internals.transaction(table) as tx:
         tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{n}": str(t) for n, t in columns.items()})
     return table
 
@@ -421,6 +429,20 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
             head.snapshot_id if head is not None else None)
 
 
+def _stage_tag(tx: Transaction, watermark: int) -> None:
+    """Tag the head of ``main`` as ``tx`` leaves it ``wm_<W>``, in ``tx``: the data and its tag in one
+    commit, one catalog commit per table and run instead of two. Iceberg applies a commit's
+    updates in order, so the tag may name the snapshot the same commit adds (pyiceberg 0.12 checks
+    it against the transaction's metadata, which holds it). Left to ``tag_table`` when the head
+    records an older schema than the table's (a schema change after the run's last rows: the tag
+    needs an empty snapshot carrying it) or when W is 0 (nothing is consistent yet)."""
+    metadata = tx.table_metadata
+    head = metadata.snapshot_by_name(internals.MAIN_BRANCH)
+    name = tag_name(watermark)
+    if watermark and head is not None and head.schema_id == metadata.current_schema_id and name not in metadata.refs:
+        ManageSnapshots(tx).create_tag(head.snapshot_id, name).commit()
+
+
 def tag_table(table: Table, watermark: int) -> None:
     """Tag the current snapshot ``wm_<W>`` and record that the table is at W, in one commit.
 
@@ -434,11 +456,11 @@ def tag_table(table: Table, watermark: int) -> None:
     if snapshot is None or snapshot.schema_id != table.metadata.current_schema_id:
         # A tag reads its snapshot's schema: after a schema-only change (ALTER with no rows
         # since), an empty snapshot carries the current schema to the tag.
-        with table.transaction() as tx:
+        with internals.transaction(table) as tx:
             tx.append(pa.Table.from_pylist([], schema=tx.table_metadata.schema().as_arrow()), snapshot_properties={WATERMARK: str(watermark)})
         snapshot = table.current_snapshot()
         assert snapshot is not None
-    tx = table.transaction()
+    tx = internals.transaction(table)
     ManageSnapshots(tx).create_tag(snapshot.snapshot_id, name).commit()  # staged: the transaction commits once
     if table_watermark(table) < watermark:
         tx.set_properties({WATERMARK: str(watermark)})

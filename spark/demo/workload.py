@@ -105,10 +105,15 @@ class Workload:
             row["note"] = r.choice([None, "hello", "multi\nline", "quote ' and \" and \\"])
         return row
 
+    def creates(self) -> Iterator[DdlChange]:
+        """The CREATE TABLE of every table, in order."""
+        for name, schema in self.schemas.items():
+            yield DdlChange(self.spec.database, name, create_sql(schema), self._next_ts(), self._pos(), "CREATE", None, schema,
+                            self._clock)
+
     def events(self) -> Iterator[Event]:
         spec = self.spec
-        for name, schema in self.schemas.items():
-            yield DdlChange(spec.database, name, create_sql(schema), self._next_ts(), self._pos(), "CREATE", None, schema, self._clock)
+        yield from self.creates()
         alter_at = spec.events // 2 if spec.alter else -1
         for i in range(spec.events):
             table = self.rng.choice(list(self.schemas))
@@ -118,12 +123,13 @@ class Workload:
                 self.schemas[table] = after
                 sql = f"ALTER TABLE {quote_ident(spec.database)}.{quote_ident(table)} ADD COLUMN `note` text"
                 yield DdlChange(spec.database, table, sql, self._next_ts(), self._pos(), "ALTER", before, after, self._clock)
-            yield self._change(table)
+            yield self.change(table)
             if spec.watermark_every and (i + 1) % spec.watermark_every == 0:
                 yield Watermark(self._next_ts(), self._pos())
         yield Watermark(self._next_ts(), self._pos())
 
-    def _change(self, table: str) -> RowChange:
+    def change(self, table: str) -> RowChange:
+        """The next change of ``table``: an insert of a free key, else an update (some moving the key) or a delete."""
         r = self.rng
         rows = self.rows[table]
         schema = self.schemas[table]

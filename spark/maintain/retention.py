@@ -44,6 +44,7 @@ from spark.config import MaintenanceConfig, PipelineConfig
 from spark.commit.lease import Lease
 from spark.commit.published import mark_retired, record_retired
 from spark.archive.storage import Storage
+from spark.write import internals
 from spark.commit.watermark import tag_name, tag_watermark
 
 UTC = dt.timezone.utc
@@ -160,7 +161,7 @@ def retire_watermarks(
     for i, table in enumerate(tables):
         tags = sorted(n for n in table.metadata.refs if n in gone)
         if tags:
-            tx = table.transaction()
+            tx = internals.transaction(table)
             manage = ManageSnapshots(tx)
             for name in tags:
                 manage = manage.remove_tag(name)

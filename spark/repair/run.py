@@ -52,6 +52,7 @@ from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
+from spark.write import internals
 from spark.write.internals import writing_with_schema
 from spark.archive.land import LocalRunner, Runner
 from spark.commit.lease import Lease
@@ -404,7 +405,7 @@ def _repair_table(config: PipelineConfig, storage: Storage, catalog: Any, scratc
     diffs = sorted(diffs, key=lambda d: d.watermark)
     main = table.current_snapshot()
     assert main is not None  # a table in a published view carries a tag, so it has snapshots
-    tx = table.transaction()
+    tx = internals.transaction(table)
     if REPAIR_BRANCH in table.refs():
         ManageSnapshots(tx).remove_branch(REPAIR_BRANCH).commit()  # left by hand, or another tool: start clean
     ManageSnapshots(tx).create_branch(main.snapshot_id, REPAIR_BRANCH).commit()

@@ -274,6 +274,36 @@ def referenced_data_file(delete_file: DataFile) -> str | None:
     return path.decode() if path is not None and path == upper.get(DELETE_FILE_PATH_ID) else None
 
 
+class _Transaction(Transaction):
+    """pyiceberg's ``Transaction`` whose ``table_metadata`` is computed once per staged state.
+
+    Written for pyiceberg 0.12.0: ``Transaction.table_metadata`` replays every staged update onto
+    the table's metadata and returns a deep copy, at every access; pyiceberg's own producers read
+    it a dozen times per snapshot, and the copy grows with the table's snapshots, tags and
+    schemas (it was half of a commit's driver time). The metadata only changes when an update
+    is staged (``_updates`` is a new tuple) or a commit replaces the table's metadata, so the
+    copy is kept until either happens. It is frozen (pydantic), and pyiceberg's updates build
+    new containers, so sharing it between readers is safe.
+    """
+
+    _memo: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        memo = self._memo
+        if memo is not None and memo[0] is self._table.metadata and memo[1] is self._updates:
+            return memo[2]
+        metadata = Transaction.table_metadata.fget(self)  # type: ignore[attr-defined]
+        self._memo = (self._table.metadata, self._updates, metadata)
+        return metadata
+
+
+def transaction(table: Table) -> Transaction:
+    """``table.transaction()``, with ``table_metadata`` computed once per staged state (``_Transaction``).
+    Every transaction tidelake opens is opened here."""
+    return _Transaction(table)
+
+
 def _branch_head(metadata: TableMetadata, branch: str) -> int | None:
     snapshot = metadata.snapshot_by_name(branch)
     return snapshot.snapshot_id if snapshot is not None else None
@@ -472,7 +502,7 @@ def commit_overwrite(
         OverwriteRejected: see ``stage_overwrite``.
     """
     name = ".".join(table.name())
-    tx = table.transaction()
+    tx = transaction(table)
     producer = _stage(tx, name, expected_snapshot_id=expected_snapshot_id, removed=removed, added=added,
                       snapshot_properties=snapshot_properties, branch=branch, deletes_added=deletes_added,
                       deletes_removed=deletes_removed)
@@ -504,7 +534,7 @@ def commit_replace(
             ``stage_overwrite``.
     """
     name = ".".join(table.name())
-    tx = table.transaction()
+    tx = transaction(table)
     move_tags = tuple(move_tags)
     for tag in move_tags:
         ref = tx.table_metadata.refs.get(tag)

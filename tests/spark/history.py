@@ -116,7 +116,7 @@ class Upstream(Workload):
         for _ in range(n):
             if self.schemas:
                 t = self.rng.choice(sorted(self.schemas))
-                transaction = self._shaped_transaction(t) if t in self.shapes else [self._change(t)]
+                transaction = self._shaped_transaction(t) if t in self.shapes else [self.change(t)]
                 if not transaction:
                     continue
                 skew = self.rng.randint(0, self.skew_ms) if self.skew_ms else 0
@@ -280,7 +280,7 @@ class Upstream(Workload):
         for row in list(self.rows[t].values()):  # insert ignore into the ghost select from t
             to_ghost(Op.INSERT, None, row)
         for _ in range(self.rng.randint(0, 3)):  # t's binlog rows, applied to the ghost too
-            change = self._change(t)
+            change = self.change(t)
             self.history.append(change)
             to_ghost(change.op, change.before, change.after)
         self._ddl(old, f"drop /* gh-ost */ table if exists {_ident(db, old)}", "DROP", None, None)

@@ -433,3 +433,22 @@ def test_without_bounds_copies_a_data_file(catalog):
     copy = internals.without_bounds(data_file, [2])
     assert 2 not in copy.lower_bounds and 2 not in copy.upper_bounds and copy.lower_bounds[1] == data_file.lower_bounds[1]
     assert 2 in data_file.lower_bounds and copy.spec_id == data_file.spec_id and copy == data_file  # same file (path)
+
+
+def test_a_transaction_computes_its_metadata_once_per_staged_state_and_sees_every_update(catalog) -> None:  # noqa: ANN001
+    table = table_with_files(catalog, "memo", SCHEMA, [rows(0, 3)])
+    tx = internals.transaction(table)
+    assert isinstance(tx, Transaction)
+    first = tx.table_metadata
+    assert tx.table_metadata is first  # nothing staged since: the same metadata, not another copy
+    tx.set_properties({"a": "1"})
+    staged = tx.table_metadata
+    assert staged is not first and staged.properties["a"] == "1" and "a" not in first.properties
+    head = table.current_snapshot().snapshot_id
+    internals.stage_overwrite(tx, "ns.memo", expected_snapshot_id=head, removed=[], added=internals.write_data_files(
+        table.io, tx.table_metadata, rows(3, 2).cast(SCHEMA.as_arrow())))
+    new_head = tx.table_metadata.current_snapshot().snapshot_id
+    assert new_head != head and tx.table_metadata.properties["a"] == "1"
+    tx.commit_transaction()
+    assert table.current_snapshot().snapshot_id == new_head and table.properties["a"] == "1"
+    assert catalog.load_table("ns.memo").metadata == table.metadata  # the commit replaced the table's metadata
