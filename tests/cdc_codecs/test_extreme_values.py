@@ -72,7 +72,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS) + sorted(VARIANTS))
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(key=st.sampled_from([None] + [k for k, _ in KEY_COLUMNS]), data=st.data(),
        before=rows(VALUE_COLUMNS), after=rows(VALUE_COLUMNS))
 def test_every_type_at_its_extremes_decodes_as_the_upstream_wrote_it(

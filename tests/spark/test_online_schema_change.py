@@ -398,7 +398,7 @@ def test_a_run_that_dies_anywhere_in_a_cut_over_is_finished_by_its_retry_or_the_
     assert len(names) == 5, names  # the two sentry tables moved aside by the cut-overs, nothing else
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", [pytest.param(p, marks=[] if p == "simple" else [pytest.mark.slow]) for p in PROTOCOLS])
 def test_a_ghost_of_a_partitioned_table_keeps_its_partitions_for_a_later_truncate_partition(
         tmp_path: Path, protocol: str) -> None:
     """Found by the consistency soak (simple): gh-ost's ``create table _t_gho like t`` copies t's
