@@ -412,14 +412,17 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     # change of its key (a key-less table's image) in the change log; else the last DDL of the
     # table in the window (it made the difference).
     fallback = ddl.rows_ts or ddl.last_ts or w2
-    before_ts = _logged_ts(rows1, removed, typed, match, np.full(len(removed), fallback, np.int64))
-    after_ts = _logged_ts(after_rows, added, typed, match, np.full(len(added), fallback, np.int64))
+    before_pair, after_pair = pairs
+    after_ts = np.zeros(len(added), np.int64)
     if rows2 is not None and len(added):
         own = pc.fill_null(rows2.column(commit_field.name).take(pa.array(added, pa.int64())), 0)  # type: ignore[union-attr]
-        own = own.to_numpy().astype(np.int64)
-        after_ts = np.where(own > w1, own, after_ts)
-    before_pair, after_pair = pairs
+        after_ts = own.to_numpy().astype(np.int64)
+    older = np.flatnonzero(after_ts <= w1)
+    after_ts[older] = _logged_ts(after_rows, added[older], typed, match, np.full(len(older), fallback, np.int64))
+    before_ts = np.zeros(len(removed), np.int64)
     before_ts[before_pair] = after_ts[after_pair]  # an update's before image: the update's commitTs
+    alone = np.setdiff1d(np.arange(len(removed)), before_pair)
+    before_ts[alone] = _logged_ts(rows1, removed[alone], typed, match, np.full(len(alone), fallback, np.int64))
 
     table, counts = _assemble(rows1, removed, before_ts, before_pair, after_rows, added, after_ts, after_pair, shown,
                               dropped_out, change_col, ts_col, pair_key)

@@ -36,6 +36,7 @@ from spark.write.files import key_file_pairs, live_files
 from spark.write.keys import key_mask
 
 _THREADS = 4
+_POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="tidelake-changes-read")
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
@@ -69,8 +70,7 @@ def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[st
         files = [files[i] for i in np.unique(hit)]
     if not files:
         return out_schema.empty_table()
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        parts = list(pool.map(lambda f: _read_file(io, f, live.deletes_of(f), schema, out_schema, match, touched), files))
+    parts = list(_POOL.map(lambda f: _read_file(io, f, live.deletes_of(f), schema, out_schema, match, touched), files))
     return pa.concat_tables(parts)
 
 
