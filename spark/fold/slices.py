@@ -84,7 +84,7 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
     for path in paths:
         with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
             source = pq.ParquetFile(f)
-            groups = _row_groups(source.metadata, lo, hi) if part.count > 1 else list(range(source.num_row_groups))
+            groups = slice_row_groups(source.metadata, lo, hi) if part.count > 1 else list(range(source.num_row_groups))
             if not groups:
                 continue
             rows = source.read_row_groups(groups)
@@ -94,8 +94,9 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
         yield select(rows, window)
 
 
-def _row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:
-    """The row groups whose key-hash range meets [lo, hi) (all of them without statistics)."""
+def slice_row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:
+    """The row groups of a change-log file whose key-hash range meets [lo, hi) (all of them without
+    statistics): what a slice reads, in a run's fold and in the change feed's (``spark.query.changes_log``)."""
     column = metadata.schema.names.index("key_hash")
     keep = []
     for i in range(metadata.num_row_groups):

@@ -54,7 +54,7 @@ from spark.archive.land import LocalRunner
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
 from spark.archive.storage import Storage, open_storage
 from spark.fold.net_change import change_order, greatest
-from spark.fold.slices import EVERYTHING, Slice
+from spark.fold.slices import EVERYTHING, Slice, slice_row_groups
 from spark.maintain.archive_retention import ArchivePruned, require_replayable
 
 PKey = tuple[str, int]
@@ -159,7 +159,7 @@ def touched_slice(task: TouchedTask) -> pa.Table:
     for path in task.paths:
         with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
             source = pq.ParquetFile(f)
-            groups = _row_groups(source.metadata, lo, hi) if task.part.count > 1 else list(range(source.num_row_groups))
+            groups = slice_row_groups(source.metadata, lo, hi) if task.part.count > 1 else list(range(source.num_row_groups))
             if not groups:
                 continue
             rows = source.read_row_groups(groups).cast(CHANGE_LOG_SCHEMA)
@@ -178,18 +178,6 @@ def touched_slice(task: TouchedTask) -> pa.Table:
     if not applied:
         return select(CHANGE_LOG_SCHEMA.empty_table(), FoldWindow(0, 0, {}))
     return greatest(pa.concat_tables(applied))
-
-
-def _row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:
-    """The row groups whose key-hash range meets [lo, hi) (all of them without statistics), as a
-    run's fold slice reads them (``spark.fold.slices``)."""
-    column = metadata.schema.names.index("key_hash")
-    keep = []
-    for i in range(metadata.num_row_groups):
-        stats = metadata.row_group(i).column(column).statistics
-        if stats is None or not stats.has_min_max or (stats.min < hi and stats.max >= lo):
-            keep.append(i)
-    return keep
 
 
 def _in_tables(rows: pa.Table, tables: Iterable[TableRef]) -> pa.Array:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
 from spark.decode import changelog
 from spark.fold.select import FoldWindow
-from spark.fold.slices import EVERYTHING, Slice, _row_groups, add_counts, fold_slice, merge_summaries, read_slice
+from spark.fold.slices import EVERYTHING, Slice, slice_row_groups, add_counts, fold_slice, merge_summaries, read_slice
 from spark.fold.net_change import key_hash, table_seed
 from spark.archive.storage import LocalStorage
 
@@ -96,7 +96,7 @@ def test_the_writer_stores_each_rows_key_hash_and_sorts_each_write_into_hash_ran
         # A slice of 1/16 of the hash space reads about one row group per write, not all of them.
         for index in range(16):
             lo, hi = Slice(index, 16).bounds
-            assert len(_row_groups(metadata, lo, hi)) < metadata.num_row_groups / 4
+            assert len(slice_row_groups(metadata, lo, hi)) < metadata.num_row_groups / 4
 
 
 def test_a_key_hash_depends_on_the_table_not_only_the_key() -> None:
