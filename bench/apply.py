@@ -9,6 +9,8 @@
                 baseline: the same job over 1,000 keys.
 (d) tables      one interval touching N tables, C changes each (every table existing); baseline: Spark
                 alone, and the peer's MERGE per table with --peer-home.
+(e) tiny        the fixed cost of a run: a tiny interval in the driver and always on Spark, a
+                confirm-only rerun; baseline: Spark alone.
 
 Every figure is a median over ``--repeat`` repetitions. Generated archives are cached under
 ``--workdir`` by their parameters, so a second run measures without generating again.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from spark.config import WRITE_MODES
 
-SUITES = ("throughput", "growth", "memory", "tables")
+SUITES = ("throughput", "growth", "memory", "tables", "tiny")
 
 
 def _sizes(text: str) -> list[int]:
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--changes-per-table", type=int, default=5, help="row changes of each table (default %(default)s)")
     d.add_argument("--peer-home", type=Path, default=None,
                    help="the peer benchmark's PEER_HOME (../shared/peer/README.md): its MERGE per table runs in each round")
+    e = parser.add_argument_group("(e) tiny")
+    e.add_argument("--tiny-sizes", type=_sizes, default="100,10000,50000",
+                   help="row changes of the measured intervals, increasing (default %(default)s)")
     return parser
 
 
@@ -113,4 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
         apply_tables.main(args.table_count, args.changes_per_table, args.partitions, args.repeat, args.workdir, conf,
                           args.peer_home)
+    if "tiny" in args.only:
+        from bench import apply_tiny
+
+        apply_tiny.main(args.tiny_sizes, args.partitions, args.repeat, args.workdir, conf)
     return 0

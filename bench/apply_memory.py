@@ -65,7 +65,7 @@ def run_job(archive: Path, run_dir: Path, buckets: int, conf: dict[str, str], cl
     """One apply of the archive's interval, on local[2] or on ``cluster``."""
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
-    pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
+    pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets, driver_max_messages=0)))
     if cluster is None:
         run = submit_apply(pipeline_file, T0, T0 + HOUR, "local[2]", conf={**conf, **CONF}, driver_memory=DRIVER_MEMORY)
     else:

@@ -83,7 +83,7 @@ def bare_decode(archive: Path) -> tuple[float, int]:
 def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str]) -> JobRun:
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
-    pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets)))
+    pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets, driver_max_messages=0)))
     run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false", **conf})
     if run.returncode or not run.report.get("watermark"):
         raise JobFailed(f"apply on {master} over {run_dir} exited {run.returncode} "

@@ -46,12 +46,14 @@ class BenchArchiveError(TidelakeError):
 
 
 def pipeline_document(root: Path, protocol: str = "canal-json", buckets: int = 0, segment_max_messages: int = 50_000,
-                      write_mode: str = LayoutConfig.write_mode) -> dict[str, Any]:
+                      write_mode: str = LayoutConfig.write_mode,
+                      driver_max_messages: int = PipelineConfig.driver_max_messages) -> dict[str, Any]:
     """The pipeline file of a benchmark run over the archive at ``root`` (no broker is contacted)."""
     return {
         "name": PIPELINE, "kafka": {"bootstrap_servers": "unused:9092"},
         "topics": [{"name": TOPIC, "protocol": protocol}], "storage": {"url": str(root)},
         "segment_max_messages": segment_max_messages, "layout": {"buckets": buckets, "write_mode": write_mode},
+        "driver_max_messages": driver_max_messages,
     }
 
 

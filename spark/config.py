@@ -146,6 +146,10 @@ class PipelineConfig:
     # Change-log rows one fold task holds at most (a Python worker holds ~0.9 GB at 1M): a run
     # is cut into more key-hash slices than task slots when it has more rows than slots x this.
     fold_slice_rows: int = 1_000_000
+    # A land or apply whose interval reads at most this many messages runs in the job's driver
+    # process and never starts Spark (its context, executors and Python workers cost seconds a
+    # small interval does not need); larger ones run on Spark. 0: always Spark.
+    driver_max_messages: int = 50_000
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     # An undecodable message: "fail" the run (after quarantining it) or "continue".
@@ -419,6 +423,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         on_missing_offsets=r.get("on_missing_offsets", str, "fail", choices=("fail", "skip")),
         segment_max_messages=r.get("segment_max_messages", int, 50_000),
         fold_slice_rows=r.get("fold_slice_rows", int, 1_000_000),
+        driver_max_messages=r.get("driver_max_messages", int, PipelineConfig.driver_max_messages),
         kafka_options=kafka_options,
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
@@ -434,6 +439,9 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         raise ConfigError(f"{source}: segment_max_messages: expected a positive integer, found {config.segment_max_messages}")
     if config.fold_slice_rows < 1:
         raise ConfigError(f"{source}: fold_slice_rows: expected a positive integer, found {config.fold_slice_rows}")
+    if config.driver_max_messages < 0:
+        raise ConfigError(f"{source}: driver_max_messages: expected 0 (always Spark) or a positive integer, "
+                          f"found {config.driver_max_messages}")
     r.done()
     return config
 

@@ -16,6 +16,7 @@ Segment schema (one row per Kafka message, Spark-readable Parquet)::
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from spark.archive.manifest import Manifest, PartitionRange, Segment, neighbours
 from spark.archive.offsets import snapshot_offsets
 from spark.archive.storage import AlreadyExists, Storage, open_storage
 from spark.runtime.tasks import no_cyclic_gc
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP = 10_000
 
@@ -206,6 +209,8 @@ class Runner(Protocol):
 class LocalRunner:
     """Runs tasks one after another in this process: tiny runs, tests, the demo."""
 
+    where = "driver"
+
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         return [fn(t) for t in tasks]
 
@@ -218,6 +223,8 @@ class SparkRunner:
     environment to every Python worker it starts, as it does with ``spark.executorEnv.*``.
     """
 
+    where = "spark"
+
     def __init__(self, spark: Any) -> None:
         self.context = getattr(spark, "sparkContext", spark)  # a SparkContext, or a SparkSession's
 
@@ -226,6 +233,52 @@ class SparkRunner:
             return []
         self.context.environment.update(credentials.executor_environment_of_registered())
         return self.context.parallelize(list(tasks), len(tasks)).map(fn).collect()
+
+
+class DriverFirstRunner:
+    """Work of at most ``driver_max_messages`` messages in this process, the rest on Spark, whose
+    context starts the first time it is needed.
+
+    A job is submitted before anyone knows how much its interval holds. Land and apply know
+    once they have read the offsets or the manifest, and ask ``sized(runner, messages)``: a small
+    interval then runs with ``LocalRunner`` (and the in-process plane) and the job never starts
+    a SparkContext -- its start, executors and Python workers are seconds (bench apply --only
+    tiny) that a few hundred messages do not need. The same functions run either way.
+    """
+
+    def __init__(self, start_context: Callable[[], Any], driver_max_messages: int) -> None:
+        self._start_context = start_context
+        self._context: Any = None
+        self.driver_max_messages = driver_max_messages
+
+    @property
+    def started(self) -> bool:
+        return self._context is not None
+
+    @property
+    def context(self) -> Any:
+        if self._context is None:
+            log.info("starting Spark")
+            started = self._start_context()
+            self._context = getattr(started, "sparkContext", started)
+        return self._context
+
+    def for_messages(self, messages: int) -> LocalRunner | SparkRunner:
+        return LocalRunner() if messages <= self.driver_max_messages else SparkRunner(self.context)
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        return SparkRunner(self.context).map(fn, tasks)  # work nobody sized: Spark, as before
+
+    def stop(self) -> None:
+        if self._context is not None:
+            self._context.stop()
+            self._context = None
+
+
+def sized(runner: Runner, messages: int) -> Runner:
+    """The runner for work reading ``messages`` messages: a ``DriverFirstRunner`` picks; any other runs it all."""
+    pick = getattr(runner, "for_messages", None)
+    return pick(messages) if pick is not None else runner
 
 
 @dataclass
@@ -253,6 +306,7 @@ def land_interval(
     started = time.perf_counter()
     previous, _ = neighbours(storage, config.name, interval_start, interval_end)
     ranges = snapshot_offsets(config, interval_start, interval_end, storage)  # reused if already snapshotted
+    runner = sized(runner, sum(r.end - r.start for r in ranges))
     landed = runner.map(land_chunk, chunks(ranges, config))
     by_partition: dict[tuple[str, int], list[LandedChunk]] = {}
     for c in landed:
@@ -276,6 +330,7 @@ def land_interval(
         "segments": sum(len(p.segments) for p in partitions),
         "bytes": sum(s.bytes for p in partitions for s in p.segments),
         "seconds": round(time.perf_counter() - started, 3),
+        "ran_in": getattr(runner, "where", "spark"),  # "driver": without Spark (driver_max_messages)
         "gaps": [{"topic": p.topic, "partition": p.partition, "start": p.gap.start, "end": p.gap.end} for p in partitions if p.gap],
         "partitions": [{"topic": p.topic, "partition": p.partition, "start": p.start, "end": p.end, "messages": p.messages} for p in partitions],
     }

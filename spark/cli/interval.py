@@ -59,15 +59,14 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
     interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.
     """
     from spark.commit.apply import apply_interval
-    from spark.archive.land import LocalRunner, SparkRunner, land_interval
+    from spark.archive.land import DriverFirstRunner, LocalRunner, land_interval
+    from spark.runtime.session import build_context
 
+    # With a master: one Spark application for both steps, started only if the interval holds
+    # more than driver_max_messages messages.
     runner: Any = LocalRunner()
-    context = None
     if spark_master:
-        from spark.runtime.session import build_context
-
-        context = build_context(f"tidelake-{config.name}", spark_master)
-        runner = SparkRunner(context)
+        runner = DriverFirstRunner(lambda: build_context(f"tidelake-{config.name}", spark_master), config.driver_max_messages)
     try:
         log.debug("landing %s %s .. %s", config.name, start.isoformat(), end.isoformat())
         with progress.land() if progress else nullcontext():
@@ -76,8 +75,8 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
                   "manifest reused" if landed.reused else "new manifest")
         applied = apply_interval(config, start, end, runner=runner, progress=progress)
     finally:
-        if context is not None:
-            context.stop()
+        if spark_master:
+            runner.stop()
     land = {**landed.report, "messages": landed.manifest.messages, "reused": landed.reused}
     return {"land": land, "apply": applied.report}
 

@@ -58,7 +58,7 @@ from spark.commit.isolation import (
     ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
-from spark.archive.land import LocalRunner, Runner
+from spark.archive.land import LocalRunner, Runner, sized
 from spark.commit.lease import Lease
 from spark.maintain.archive_retention import require_replayable
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
@@ -458,6 +458,7 @@ def _apply_one(
     started = time.perf_counter()
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     offsets, needed, history = _read_window(config, storage, manifest, previous)
+    runner = sized(runner, sum(s.end - s.start for segments in needed.values() for s in segments))
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     progress("decode", 0, len(needed))
@@ -833,6 +834,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
         "seconds": round(time.perf_counter() - started, 3),
         # Where the run's time went: decode (stage 1), fold (3), the tables' rewrites and commits (4).
         "stage_seconds": {name: round(v, 3) for name, v in stages.items()},
+        "ran_in": fold.where,  # "driver": without Spark (driver_max_messages)
     }
     storage.write(layout.report_path(config.name, manifest.interval_start, manifest.interval_end, "apply"),
                   orjson.dumps(report, option=orjson.OPT_INDENT_2))

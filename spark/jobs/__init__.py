@@ -87,15 +87,18 @@ def _configure_logging(verbose: bool) -> None:
 def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespace], int],
                  argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
                  before_spark: Callable[[Any, Any, Any, argparse.Namespace], int | None] | None = None) -> int:
-    """Parse ``--config --start --end [--master] [--verbose]``, start Spark, call ``run(config, start, end, context, args)``.
+    """Parse ``--config --start --end [--master] [--verbose]``, call ``run(config, start, end, runner, args)``.
 
     ``before_spark(config, start, end, args)`` may settle the run without Spark (an interval
-    that is done already): an exit code, or None to go on.
+    that is done already): an exit code, or None to go on. ``runner`` is a
+    ``DriverFirstRunner``: Spark starts only if the interval holds more than the pipeline's
+    ``driver_max_messages`` messages.
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
+    from spark.archive.land import DriverFirstRunner
     from spark.runtime.session import build_context
 
     parser = argparse.ArgumentParser(prog=prog)
@@ -125,12 +128,13 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
         if settled is not None:
             return settled
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
-    log.debug("starting Spark for %s %s..%s", config.name, utc_text(start), utc_text(end))
-    context = build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level)
+    runner = DriverFirstRunner(
+        lambda: build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level),
+        config.driver_max_messages)
     try:
-        return run(config, start, end, context, args)
+        return run(config, start, end, runner, args)
     except TidelakeError as exc:
         log.error("%s", exc)
         return 1
     finally:
-        context.stop()
+        runner.stop()

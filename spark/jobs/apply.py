@@ -25,7 +25,6 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
 from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
 from spark.cli.report import isolated_lines
 from spark.jobs import emit, human_duration, interval_job, utc_text
-from spark.archive.land import SparkRunner
 
 
 def apply_summary(result: ApplyResult) -> list[str]:
@@ -48,6 +47,8 @@ def apply_summary(result: ApplyResult) -> list[str]:
     if "messages_decoded" in r:
         lines.append(f"  decoded {r['messages_decoded']} messages, {r['events_decoded']} events in {r['seconds']:.2f} s; "
                      f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
+        if r.get("ran_in") == "driver":
+            lines.append("  ran in the driver without starting Spark (at most driver_max_messages messages to read)")
     if result.replayed:
         lines.append(f"  replayed first: intervals ending {', '.join(result.replayed)}")
     tables = r.get("tables", {})
@@ -58,12 +59,12 @@ def apply_summary(result: ApplyResult) -> list[str]:
     return lines
 
 
-def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interval_job
+def run(config, start, end, runner, args) -> int:  # noqa: ANN001 - see interval_job
     if args.on_bad_message:
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
     if args.on_table_error:
         config = dataclasses.replace(config, on_table_error=args.on_table_error)
-    emit(apply_summary(apply_interval(config, start, end, runner=SparkRunner(context))))
+    emit(apply_summary(apply_interval(config, start, end, runner=runner)))
     return 0
 
 

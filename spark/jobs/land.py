@@ -19,7 +19,7 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
 from spark.jobs import emit, human_bytes, interval_job, utc_text
-from spark.archive.land import LandResult, SparkRunner, land_interval
+from spark.archive.land import LandResult, land_interval
 
 
 def land_summary(result: LandResult) -> list[str]:
@@ -31,15 +31,16 @@ def land_summary(result: LandResult) -> list[str]:
     if result.reused:
         return [f"already landed: {head} (manifest of {utc_text(m.created_at)}, kept)"]
     report: dict[str, Any] = result.report
-    lines = [f"landed: {head} in {report.get('seconds', 0):.2f} s"]
+    where = " in the driver without starting Spark" if report.get("ran_in") == "driver" else ""
+    lines = [f"landed: {head} in {report.get('seconds', 0):.2f} s{where}"]
     for gap in report.get("gaps", []):
         lines.append(f"  gap: {gap['topic']}/{gap['partition']} offsets {gap['start']}..{gap['end']} "
                      "were deleted by retention before they were archived")
     return lines
 
 
-def run(config, start, end, context, args) -> int:  # noqa: ANN001 - see interval_job
-    emit(land_summary(land_interval(config, start, end, runner=SparkRunner(context))))
+def run(config, start, end, runner, args) -> int:  # noqa: ANN001 - see interval_job
+    emit(land_summary(land_interval(config, start, end, runner=runner)))
     return 0
 
 

@@ -87,6 +87,7 @@ def _fills(requests: Sequence[RewriteRequest | FillRequest]) -> list[tuple[int, 
 
 class Fold(Protocol):
     outcome: FoldOutcome
+    where: str  # "driver" or "spark": where the run's rows are worked
 
     def rewrite(self, requests: Sequence[RewriteRequest | FillRequest]) -> list[list[FileRewrite]]:
         """Each request's file rewrites, all requests in one pass over the executors."""
@@ -134,6 +135,8 @@ class LocalPlane:
 
 
 class LocalFold(_NetSchemas):
+    where = "driver"
+
     def __init__(self, folded: Any, schemas: Mapping[int, bytes]) -> None:
         self.schemas = schemas
         self.net: pa.Table | None = None
@@ -191,6 +194,8 @@ class SparkPlane:
 
 
 class SparkFold(_NetSchemas):
+    where = "spark"
+
     def __init__(self, plane: SparkPlane, config: PipelineConfig, paths: list[str], window: FoldWindow,
                  schemas: Mapping[int, bytes], slices: int) -> None:
         self.plane = plane

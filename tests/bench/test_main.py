@@ -13,7 +13,7 @@ from tests.bench import REPO
 
 SUITE_FLAGS = {
     "apply": ["--only", "--repeat", "--workdir", "--events", "--key-space", "--sizes", "--batch", "--keys", "--touch-keys", "--buckets",
-              "--spark-conf"],
+              "--spark-conf", "--tiny-sizes"],
     "codecs": ["--events", "--protocols"],
     "land": ["--messages", "--rounds", "--runners"],
     "consistency": ["--histories", "--steps", "--seed"],
@@ -58,8 +58,9 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
     assert (args.only, args.sizes, args.keys, args.repeat) == (["growth", "memory"], [20_000, 100_000], ["uniform"], 5)
     defaults = build_parser().parse_args([])
     assert (defaults.only, defaults.sizes, defaults.repeat, defaults.events, defaults.touch_keys, defaults.cluster) == (
-        ["throughput", "growth", "memory", "tables"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000, "local")
+        ["throughput", "growth", "memory", "tables", "tiny"], [500_000, 2_000_000, 5_000_000], 3, 1_000_000, 5_000_000, "local")
     assert (defaults.table_count, defaults.changes_per_table, defaults.peer_home) == (1000, 5, None)
+    assert defaults.tiny_sizes == [100, 10_000, 50_000]
     assert build_parser().parse_args(["--cluster", "standalone"]).cluster == "standalone"
     assert defaults.write_modes == ["merge-on-read", "copy-on-write"]
     assert build_parser().parse_args(["--write-modes", "copy-on-write"]).write_modes == ["copy-on-write"]
@@ -69,4 +70,4 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
                 ["--cluster", "yarn"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
-    assert "choose from throughput, growth, memory, tables" in capsys.readouterr().err
+    assert "choose from throughput, growth, memory, tables, tiny" in capsys.readouterr().err

@@ -69,8 +69,10 @@ def test_human_units() -> None:
 
 def test_the_summary_is_printed_and_flushed_before_spark_stops(context: dict, pipeline: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    def run(config, start, end, spark, args):
+    def run(config, start, end, runner, args):
         from spark.jobs import emit
+
+        runner.for_messages(config.driver_max_messages + 1)  # an interval too large for the driver: Spark starts
 
         emit([f"{config.name} {start.isoformat()} {end.isoformat()}", "  second line"])
         return 0
@@ -82,7 +84,8 @@ def test_the_summary_is_printed_and_flushed_before_spark_stops(context: dict, pi
 
 
 def test_spark_log_level_quiet_by_default_info_when_asked(context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def run(*_):
+    def run(config, start, end, runner, args):
+        runner.context  # noqa: B018 - a run that needs Spark starts it
         return 0
 
     interval_job("land", run, [*interval_args(pipeline), "--verbose", "--master", "local[2]"])
@@ -96,7 +99,8 @@ def test_errors_are_one_logged_line_with_exit_codes(context: dict, pipeline: Pat
                                                     caplog: pytest.LogCaptureFixture) -> None:
     from spark.commit.apply import ApplyError
 
-    def failing(*_):
+    def failing(config, start, end, runner, args):
+        runner.context  # noqa: B018
         raise ApplyError("no manifest for 20240101T000000Z..20240101T010000Z: land the interval first")
 
     caplog.set_level(logging.ERROR, logger="tidelake")
@@ -126,11 +130,11 @@ def test_apply_job_prints_one_summary_block(context: dict, pipeline: Path, monke
     seen = {}
 
     def apply_interval(config, start, end, runner):
+        runner.context  # noqa: B018
         seen.update(policy=config.on_bad_message, tables=config.on_table_error, start=start, end=end)
         return ApplyResult(W, W - 1, ["shop.orders", "shop.x"], apply_report(), replayed=["20231231T230000Z"])
 
     monkeypatch.setattr(apply_job, "apply_interval", apply_interval)
-    monkeypatch.setattr(apply_job, "SparkRunner", lambda spark: None)
     assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue", "--on-table-error", "fail"]) == 0
     assert seen == {"policy": "continue", "tables": "fail", "start": T0, "end": T0 + dt.timedelta(hours=1)}
     assert context["spark"].stdout_at_stop.splitlines() == [
@@ -174,15 +178,14 @@ def manifest() -> Manifest:
 
 def test_land_job_prints_its_report(context: dict, pipeline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report = {"seconds": 3.456, "gaps": [{"topic": "t", "partition": 1, "start": 0, "end": 4}]}
-    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), False, report))
-    monkeypatch.setattr(land_job, "SparkRunner", lambda spark: None)
+    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: (runner.context, LandResult(manifest(), False, report))[1])
     assert land_job.main(interval_args(pipeline)) == 0
     path = "shop/manifests/20240101T000000.000000Z_20240101T010000.000000Z.json"
     assert context["spark"].stdout_at_stop.splitlines() == [
         f"landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB in 3.46 s",
         "  gap: t/1 offsets 0..4 were deleted by retention before they were archived",
     ]
-    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: LandResult(manifest(), True))
+    monkeypatch.setattr(land_job, "land_interval", lambda config, start, end, runner: (runner.context, LandResult(manifest(), True))[1])
     assert land_job.main(interval_args(pipeline)) == 0
     assert context["spark"].stdout_at_stop == (
         f"already landed: {path}  100 messages in 3 segments over 3 partitions, 2.0 MiB "
@@ -231,3 +234,39 @@ def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: 
     code = job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()])
     assert code == 0
     assert f"W {w} confirmed" in capsys.readouterr().out
+
+
+def test_the_apply_job_runs_a_small_interval_in_the_driver_and_a_larger_one_on_spark(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """A tiny interval must not pay for a SparkContext, its executors and Python workers (issue 26)."""
+    from cdc_codecs import TidelakeError, get_encoder
+    from spark.demo.workload import Workload, WorkloadSpec
+    from spark.jobs import apply as job
+    from spark.archive.storage import open_storage
+
+    from .archive import HOUR, T0, ArchiveWriter, make_config
+
+    config = make_config(tmp_path, "canal-json")
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=2, events=40, seed=3)).events()), 1)
+    ArchiveWriter(config, open_storage(config.storage), {"cdc": 1}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+    doc = {"name": "shop", "kafka": {"bootstrap_servers": "unused:9092"}, "topics": [{"name": "cdc", "protocol": "canal-json"}],
+           "storage": {"url": str(tmp_path / "archive")}}
+    argv = ["--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()]
+
+    class SparkWanted(TidelakeError):
+        pass
+
+    def no_spark(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise SparkWanted("the job started Spark")
+
+    monkeypatch.setattr("spark.runtime.session.build_context", no_spark)
+    on_spark = tmp_path / "on_spark.json"
+    on_spark.write_text(json.dumps({**doc, "driver_max_messages": len(records) - 1}))
+    assert job.main(["--config", str(on_spark), *argv]) == 1  # one message more than the driver takes: Spark
+    capsys.readouterr()
+    in_driver = tmp_path / "in_driver.json"
+    in_driver.write_text(json.dumps({**doc, "driver_max_messages": len(records)}))
+    assert job.main(["--config", str(in_driver), *argv]) == 0
+    out = capsys.readouterr().out
+    assert " published " in out and "  ran in the driver without starting Spark (at most driver_max_messages messages to read)" in out
+    report = json.loads((tmp_path / "archive" / "shop" / "reports" / "20240101T000000.000000Z_20240101T010000.000000Z" / "apply.json").read_text())
+    assert report["ran_in"] == "driver" and report["messages_decoded"] == len(records)

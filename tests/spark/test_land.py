@@ -310,3 +310,47 @@ def test_a_spark_runner_takes_a_context_or_a_session_and_uses_its_context() -> N
     context = object()
     session = type("Session", (), {"sparkContext": context})()
     assert SparkRunner(context).context is context and SparkRunner(session).context is context
+
+
+class CountingContext:
+    """Stands for a SparkContext: counts the jobs the runner sends to it (it runs them in process)."""
+
+    def __init__(self) -> None:
+        self.jobs, self.stopped, self.environment = 0, False, {}
+
+    def parallelize(self, items, slices):  # noqa: ANN001, ANN201
+        self.jobs += 1
+        return type("RDD", (), {"map": lambda _, fn: type("Mapped", (), {"collect": lambda _: [fn(i) for i in items]})()})()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_an_interval_at_most_driver_max_messages_lands_without_starting_spark(kafka, make_topic, tmp_path: Path) -> None:
+    from spark.archive.land import DriverFirstRunner
+
+    topic = make_topic(2)
+    produce(kafka, topic, [(i % 2, T0 + dt.timedelta(minutes=1), b"m%d" % i) for i in range(6)])
+    started: list[CountingContext] = []
+
+    def start() -> CountingContext:
+        started.append(CountingContext())
+        return started[-1]
+
+    small = land_interval(config(kafka, [topic], str(tmp_path / "a"), driver_max_messages=6), T0, T0 + HOUR,
+                          runner=DriverFirstRunner(start, 6))
+    assert small.report["ran_in"] == "driver" and small.manifest.messages == 6 and started == []
+    runner = DriverFirstRunner(start, 5)  # one message more than the driver takes: Spark, started once
+    large = land_interval(config(kafka, [topic], str(tmp_path / "b")), T0, T0 + HOUR, runner=runner)
+    assert large.report["ran_in"] == "spark" and large.manifest.messages == 6
+    assert len(started) == 1 and started[0].jobs == 1 and runner.started
+    runner.stop()
+    assert started[0].stopped and not runner.started
+    assert_exact(kafka, open_storage(config(kafka, [topic], str(tmp_path / "b")).storage), [large])
+
+
+def test_driver_max_messages_is_zero_or_positive(kafka) -> None:
+    assert config(kafka, ["t"], "x").driver_max_messages == 50_000
+    assert config(kafka, ["t"], "x", driver_max_messages=0).driver_max_messages == 0
+    with pytest.raises(ConfigError, match="driver_max_messages: expected 0 .always Spark. or a positive integer, found -1"):
+        config(kafka, ["t"], "x", driver_max_messages=-1)
