@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = parser.add_argument_group("(e) tiny")
     e.add_argument("--tiny-sizes", type=_sizes, default="100,10000,50000",
                    help="row changes of the measured intervals, increasing (default %(default)s)")
+    e.add_argument("--driver-max-messages", type=int, default=None,
+                   help="the measured pipeline's driver_max_messages (default: the pipeline default); 0 is the always-Spark column")
     return parser
 
 
@@ -121,5 +123,5 @@ def main(argv: list[str] | None = None) -> int:
     if "tiny" in args.only:
         from bench import apply_tiny
 
-        apply_tiny.main(args.tiny_sizes, args.partitions, args.repeat, args.workdir, conf)
+        apply_tiny.main(args.tiny_sizes, args.partitions, args.repeat, args.workdir, conf, args.driver_max_messages)
     return 0

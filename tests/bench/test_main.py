@@ -13,7 +13,7 @@ from tests.bench import REPO
 
 SUITE_FLAGS = {
     "apply": ["--only", "--repeat", "--workdir", "--events", "--key-space", "--sizes", "--batch", "--keys", "--touch-keys", "--buckets",
-              "--spark-conf", "--tiny-sizes"],
+              "--spark-conf", "--tiny-sizes", "--driver-max-messages"],
     "codecs": ["--events", "--protocols"],
     "land": ["--messages", "--rounds", "--runners"],
     "consistency": ["--histories", "--steps", "--seed"],
