@@ -12,6 +12,8 @@ where Spark starts to pay for itself), each round, interleaved, on local[2]:
   old interval, a completed backfill), decided before Spark starts;
 - ``confirm_if_done`` in this process: what the DAG's ``confirm_if_done`` task does for it.
 
+Beside them, the Python driver's peak RSS of the measured run (what running in the driver costs).
+
 Figures are medians over rounds, each beside Spark alone of the same round; load averages at
 each round's start. Targets (issue 26): a tiny interval adds <= 3 s to Spark alone; a
 confirm-only rerun <= 10 s.
@@ -29,7 +31,7 @@ import orjson
 
 from bench.apply_tables import load_averages
 from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config, pipeline_document
-from bench.jobs import JobFailed, JobRun, submit_apply, submit_spark_alone
+from bench.jobs import JobFailed, JobRun, mib, submit_apply, submit_spark_alone
 from cdc_codecs import RowChange, Watermark, get_encoder
 from spark.config import load_pipeline_config
 from spark.demo.workload import Workload, WorkloadSpec
@@ -76,18 +78,19 @@ def main(sizes: list[int], partitions: int, repeat: int, workdir: Path, conf: di
     print(f"(e) the fixed cost of a run: {TABLES} tables, {partitions} partitions, {MASTER}, apply job from spark-submit to "
           f"exit, driver_max_messages {default}; median of {repeat} interleaved rounds, each beside Spark alone", flush=True)
     print(f"    {'row changes':>11} {'messages':>9} {'Spark alone':>12} {'run':>9} {'ran in':>7} {'always Spark':>13} "
-          f"{'run - alone':>16} {'confirm rerun':>14} {'DAG confirm':>12}  load averages")
+          f"{'run - alone':>16} {'confirm rerun':>14} {'DAG confirm':>12} {'run: driver RSS':>16}  load averages")
     run_dir = workdir / "runs" / "tiny"
     for events in sizes:
         params = {"events": events, "tables": TABLES, "partitions": partitions, "protocol": PROTOCOL}
         archive, facts = cached_archive(workdir, "tiny", params, lambda root: build_archive(root, events, partitions))
-        alone, chosen, spark, confirm, dag, loads, where = [], [], [], [], [], [], set()
+        alone, chosen, spark, confirm, dag, loads, where, peak = [], [], [], [], [], [], set(), []
         for _ in range(repeat):
             loads.append(load_averages())
             alone.append(submit_spark_alone(MASTER, {**CONF, **conf}).seconds)
             _fresh(archive, run_dir, driver_max_messages)
             run = _apply(run_dir, "published", conf)
             chosen.append(run.seconds)
+            peak.append(run.python_driver_peak)
             where.add(run.report.get("ran_in", "?"))
             confirm.append(_apply(run_dir, "confirmed", conf).seconds)
             config = load_pipeline_config(str(run_dir / "pipeline.json"))
@@ -102,6 +105,6 @@ def main(sizes: list[int], partitions: int, repeat: int, workdir: Path, conf: di
         m = statistics.median
         print(f"    {facts['row_changes']:>11,} {facts['messages']:>9,} {m(alone):11.2f}s {m(chosen):8.2f}s "
               f"{'/'.join(sorted(where)):>7} {m(spark):12.2f}s {m(chosen) - m(alone):+15.2f}s {m(confirm):13.2f}s "
-              f"{m(dag):11.2f}s  {', '.join(loads)}", flush=True)
+              f"{m(dag):11.2f}s {mib(int(m(peak))):>16}  {', '.join(loads)}", flush=True)
     print("    targets: a tiny interval adds <= 3 s to Spark alone (run - alone); a confirm-only rerun <= 10 s. "
           "'always Spark' is driver_max_messages = 0; where it beats 'run', the driver is given too much", flush=True)

@@ -149,7 +149,7 @@ class PipelineConfig:
     # A land or apply whose interval reads at most this many messages runs in the job's driver
     # process and never starts Spark (its context, executors and Python workers cost seconds a
     # small interval does not need); larger ones run on Spark. 0: always Spark.
-    driver_max_messages: int = 50_000
+    driver_max_messages: int = 100_000
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     # An undecodable message: "fail" the run (after quarantining it) or "continue".

@@ -24,7 +24,7 @@ def test_the_archive_holds_the_asked_row_changes_over_two_tables(tmp_path: Path)
 def test_the_tiny_bench_prints_each_figure_beside_spark_alone(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_tiny.main([40], 2, 1, tmp_path, {})
     out = capsys.readouterr().out
-    row = re.search(r"^ +40 +\d+ +([\d.]+)s +([\d.]+)s +driver +([\d.]+)s +([+-][\d.]+)s +([\d.]+)s +([\d.]+)s  [\d./]+$", out, re.M)
+    row = re.search(r"^ +40 +\d+ +([\d.]+)s +([\d.]+)s +driver +([\d.]+)s +([+-][\d.]+)s +([\d.]+)s +([\d.]+)s +[\d,]+ MiB  [\d./]+$", out, re.M)
     assert row, out
     alone, default, spark, extra, confirm, dag = map(float, row.groups())
     assert abs(default - alone - extra) < 0.02 and min(alone, default, spark, confirm, dag) > 0

@@ -350,7 +350,7 @@ def test_an_interval_at_most_driver_max_messages_lands_without_starting_spark(ka
 
 
 def test_driver_max_messages_is_zero_or_positive(kafka) -> None:
-    assert config(kafka, ["t"], "x").driver_max_messages == 50_000
+    assert config(kafka, ["t"], "x").driver_max_messages == 100_000
     assert config(kafka, ["t"], "x", driver_max_messages=0).driver_max_messages == 0
     with pytest.raises(ConfigError, match="driver_max_messages: expected 0 .always Spark. or a positive integer, found -1"):
         config(kafka, ["t"], "x", driver_max_messages=-1)
