@@ -31,6 +31,7 @@ import argparse
 import bisect
 import dataclasses
 import datetime as dt
+import itertools
 import os
 import shutil
 import statistics
@@ -233,7 +234,7 @@ def interval_line(run: IntervalRun) -> str:
 def behind_before_next_publish(runs: list[IntervalRun]) -> list[float]:
     """For each published W followed by another: how far it was behind the wall clock just before the next one replaced it."""
     published = [r for r in runs if r.published_at]
-    return [b.published_at - (a.watermark >> 18) / 1000 for a, b in zip(published, published[1:])]
+    return [b.published_at - (a.watermark >> 18) / 1000 for a, b in itertools.pairwise(published)]
 
 
 def summary_lines(runs: list[IntervalRun], interval_seconds: int, master: str, spark_alone: list[float]) -> list[str]:
