@@ -17,7 +17,8 @@ Per interval it prints the row changes produced in it, the run's wall time, when
 after the interval's end, and from the run's apply report the published W's lag behind the
 interval end (``lag_seconds``) and W's age when it was published. Then the medians and maxima,
 and beside them Spark alone (``bench/spark_alone.py``: start a context, a task per slot, stop),
-submitted on the same master in the slack after some intervals of the same session; its median.
+submitted on the same master in the same session: between intervals when it fits twice over in the
+slack before the next run (up to 5 times), else (to 3 at least) after the last; its median.
 
 Targets (issue 26, at 1k events/s on local[2]): every interval's run finishes inside the next
 interval (before the scheduler would start the next run), and readers are never more than
@@ -58,6 +59,7 @@ TICK = 0.05  # seconds between the producer's batches
 KEY_SPACE = 20_000  # keys per table: inserts first, then a mix of updates and deletes as tables fill
 TARGET_BEHIND = 30.0  # seconds readers may be behind beyond one interval
 SPARK_ALONE_MIN = 3  # Spark alone measurements at least (topped up after the last interval)
+SPARK_ALONE_IN_SLACK = 5  # Spark alone measurements at most between intervals
 UTC = dt.UTC
 
 
@@ -237,7 +239,9 @@ def behind_before_next_publish(runs: list[IntervalRun]) -> list[float]:
     return [b.published_at - (a.watermark >> 18) / 1000 for a, b in itertools.pairwise(published)]
 
 
-def summary_lines(runs: list[IntervalRun], interval_seconds: int, master: str, spark_alone: list[float]) -> list[str]:
+def summary_lines(runs: list[IntervalRun], interval_seconds: int, master: str, spark_alone: list[float],
+                  in_slack: int = 0) -> list[str]:
+    """The medians and maxima, Spark alone (the first ``in_slack`` measured between intervals) and the targets."""
     def stats(values: list[float]) -> tuple[str, str]:
         return (f"{statistics.median(values):.1f}", f"{max(values):.1f}") if values else ("-", "-")
 
@@ -249,7 +253,8 @@ def summary_lines(runs: list[IntervalRun], interval_seconds: int, master: str, s
     if master and spark_alone:
         alone = statistics.median(spark_alone)
         lines.append(f"Spark alone on {master} (start, a task per slot, stop): {alone:.1f} s, median of {len(spark_alone)} "
-                     f"({', '.join(f'{s:.1f}' for s in spark_alone)}); a run's median wall time is "
+                     f"({', '.join(f'{s:.1f}' for s in spark_alone)}; {in_slack} between intervals, "
+                     f"{len(spark_alone) - in_slack} after the last); a run's median wall time is "
                      f"{statistics.median(columns[1]) / alone:.2f}x Spark alone")
     elif master:
         lines.append(f"Spark alone on {master}: not measured (no slack between intervals)")
@@ -316,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     archive = root / "archive"
     runs: list[IntervalRun] = []
     spark_alone: list[float] = []
+    in_slack = 0
     print(f"lag: {args.protocol}, {args.tables} tables, {args.partitions} partitions, {args.rate:,.0f} row changes/s, "
           f"{args.intervals} intervals of {s} s, `tidelake run` {f'--spark {args.spark}' if args.spark else 'in-process'}; "
           f"load averages {load_averages()}", flush=True)
@@ -341,17 +347,18 @@ def main(argv: list[str] | None = None) -> int:
                 run = IntervalRun(start, end, events, seconds, time.time() - end.timestamp(), code, report, tail)
                 runs.append(run)
                 print(interval_line(run), flush=True)
-                # Spark alone in the slack of every third interval, when it fits twice over before the next run.
-                slack = (spans[i + 1][1].timestamp() if i + 1 < len(spans) else float("inf")) - time.time()
+                # Spark alone in the slack before the next run, when it fits there twice over.
+                slack = spans[i + 1][1].timestamp() - time.time() if i + 1 < len(spans) else 0.0
                 estimate = statistics.median(spark_alone) if spark_alone else 10.0
-                if args.spark and i % 3 == 0 and slack > 2 * estimate:
+                if args.spark and len(spark_alone) < SPARK_ALONE_IN_SLACK and slack > 2 * estimate:
                     spark_alone.append(submit_spark_alone(args.spark).seconds)
+            in_slack = len(spark_alone)
             while args.spark and len(spark_alone) < SPARK_ALONE_MIN:  # after the last interval, with the producer still on
                 spark_alone.append(submit_spark_alone(args.spark).seconds)
         finally:
             producer.stop.set()
             producer.join(60)
-    for line in summary_lines(runs, s, args.spark, spark_alone):
+    for line in summary_lines(runs, s, args.spark, spark_alone, in_slack):
         print(line)
     if producer.errors:
         print(f"producer: {len(producer.errors)} delivery errors, first: {producer.errors[0]}")
