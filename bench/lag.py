@@ -109,6 +109,7 @@ class LiveProducer(threading.Thread):
         self.sent_at: list[int] = []  # broker timestamp (ms) of each tick's row changes, increasing
         self.sent: list[int] = []  # row changes of each tick
         self.errors: list[str] = []
+        self.failure: BaseException | None = None
 
     def _send(self, events: list[Event], at_ms: int) -> None:
         for r in self.encoder.encode_all(events, self.partitions):
@@ -126,6 +127,13 @@ class LiveProducer(threading.Thread):
         return event._replace(commit_ts=ts, event_time_ms=ts >> 18)
 
     def run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as exc:  # the bench checks after every interval: a dead producer ends it
+            self.failure = exc
+            raise
+
+    def _produce(self) -> None:
         self._send([self._stamped(e) for e in self.workload.creates()], int(time.time() * 1000))
         names = list(self.workload.schemas)
         started = time.time()
@@ -341,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             counted = 0
             for i, (start, end) in enumerate(spans):
                 time.sleep(max(0.0, end.timestamp() - time.time()))
+                if producer.failure is not None:
+                    raise RuntimeError(f"the producer stopped at {dt.datetime.now(UTC):%H:%M:%S}") from producer.failure
                 seconds, code, report, tail = run_interval(config_file, archive, start, end, args.spark)
                 events = producer.events_before(end) - counted
                 counted += events
