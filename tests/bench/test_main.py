@@ -17,6 +17,7 @@ SUITE_FLAGS = {
     "codecs": ["--events", "--protocols"],
     "land": ["--messages", "--rounds", "--runners"],
     "consistency": ["--histories", "--steps", "--seed"],
+    "lag": ["--rate", "--intervals", "--interval-seconds", "--spark", "--protocol", "--tables", "--partitions", "--workdir"],
     "maintenance": ["--runs", "--changes", "--every", "--tables", "--baseline", "--repeat", "--without-runs"],
 }
 
