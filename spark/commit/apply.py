@@ -458,7 +458,11 @@ def _apply_one(
     started = time.perf_counter()
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     offsets, needed, history = _read_window(config, storage, manifest, previous)
-    runner = sized(runner, sum(s.end - s.start for segments in needed.values() for s in segments))
+    # Sized by the offsets the window reads (each partition's pending offset to the interval's
+    # end), not by whole segments: the segment holding the last second of the previous interval
+    # is read again for its pending changes, and its change log, decoded by the run before, is
+    # folded here, not decoded (bench lag: ~60k messages re-read per minute, ~1k of them pending).
+    runner = sized(runner, sum(hi - lo for lo, hi in offsets.values()))
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     progress("decode", 0, len(needed))

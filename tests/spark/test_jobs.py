@@ -270,3 +270,38 @@ def test_the_apply_job_runs_a_small_interval_in_the_driver_and_a_larger_one_on_s
     assert " published " in out and "  ran in the driver without starting Spark (at most driver_max_messages messages to read)" in out
     report = json.loads((tmp_path / "archive" / "shop" / "reports" / "20240101T000000.000000Z_20240101T010000.000000Z" / "apply.json").read_text())
     assert report["ran_in"] == "driver" and report["messages_decoded"] == len(records)
+
+
+def test_a_run_is_sized_by_the_offsets_it_reads_not_by_the_segments_holding_them(tmp_path: Path) -> None:
+    """The segment holding the previous interval's pending changes is read again whole; only the
+    offsets from the pending one on count towards driver_max_messages (bench lag found every
+    minute's run sized twice over and sent to Spark)."""
+    from cdc_codecs import get_encoder
+    from spark.archive.land import LocalRunner
+    from spark.archive.storage import open_storage
+    from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    from .archive import HOUR, T0, ArchiveWriter, make_config
+
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    events = list(Workload(WorkloadSpec(tables=2, events=80, seed=4, watermark_every=7)).events())
+    records = get_encoder("canal-json").encode_all(events, 1)
+    writer = ArchiveWriter(config, storage, {"cdc": 1})
+    writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records[:50]])
+    writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in records[50:]])
+    apply_interval(config, T0, T0 + HOUR)
+    pending = Checkpoint.from_json(storage.read(checkpoint_path(config.name, T0, T0 + HOUR))).pending[("cdc", 0)]
+    assert 0 < pending < 50  # changes after the first interval's last watermark wait for the next
+
+    class Sized(LocalRunner):
+        asked: list[int] = []
+
+        def for_messages(self, messages: int) -> LocalRunner:
+            self.asked.append(messages)
+            return LocalRunner()
+
+    second = apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=Sized())
+    assert Sized.asked == [len(records) - pending]
+    assert second.report["messages_reread"] == 50 > 50 - pending  # the whole first segment, read again
