@@ -16,7 +16,16 @@ from typing import Any
 
 from bench.jobs import JobFailed
 
-PEER_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "peer" / "merge_bench.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def peer_script() -> Path:
+    """``shared/peer/merge_bench.py``: beside the checkout, or where TIDELAKE_SHARED says (as the tests find shared/)."""
+    shared = [Path(os.environ["TIDELAKE_SHARED"])] if "TIDELAKE_SHARED" in os.environ else []
+    for folder in (*shared, REPO.parent / "shared", REPO / "shared"):
+        if (folder / "peer" / "merge_bench.py").exists():
+            return folder / "peer" / "merge_bench.py"
+    raise JobFailed("shared/peer/merge_bench.py not found beside the checkout; set TIDELAKE_SHARED to the folder holding peer/")
 
 
 def load_averages() -> str:
@@ -27,7 +36,7 @@ def load_averages() -> str:
 def run_peer(peer_home: Path, tables: int, events: int, base_rows: int) -> dict[str, Any]:
     """The peer's section (b) over ``tables`` tables and ``events`` events; its results.json's "b"."""
     python = peer_home / "venv" / "bin" / "python"
-    argv = [str(python), str(PEER_SCRIPT), "--home", str(peer_home), "--sections", "b", "--tables", str(tables),
+    argv = [str(python), str(peer_script()), "--home", str(peer_home), "--sections", "b", "--tables", str(tables),
             "--events", str(events), "--e2e-base-rows", str(base_rows)]
     done = subprocess.run(argv, check=False, capture_output=True, text=True)
     if done.returncode:
