@@ -3,7 +3,8 @@
     python -m bench apply [--only throughput,growth,memory,tables] [--repeat 3] [--workdir DIR] [suite flags]
 
 (a) throughput  N events over 10 tables through ``spark-submit spark/jobs/apply.py`` on local[2]
-                and local[1], Spark start-up included; baseline: a bare decode of the same archive.
+                and local[1], Spark start-up included; baseline: a bare decode of the same archive, and
+                the peer's parse + dedup + MERGE over as many events with --peer-home.
 (b) growth      one 20k-change batch as the table grows; baseline: the batch at the smallest size.
 (c) memory      a run touching K keys with a 1g driver and maxResultSize=64m; peak RSS per process;
                 baseline: the same job over 1,000 keys.
@@ -83,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = parser.add_argument_group("(d) tables")
     d.add_argument("--table-count", type=int, default=1000, help="tables the measured interval touches (default %(default)s)")
     d.add_argument("--changes-per-table", type=int, default=5, help="row changes of each table (default %(default)s)")
-    d.add_argument("--peer-home", type=Path, default=None,
-                   help="the peer benchmark's PEER_HOME (../shared/peer/README.md): its MERGE per table runs in each round")
+    parser.add_argument("--peer-home", type=Path, default=None,
+                        help="(a), (d): the peer benchmark's PEER_HOME (../shared/peer/README.md): its end-to-end section "
+                             "(MERGE INTO per table) over as many events and tables runs in each round")
     e = parser.add_argument_group("(e) tiny")
     e.add_argument("--tiny-sizes", type=_sizes, default="100,10000,50000",
                    help="row changes of the measured intervals, increasing (default %(default)s)")
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import apply_throughput
 
         apply_throughput.main(args.events, args.tables, args.partitions, args.key_space, args.repeat, args.buckets, args.workdir,
-                              conf)
+                              conf, args.peer_home)
     if "growth" in args.only:
         from bench import apply_growth
 

@@ -16,11 +16,8 @@ Target (issue 26): 1,000 tables x 5 changes <= 60 s end to end on local[2].
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -29,12 +26,14 @@ import orjson
 
 from bench.archive import HOUR, T0, ArchiveBuilder, cached_archive, clone_archive, pipeline_config, pipeline_document
 from bench.jobs import JobFailed, JobRun, submit_apply, submit_spark_alone
+from bench.peer import load_averages, run_peer
 from cdc_codecs import RowChange, Watermark, get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
 
 PROTOCOL = "canal-json"
 MASTER = "local[2]"
-PEER_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "peer" / "merge_bench.py"
+# The peer pre-loads a few rows per table: our measured interval changes existing tables too.
+PEER_BASE_ROWS = 5
 
 
 def build_archive(root: Path, tables: int, changes: int, partitions: int) -> dict[str, Any]:
@@ -53,24 +52,6 @@ def build_archive(root: Path, tables: int, changes: int, partitions: int) -> dic
         builder.close_interval(T0 + i * HOUR, T0 + (i + 1) * HOUR)
         counts.append(sum(isinstance(e, RowChange) for e in events))
     return {"row_changes": counts}
-
-
-def load_averages() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def run_peer(peer_home: Path, tables: int, events: int) -> dict[str, Any]:
-    """The peer's section (b) over ``tables`` tables and ``events`` events; its results.json's "b"."""
-    python = peer_home / "venv" / "bin" / "python"
-    argv = [str(python), str(PEER_SCRIPT), "--home", str(peer_home), "--sections", "b", "--tables", str(tables),
-            "--events", str(events), "--e2e-base-rows", "5"]
-    done = subprocess.run(argv, check=False, capture_output=True, text=True)
-    if done.returncode:
-        raise JobFailed(f"the peer's merge_bench.py exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
-    result = json.loads((peer_home / "results.json").read_text())["b"]
-    if not result.get("verified"):
-        raise JobFailed(f"the peer's tables did not verify: {result.get('mismatches')}")
-    return result
 
 
 def _apply(archive: Path, run_dir: Path, interval: int, conf: dict[str, str]) -> JobRun:
@@ -110,7 +91,7 @@ def main(tables: int, changes: int, partitions: int, repeat: int, workdir: Path,
                 f"{second[-1].seconds:.2f}s (commit and tag {second[-1].report['stage_seconds'].get('commit and tag', 0):.2f}s), "
                 f"Spark alone {alone[-1]:.2f}s")
         if peer_home is not None:
-            peer.append(run_peer(peer_home, tables, change_rows))
+            peer.append(run_peer(peer_home, tables, change_rows, PEER_BASE_ROWS))
             line += f", peer parse+dedup+MERGE {peer[-1]['total_s']:.2f}s (MERGE {peer[-1]['merge_s']:.2f}s)"
         print(line, flush=True)
     wall = statistics.median(j.seconds for j in second)

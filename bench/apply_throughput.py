@@ -12,6 +12,14 @@ per slot, stop -- what any PySpark job pays and no code of ours can scale. The s
 printed three ways: of the whole job; of the job beyond Spark alone; and the most the whole
 job could reach if everything beyond Spark alone scaled perfectly (Amdahl:
 T1 / (F2 + (T1 - F1) / 2), with F the Spark-alone seconds).
+
+With ``--peer-home``, each round also runs the peer's end-to-end section (Spark 3.5 + Iceberg 1.10:
+``from_json``, a window dedup per key, a ``MERGE INTO`` per table; ``bench/peer.py``) over as many
+events and tables, its tables starting empty as ours do, and prints both events/s and their
+ratio per round and as medians. The peer's time excludes Spark's start-up, as the apply job's
+own report (``apply_interval``) does: that pair is the like-for-like one; spark-submit to exit
+is printed beside it. Target (issue 26): tidelake >= 1.5x the peer's events/s on a quiet
+machine (>= 1.2x busy).
 """
 
 from __future__ import annotations
@@ -37,11 +45,14 @@ from bench.archive import (
     segment_paths,
 )
 from bench.jobs import JobFailed, JobRun, mib, submit_apply, submit_spark_alone
+from bench.peer import load_averages, run_peer
 from cdc_codecs import RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
 
 PROTOCOL = "canal-json"
 MASTERS = ("local[2]", "local[1]")
+PEER_MASTER = "local[2]"  # the peer runs on local[2]
+PEER_BASE_ROWS = 0  # our archive creates its tables empty: so do the peer's
 
 
 def build_archive(root: Path, events: int, tables: int, partitions: int, key_space: int) -> dict[str, Any]:
@@ -98,7 +109,7 @@ def _stage_seconds(runs: list[JobRun], stage: str) -> float:
 
 
 def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path,
-         conf: dict[str, str]) -> None:
+         conf: dict[str, str], peer_home: Path | None = None) -> None:
     key_space = key_space or max(1000, events // 20)
     params = {"events": events, "tables": tables, "partitions": partitions, "key_space": key_space, "protocol": PROTOCOL}
     t = time.perf_counter()
@@ -110,7 +121,10 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     bare: list[float] = []
     jobs: dict[str, list[JobRun]] = {m: [] for m in MASTERS}
     alone: dict[str, list[float]] = {m: [] for m in MASTERS}
+    peer: list[dict[str, Any]] = []
+    loads: list[str] = []
     for r in range(repeat):
+        loads.append(load_averages())
         seconds, decoded = bare_decode(archive)
         if decoded != rows:
             raise JobFailed(f"bare decode of {archive} saw {decoded} row changes, the archive holds {rows}")
@@ -119,8 +133,15 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
             run = run_job(archive, workdir / "runs" / "throughput", master, buckets, conf)
             jobs[master].append(run)
             alone[master].append(submit_spark_alone(master, {"spark.ui.showConsoleProgress": "false", **conf}).seconds)
-            print(f"    round {r + 1}: {master} {run.seconds:.2f}s (apply {run.report.get('seconds', 0):.2f}s in job; "
-                  f"Spark alone {alone[master][-1]:.2f}s)", flush=True)
+            print(f"    round {r + 1} (load {loads[-1]}): {master} {run.seconds:.2f}s (apply {run.report.get('seconds', 0):.2f}s "
+                  f"in job; Spark alone {alone[master][-1]:.2f}s)", flush=True)
+        if peer_home is not None:
+            peer.append(run_peer(peer_home, tables, rows, PEER_BASE_ROWS))
+            ours = jobs[PEER_MASTER][-1]
+            print(f"    round {r + 1}: peer parse+dedup+MERGE {peer[-1]['total_s']:.2f}s = {peer[-1]['events_per_s']:,} events/s; "
+                  f"tidelake {PEER_MASTER} apply {rows / ours.report['seconds']:,.0f} events/s = "
+                  f"{rows / ours.report['seconds'] / peer[-1]['events_per_s']:.2f}x the peer (spark-submit to exit "
+                  f"{rows / ours.seconds / peer[-1]['events_per_s']:.2f}x)", flush=True)
     base = rows / statistics.median(bare)
     print(f"    {'':44} {'seconds':>8} {'events/s':>10} {'vs bare':>8}")
     print(f"    {'baseline: bare decode, 1 process':44} {statistics.median(bare):8.2f} {base:10,.0f} {1.0:8.2f}")
@@ -147,3 +168,28 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     print(f"    local[2] peak RSS (median): Python driver {mib(int(statistics.median(j.python_driver_peak for j in two)))}, "
           f"JVM {mib(int(statistics.median(j.jvm_driver_peak for j in two)))}, "
           f"largest Python worker {mib(int(statistics.median(j.worker_peak for j in two)))}", flush=True)
+    if peer:
+        _print_peer(peer, jobs[PEER_MASTER], rows, loads)
+    else:
+        print(f"    load averages (1/5/15 min) at each round's start: {', '.join(loads)}", flush=True)
+
+
+def _print_peer(peer: list[dict[str, Any]], ours: list[JobRun], rows: int, loads: list[str]) -> None:
+    """Both pipelines' events/s per round and their ratio (tidelake / peer), then the medians."""
+    print(f"    vs the peer (Spark 3.5 + Iceberg 1.10 MERGE INTO, {PEER_MASTER}, no start-up; tidelake: the job's apply_interval, "
+          f"and spark-submit to exit):")
+    print(f"    {'round':>5} {'load 1/5/15':>14} {'peer s':>7} {'peer ev/s':>10} {'tidelake ev/s':>14} {'ratio':>6} "
+          f"{'submit-to-exit ev/s':>20} {'ratio':>6}")
+    ratios, wall_ratios = [], []
+    for r, (p, j, load) in enumerate(zip(peer, ours, loads)):
+        ratios.append(rows / j.report["seconds"] / p["events_per_s"])
+        wall_ratios.append(rows / j.seconds / p["events_per_s"])
+        print(f"    {r + 1:>5} {load:>14} {p['total_s']:7.2f} {p['events_per_s']:10,} {rows / j.report['seconds']:14,.0f} "
+              f"{ratios[-1]:6.2f} {rows / j.seconds:20,.0f} {wall_ratios[-1]:6.2f}")
+    peer_rate = statistics.median(p["events_per_s"] for p in peer)
+    print(f"    {'median':>5} {'':>14} {statistics.median(p['total_s'] for p in peer):7.2f} {peer_rate:10,.0f} "
+          f"{rows / statistics.median(j.report['seconds'] for j in ours):14,.0f} {statistics.median(ratios):6.2f} "
+          f"{rows / statistics.median(j.seconds for j in ours):20,.0f} {statistics.median(wall_ratios):6.2f}")
+    print(f"    peer split (median s): parse {statistics.median(p['parse_s'] for p in peer):.2f}, dedup "
+          f"{statistics.median(p['dedup_s'] for p in peer):.2f}, MERGE {statistics.median(p['merge_s'] for p in peer):.2f}; "
+          f"target tidelake >= 1.5x the peer quiet, >= 1.2x busy: median {statistics.median(ratios):.2f}x", flush=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -168,7 +170,7 @@ class _ChangeLogWriter:
         # Decoders share one column-types mapping per table schema: encoded once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
         self.schemas: dict[int, bytes] = {}  # schema_id -> encoded schema, for the side output
-        self._seeds: dict[tuple[str, str], int] = {}  # key_hash's seed per table
+        self._tables: dict[tuple[str, str], tuple[Any, tuple[str, ...], int, int]] = {}  # see ``_table``
         # Runs: (offset, commitTs) of the segment's first row, and of its last row with its run.
         self._first: tuple[int, int] | None = None
         self._last: tuple[int, int, int] | None = None
@@ -192,30 +194,42 @@ class _ChangeLogWriter:
             cached = self._schemas[ident] = (change.column_types, sid)
         return cached[1]
 
+    def _table(self, change: RowChange) -> tuple[Any, tuple[str, ...], int, int]:
+        """(column types, key columns, ``schema_id``, ``key_hash`` seed) of the change's table, kept
+        per table while its changes share the decoder's column-types mapping and key columns."""
+        entry = (change.column_types, change.key_columns, self._schema(change),
+                 table_seed(change.database, change.table))
+        if len(self._tables) >= 1024:
+            self._tables.clear()
+        self._tables[(change.database, change.table)] = entry
+        return entry
+
     def add(self, change: RowChange) -> None:
         """One row per key effect of the change."""
-        p = change.position
-        first = True
-        schema = self._schema(change)
-        seed = self._seeds.get((change.database, change.table))
-        if seed is None:
-            seed = self._seeds[(change.database, change.table)] = table_seed(change.database, change.table)
+        op, database, table, _, after, keys, types, commit_ts, p = change[:9]
+        entry = self._tables.get((database, table))
+        if entry is None or entry[0] is not types or entry[1] != keys:
+            entry = self._table(change)
+        schema, seed = entry[2], entry[3]
+        topic, partition, offset, index = p
         run = KEYED
-        if not change.key_columns:
+        if not keys:
             run, self._keyless = UNNUMBERED, True
+        first = True
+        rows = self._rows
         for key, deletes in change_effects(change):
             if deletes:
-                keys = change.key_columns
                 stored = encode_effect(Op.DELETE, dict(zip(keys, key)) if keys else dict(key))
             else:
-                stored = encode_effect(change.op, change.after)
+                stored = encode_effect(op, after)
             kb = key_bytes(key)
-            self._rows.append((p.topic, p.partition, p.offset, p.index, change.commit_ts, change.database, change.table,
-                               kb, deletes, first, stored, schema, key_hash(kb, seed), run))
+            rows.append((topic, partition, offset, index, commit_ts, database, table, kb, deletes, first, stored, schema,
+                         key_hash(kb, seed), run))
             first = False
             self.rows += 1
-            if len(self._rows) >= ROW_GROUP:
+            if len(rows) >= ROW_GROUP:
                 self._flush()
+                rows = self._rows
 
     def _number_runs(self) -> None:
         """Give the buffered key-less rows their ``run`` (they are in offset order), and note the
@@ -245,7 +259,7 @@ class _ChangeLogWriter:
     def _flush(self) -> None:
         if self._rows:
             self._number_runs()
-            self._rows.sort(key=_by_key_hash)
+            self._rows.sort(key=_BY_KEY_HASH)
             columns = zip(*self._rows)  # transposed in C
             self._writer.write_table(pa.Table.from_arrays(
                 [pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA),
@@ -258,18 +272,28 @@ class _ChangeLogWriter:
         self._out.close()
 
 
-def _by_key_hash(row: tuple[Any, ...]) -> int:
-    return row[12]
+_BY_KEY_HASH = itemgetter(12)  # a change-log row's key_hash
+
+
+_RAW_COLUMNS = ("offset", "timestamp_ms", "key", "value", "headers")
 
 
 def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
     """A raw segment's messages in offset order, read in row-group sized batches."""
     source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
-    for batch in source.iter_batches(batch_size=READ_BATCH, columns=["offset", "timestamp_ms", "key", "value", "headers"]):
-        rows = batch.to_pydict()
-        for offset, ts, key, value, headers in zip(rows["offset"], rows["timestamp_ms"], rows["key"], rows["value"], rows["headers"]):
-            yield RawMessage(key, value, SourcePosition(topic, partition, offset),
-                             tuple((h["key"], h["value"]) for h in headers or ()), ts)
+    # Built with tuple.__new__ (a NamedTuple's own __new__ is a Python call, ~0.3 us a message
+    # each), and a headers tuple only for the messages that have headers: most have none.
+    message, position = partial(tuple.__new__, RawMessage), partial(tuple.__new__, SourcePosition)
+    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS)):
+        offsets, stamps, keys, values = (batch.column(name).to_pylist() for name in _RAW_COLUMNS[:4])
+        headers = batch.column("headers")
+        if headers.null_count == batch.num_rows:
+            for offset, ts, key, value in zip(offsets, stamps, keys, values):
+                yield message((key, value, position((topic, partition, offset, 0)), (), ts))
+            continue
+        for offset, ts, key, value, pairs in zip(offsets, stamps, keys, values, headers.to_pylist()):
+            yield message((key, value, position((topic, partition, offset, 0)),
+                           tuple((h["key"], h["value"]) for h in pairs) if pairs else (), ts))
 
 
 def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState) -> SideOutput:

@@ -124,17 +124,23 @@ def table_seed(database: str, table: str) -> int:
     return zlib.crc32(f"{len(database)}:{database}{len(table)}:{table}".encode("utf-8", "surrogatepass"))
 
 
-def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> Iterator[tuple[Key, bool]]:
+def change_effects(change: RowChange, key_columns: tuple[str, ...] | None = None) -> tuple[tuple[Key, bool], ...]:
     """What one change does per key: ``(key, deletes)``. An update that changes the key deletes
     the old key and writes the new one; every other change touches one key. An update of a
     key-less table's row always deletes one copy of its before-image and writes one of its after-image."""
-    keys = change.key_columns if key_columns is None else key_columns
-    if change.op is not Op.INSERT and change.before is not None:
-        old = row_key(keys, change.before)
-        if change.op is Op.DELETE or change.after is None or not keys or row_key(keys, change.after) != old:
-            yield old, True
-    if change.op is not Op.DELETE and change.after is not None:
-        yield row_key(keys, change.after), False
+    # Once per change-log row on decode: the change unpacked once, a tuple rather than a generator.
+    op, _, _, before, after, keys = change[:6]
+    if key_columns is not None:
+        keys = key_columns
+    if op is Op.INSERT or before is None:
+        return () if op is Op.DELETE or after is None else ((row_key(keys, after), False),)
+    old = row_key(keys, before)
+    if op is Op.DELETE or after is None:
+        return ((old, True),)
+    new = row_key(keys, after)
+    if keys and new == old:
+        return ((new, False),)
+    return ((old, True), (new, False))
 
 
 def change_order(change: RowChange) -> Order:

@@ -291,6 +291,7 @@ _AS_THEY_ARE: dict[type, frozenset[type]] = {
 
 
 _DECIMALS = frozenset({Decimal, type(None)})
+_INTS = frozenset({int, type(None)})  # not bool: Arrow refuses it for a decimal, _fit_digits takes it as 0 or 1
 _MARKED = frozenset({EnumIndex, SetMask})  # values ``fit_upstream_value`` changes
 _DATETIMES = frozenset({dt.datetime, type(None)})
 
@@ -309,14 +310,16 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_type
     for f in schema.fields:
         at = arrow_type(f.field_type)
         values = [r.get(f.name) for r in rows]
+        types = set(map(type, values))
         upstream = upstream_types.get(f.name) if upstream_types else None
-        if upstream is not None and (not _MARKED.isdisjoint(map(type, values)) or (
-                isinstance(f.field_type, StringType) and Decimal in map(type, values) and _wide_decimal(upstream))):
+        if upstream is not None and (not _MARKED.isdisjoint(types) or (
+                isinstance(f.field_type, StringType) and Decimal in types and _wide_decimal(upstream))):
             try:
                 values = [fit_upstream_value(v, upstream) for v in values]
             except UnsupportedValue as exc:
                 raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
-        array = _as_they_are(f.field_type, at, values)
+            types = set(map(type, values))
+        array = _as_they_are(f.field_type, at, values, types)
         if array is None:
             try:
                 values = [to_iceberg_value(f.field_type, v) for v in values]
@@ -331,19 +334,22 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_type
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _as_they_are(t: IcebergType, at: pa.DataType, values: list[Any]) -> pa.Array | None:
-    """``values`` as an Arrow array without a call per value, when ``to_iceberg_value`` would
-    return every one unchanged and Arrow takes them; else None, and the caller fits them one by
-    one (for the error naming the value that does not fit). Decimals of at most 38 digits and
-    exponents within 38 go to Arrow as they are, which converts them exactly or raises (beyond
-    that its 128-bit parse wraps silently); naive datetimes too, where an aware one would be
-    shifted to UTC."""
-    types = set(map(type, values))
+def _as_they_are(t: IcebergType, at: pa.DataType, values: list[Any], types: set[type]) -> pa.Array | None:
+    """``values`` (of ``types``) as an Arrow array without a call per value, when
+    ``to_iceberg_value`` would return every one unchanged and Arrow takes them; else None, and
+    the caller fits them one by one (for the error naming the value that does not fit). Decimals
+    of at most 38 digits and exponents within 38 go to Arrow as they are, which converts them
+    exactly or raises (beyond that its 128-bit parse wraps silently); ints to a decimal column
+    too (BIGINT UNSIGNED is decimal(20, 0)): Arrow scales them exactly and raises where the
+    digits exceed the precision, as ``_fit_digits`` does; naive datetimes too, where an aware
+    one would be shifted to UTC."""
     if types <= _AS_THEY_ARE.get(type(t), frozenset()):
         pass
     elif isinstance(t, DecimalType) and types <= _DECIMALS:
         if not all(v is None or _within_decimal128(v) for v in values):
             return None
+    elif isinstance(t, DecimalType) and types <= _INTS:
+        pass
     elif not (isinstance(t, TimestampType) and types <= _DATETIMES
               and not any(v is not None and v.tzinfo is not None for v in values)):
         return None

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.transforms import IdentityTransform
 
+from cdc_codecs import Op
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
 from spark.write.files import _transformed, key_file_pairs
@@ -51,6 +52,7 @@ MULTISET_DROPS = "m"
 # them without mapping Iceberg types (time, uuid, fixed) onto its own.
 ROUTED_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("group", pa.string()), pa.field("rows", pa.binary())])
 RESULT_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("rewrite", pa.binary())])
+_OP_VALUES = {op: op.value for op in Op}  # a dict lookup: Enum.value is a Python property call, per written row
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
         if not deletes:
             writes[i] = True
             row[names.commit_ts] = ts
-            row[names.op] = op.value
+            row[names.op] = _OP_VALUES[op]
         images.append(row)
     return arrow_table(metadata.schema(), images, target.upstream_types), writes
 

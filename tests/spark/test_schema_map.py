@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from decimal import Decimal
 
 import orjson
@@ -368,6 +369,26 @@ def test_every_protocol_carries_extremes_into_arrow(protocol: str, data) -> None
 
 
 # ---------------------------------------------------------------- whole columns without a call per value
+
+
+@settings(max_examples=300, deadline=None)
+@given(precision=st.integers(1, 38), data=st.data())
+def test_ints_in_a_decimal_column_go_whole_as_they_would_one_by_one(precision: int, data: st.DataObject) -> None:
+    """BIGINT UNSIGNED is decimal(20, 0): its ints go to Arrow as a column, which must scale them as
+    ``to_iceberg_value`` does and refuse exactly what it refuses, with its error."""
+    scale = data.draw(st.integers(0, precision))
+    bound = 10 ** data.draw(st.integers(0, 40))
+    values = data.draw(st.lists(st.one_of(st.none(), st.integers(-bound, bound)), min_size=1, max_size=8))
+    schema = iceberg_schema([("c", parse_mysql_type(f"decimal({precision},{scale})"))])
+    t = DecimalType(precision, scale)
+    try:
+        expected = [to_iceberg_value(t, v) for v in values]
+    except UnsupportedValue as exc:
+        with pytest.raises(UnsupportedValue, match=re.escape(f"column 'c' (decimal({precision}, {scale})): {exc}")):
+            arrow_table(schema, [{"c": v} for v in values])
+        return
+    got = arrow_table(schema, [{"c": v} for v in values]).column("c").to_pylist()
+    assert got == expected and [str(v) for v in got] == [str(v) for v in expected]
 
 
 def test_a_column_goes_to_arrow_whole_only_when_every_value_would_pass_unchanged() -> None:

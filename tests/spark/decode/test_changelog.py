@@ -553,3 +553,28 @@ def test_a_decode_task_does_not_import_pyiceberg_table() -> None:
     probe = "import sys, spark.decode.changelog; print('pyiceberg.table' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_raw_messages_keep_each_messages_headers_and_position_across_read_batches(tmp_path: Path, monkeypatch) -> None:
+    """Read batches with headers on some messages, and a batch where no message has any."""
+    from cdc_codecs import RawMessage
+    from spark.decode import changelog
+
+    monkeypatch.setattr(changelog, "READ_BATCH", 2)
+    storage = LocalStorage(str(tmp_path))
+    headers = [None, [{"key": "trace", "value": b"\x00\x01"}, {"key": "none", "value": None}], [], None, None]
+    path = layout.segment_path("p", TOPIC, 3, 10, 15)
+    out, writer = open_segment_writer(storage, path)
+    writer.write_table(segment_table(TOPIC, 3, list(range(10, 15)), [7, None, 9, 10, 11], [0] * 5,
+                                     [b"k", None, b"k2", None, b"k4"], [b"v0", b"v1", None, b"v3", b"v4"], headers))
+    writer.close()
+    out.close()
+    messages = list(changelog._raw_messages(storage, TOPIC, 3, SegmentRef(path, 10, 15)))
+    assert messages == [
+        RawMessage(b"k", b"v0", SourcePosition(TOPIC, 3, 10), (), 7),
+        RawMessage(None, b"v1", SourcePosition(TOPIC, 3, 11), (("trace", b"\x00\x01"), ("none", None)), None),
+        RawMessage(b"k2", None, SourcePosition(TOPIC, 3, 12), (), 9),
+        RawMessage(None, b"v3", SourcePosition(TOPIC, 3, 13), (), 10),
+        RawMessage(b"k4", b"v4", SourcePosition(TOPIC, 3, 14), (), 11),
+    ]
+    assert all(type(m) is RawMessage and type(m.position) is SourcePosition for m in messages)
