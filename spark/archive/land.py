@@ -264,7 +264,9 @@ class DriverFirstRunner:
         return self._context
 
     def for_messages(self, messages: int) -> LocalRunner | SparkRunner:
-        return LocalRunner() if messages <= self.driver_max_messages else SparkRunner(self.context)
+        # 0 sends everything to Spark, an empty interval included: a cluster's settings stay exercised.
+        in_driver = self.driver_max_messages > 0 and messages <= self.driver_max_messages
+        return LocalRunner() if in_driver else SparkRunner(self.context)
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         return SparkRunner(self.context).map(fn, tasks)  # work nobody sized: Spark, as before

@@ -346,6 +346,8 @@ def test_an_interval_at_most_driver_max_messages_lands_without_starting_spark(ka
     assert len(started) == 1 and started[0].jobs == 1 and runner.started
     runner.stop()
     assert started[0].stopped and not runner.started
+    always = DriverFirstRunner(start, 0)
+    assert always.for_messages(0).context is started[-1] and len(started) == 2  # 0: Spark even for nothing
     assert_exact(kafka, open_storage(config(kafka, [topic], str(tmp_path / "b")).storage), [large])
 
 
