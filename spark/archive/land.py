@@ -36,7 +36,7 @@ from spark.archive.kafka import KafkaHook
 from spark.archive.manifest import Manifest, PartitionRange, Segment, neighbours, read_manifest
 from spark.archive.offsets import snapshot_offsets
 from spark.archive.storage import AlreadyExists, Storage, open_storage
-from spark.runtime.tasks import no_cyclic_gc
+from spark.runtime.tasks import no_cyclic_gc, sized
 
 log = logging.getLogger(__name__)
 
@@ -239,11 +239,13 @@ class DriverFirstRunner:
     """Work of at most ``driver_max_messages`` messages in this process, the rest on Spark, whose
     context starts the first time it is needed.
 
-    A job is submitted before anyone knows how much its interval holds. Land and apply know
-    once they have read the offsets or the manifest, and ask ``sized(runner, messages)``: a small
-    interval then runs with ``LocalRunner`` (and the in-process plane) and the job never starts
-    a SparkContext -- its start, executors and Python workers are seconds (bench apply --only
-    tiny) that a few hundred messages do not need. The same functions run either way.
+    A job is submitted before anyone knows how much its interval holds. Each stage knows its
+    own size once it has planned -- land: the offsets it lands; decode: the messages of the raw
+    segments it must decode; the fold and rewrite: the change-log rows they read -- and asks
+    ``sized(runner, n)`` (spark.runtime.tasks): small work runs with ``LocalRunner`` (and the
+    in-process plane), so a small interval never starts a SparkContext -- its start, executors
+    and Python workers are seconds (bench apply --only tiny) that a few hundred messages do not
+    need. The same functions run either way.
     """
 
     def __init__(self, start_context: Callable[[], Any], driver_max_messages: int) -> None:
@@ -269,18 +271,14 @@ class DriverFirstRunner:
         return LocalRunner() if in_driver else SparkRunner(self.context)
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        if not tasks:
+            return []
         return SparkRunner(self.context).map(fn, tasks)  # work nobody sized: Spark, as before
 
     def stop(self) -> None:
         if self._context is not None:
             self._context.stop()
             self._context = None
-
-
-def sized(runner: Runner, messages: int) -> Runner:
-    """The runner for work reading ``messages`` messages: a ``DriverFirstRunner`` picks; any other runs it all."""
-    pick = getattr(runner, "for_messages", None)
-    return pick(messages) if pick is not None else runner
 
 
 @dataclass

@@ -320,7 +320,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml/.yml)")
         return sp
 
-    spark_help = "run the tasks on Spark with this master (e.g. local[2]) instead of in-process"
+    spark_help = ("run the tasks on Spark with this master (e.g. local[2]) instead of in-process; work of at most the "
+                  "pipeline's driver_max_messages still runs in-process (0: always Spark)")
     run = with_config(command("run", "land and apply one interval, end to end"))
     run.add_argument("--start", required=True, help="interval start, ISO-8601 with a time zone (2024-01-01T00:00:00Z)")
     run.add_argument("--end", required=True, help="interval end (exclusive), after --start, ISO-8601 with a time zone")

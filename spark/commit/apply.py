@@ -58,12 +58,13 @@ from spark.commit.isolation import (
     ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
-from spark.archive.land import LocalRunner, Runner, sized
+from spark.archive.land import LocalRunner, Runner
 from spark.commit.lease import Lease
 from spark.maintain.archive_retention import require_replayable
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
 from spark.fold.net_change import Order, change_order
 from spark.runtime.plane import FillRequest, Fold, LocalPlane, RewriteRequest, SparkPlane
+from spark.runtime.tasks import sized
 from spark.commit.published import (
     CONFIRMATION_REPORT, CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark,
     published_path, read_published, record_caught_up,
@@ -458,11 +459,6 @@ def _apply_one(
     started = time.perf_counter()
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     offsets, needed, history = _read_window(config, storage, manifest, previous)
-    # Sized by the offsets the window reads (each partition's pending offset to the interval's
-    # end), not by whole segments: the segment holding the last second of the previous interval
-    # is read again for its pending changes, and its change log, decoded by the run before, is
-    # folded here, not decoded (bench lag: ~60k messages re-read per minute, ~1k of them pending).
-    runner = sized(runner, sum(hi - lo for lo, hi in offsets.values()))
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     progress("decode", 0, len(needed))
@@ -544,7 +540,10 @@ def _apply_one(
     folding = time.perf_counter()
     schemas = {sid: blob for _, side in sides for sid, blob in side.schemas.items()}
     rows = sum(side.rows for _, side in sides)
-    fold = _plane(runner).fold(credentials.task_config(config), paths, window, schemas, rows)
+    # The fold and the rewrite hold the run's rows: sized by the change-log rows read (a message
+    # may carry many rows; the segment holding the previous interval's pending changes is read
+    # whole), where decoding was sized by the messages it decoded (ensure_change_log).
+    fold = _plane(sized(runner, rows)).fold(credentials.task_config(config), paths, window, schemas, rows)
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:

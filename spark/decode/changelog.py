@@ -54,7 +54,7 @@ from spark.decode.effect import decode_effect, encode_effect
 from spark.decode.side_output import DecoderState, SegmentRef, SegmentRuns, SideOutput, read_side_output
 from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.archive.storage import AlreadyExists, Storage, open_storage
-from spark.runtime.tasks import no_cyclic_gc
+from spark.runtime.tasks import no_cyclic_gc, sized
 
 __all__ = [
     "CHANGE_LOG_FORMAT", "CHANGE_LOG_SCHEMA", "ChangeLogError", "ChangeLogTask", "DecoderState", "SegmentRef", "SideOutput",
@@ -445,6 +445,9 @@ def ensure_change_log(
         first, state = start if start is not None else (0, DecoderState())
         last = next(i for i, s in enumerate(known) if (s.start, s.end) == (undecoded[-1].start, undecoded[-1].end))
         tasks.append(ChangeLogTask(carried, topic, partition, tuple(known[first:last + 1]), state))
+    # Sized by what is decoded, which a decoder fix (a new version: nothing decoded) or a lost
+    # change log can make the partition's whole history, whatever the interval holds.
+    runner = sized(runner, sum(s.end - s.start for task in tasks for s in task.segments))
     for task, outputs in zip(tasks, runner.map(decode_segments, tasks)):
         by_range.setdefault((task.topic, task.partition), {}).update(((o.start, o.end), o) for o in outputs)
     for key, outputs in by_range.items():

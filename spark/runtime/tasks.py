@@ -5,6 +5,15 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+
+def sized(runner: Any, work: int) -> Any:
+    """The runner for ``work`` messages or change-log rows: a ``DriverFirstRunner``
+    (spark.archive.land) runs small work in this process and the rest on Spark; any other
+    runner runs everything itself. Each stage asks with its own size once it knows it."""
+    pick = getattr(runner, "for_messages", None)
+    return pick(work) if pick is not None else runner
 
 
 @contextmanager

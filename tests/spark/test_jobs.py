@@ -272,36 +272,50 @@ def test_the_apply_job_runs_a_small_interval_in_the_driver_and_a_larger_one_on_s
     assert report["ran_in"] == "driver" and report["messages_decoded"] == len(records)
 
 
-def test_a_run_is_sized_by_the_offsets_it_reads_not_by_the_segments_holding_them(tmp_path: Path) -> None:
-    """The segment holding the previous interval's pending changes is read again whole; only the
-    offsets from the pending one on count towards driver_max_messages (bench lag found every
-    minute's run sized twice over and sent to Spark)."""
+def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Decoding is sized by the messages it decodes, the fold by the change-log rows it reads. The
+    segment holding the previous interval's pending changes is read again whole but was decoded
+    by the run before (bench lag found every minute's run sized twice over and sent to Spark);
+    after a decoder fix nothing is decoded, and a small interval decodes what it reads anew."""
     from cdc_codecs import get_encoder
     from spark.archive.land import LocalRunner
     from spark.archive.storage import open_storage
+    from spark.commit import apply as apply_module
     from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+    from spark.decode import changelog
     from spark.demo.workload import Workload, WorkloadSpec
 
     from .archive import HOUR, T0, ArchiveWriter, make_config
 
-    config = make_config(tmp_path, "canal-json")
-    storage = open_storage(config.storage)
     events = list(Workload(WorkloadSpec(tables=2, events=80, seed=4, watermark_every=7)).events())
     records = get_encoder("canal-json").encode_all(events, 1)
-    writer = ArchiveWriter(config, storage, {"cdc": 1})
-    writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records[:50]])
-    writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in records[50:]])
-    apply_interval(config, T0, T0 + HOUR)
-    pending = Checkpoint.from_json(storage.read(checkpoint_path(config.name, T0, T0 + HOUR))).pending[("cdc", 0)]
-    assert 0 < pending < 50  # changes after the first interval's last watermark wait for the next
 
     class Sized(LocalRunner):
-        asked: list[int] = []
+        def __init__(self) -> None:
+            self.asked: list[int] = []
 
-        def for_messages(self, messages: int) -> LocalRunner:
-            self.asked.append(messages)
+        def for_messages(self, work: int) -> LocalRunner:
+            self.asked.append(work)
             return LocalRunner()
 
-    second = apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=Sized())
-    assert Sized.asked == [len(records) - pending]
-    assert second.report["messages_reread"] == 50 > 50 - pending  # the whole first segment, read again
+    def second_interval(root: Path, fixed_decoder: bool) -> tuple[list[int], dict, int]:
+        config = make_config(root, "canal-json")
+        storage = open_storage(config.storage)
+        writer = ArchiveWriter(config, storage, {"cdc": 1})
+        writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records[:50]])
+        writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in records[50:]])
+        apply_interval(config, T0, T0 + HOUR)
+        pending = Checkpoint.from_json(storage.read(checkpoint_path(config.name, T0, T0 + HOUR))).pending[("cdc", 0)]
+        assert 0 < pending < 50  # changes after the first interval's last watermark wait for the next
+        if fixed_decoder:
+            version = changelog.decoder_version("canal-json")
+            for module in (changelog, apply_module):  # a decoder fix moves the change log to a new version
+                monkeypatch.setattr(module, "decoder_version", lambda protocol: f"{version}-fixed")
+        runner = Sized()
+        return runner.asked, apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=runner).report, pending
+
+    (decoded, folded), report, _ = second_interval(tmp_path / "a", fixed_decoder=False)
+    assert decoded == len(records) - 50  # the new segment only
+    assert report["messages_reread"] == 50 and folded > decoded  # both segments' change-log rows
+    (decoded, refolded), _, _ = second_interval(tmp_path / "b", fixed_decoder=True)
+    assert decoded == len(records) and refolded == folded  # both segments decoded at the new version
