@@ -356,3 +356,31 @@ def test_driver_max_messages_is_zero_or_positive(kafka) -> None:
     assert config(kafka, ["t"], "x", driver_max_messages=0).driver_max_messages == 0
     with pytest.raises(ConfigError, match="driver_max_messages: expected 0 .always Spark. or a positive integer, found -1"):
         config(kafka, ["t"], "x", driver_max_messages=-1)
+
+
+def test_tidelake_run_with_a_master_starts_spark_only_for_work_past_driver_max_messages(kafka, make_topic, tmp_path: Path,
+                                                                                       monkeypatch) -> None:  # noqa: ANN001
+    from spark.cli.interval import run_interval
+    from spark.demo.workload import WorkloadSpec
+
+    from .archive import produce_history
+
+    topic = make_topic(1)
+    records = produce_history(kafka.bootstrap, topic, 1, WorkloadSpec(tables=1, events=30, seed=6, watermark_every=5))
+    started: list[CountingContext] = []
+
+    def build_context(app, master=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        assert master == "local[2]"
+        started.append(CountingContext())
+        return started[-1]
+
+    monkeypatch.setattr("spark.runtime.session.build_context", build_context)
+    small = run_interval(config(kafka, [topic], str(tmp_path / "a")), T0, T0 + HOUR, "local[2]")
+    assert (small["land"]["ran_in"], small["apply"]["ran_in"], started) == ("driver", "driver", [])
+    assert small["apply"]["watermark"] and small["land"]["messages"] == len(records)
+    # One message more than the driver takes: landing and decoding go to Spark (one context for both
+    # steps), the fold of the ~30 change-log rows stays in the driver.
+    mixed = run_interval(config(kafka, [topic], str(tmp_path / "b"), driver_max_messages=len(records) - 1), T0, T0 + HOUR,
+                         "local[2]")
+    assert (mixed["land"]["ran_in"], mixed["apply"]["ran_in"]) == ("spark", "driver") and mixed["apply"]["watermark"]
+    assert len(started) == 1 and started[0].jobs == 2 and started[0].stopped  # land's job and decode's
