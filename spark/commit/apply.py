@@ -540,10 +540,10 @@ def _apply_one(
     folding = time.perf_counter()
     schemas = {sid: blob for _, side in sides for sid, blob in side.schemas.items()}
     rows = sum(side.rows for _, side in sides)
-    # The fold and the rewrite hold the run's rows: sized by the change-log rows read (a message
-    # may carry many rows; the segment holding the previous interval's pending changes is read
-    # whole), where decoding was sized by the messages it decoded (ensure_change_log).
-    fold = _plane(sized(runner, rows)).fold(credentials.task_config(config), paths, window, schemas, rows)
+    # The fold and the rewrite hold the window's rows: sized by the change-log rows it selects,
+    # where decoding was sized by the messages it decoded (ensure_change_log).
+    fold = _plane(sized(runner, _window_rows(sides, offsets))).fold(credentials.task_config(config), paths, window,
+                                                                    schemas, rows)
     stages["fold"] = time.perf_counter() - folding
     progress("net change", 1, 1)
     try:
@@ -554,6 +554,20 @@ def _apply_one(
 
 
 Links = list[tuple[DdlChange, set[tuple[str, str]]]]
+
+
+def _window_rows(sides: list[tuple[PKey, SideOutput]], offsets: dict[PKey, tuple[int, int]]) -> int:
+    """The change-log rows of the offsets the window reads, each segment's counted by the share
+    of its offsets inside the window: a message may carry many rows, and the segment holding the
+    previous interval's pending changes is read whole but only its last changes are selected
+    (on a one-minute schedule, ~1k of ~60k rows: bench lag)."""
+    total = 0
+    for key, side in sides:
+        lo, hi = offsets[key]
+        inside = min(side.end, hi) - max(side.start, lo)
+        if inside > 0:
+            total += -(-side.rows * inside // (side.end - side.start))
+    return total
 
 
 def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, list[DdlChange]]:

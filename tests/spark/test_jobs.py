@@ -314,8 +314,9 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
         runner = Sized()
         return runner.asked, apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=runner).report, pending
 
-    (decoded, folded), report, _ = second_interval(tmp_path / "a", fixed_decoder=False)
+    (decoded, folded), report, pending = second_interval(tmp_path / "a", fixed_decoder=False)
     assert decoded == len(records) - 50  # the new segment only
-    assert report["messages_reread"] == 50 and folded > decoded  # both segments' change-log rows
+    # The first segment is read again whole; its rows count by the share of its offsets in the window.
+    assert report["messages_reread"] == 50 and 0 < folded < report["events_decoded"] + 50 - pending
     (decoded, refolded), _, _ = second_interval(tmp_path / "b", fixed_decoder=True)
     assert decoded == len(records) and refolded == folded  # both segments decoded at the new version
