@@ -203,6 +203,8 @@ def land_chunk(task: LandTask, storage: Storage | None = None) -> LandedChunk:
 
 
 class Runner(Protocol):
+    where: str  # "driver" or "spark": what a report's ran_in says
+
     def map(self, fn: Callable[[LandTask], LandedChunk], tasks: Sequence[LandTask]) -> list[LandedChunk]: ...
 
 
@@ -330,7 +332,7 @@ def land_interval(
         "segments": sum(len(p.segments) for p in partitions),
         "bytes": sum(s.bytes for p in partitions for s in p.segments),
         "seconds": round(time.perf_counter() - started, 3),
-        "ran_in": getattr(runner, "where", "spark"),  # "driver": without Spark (driver_max_messages)
+        "ran_in": runner.where,  # "driver": without Spark (driver_max_messages)
         "gaps": [{"topic": p.topic, "partition": p.partition, "start": p.gap.start, "end": p.gap.end} for p in partitions if p.gap],
         "partitions": [{"topic": p.topic, "partition": p.partition, "start": p.start, "end": p.end, "messages": p.messages} for p in partitions],
     }

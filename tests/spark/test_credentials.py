@@ -50,6 +50,8 @@ def assert_no_secret(blob: bytes) -> None:
 class PicklingRunner:
     """Runs each task the way Spark ships it: the closure and the task pickled, unpickled, then called."""
 
+    where = "spark"  # it stands for Spark's executors
+
     def __init__(self) -> None:
         self.pickles: list[bytes] = []
 

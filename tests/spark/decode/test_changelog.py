@@ -65,6 +65,8 @@ DERIVED = ["canal", "debezium-mysql"]
 class PicklingRunner:
     """Runs tasks in process, but pickles tasks and results as Spark does; records every task."""
 
+    where = "spark"  # it stands for Spark's executors
+
     def __init__(self) -> None:
         self.tasks: list[Any] = []
         self.calls = 0
