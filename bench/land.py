@@ -53,6 +53,8 @@ def _warm(_: int) -> int:
 class ProcessRunner:
     """Chunks on a warm process pool: Spark's local[N] with reused Python workers, minus the JVM."""
 
+    where = "spark"  # it stands for Spark's executors
+
     def __init__(self, workers: int) -> None:
         self.pool = ProcessPoolExecutor(workers)
         list(self.pool.map(_warm, range(workers * 2)))
