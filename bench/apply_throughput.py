@@ -16,9 +16,10 @@ T1 / (F2 + (T1 - F1) / 2), with F the Spark-alone seconds).
 With ``--peer-home``, each round also runs the peer's end-to-end section (Spark 3.5 + Iceberg 1.10:
 ``from_json``, a window dedup per key, a ``MERGE INTO`` per table; ``bench/peer.py``) over as many
 events and tables, its tables starting empty as ours do, and prints both events/s and their
-ratio per round and as medians. The peer's time excludes Spark's start-up, as the apply job's
-own report (``apply_interval``) does: that pair is the like-for-like one; spark-submit to exit
-is printed beside it. Target (issue 26): tidelake >= 1.5x the peer's events/s on a quiet
+ratio per round and as medians. The peer's time excludes Spark's start-up, so tidelake's is the
+job's ``apply_interval`` less the Spark start-up its report counts apart ("start Spark": the
+job starts its context inside the interval, on first need): that pair is the like-for-like one;
+``apply_interval`` whole and spark-submit to exit are printed beside it. Target (issue 26): tidelake >= 1.5x the peer's events/s on a quiet
 machine (>= 1.2x busy).
 """
 
@@ -139,8 +140,9 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
             peer.append(run_peer(peer_home, tables, rows, PEER_BASE_ROWS))
             ours = jobs[PEER_MASTER][-1]
             print(f"    round {r + 1}: peer parse+dedup+MERGE {peer[-1]['total_s']:.2f}s = {peer[-1]['events_per_s']:,} events/s; "
-                  f"tidelake {PEER_MASTER} apply {rows / ours.report['seconds']:,.0f} events/s = "
-                  f"{rows / ours.report['seconds'] / peer[-1]['events_per_s']:.2f}x the peer (spark-submit to exit "
+                  f"tidelake {PEER_MASTER} apply less Spark's start {rows / ours.warm_seconds:,.0f} events/s = "
+                  f"{rows / ours.warm_seconds / peer[-1]['events_per_s']:.2f}x the peer (apply_interval whole "
+                  f"{rows / ours.report['seconds'] / peer[-1]['events_per_s']:.2f}x, spark-submit to exit "
                   f"{rows / ours.seconds / peer[-1]['events_per_s']:.2f}x)", flush=True)
     base = rows / statistics.median(bare)
     print(f"    {'':44} {'seconds':>8} {'events/s':>10} {'vs bare':>8}")
@@ -176,19 +178,22 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
 
 def _print_peer(peer: list[dict[str, Any]], ours: list[JobRun], rows: int, loads: list[str]) -> None:
     """Both pipelines' events/s per round and their ratio (tidelake / peer), then the medians."""
-    print(f"    vs the peer (Spark 3.5 + Iceberg 1.10 MERGE INTO, {PEER_MASTER}, no start-up; tidelake: the job's apply_interval, "
-          f"and spark-submit to exit):")
+    print(f"    vs the peer (Spark 3.5 + Iceberg 1.10 MERGE INTO, {PEER_MASTER}, no start-up; tidelake: the job's apply_interval "
+          f"less its Spark start-up, apply_interval whole, and spark-submit to exit):")
     print(f"    {'round':>5} {'load 1/5/15':>14} {'peer s':>7} {'peer ev/s':>10} {'tidelake ev/s':>14} {'ratio':>6} "
-          f"{'submit-to-exit ev/s':>20} {'ratio':>6}")
-    ratios, wall_ratios = [], []
+          f"{'with start ev/s':>16} {'ratio':>6} {'submit-to-exit ev/s':>20} {'ratio':>6}")
+    ratios, whole_ratios, wall_ratios = [], [], []
     for r, (p, j, load) in enumerate(zip(peer, ours, loads)):
-        ratios.append(rows / j.report["seconds"] / p["events_per_s"])
+        ratios.append(rows / j.warm_seconds / p["events_per_s"])
+        whole_ratios.append(rows / j.report["seconds"] / p["events_per_s"])
         wall_ratios.append(rows / j.seconds / p["events_per_s"])
-        print(f"    {r + 1:>5} {load:>14} {p['total_s']:7.2f} {p['events_per_s']:10,} {rows / j.report['seconds']:14,.0f} "
-              f"{ratios[-1]:6.2f} {rows / j.seconds:20,.0f} {wall_ratios[-1]:6.2f}")
+        print(f"    {r + 1:>5} {load:>14} {p['total_s']:7.2f} {p['events_per_s']:10,} {rows / j.warm_seconds:14,.0f} "
+              f"{ratios[-1]:6.2f} {rows / j.report['seconds']:16,.0f} {whole_ratios[-1]:6.2f} {rows / j.seconds:20,.0f} "
+              f"{wall_ratios[-1]:6.2f}")
     peer_rate = statistics.median(p["events_per_s"] for p in peer)
     print(f"    {'median':>5} {'':>14} {statistics.median(p['total_s'] for p in peer):7.2f} {peer_rate:10,.0f} "
-          f"{rows / statistics.median(j.report['seconds'] for j in ours):14,.0f} {statistics.median(ratios):6.2f} "
+          f"{rows / statistics.median(j.warm_seconds for j in ours):14,.0f} {statistics.median(ratios):6.2f} "
+          f"{rows / statistics.median(j.report['seconds'] for j in ours):16,.0f} {statistics.median(whole_ratios):6.2f} "
           f"{rows / statistics.median(j.seconds for j in ours):20,.0f} {statistics.median(wall_ratios):6.2f}")
     print(f"    peer split (median s): parse {statistics.median(p['parse_s'] for p in peer):.2f}, dedup "
           f"{statistics.median(p['dedup_s'] for p in peer):.2f}, MERGE {statistics.median(p['merge_s'] for p in peer):.2f}; "

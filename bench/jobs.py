@@ -52,6 +52,12 @@ class JobRun:
     executor_jvm_peak: int = 0  # bytes: the largest executor JVM (a standalone cluster's; 0 on local[N])
 
     @property
+    def warm_seconds(self) -> float:
+        """The job's apply_interval less its Spark start-up (the report's "start Spark" stage): what
+        the peer's figure measures, its session started before its clock (bench/peer.py)."""
+        return self.report["seconds"] - self.report.get("stage_seconds", {}).get("start Spark", 0.0)
+
+    @property
     def driver_peak(self) -> int:
         return self.python_driver_peak + self.jvm_driver_peak
 

@@ -54,6 +54,7 @@ class ProcessRunner:
     """Chunks on a warm process pool: Spark's local[N] with reused Python workers, minus the JVM."""
 
     where = "spark"  # it stands for Spark's executors
+    start_seconds = 0.0
 
     def __init__(self, workers: int) -> None:
         self.pool = ProcessPoolExecutor(workers)

@@ -457,6 +457,7 @@ def _apply_one(
     progress: Callable[[str, int, int], None],
 ) -> ApplyResult:
     started = time.perf_counter()
+    stages = _StageClock(runner)
     interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
     offsets, needed, history = _read_window(config, storage, manifest, previous)
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
@@ -465,7 +466,7 @@ def _apply_one(
     decoded = ensure_change_log(config, storage, runner, needed, history,
                                 lambda key: _all_segments(storage, config.name, manifest).get(key, []))
     progress("decode", len(needed), len(needed))
-    stages = {"decode": time.perf_counter() - started}
+    stages.done("decode", started)
     step("decoded")
 
     def inside(key: PKey, offset: int) -> bool:
@@ -544,16 +545,33 @@ def _apply_one(
     # where decoding was sized by the messages it decoded (ensure_change_log).
     fold = _plane(sized(runner, _window_rows(sides, offsets))).fold(credentials.task_config(config), paths, window,
                                                                     schemas, rows)
-    stages["fold"] = time.perf_counter() - folding
+    stages.done("fold", folding)
     progress("net change", 1, 1)
     try:
         return _commit_run(config, storage, tables, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
-                           derived_ddl, sides, quarantine, lease, step, progress, started, stages, isolation, linked)
+                           derived_ddl, sides, quarantine, lease, step, progress, started, stages.seconds, isolation, linked)
     finally:
         fold.close()
 
 
 Links = list[tuple[DdlChange, set[tuple[str, str]]]]
+
+
+class _StageClock:
+    """Seconds per stage of one interval, with Spark's start-up, in whichever stage the runner
+    started it, counted apart as "start Spark": what any Spark job pays before its first task,
+    not a stage of tidelake's (a benchmark beside a session started beforehand leaves it out)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.seconds: dict[str, float] = {}
+        self._spark = runner.start_seconds
+
+    def done(self, stage: str, since: float) -> None:
+        spark, self._spark = self.runner.start_seconds - self._spark, self.runner.start_seconds
+        if spark:
+            self.seconds["start Spark"] = self.seconds.get("start Spark", 0.0) + spark
+        self.seconds[stage] = time.perf_counter() - since - spark
 
 
 def _window_rows(sides: list[tuple[PKey, SideOutput]], offsets: dict[PKey, tuple[int, int]]) -> int:
@@ -849,7 +867,8 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
         # Tables this run brought to a W that was published while they were isolated.
         "caught_up": caught_up,
         "seconds": round(time.perf_counter() - started, 3),
-        # Where the run's time went: decode (stage 1), fold (3), the tables' rewrites and commits (4).
+        # Where the run's time went: decode (stage 1), fold (3), the tables' rewrites and commits (4);
+        # "start Spark" apart, when this interval started it.
         "stage_seconds": {name: round(v, 3) for name, v in stages.items()},
         "ran_in": fold.where,  # "driver": without Spark (driver_max_messages)
     }

@@ -51,6 +51,7 @@ class PicklingRunner:
     """Runs each task the way Spark ships it: the closure and the task pickled, unpickled, then called."""
 
     where = "spark"  # it stands for Spark's executors
+    start_seconds = 0.0
 
     def __init__(self) -> None:
         self.pickles: list[bytes] = []

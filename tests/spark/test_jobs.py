@@ -320,3 +320,41 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
     assert report["messages_reread"] == 50 and 0 < folded < report["events_decoded"] + 50 - pending
     (decoded, refolded), _, _ = second_interval(tmp_path / "b", fixed_decoder=True)
     assert decoded == len(records) and refolded == folded  # both segments decoded at the new version
+
+
+def test_the_report_counts_spark_start_up_apart_from_the_stage_that_started_it(tmp_path: Path) -> None:
+    """A job starts Spark on first need, inside a stage: the report says how long that took under
+    "start Spark" and leaves it out of the stage, once per job (the next interval finds it started)."""
+    import time
+
+    from cdc_codecs import get_encoder
+    from spark.archive.land import LocalRunner
+    from spark.archive.storage import open_storage
+    from spark.commit.apply import apply_interval
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    from .archive import HOUR, T0, ArchiveWriter, make_config
+
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=2, events=60, seed=5, watermark_every=7)).events()), 1)
+    config = make_config(tmp_path, "canal-json")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 1})
+    writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records[:30]])
+    writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in records[30:]])
+
+    class StartsOnFirstNeed(LocalRunner):
+        start_seconds = 0.0
+
+        def for_messages(self, work: int) -> LocalRunner:
+            if not self.start_seconds:  # what DriverFirstRunner.context does: time the start, once
+                clock = time.perf_counter()
+                time.sleep(0.3)
+                self.start_seconds = time.perf_counter() - clock
+            return LocalRunner()
+
+    runner = StartsOnFirstNeed()
+    first = apply_interval(config, T0, T0 + HOUR, runner=runner).report
+    stages = first["stage_seconds"]
+    assert stages["start Spark"] >= 0.3 and 0 <= stages["decode"] < 0.3 <= first["seconds"]
+    assert set(stages) == {"start Spark", "decode", "fold", "commit and tag", "rewrite"}
+    second = apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=runner).report
+    assert "start Spark" not in second["stage_seconds"] and second["stage_seconds"]["decode"] >= 0

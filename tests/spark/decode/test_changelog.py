@@ -66,6 +66,7 @@ class PicklingRunner:
     """Runs tasks in process, but pickles tasks and results as Spark does; records every task."""
 
     where = "spark"  # it stands for Spark's executors
+    start_seconds = 0.0
 
     def __init__(self) -> None:
         self.tasks: list[Any] = []
