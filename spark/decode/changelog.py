@@ -50,7 +50,7 @@ from spark.runtime import credentials
 from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
-from spark.decode.effect import decode_effect, encode_effect
+from spark.decode.effect import decode_effect, encode_effect, image_encoder
 from spark.decode.side_output import DecoderState, SegmentRef, SegmentRuns, SideOutput, read_side_output
 from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.archive.storage import AlreadyExists, Storage, open_storage
@@ -170,7 +170,8 @@ class _ChangeLogWriter:
         # Decoders share one column-types mapping per table schema: encoded once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
         self.schemas: dict[int, bytes] = {}  # schema_id -> encoded schema, for the side output
-        self._tables: dict[tuple[str, str], tuple[Any, tuple[str, ...], int, int]] = {}  # see ``_table``
+        self._tables: dict[tuple[str, str], tuple[Any, tuple[str, ...], int, int, Callable[[Op, Any], bytes]]] = {}  # ``_table``
+        self._encoders: dict[int, tuple[Any, Callable[[Op, Any], bytes]]] = {}  # id(column types) -> image_encoder
         # Runs: (offset, commitTs) of the segment's first row, and of its last row with its run.
         self._first: tuple[int, int] | None = None
         self._last: tuple[int, int, int] | None = None
@@ -194,15 +195,26 @@ class _ChangeLogWriter:
             cached = self._schemas[ident] = (change.column_types, sid)
         return cached[1]
 
-    def _table(self, change: RowChange) -> tuple[Any, tuple[str, ...], int, int]:
-        """(column types, key columns, ``schema_id``, ``key_hash`` seed) of the change's table, kept
-        per table while its changes share the decoder's column-types mapping and key columns."""
+    def _table(self, change: RowChange) -> tuple[Any, tuple[str, ...], int, int, Callable[[Op, Any], bytes]]:
+        """(column types, key columns, ``schema_id``, ``key_hash`` seed, image encoder) of the change's
+        table, kept per table while its changes share the decoder's column-types mapping and key columns."""
         entry = (change.column_types, change.key_columns, self._schema(change),
-                 table_seed(change.database, change.table))
+                 table_seed(change.database, change.table), self._encoder(change.column_types))
         if len(self._tables) >= 1024:
             self._tables.clear()
         self._tables[(change.database, change.table)] = entry
         return entry
+
+    def _encoder(self, column_types: Mapping[str, ColumnType] | None) -> Callable[[Op, Any], bytes]:
+        """The compiled ``image_encoder`` of a column-types mapping (decoders share one per schema)."""
+        if column_types is None:
+            return encode_effect
+        cached = self._encoders.get(id(column_types))
+        if cached is None or cached[0] is not column_types:
+            if len(self._encoders) >= 1024:
+                self._encoders.clear()
+            cached = self._encoders[id(column_types)] = (column_types, image_encoder(column_types))
+        return cached[1]
 
     def add(self, change: RowChange) -> None:
         """One row per key effect of the change."""
@@ -210,7 +222,7 @@ class _ChangeLogWriter:
         entry = self._tables.get((database, table))
         if entry is None or entry[0] is not types or entry[1] != keys:
             entry = self._table(change)
-        schema, seed = entry[2], entry[3]
+        schema, seed, encode_image = entry[2], entry[3], entry[4]
         topic, partition, offset, index = p
         run = KEYED
         if not keys:
@@ -221,7 +233,7 @@ class _ChangeLogWriter:
             if deletes:
                 stored = encode_effect(Op.DELETE, dict(zip(keys, key)) if keys else dict(key))
             else:
-                stored = encode_effect(op, after)
+                stored = encode_image(op, after)
             kb = key_bytes(key)
             rows.append((topic, partition, offset, index, commit_ts, database, table, kb, deletes, first, stored, schema,
                          key_hash(kb, seed), run))
