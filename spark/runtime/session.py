@@ -19,6 +19,9 @@ DEFAULTS = {
     # measured 0.14 s -> 0.06 s for a job of 4 one-line Python tasks on local[2], which
     # is most of a landing task's overhead (one task per chunk).
     "spark.python.unix.domain.socket.enabled": "true",
+    # The Python daemon imports PySpark from its installed package, not Spark's zip of sources
+    # (spark.runtime.pyspark_path): each worker starts ~0.4 s sooner.
+    "spark.python.daemon.module": "spark.runtime.daemon",
 }
 
 
@@ -36,6 +39,9 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
     Spark logs at ``log_level`` when given, else at ``spark.log.level`` from spark-submit,
     else at WARN (``spark.log.level`` applies when the context starts, before its INFO lines).
     """
+    from spark.runtime.pyspark_path import prefer_installed_pyspark
+
+    prefer_installed_pyspark()  # the driver too, when spark-submit started it
     from pyspark import SparkConf, SparkContext
 
     # PySpark reads the worker interpreter from the environment when the context starts.
