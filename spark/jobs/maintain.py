@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
     from spark.jobs import SPARK_LOG_LEVEL_ENV
-    from spark.archive.land import SparkRunner
+    from spark.archive.land import DriverFirstRunner
     from spark.maintain.run import maintain, summary_lines
     from spark.runtime.session import build_context
 
@@ -52,16 +52,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    context = build_context(f"tidelake-maintain-{config.name}", args.master,
-                            log_level="INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV))
+    # Spark starts only for compaction bins of more than driver_max_messages rows: retention,
+    # expiry and orphan cleanup are catalog and storage calls on the driver.
+    runner = DriverFirstRunner(
+        lambda: build_context(f"tidelake-maintain-{config.name}", args.master,
+                              log_level="INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)),
+        config.driver_max_messages)
     try:
-        emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=SparkRunner(context))))
+        emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=runner)))
         return 0
     except TidelakeError as exc:
         log.error("%s", exc)
         return 1
     finally:
-        context.stop()
+        runner.stop()
 
 
 if __name__ == "__main__":

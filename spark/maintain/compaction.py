@@ -42,6 +42,7 @@ from spark.write.target import TableTarget
 from spark.archive.land import Runner
 from spark.commit.lease import LeaseLostError
 from spark.commit.watermark import tag_name, watermark_tags
+from spark.runtime.tasks import sized
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 # A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).
@@ -152,7 +153,8 @@ def compact_table(
     """Bin-pack the small data files of ``table``'s ``main`` head into files of about ``target_file_size``.
 
     Args:
-        runner: runs one ``compact_bin`` per bin (``LocalRunner`` or ``SparkRunner``).
+        runner: runs one ``compact_bin`` per bin (``LocalRunner``, ``SparkRunner``, or a
+            ``DriverFirstRunner``, which runs bins of at most ``driver_max_messages`` rows in the driver).
         check: called right before the commit (the pipeline lease's ``check``).
         snapshot_properties: added to the replace snapshot's summary.
         move_tags: move the head's watermark tags to the replace snapshot (False: they stay, and
@@ -192,6 +194,8 @@ def compact_table(
     keys = tuple(k for k in json.loads(table.properties.get(KEY_COLUMNS, "[]")) if k in schema_names)
     target = TableTarget.from_metadata(name, metadata, table.io.properties)
     tasks = [CompactTask(target, b, keys, tuple(live.deletes_of(f) for f in b) if live.deletes else ()) for b in bins]
+    # Sized by the rows the bins rewrite: a job's DriverFirstRunner keeps small ones in the driver.
+    runner = sized(runner, sum(f.record_count for f in inputs))
     outputs = [f for written in runner.map(compact_bin, tasks) for f in written] if tasks else []
     try:
         check()

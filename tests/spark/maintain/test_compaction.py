@@ -315,3 +315,25 @@ def test_delete_files_naming_gone_files_go_even_when_no_file_needs_compacting(ca
     assert not live_files(table.io, table.current_snapshot()).deletes
     assert table.current_snapshot().summary["total-delete-files"] == "0"
     assert read_at(table, table.current_snapshot().snapshot_id) == rows(range(5), "fresh").to_pylist()
+
+
+def test_compaction_runs_bins_of_at_most_driver_max_messages_rows_in_the_driver_and_larger_ones_on_spark(catalog):
+    """The maintain job's runner starts Spark only for bins worth it (their input rows)."""
+    from spark.archive.land import DriverFirstRunner
+
+    from ..test_land import CountingContext
+
+    started: list[CountingContext] = []
+
+    def start() -> CountingContext:
+        started.append(CountingContext())
+        return started[-1]
+
+    table = keyed_table(catalog, runs=5)
+    rows_in = sum(f.record_count for f in live_files(table.io, table.current_snapshot()).data)
+    assert compact_table(table, DriverFirstRunner(start, rows_in), target_file_size=TARGET).files_written
+    assert started == []
+    table = keyed_table(catalog, name="u", runs=5)
+    rows_in = sum(f.record_count for f in live_files(table.io, table.current_snapshot()).data)
+    assert compact_table(table, DriverFirstRunner(start, rows_in - 1), target_file_size=TARGET).files_written
+    assert len(started) == 1 and started[0].jobs == 1
