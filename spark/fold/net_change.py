@@ -165,6 +165,10 @@ WRITE_RANK, DELETE_RANK = 1, 0
 # comparisons in one column (1M rows: 0.9 s, where database, table, segment first took 1.9 s).
 SORT_KEYS = [(c, "ascending") for c in ("key", "table", "database", "segment")] + [(c, "descending") for c in FOLD_ORDER_COLUMNS]
 assert {c for c, _ in SORT_KEYS[:len(GROUP_COLUMNS)]} == set(GROUP_COLUMNS)
+# ``greatest``'s order: the key's hash first (a key's rows share it, so groups stay together), an
+# integer that decides nearly every comparison without reading the key's bytes -- a 250k-row fold
+# slice sorted in 58 ms against 113 ms.
+HASHED_SORT_KEYS = [("key_hash", "ascending"), *SORT_KEYS]
 
 
 def transaction_rank(deletes: np.ndarray, has_commit_ts: np.ndarray) -> np.ndarray:
@@ -179,10 +183,17 @@ def sort_for_fold(rows: pa.Table) -> pa.Table:
 
 
 def greatest(rows: pa.Table) -> pa.Table:
-    """Per (table, segment, key), the row greatest in the fold's order."""
+    """Per (table, segment, key), the row greatest in the fold's order.
+
+    Only the sort's and the groups' columns are sorted: the rest of a row (its image, ~200 bytes)
+    is taken once, for the rows kept. Rows without ``key_hash`` sort by ``SORT_KEYS``."""
     if rows.num_rows == 0:
         return rows
-    return pa.Table.from_batches(list(greatest_per_key(sort_for_fold(rows).to_batches())), rows.schema)
+    keys = HASHED_SORT_KEYS if "key_hash" in rows.schema.names else SORT_KEYS
+    order = pc.sort_indices(rows.select(list(dict.fromkeys(c for c, _ in keys))), sort_keys=keys)
+    groups = rows.select(list(GROUP_COLUMNS)).take(order)
+    kept = [order.filter(first) for first in _group_starts(groups.to_batches())]
+    return rows.take(pa.chunked_array(kept, pa.uint64()) if kept else pa.array([], pa.uint64()))
 
 
 # A net row's ``count``: how many copies of its image it writes or deletes. 1 for a keyed table's
@@ -291,18 +302,25 @@ def _steps_schema(rows: pa.Table) -> pa.Schema:
 
 def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The first row of every group of sorted ``batches`` (groups may span batches)."""
+    batches = [b for b in batches if b.num_rows]
+    for batch, first in zip(batches, _group_starts(batches)):
+        yield batch.filter(first)
+
+
+def _group_starts(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Array]:
+    """Per batch of rows sorted by groups, which rows start a group (groups may span batches)."""
     last: tuple[Any, ...] | None = None
     for batch in batches:
         n = batch.num_rows
-        if n == 0:
-            continue
         first = np.zeros(n, dtype=bool)
-        first[0] = True
+        if n:
+            first[0] = True
         for name in GROUP_COLUMNS:
             column = batch.column(name)
             if n > 1:
                 first[1:] |= pc.not_equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        if last is not None and tuple(batch.column(c)[0].as_py() for c in GROUP_COLUMNS) == last:
+        if n and last is not None and tuple(batch.column(c)[0].as_py() for c in GROUP_COLUMNS) == last:
             first[0] = False
-        last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
-        yield batch.filter(pa.array(first))
+        if n:
+            last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
+        yield pa.array(first)

@@ -467,6 +467,28 @@ def test_operations_match_the_model_on_spark_executors(protocol: str, spark_runn
     run_machine(protocol, examples=int(os.environ.get("TIDELAKE_SPARK_HISTORIES", "3")), steps=12, runner=spark_runner)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["canal-json", "debezium-mysql"])
+def test_operations_match_the_model_with_each_stage_where_its_size_sends_it(protocol: str, spark_runner) -> None:  # noqa: ANN001
+    """The jobs' runner (``DriverFirstRunner``) with a small ``driver_max_messages``: each stage of
+    each interval -- decode, fold and rewrite, compaction -- runs in the driver or on the
+    executors by its own size, so the intervals of one replay chain, and the stages of one
+    interval, go either way."""
+    from spark.archive.land import DriverFirstRunner
+
+    ran: list[str] = []
+
+    class Recording(DriverFirstRunner):
+        def for_messages(self, messages: int):  # noqa: ANN201
+            chosen = super().for_messages(messages)
+            ran.append(chosen.where)
+            return chosen
+
+    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_SPARK_HISTORIES", "3")), steps=12,
+                runner=Recording(lambda: spark_runner.context, 25))
+    assert {"driver", "spark"} <= set(ran), ran
+
+
 def test_a_table_created_and_renamed_in_one_run_is_not_expected_at_earlier_ws() -> None:
     """Found by the machine (cloudcanal-canal-json, seed 4584): CREATE c1 then RENAME c1 TO r2 in one
     run, and no rows for r2, left r2 without its creation watermark (a rename ends the plan before
