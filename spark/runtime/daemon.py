@@ -1,6 +1,8 @@
 """PySpark's worker daemon, importing PySpark from its installed package (``pyspark_path``).
 
-``session.DEFAULTS`` sets ``spark.python.daemon.module`` to this module: Spark runs it as
+On a local master ``session.build_context`` sets ``spark.python.daemon.module`` to this module
+(``session.LOCAL_DAEMON``; a cluster's executors may not import tidelake before a task adds the
+``--py-files`` archive to the path, so they keep PySpark's own daemon): Spark runs it as
 ``python -m spark.runtime.daemon pyspark.worker`` in place of ``pyspark.daemon``, which it then
 is -- the same manager, forking the same workers, which import ``pyspark.worker`` after the
 fork as before, only from bytecode instead of compiling it from Spark's zip.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,3 +53,24 @@ def test_without_an_installed_package_nothing_moves(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(sys, "path", [spark_zip, py4j_zip, str(tmp_path / "empty")])
     assert pyspark_path.prefer_installed_pyspark() == []
     assert sys.path == [spark_zip, py4j_zip, str(tmp_path / "empty")]
+
+
+def test_the_daemon_module_is_set_for_local_masters_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's executors may run without tidelake installed (deploy/README.md ships it with
+    --py-files, which a worker adds to its path only after the daemon forked it): the daemon
+    module is PySpark's own there, and wherever tidelake itself comes from a zip."""
+    import importlib.util
+
+    from spark.runtime import session
+
+    assert session._local("local[2]") and session._local("local") and session._local("local[*]")
+    assert not session._local("spark://master:7077") and not session._local("yarn") and not session._local("k8s://https://k:443")
+    real = importlib.util.find_spec
+
+    def from_a_zip(name: str, *args):  # noqa: ANN002, ANN202
+        if name == "spark.runtime.daemon":
+            return SimpleNamespace(origin="/opt/tidelake/tidelake-0.1.0.zip/spark/runtime/daemon.py")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", from_a_zip)
+    assert not session._local("local[2]")
