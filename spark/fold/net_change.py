@@ -191,9 +191,9 @@ def greatest(rows: pa.Table) -> pa.Table:
         return rows
     keys = HASHED_SORT_KEYS if "key_hash" in rows.schema.names else SORT_KEYS
     order = pc.sort_indices(rows.select(list(dict.fromkeys(c for c, _ in keys))), sort_keys=keys)
-    groups = rows.select(list(GROUP_COLUMNS)).take(order)
-    kept = [order.filter(first) for first in _group_starts(groups.to_batches())]
-    return rows.take(pa.chunked_array(kept, pa.uint64()) if kept else pa.array([], pa.uint64()))
+    # The sorted groups' batches, however Arrow chunks them, are ``order`` cut in pieces, in order.
+    starts = list(_group_starts(rows.select(list(GROUP_COLUMNS)).take(order).to_batches()))
+    return rows.take(order.filter(pa.array(np.concatenate(starts) if starts else np.zeros(0, dtype=bool))))
 
 
 # A net row's ``count``: how many copies of its image it writes or deletes. 1 for a keyed table's
@@ -304,10 +304,10 @@ def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBat
     """The first row of every group of sorted ``batches`` (groups may span batches)."""
     batches = [b for b in batches if b.num_rows]
     for batch, first in zip(batches, _group_starts(batches)):
-        yield batch.filter(first)
+        yield batch.filter(pa.array(first))
 
 
-def _group_starts(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Array]:
+def _group_starts(batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
     """Per batch of rows sorted by groups, which rows start a group (groups may span batches)."""
     last: tuple[Any, ...] | None = None
     for batch in batches:
@@ -323,4 +323,4 @@ def _group_starts(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Array]:
             first[0] = False
         if n:
             last = tuple(batch.column(c)[n - 1].as_py() for c in GROUP_COLUMNS)
-        yield pa.array(first)
+        yield first

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
-from spark.fold.net_change import greatest_per_key, key_bytes, sort_for_fold
+from spark.fold.net_change import greatest, greatest_per_key, key_bytes, key_hash, sort_for_fold
 
 
 def rows(items: list[tuple]) -> pa.Table:
@@ -66,6 +66,25 @@ def test_the_greatest_change_per_key_wins_whatever_the_batches(batch: int) -> No
             want[r["key"]] = order
     got = {r["key"]: (r["ts"], not r["deletes"], r["topic"], r["partition"], r["offset"], r["index"]) for r in folded.to_pylist()}
     assert folded.num_rows == len(got) == len(want) and got == want
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 17, 1000])
+@pytest.mark.parametrize("hashed", [True, False])
+def test_greatest_keeps_the_rows_the_per_key_rule_keeps_whatever_the_chunks(chunk: int, hashed: bool) -> None:
+    """``greatest`` (the fold's: a narrow sort, the key's hash first, images taken once) against
+    the rule applied batch by batch, on rows in chunks that cut groups, with and without key_hash."""
+    rng = random.Random(chunk)
+    items = [("p", rng.randrange(2), offset, rng.randrange(2), rng.randrange(5), rng.choice("tu"), rng.randrange(9),
+              rng.random() < 0.3) for offset in range(300)]
+    selected = select(rows(items), FoldWindow(-1, 10, {("p", 0): (0, 1000), ("p", 1): (0, 1000)}))
+    if hashed:
+        # A few hashes shared by different keys (as CRC-32 collisions are): the key still decides.
+        selected = selected.append_column("key_hash", pa.array([key_hash(k, 0) % 4 for k in selected.column("key").to_pylist()], pa.int64()))
+    chunked = pa.Table.from_batches(selected.to_batches(max_chunksize=chunk), selected.schema)
+    reference = pa.Table.from_batches(list(greatest_per_key(sort_for_fold(selected).to_batches(max_chunksize=5))), selected.schema)
+    by = [("table", "ascending"), ("key", "ascending")]
+    assert greatest(chunked).sort_by(by).equals(reference.sort_by(by))
+    assert greatest(chunked.slice(0, 0)).num_rows == 0
 
 
 def fold(table: pa.Table, window: FoldWindow) -> list[tuple]:
