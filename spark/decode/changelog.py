@@ -171,7 +171,7 @@ class _ChangeLogWriter:
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
         self.schemas: dict[int, bytes] = {}  # schema_id -> encoded schema, for the side output
         self._tables: dict[tuple[str, str], tuple[Any, tuple[str, ...], int, int, Callable[[Op, Any], bytes]]] = {}  # ``_table``
-        self._encoders: dict[int, tuple[Any, Callable[[Op, Any], bytes]]] = {}  # id(column types) -> image_encoder
+        self._encoders: dict[int, Callable[[Op, Any], bytes]] = {}  # schema_id -> image_encoder
         # Runs: (offset, commitTs) of the segment's first row, and of its last row with its run.
         self._first: tuple[int, int] | None = None
         self._last: tuple[int, int, int] | None = None
@@ -198,23 +198,26 @@ class _ChangeLogWriter:
     def _table(self, change: RowChange) -> tuple[Any, tuple[str, ...], int, int, Callable[[Op, Any], bytes]]:
         """(column types, key columns, ``schema_id``, ``key_hash`` seed, image encoder) of the change's
         table, kept per table while its changes share the decoder's column-types mapping and key columns."""
-        entry = (change.column_types, change.key_columns, self._schema(change),
-                 table_seed(change.database, change.table), self._encoder(change.column_types))
+        schema = self._schema(change)
+        entry = (change.column_types, change.key_columns, schema, table_seed(change.database, change.table),
+                 self._encoder(schema, change.column_types))
         if len(self._tables) >= 1024:
             self._tables.clear()
         self._tables[(change.database, change.table)] = entry
         return entry
 
-    def _encoder(self, column_types: Mapping[str, ColumnType] | None) -> Callable[[Op, Any], bytes]:
-        """The compiled ``image_encoder`` of a column-types mapping (decoders share one per schema)."""
+    def _encoder(self, schema: int, column_types: Mapping[str, ColumnType] | None) -> Callable[[Op, Any], bytes]:
+        """The compiled ``image_encoder`` of a table schema, by its ``schema_id``: compiled once per
+        schema, whether the decoder shares one column-types mapping per schema (Canal JSON) or
+        builds one per event (the Open protocol, DTS Avro)."""
         if column_types is None:
             return encode_effect
-        cached = self._encoders.get(id(column_types))
-        if cached is None or cached[0] is not column_types:
+        encoder = self._encoders.get(schema)
+        if encoder is None:
             if len(self._encoders) >= 1024:
                 self._encoders.clear()
-            cached = self._encoders[id(column_types)] = (column_types, image_encoder(column_types))
-        return cached[1]
+            encoder = self._encoders[schema] = image_encoder(column_types)
+        return encoder
 
     def add(self, change: RowChange) -> None:
         """One row per key effect of the change."""

@@ -70,10 +70,11 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
 
 def _local(master: str) -> bool:
     """A master whose Python workers run on this machine, from this installation, with tidelake
-    importable the way the driver imports it (a source tree or an installed package, not a zip)."""
+    importable the way the driver imports it: from a file (a source tree or an installed package),
+    not from inside a --py-files archive (.zip, .egg, .jar)."""
     import importlib.util
 
     if not master.startswith("local"):
         return False
     spec = importlib.util.find_spec("spark.runtime.daemon")
-    return spec is not None and spec.origin is not None and ".zip" not in spec.origin
+    return spec is not None and spec.origin is not None and os.path.isfile(spec.origin)

@@ -67,10 +67,11 @@ def test_the_daemon_module_is_set_for_local_masters_only(monkeypatch: pytest.Mon
     assert not session._local("spark://master:7077") and not session._local("yarn") and not session._local("k8s://https://k:443")
     real = importlib.util.find_spec
 
-    def from_a_zip(name: str, *args):  # noqa: ANN002, ANN202
-        if name == "spark.runtime.daemon":
-            return SimpleNamespace(origin="/opt/tidelake/tidelake-0.1.0.zip/spark/runtime/daemon.py")
-        return real(name, *args)
+    for archive in ("tidelake-0.1.0.zip", "tidelake-0.1.0.egg", "tidelake-0.1.0.jar"):  # what PySpark puts on sys.path
+        def from_an_archive(name: str, *args, archive: str = archive):  # noqa: ANN002, ANN202
+            if name == "spark.runtime.daemon":
+                return SimpleNamespace(origin=f"/opt/tidelake/{archive}/spark/runtime/daemon.py")
+            return real(name, *args)
 
-    monkeypatch.setattr(importlib.util, "find_spec", from_a_zip)
-    assert not session._local("local[2]")
+        monkeypatch.setattr(importlib.util, "find_spec", from_an_archive)
+        assert not session._local("local[2]"), archive

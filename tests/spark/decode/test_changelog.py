@@ -581,3 +581,23 @@ def test_raw_messages_keep_each_messages_headers_and_position_across_read_batche
         RawMessage(b"k4", b"v4", SourcePosition(TOPIC, 3, 14), (), 11),
     ]
     assert all(type(m) is RawMessage and type(m.position) is SourcePosition for m in messages)
+
+
+def test_the_writer_compiles_one_image_encoder_per_table_schema_not_per_column_types_mapping(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The Open protocol and DTS Avro build a column-types mapping per event: the writer's encoder
+    cache is by schema (``schema_id``), so a segment compiles one per schema, not one per change."""
+    from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
+    from spark.archive.storage import open_storage
+    from spark.config import StorageConfig
+    from spark.decode import changelog
+
+    compiled: list[int] = []
+    real = changelog.image_encoder
+    monkeypatch.setattr(changelog, "image_encoder", lambda types: compiled.append(len(types)) or real(types))
+    writer = changelog._ChangeLogWriter(open_storage(StorageConfig(url=str(tmp_path))), "cl.parquet")
+    for i in range(50):
+        types = {"id": parse_mysql_type("bigint"), "v": parse_mysql_type("varchar(8)")}  # a fresh mapping each event
+        writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": i, "v": "x"}, ("id",), types, 100 + i,
+                             SourcePosition("t", 0, i)))
+    writer.close()
+    assert compiled == [2] and writer.rows == 50
