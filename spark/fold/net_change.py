@@ -24,7 +24,7 @@ as many times as it occurs in one run of its commitTs and partition, at most. Pr
 commitTs cannot tell a re-sent range yet: every delivered change counts (README, known gaps).
 
 Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
-(``key_bytes``) in the change log; the fold (``greatest_per_key``) keeps, per table, DDL segment
+(``key_bytes``) in the change log; the fold (``greatest``) keeps, per table, DDL segment
 and key, the greatest effect (or a key-less image's count). Spark runs it per key-hash slice (``key_hash``) on the executors,
 the in-process plane on one table holding every slice: the same function, so it does not matter
 where a key's changes were folded.
@@ -152,7 +152,7 @@ def change_order(change: RowChange) -> Order:
 #
 # The same rule for change-log rows (``docs/data-plane.md``): per GROUP_COLUMNS the row greatest
 # in FOLD_ORDER_COLUMNS wins. Rows sorted by GROUP_COLUMNS and then by the commit order descending put
-# each key's greatest change first and ``greatest_per_key`` keeps it: on a Spark executor for one
+# each key's greatest change first and ``greatest`` keeps it (``_group_starts``): on a Spark executor for one
 # key-hash slice of a run (``spark.fold.slices``), in process for all of it.
 
 GROUP_COLUMNS = ("database", "table", "segment", "key")
@@ -301,7 +301,8 @@ def _steps_schema(rows: pa.Table) -> pa.Schema:
 
 
 def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The first row of every group of sorted ``batches`` (groups may span batches)."""
+    """The first row of every group of sorted ``batches`` (groups may span batches): ``greatest``'s
+    rule batch by batch, on rows already in ``sort_for_fold``'s order (the tests' reference)."""
     batches = [b for b in batches if b.num_rows]
     for batch, first in zip(batches, _group_starts(batches)):
         yield batch.filter(pa.array(first))

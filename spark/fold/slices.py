@@ -9,7 +9,7 @@ driver adds the shares up (``add_counts``, ``merge_summaries``).
 statistics meet the slice (each write of the change log is sorted by key hash into row groups
 of disjoint hash ranges, ``spark.decode.changelog``), keeps the slice's rows and selects the
 run's window (``select``). ``fold_slice`` counts them and keeps, per (table, DDL segment, key),
-the greatest change (``net_change.greatest_per_key``, the one fold rule) -- for a key-less
+the greatest change (``net_change.greatest``, the one fold rule) -- for a key-less
 table, the count of copies of the image (``net_change.multiset_net``). The Spark plane runs
 one task per slice; the local plane folds one slice covering everything.
 """
