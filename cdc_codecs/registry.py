@@ -32,6 +32,10 @@ class ProtocolSpec:
     # connector reads one binlog in order and its producer keeps order), so a change at or
     # below the greatest coordinates its partition showed is a redelivery after a restart.
     binlog_ordered: bool = False
+    # The one partition whose DDL a run applies, where the producer sends DDL there (TiCDC's
+    # Canal-JSON: partition 0; a copy seen elsewhere is ignored); None: DDL of every partition,
+    # broadcast copies applied once.
+    ddl_partition: int | None = None
 
     def carries_commit_ts(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether a topic of this protocol, read with these decoder options, is ordered by its
@@ -45,7 +49,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
     spec.name: spec
     for spec in (
         ProtocolSpec("canal-json", CanalJsonDecoder, CanalJsonEncoder, True,
-                     "TiCDC Canal-JSON (option enable_tidb_extension=false: without _tidb, in derived order)"),
+                     "TiCDC Canal-JSON (option enable_tidb_extension=false: without _tidb, in derived order)",
+                     ddl_partition=0),
         ProtocolSpec("canal", CanalFlatDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON"),
         ProtocolSpec("cloudcanal-canal-json", CanalFlatDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
         ProtocolSpec("open-protocol", OpenProtocolDecoder, OpenProtocolEncoder, True, "TiCDC Open Protocol (binary-framed batches)"),

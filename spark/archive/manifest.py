@@ -25,12 +25,26 @@ class ManifestError(TidelakeError):
 
 
 @dataclass(frozen=True)
+class SegmentRef:
+    """A raw segment of the archive: its path and the offsets ``[start, end)`` it holds -- what
+    checkpoints, side outputs and runs name a segment by."""
+
+    path: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class Segment:
     path: str
     start: int
     end: int  # exclusive: the next offset after the range this file covers
     messages: int
     bytes: int
+
+    @property
+    def ref(self) -> SegmentRef:
+        return SegmentRef(self.path, self.start, self.end)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from cdc_codecs import DdlChange, TidelakeError, protocol_spec
+from cdc_codecs import DdlChange, TidelakeError
 from spark.tables import catalog as cat
 from spark.runtime import credentials
 from spark.archive import layout
@@ -51,17 +51,17 @@ from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_w
 from spark.commit.table import RunContext, TableCommitter, tag_table
 from spark.config import PipelineConfig
 from spark.tables.ddl import CreateTableLike, DdlParseError, RenameTable
-from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
+from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
+from spark.decode.changelog import SideOutput
+from spark.fold.window import IntervalWindow, carried_segments
 from spark.decode.topic_clock import settle_topic_clocks
-from spark.fold.select import FoldWindow, link_runs
 from spark.commit.isolation import (
     ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
 from spark.archive.land import LocalRunner, Runner
 from spark.commit.lease import Lease
-from spark.maintain.archive_retention import require_replayable
-from spark.archive.manifest import Manifest, list_manifests, read_manifest
+from spark.archive.manifest import Manifest, SegmentRef, list_manifests, read_manifest
 from spark.fold.net_change import Order, change_order
 from spark.runtime.plane import FillRequest, Fold, LocalPlane, RewriteRequest, SparkPlane
 from spark.runtime.tasks import sized
@@ -71,7 +71,7 @@ from spark.commit.published import (
 )
 from spark.commit.quarantine import quarantine_messages
 from spark.archive.storage import AlreadyExists, Storage, open_storage
-from spark.commit.watermark import PartitionWatermarks, compute_watermark, tag_name
+from spark.commit.watermark import PartitionWatermarks, tag_name
 
 PKey = tuple[str, int]
 # Plans advanced side by side between rewrite rounds: what a plan does between two rewrites is
@@ -89,60 +89,6 @@ class BadMessagesError(ApplyError):
 
 class TablesAheadError(ApplyError):
     """Tables are past a watermark that is not published: a writer outside the lease moved them."""
-
-
-def _pkey(text: str) -> PKey:
-    topic, _, partition = text.rpartition("/")
-    return topic, int(partition)
-
-
-def _ptext(key: PKey) -> str:
-    return f"{key[0]}/{key[1]}"
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """Derived, deterministic state after an interval: W, partition watermarks, pending offsets."""
-
-    interval_start: dt.datetime
-    interval_end: dt.datetime
-    watermark: int
-    marks: dict[PKey, int]
-    pending: dict[PKey, int]
-    # DDL applied from topics without commitTs, by (event time, database, table, SQL): such a
-    # DDL sent to every partition gets a different derived commitTs on each, so its later
-    # copies are recognised by this, in whatever run they come.
-    ddl_applied: tuple[tuple[Any, ...], ...] = ()
-    # Per partition, the raw segments the next run may read: those holding offsets from the
-    # pending one on, after the last segment wholly before it (whose side output holds the
-    # decoder state to resume from). The next run reads these and its own manifest, never the
-    # whole history (None: a checkpoint written before this was kept).
-    segments: dict[PKey, tuple[SegmentRef, ...]] | None = None
-
-    def to_json(self) -> bytes:
-        return orjson.dumps({
-            "interval": {"start": self.interval_start.isoformat(), "end": self.interval_end.isoformat()},
-            "watermark": self.watermark,
-            "marks": {_ptext(k): v for k, v in sorted(self.marks.items())},
-            "pending": {_ptext(k): v for k, v in sorted(self.pending.items())},
-            "ddl_applied": [list(i) for i in self.ddl_applied],
-            **({"segments": {_ptext(k): [[r.path, r.start, r.end] for r in v] for k, v in sorted(self.segments.items())}}
-               if self.segments is not None else {}),
-        }, option=orjson.OPT_INDENT_2)
-
-    @staticmethod
-    def from_json(data: bytes) -> Checkpoint:
-        doc = orjson.loads(data)
-        return Checkpoint(
-            dt.datetime.fromisoformat(doc["interval"]["start"]), dt.datetime.fromisoformat(doc["interval"]["end"]),
-            doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
-            tuple(tuple(i) for i in doc.get("ddl_applied", ())),
-            {_pkey(k): tuple(SegmentRef(*r) for r in v) for k, v in doc["segments"].items()} if "segments" in doc else None,
-        )
-
-
-def checkpoint_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
-    return f"{layout.pipeline_root(pipeline)}/checkpoints/{layout.instant(start)}_{layout.instant(end)}.json"
 
 
 # ---------------------------------------------------------------- the run
@@ -342,8 +288,7 @@ def _is_published(storage: Storage, pipeline: str, watermark: int) -> bool:
 
 
 def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoint | None:
-    path = checkpoint_path(pipeline, iv.start, iv.end)
-    return Checkpoint.from_json(storage.read(path)) if storage.exists(path) else None
+    return read_checkpoint(storage, pipeline, iv.start, iv.end)
 
 
 def _confirm(config: PipelineConfig, storage: Storage, tables: cat.RunTables, iv: _Interval, cp: Checkpoint,
@@ -402,50 +347,6 @@ def _w_time(w: int) -> str | None:
     return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
 
 
-def _read_window(config: PipelineConfig, storage: Storage, manifest: Manifest, previous: Checkpoint | None,
-                 ) -> tuple[dict[PKey, tuple[int, int]], dict[PKey, list[SegmentRef]], dict[PKey, list[SegmentRef]]]:
-    """Per partition: the offsets the run reads (its pending offset to the manifest's end), the raw
-    segments holding them, and the recent raw segments of the partition (the previous
-    checkpoint's and this manifest's; every manifest's only after a checkpoint that names none)."""
-    offsets: dict[PKey, tuple[int, int]] = {}
-    needed: dict[PKey, list[SegmentRef]] = {}
-    history: dict[PKey, list[SegmentRef]] = {}
-    full = None if previous is not None and previous.segments is not None else _all_segments(storage, config.name, manifest)
-    for part in manifest.partitions:
-        key = (part.topic, part.partition)
-        start = min(previous.pending.get(key, part.start) if previous else part.start, part.start)
-        offsets[key] = (start, part.end)
-        if full is not None:
-            known = full.get(key, [])
-        else:
-            assert previous is not None and previous.segments is not None
-            known = [*previous.segments.get(key, ()), *(SegmentRef(s.path, s.start, s.end) for s in part.segments)]
-        history[key] = sorted({s for s in known if s.start < part.end}, key=lambda s: s.start)
-        needed[key] = [s for s in history[key] if s.end > start]
-    # A replay into a range archive retention deleted fails here, naming it.
-    require_replayable(storage, config.name, {key: lo for key, (lo, _) in offsets.items()})
-    return offsets, needed, history
-
-
-def _all_segments(storage: Storage, pipeline: str, manifest: Manifest) -> dict[PKey, list[SegmentRef]]:
-    """Every raw segment of every partition up to ``manifest``'s interval, from all manifests."""
-    out: dict[PKey, list[SegmentRef]] = {}
-    for _, end, path in list_manifests(storage, pipeline):
-        if end <= manifest.interval_end:
-            for p in read_manifest(storage, path).partitions:
-                out.setdefault((p.topic, p.partition), []).extend(SegmentRef(s.path, s.start, s.end) for s in p.segments)
-    return {k: sorted(set(v), key=lambda s: s.start) for k, v in out.items()}
-
-
-def _carried_segments(history: dict[PKey, list[SegmentRef]], pending: dict[PKey, int]) -> dict[PKey, tuple[SegmentRef, ...]]:
-    """What the next run reads of each partition's history (``Checkpoint.segments``)."""
-    carried = {}
-    for key, segments in history.items():
-        first = next((i for i, s in enumerate(segments) if s.end > pending.get(key, s.end)), len(segments))
-        carried[key] = tuple(segments[max(0, first - 1):])
-    return carried
-
-
 def _plane(runner: Runner) -> Any:
     context = getattr(runner, "context", None)
     return SparkPlane(context) if context is not None else LocalPlane()
@@ -458,62 +359,22 @@ def _apply_one(
 ) -> ApplyResult:
     started = time.perf_counter()
     stages = _StageClock(runner)
-    interval = f"{layout.instant(manifest.interval_start)}_{layout.instant(manifest.interval_end)}"
-    offsets, needed, history = _read_window(config, storage, manifest, previous)
+    window = IntervalWindow.open(config, storage, manifest, previous)
+    interval = window.interval
     # Stage 1 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
-    progress("decode", 0, len(needed))
-    decoded = ensure_change_log(config, storage, runner, needed, history,
-                                lambda key: _all_segments(storage, config.name, manifest).get(key, []))
-    progress("decode", len(needed), len(needed))
+    progress("decode", 0, len(window.needed))
+    decoded = window.decode(runner)
+    progress("decode", len(window.needed), len(window.needed))
     stages.done("decode", started)
     step("decoded")
-
-    def inside(key: PKey, offset: int) -> bool:
-        return offsets[key][0] <= offset < offsets[key][1]
-
-    sides = [(key, side) for key, ss in decoded.items() for side in ss]
     # Quarantine first: nothing undecodable is lost, whatever the policy says next.
-    errors = [err for key, side in sides for err in side.errors if err.position is None or inside(key, err.position.offset)]
-    quarantine = quarantine_messages(storage, config.name, errors, interval, accept=config.on_bad_message == "continue")
-    w_prev = previous.watermark if previous else 0
-    marks = PartitionWatermarks(dict(previous.marks) if previous else {})
-    for key, side in sides:
-        if side.mark is not None and side.mark > marks.marks.get(key, 0):
-            marks.marks[key] = side.mark
-    partitions = [(p.topic, p.partition) for p in manifest.partitions]
-    w = compute_watermark(marks, partitions, w_prev)
-
-    protocols = {t.name: t.protocol for t in config.topics}
-    derived_topics = frozenset(t.name for t in config.topics if not protocol_spec(t.protocol).carries_commit_ts(t.options))
-    ddls: list[DdlChange] = []
-    pending: dict[PKey, int] = {}
-    seen_ddl: set[tuple[Any, ...]] = set(previous.ddl_applied) if previous else set()
-    derived_ddl: list[tuple[Any, ...]] = list(previous.ddl_applied) if previous else []
-    candidates = []
-    for key, side in sides:
-        for e in side.ddl:
-            if not inside(key, e.position.offset):
-                continue
-            if key[0] in derived_topics:  # the derived clock, lifted above W_prev (docs/data-plane.md)
-                e = e._replace(commit_ts=max(e.commit_ts or 0, w_prev + 1))
-            candidates.append((e, key))
-    candidates.sort(key=lambda x: change_order(x[0]))  # type: ignore[arg-type]
-    for e, key in candidates:  # the first copy in commit order is the one applied
-        derived = key[0] in derived_topics
-        if e.commit_ts > w:
-            pending[key] = min(pending.get(key, e.position.offset), e.position.offset)
-            continue
-        if e.commit_ts <= w_prev:
-            continue
-        if protocols[key[0]] == "canal-json" and key[1] != 0:
-            continue  # TiCDC Canal-JSON sends DDL to partition 0 only
-        ident = ((e.event_time_ms if derived else e.commit_ts), e.database, e.table, e.sql)
-        if ident not in seen_ddl:  # broadcast to every partition: apply once
-            seen_ddl.add(ident)
-            ddls.append(e)
-            if derived:
-                derived_ddl.append(ident)
+    quarantine = quarantine_messages(storage, config.name, window.errors(decoded), interval,
+                                     accept=config.on_bad_message == "continue")
+    w_prev = window.w_prev
+    marks, w = window.watermark(decoded)
+    selected = window.select_ddl(decoded, w)
+    pending = dict(selected.pending)
     if quarantine.unaccepted:
         first = quarantine.unaccepted[0]
         raise BadMessagesError(
@@ -524,7 +385,7 @@ def _apply_one(
     # Tables held back: a DDL tidelake cannot parse isolates its table (or fails the run), and
     # nothing of an isolated table's is planned.
     isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval)
-    linked, ddls = _ddl_links(ddls, isolation)
+    linked, ddls = _ddl_links(selected.applied, isolation)
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
     ddl_orders: dict[tuple[str, str], list[Order]] = {}
@@ -532,24 +393,20 @@ def _apply_one(
     for e in ddls:
         for ref in {ref for ref, _ in upstream.changes(e)}:
             ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
-    window = FoldWindow(w_prev, w, offsets, derived_topics, {ref: tuple(sorted(o)) for ref, o in ddl_orders.items()},
-                        link_runs(decoded))
-    version = {t.name: decoder_version(t.protocol) for t in config.topics}
-    paths = [layout.changelog_paths(config.name, version[key[0]], key[0], key[1], s.start, s.end)[0]
-             for key, segments in needed.items() for s in segments]
     progress("net change", 0, 1)
     folding = time.perf_counter()
+    sides = [(key, side) for key, ss in decoded.items() for side in ss]
     schemas = {sid: blob for _, side in sides for sid, blob in side.schemas.items()}
     rows = sum(side.rows for _, side in sides)
     # The fold and the rewrite hold the window's rows: sized by the change-log rows it selects,
     # where decoding was sized by the messages it decoded (ensure_change_log).
-    fold = _plane(sized(runner, _window_rows(sides, offsets))).fold(credentials.task_config(config), paths, window,
-                                                                    schemas, rows)
+    fold = _plane(sized(runner, window.rows(decoded))).fold(credentials.task_config(config), window.change_log_paths(),
+                                                            window.fold_window(w, ddl_orders, decoded), schemas, rows)
     stages.done("fold", folding)
     progress("net change", 1, 1)
     try:
-        return _commit_run(config, storage, tables, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks, history,
-                           derived_ddl, sides, quarantine, lease, step, progress, started, stages.seconds, isolation, linked)
+        return _commit_run(config, storage, tables, manifest, interval, fold, ddls, pending, previous, w, w_prev, marks,
+                           window.history, selected.derived, sides, quarantine, lease, step, progress, started, stages.seconds, isolation, linked)
     finally:
         fold.close()
 
@@ -572,20 +429,6 @@ class _StageClock:
         if spark:
             self.seconds["start Spark"] = self.seconds.get("start Spark", 0.0) + spark
         self.seconds[stage] = time.perf_counter() - since - spark
-
-
-def _window_rows(sides: list[tuple[PKey, SideOutput]], offsets: dict[PKey, tuple[int, int]]) -> int:
-    """The change-log rows of the offsets the window reads, each segment's counted by the share
-    of its offsets inside the window: a message may carry many rows, and the segment holding the
-    previous interval's pending changes is read whole but only its last changes are selected
-    (on a one-minute schedule, ~1k of ~60k rows: bench lag)."""
-    total = 0
-    for key, side in sides:
-        lo, hi = offsets[key]
-        inside = min(side.end, hi) - max(side.start, lo)
-        if inside > 0:
-            total += -(-side.rows * inside // (side.end - side.start))
-    return total
 
 
 def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, list[DdlChange]]:
@@ -806,7 +649,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
     stages["commit and tag"] = time.perf_counter() - committing
     step("tagged")
     checkpoint = Checkpoint(manifest.interval_start, manifest.interval_end, w, dict(marks.marks), pending,
-                            ddl_applied=tuple(derived_ddl), segments=_carried_segments(history, pending))
+                            ddl_applied=tuple(derived_ddl), segments=carried_segments(history, pending))
     cp_path = checkpoint_path(config.name, manifest.interval_start, manifest.interval_end)
     try:
         storage.create(cp_path, checkpoint.to_json())

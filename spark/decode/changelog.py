@@ -51,7 +51,8 @@ from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.decode.effect import decode_effect, encode_effect, image_encoder
-from spark.decode.side_output import DecoderState, SegmentRef, SegmentRuns, SideOutput, read_side_output
+from spark.archive.manifest import SegmentRef
+from spark.decode.side_output import DecoderState, SegmentRuns, SideOutput, read_side_output
 from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
 from spark.archive.storage import AlreadyExists, Storage, open_storage
 from spark.runtime.tasks import no_cyclic_gc, sized

@@ -31,15 +31,6 @@ class SideOutputError(TidelakeError):
 
 
 @dataclass(frozen=True)
-class SegmentRef:
-    """A raw segment of the archive: its path and the offsets ``[start, end)`` it holds."""
-
-    path: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
 class DecoderState:
     """What decoding a partition carries from one segment to the next.
 

@@ -94,7 +94,7 @@ def prune_archive(
     in intervals that ended more than ``horizon_seconds`` before ``now``.
 
     Args:
-        retained_checkpoints: the ``spark.commit.apply.Checkpoint`` of every retained W (the latest included).
+        retained_checkpoints: the ``spark.archive.checkpoint.Checkpoint`` of every retained W (the latest included).
     """
     manifests = [read_manifest(storage, path) for _, _, path in list_manifests(storage, pipeline)]
     partitions = sorted({(p.topic, p.partition) for m in manifests for p in m.partitions})

@@ -221,7 +221,7 @@ def _plain(report: Any) -> Any:
 
 
 def _checkpoints(storage: Storage, config: PipelineConfig) -> list[Any]:
-    from spark.commit.apply import Checkpoint, checkpoint_path
+    from spark.archive.checkpoint import Checkpoint, checkpoint_path
 
     return [Checkpoint.from_json(storage.read(checkpoint_path(config.name, s, e)))
             for s, e, _ in list_manifests(storage, config.name) if storage.exists(checkpoint_path(config.name, s, e))]

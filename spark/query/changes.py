@@ -47,7 +47,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from spark.tables import catalog as cat
 from spark.query import read as query
 from spark.commit.plan import ddl_changes
-from spark.query.changes_log import ChangesError, ChangesUnavailable, Window, open_window, protocols
+from spark.query.changes_log import ChangesError, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
 from spark.tables.properties import UPSTREAM_TYPE_PREFIX
 from spark.config import PipelineConfig
@@ -198,7 +198,7 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
         if column is not None:
             d.columns.add(column.casefold())
 
-    for e in window.ddls(protocols(config)):
+    for e in window.ddls():
         ts, sql = e.commit_ts or 0, e.sql
         try:
             changes = ddl_changes(e)

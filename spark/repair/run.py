@@ -48,7 +48,8 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from cdc_codecs import TidelakeError
 from spark.tables import catalog as cat
 from spark.archive import layout
-from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+from spark.archive.checkpoint import Checkpoint, checkpoint_path
+from spark.commit.apply import apply_interval
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig

@@ -99,16 +99,3 @@ def test_a_pickle_planted_in_a_change_log_row_fails_the_run_naming_where_and_nev
         pq.write_table(table, out)
     with pytest.raises(CorruptChangeValue, match=r"change log of .* at cdc/0@\d+: a pickled value .* is never unpickled"):
         apply_interval(config, T0, T0 + HOUR)
-
-
-def test_the_fold_is_sized_by_the_rows_of_the_offsets_its_window_reads() -> None:
-    from types import SimpleNamespace
-
-    from spark.commit.apply import _window_rows
-
-    side = lambda start, end, rows: SimpleNamespace(start=start, end=end, rows=rows)  # noqa: E731
-    sides = [(("t", 0), side(0, 60_000, 60_000)), (("t", 0), side(60_000, 120_000, 60_000)),
-             (("t", 1), side(0, 100, 400))]  # partition 1: four rows a message
-    # Partition 0 reads from its pending offset 59,000: 1,000 offsets of the first segment, all of the second.
-    assert _window_rows(sides, {("t", 0): (59_000, 120_000), ("t", 1): (0, 100)}) == 1_000 + 60_000 + 400
-    assert _window_rows(sides, {("t", 0): (120_000, 120_000), ("t", 1): (50, 100)}) == 200

@@ -33,7 +33,8 @@ import pytest
 from cdc_codecs import DECODER_VERSION
 from tests.model.oracle import BinlogOracle, Oracle
 from spark.archive import manifest as manifest_module
-from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+from spark.archive.checkpoint import Checkpoint, checkpoint_path
+from spark.commit.apply import apply_interval
 from spark.decode import side_output
 from spark.decode.changelog import CHANGE_LOG_FORMAT, decode_effect, decoder_version
 from spark.commit.published import published_watermarks, read_published

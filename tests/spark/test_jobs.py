@@ -281,7 +281,8 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
     from spark.archive.land import LocalRunner
     from spark.archive.storage import open_storage
     from spark.commit import apply as apply_module
-    from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+    from spark.archive.checkpoint import Checkpoint, checkpoint_path
+    from spark.commit.apply import apply_interval
     from spark.decode import changelog
     from spark.demo.workload import Workload, WorkloadSpec
 

@@ -45,7 +45,8 @@ from spark.decode.changelog import (
     schema_id,
     segments_carry_state,
 )
-from spark.decode.side_output import DecoderState, SegmentRef, SideOutput, SideOutputError, read_side_output
+from spark.archive.manifest import SegmentRef
+from spark.decode.side_output import DecoderState, SideOutput, SideOutputError, read_side_output
 from spark.archive.land import open_segment_writer, segment_table
 from spark.fold.net_change import key_bytes
 from spark.archive.storage import LocalStorage, Storage, open_storage

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark.tables import catalog as cat
-from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
+from spark.archive.checkpoint import Checkpoint, checkpoint_path
+from spark.commit.apply import apply_interval
 from spark.tables.properties import DROPPED, WATERMARK
 from spark.decode.changelog import decoder_version
 from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
