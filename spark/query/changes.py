@@ -133,22 +133,36 @@ class ChangeSet(dict):
         }
 
 
-def _w_time(w: int) -> str:
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat()
+def _w_time(w: int) -> str | None:
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
 
 
 # ---------------------------------------------------------------- the watermarks
 
 
-def resolve(config: PipelineConfig, at: query.At, storage: Storage) -> int:
+def resolve(config: PipelineConfig, at: query.At, storage: Storage, *, start: bool = False) -> int:
     """A published W: an exact W (int, or its digits) must be published; "latest" or a time resolves
-    as ``query`` does (the greatest published W at or before it)."""
+    as ``query`` does (the greatest published W at or before it). 0 is before the first W, and so
+    is, for a window's ``start``, a time before the first W (nothing was published then)."""
     if isinstance(at, int) or (isinstance(at, str) and at.isdigit()):
         w = int(at)
         if w:  # 0: before the first W, when no table had a row
             query.published(config, w, storage)
         return w
+    if start and at != "latest":
+        first = next(iter(query.published_watermarks(config, storage)), None)
+        instant = at if isinstance(at, dt.datetime) else dt.datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+        if instant.tzinfo is not None and (first is None or query.to_tso(instant) < first):
+            return 0
     return query.resolve_watermark(config, at, storage)
+
+
+def as_typed(at: query.At, w: int) -> str:
+    """A window's end as the user gave it: a W as itself, a time or "latest" with the W it resolved to."""
+    if isinstance(at, int) or (isinstance(at, str) and at.isdigit()):
+        return str(w)
+    text = at.isoformat().replace("+00:00", "Z") if isinstance(at, dt.datetime) else str(at)
+    return f"{text} (watermark {w})"
 
 
 def _names(wanted: Iterable[str | TableRef], known: set[TableRef]) -> set[TableRef]:
@@ -264,11 +278,11 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
     progress = progress or (lambda step, done, total: None)
-    w1, w2 = resolve(config, from_w, storage), resolve(config, to_w, storage)
+    w1, w2 = resolve(config, from_w, storage, start=True), resolve(config, to_w, storage)
     if w1 > w2:
-        raise ChangesRequestError(f"pipeline {config.name}: --from watermark {w1} is after --to watermark {w2}")
+        raise ChangesRequestError(f"pipeline {config.name}: from {as_typed(from_w, w1)} is after to {as_typed(to_w, w2)}")
     after = query.view_at(config, w2, catalog, storage)
-    before = query.view_at(config, w1, catalog, storage) if w1 else query.View(config, 0, {})
+    before = query.view_at(config, w1, catalog, storage)
     isolated = {**{n: {**e, "isolated_at": w1} for n, e in before.isolated.items()},
                 **{n: {**e, "isolated_at": w2} for n, e in after.isolated.items()}}
     known = set(before.tables) | set(after.tables) | set(isolated)

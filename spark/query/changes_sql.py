@@ -59,7 +59,7 @@ def attach_changes(con: Any, config: PipelineConfig, sql: str, changes_from: que
     from spark.query.changes import read_changes, resolve
 
     storage = open_storage(config.storage)
-    w1 = resolve(config, changes_from, storage)
+    w1 = resolve(config, changes_from, storage, start=True)
     before = query.view_at(config, w1, storage=storage)
     names = {*before.tables, *before.isolated, *view.tables, *view.isolated}
     wanted = named_tables(sql, names)

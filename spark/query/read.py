@@ -115,6 +115,7 @@ def to_tso(at: dt.datetime) -> int:
 def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storage | None = None) -> int:
     """The published W to read for ``at``: "latest", a TSO (int) or a datetime."""
     marks = published_watermarks(config, storage)
+    asked = at.isoformat().replace("+00:00", "Z") if isinstance(at, dt.datetime) else at  # errors echo what the user gave: a time stays a time
     if isinstance(at, str) and at != "latest":
         if at.isdigit():
             at = int(at)
@@ -130,7 +131,7 @@ def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storag
     candidates = marks if at == "latest" else [w for w in marks if w <= at]  # type: ignore[operator]
     if not candidates:
         first = f"; the first retained is {_w_text(retained[0])}" if retained else ""
-        raise NoSuchWatermark(f"pipeline {config.name}: no watermark is published at or before {at}{first}")
+        raise NoSuchWatermark(f"pipeline {config.name}: no watermark is published at or before {asked}{first}")
     # The state at ``at`` is that of the greatest W <= it: if that W is retired, an older
     # retained W would be a different state, so it fails rather than answer with that.
     if candidates[-1] in retired:
@@ -190,7 +191,10 @@ class TableScan:
 
 
 def view_at(config: PipelineConfig, watermark: int, catalog: Any = None, storage: Storage | None = None) -> View:
-    """The tables of the consistent view at W, with their names at W, found by Iceberg UUID."""
+    """The tables of the consistent view at W, with their names at W, found by Iceberg UUID. W = 0 is
+    before the first W: no table (the change feed's ``--from 0``, a first Asset event's previous W)."""
+    if watermark == 0:
+        return View(config, 0, {})
     storage = storage or open_storage(config.storage)
     catalog = catalog or cat.open_catalog(config)
     doc = published(config, watermark, storage)

@@ -92,7 +92,7 @@ def test_out_in_the_object_store(tmp_path: Path, s3, bucket) -> None:
 
 
 @pytest.mark.parametrize(("argv", "code", "message"), [
-    (["--from", "W2", "--to", "W1"], 2, "is after --to watermark"),
+    (["--from", "W2", "--to", "W1"], 2, "is after to "),
     (["--from", "W1", "--table", "shop.nope"], 2, "'shop.nope' is not a table of the pipeline"),
     (["--from", "W1", "--format", "parquet"], 2, "--format parquet writes files: give --out DIR"),
     (["--from", "W1", "--format", "csv"], 2, "--format csv prints one table; these changes hold 2"),
@@ -105,3 +105,37 @@ def test_errors_are_one_line(tmp_path: Path, capsys, argv: list[str], code: int,
     assert main(["changes", "--config", str(config), "-q", *argv]) == code
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_from_0_is_before_the_first_watermark_everywhere(tmp_path: Path, capsys) -> None:
+    """W1 = 0 (a first Asset event's previous_watermark) in the library, ``changes`` and ``query --changes-from``."""
+    lake, config, (w1, w2, w3) = _lake(tmp_path)
+    whole = read_changes(lake.config, 0, w3)
+    assert {name: rows.column("_change_type").to_pylist() for name, rows in whole.items()} == {
+        ("shop", "items"): ["insert"], ("shop", "we ird.t"): ["insert"]}
+    assert main(["changes", "--config", str(config), "--from", "0", "--format", "json", "-q"]) == 0
+    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["table"], r["row"]["_change_type"], r["row"]["id"], r["row"]["v"]) for r in rows] == [
+        ("items", "insert", 1, "A"), ("we ird.t", "insert", 1, "x")]
+    out = tmp_path / "first"
+    assert main(["changes", "--config", str(config), "--from", "0", "--out", str(out), "-q"]) == 0
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert (manifest["from_watermark"], manifest["from_time"], manifest["to_watermark"]) == (0, None, w3)
+    capsys.readouterr()
+    assert main(["query", "--config", str(config), "--changes-from", "0", "--format", "json",
+                 "SELECT _change_type, id, v FROM changes.shop.items"]) == 0
+    assert [orjson.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")] == [
+        {"_change_type": "insert", "id": 1, "v": "A"}]
+    # A time before the first W is before it too.
+    before = dt.datetime.fromtimestamp((w1 >> 18) / 1000 - 60, dt.UTC)
+    assert read_changes(lake.config, before, w2).from_watermark == 0
+
+
+def test_window_errors_echo_the_watermarks_as_typed(tmp_path: Path, capsys) -> None:
+    lake, config, (w1, w2, w3) = _lake(tmp_path)
+    at = dt.datetime.fromtimestamp((w3 >> 18) / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
+    assert main(["changes", "--config", str(config), "--from", at, "--to", str(w1), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"from {at} (watermark {w3}) is after to {w1}" in err
+    assert main(["query", "--config", str(config), "--at", "1969-12-31T00:00:00Z", "SELECT 1"]) != 0
+    assert "at or before 1969-12-31T00:00:00Z" in capsys.readouterr().err
