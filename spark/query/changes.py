@@ -194,6 +194,17 @@ class _Ddl:
     columns: set[str] = field(default_factory=set)  # columns a column DDL named (casefolded)
     last_ts: int = 0  # commitTs of the last DDL naming it
     rows_ts: int = 0  # ... of the last one that changed its rows wholesale (a reason in ``whole``)
+    # CommitTs of the DDL that changed rows under the name without row events: that filled a column
+    # for the existing rows (ADD COLUMN ... DEFAULT), that brought rows to the name (a rename onto
+    # it), that took rows from it (TRUNCATE, DROP TABLE / DATABASE / PARTITION, a rename away).
+    filled: list[int] = field(default_factory=list)
+    arrived: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+
+    def merged(self, other: _Ddl) -> _Ddl:
+        return _Ddl([*self.whole, *other.whole], self.columns | other.columns, max(self.last_ts, other.last_ts),
+                    max(self.rows_ts, other.rows_ts), sorted([*self.filled, *other.filled]),
+                    sorted([*self.arrived, *other.arrived]), sorted([*self.removed, *other.removed]))
 
 
 def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef, _Ddl], dict[str, _Ddl], list[str]]:
@@ -203,7 +214,8 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
     databases: dict[str, _Ddl] = {}
     everywhere: list[str] = []
 
-    def note(ref: TableRef, ts: int, whole: str | None = None, column: str | None = None) -> None:
+    def note(ref: TableRef, ts: int, whole: str | None = None, column: str | None = None, filled: bool = False,
+             arrived: bool = False, removed: bool = False) -> None:
         d = tables.setdefault(ref, _Ddl())
         d.last_ts = max(d.last_ts, ts)
         if whole:
@@ -211,6 +223,12 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
             d.rows_ts = max(d.rows_ts, ts)
         if column is not None:
             d.columns.add(column.casefold())
+        if filled:
+            d.filled.append(ts)
+        if arrived:
+            d.arrived.append(ts)
+        if removed:
+            d.removed.append(ts)
 
     for e in window.ddls():
         ts, sql = e.commit_ts or 0, e.sql
@@ -225,20 +243,23 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
             continue
         for ref, change in changes:
             if isinstance(change, RenameTable):
-                note(ref, ts, f"renamed in the window: {sql!r}")
-                note((change.database, change.table), ts, f"renamed in the window: {sql!r}")
+                note(ref, ts, f"renamed in the window: {sql!r}", removed=True)
+                note((change.database, change.table), ts, f"renamed in the window: {sql!r}", arrived=True)
             elif isinstance(change, DropDatabase):
                 d = databases.setdefault(change.database, _Ddl())
                 d.whole.append(f"its database was dropped in the window: {sql!r}")
                 d.last_ts = d.rows_ts = max(d.last_ts, ts)
+                d.removed.append(ts)
             elif isinstance(change, (CreateTable, CreateTableLike, DropTable, TruncateTable, DropPartitions,
                                      TruncatePartitions, SetKeyColumns)):
                 what = type(change).__name__
-                note(change.table if isinstance(change, CreateTableLike) else ref, ts, f"{what} in the window: {sql!r}")
+                takes = isinstance(change, (DropTable, TruncateTable, DropPartitions, TruncatePartitions))
+                note(change.table if isinstance(change, CreateTableLike) else ref, ts, f"{what} in the window: {sql!r}",
+                     removed=takes)
             elif isinstance(change, AddColumn):
                 fills = change.default is not None or not change.column.nullable
                 note(ref, ts, f"a column added with a value for the existing rows: {sql!r}" if fills else None,
-                     change.column.name)
+                     change.column.name, filled=fills)
             elif isinstance(change, DropColumn):
                 note(ref, ts, column=change.name)
             elif isinstance(change, RenameColumn):
@@ -307,8 +328,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         ddl = by_table.get(name, _Ddl())
         dropped_db = by_database.get(name[0])
         if dropped_db is not None:
-            ddl = _Ddl([*ddl.whole, *dropped_db.whole], ddl.columns, max(ddl.last_ts, dropped_db.last_ts),
-                       max(ddl.rows_ts, dropped_db.rows_ts))
+            ddl = ddl.merged(dropped_db)
         rows = _rows_of(touched, name) if touched is not None else None
         changes, details = _table_changes(name, before, after, rows, ddl, everywhere, window)
         out[name], out.details[name] = changes, details
@@ -403,7 +423,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     # The images: W1's rows in W2's columns (+ the dropped ones), W2's rows with their commitTs.
     read1 = Schema(*shown, *dropped_out) if same else Schema(*up1)
     read2 = Schema(*up2, commit_field) if t2 is not None else None
-    keys_arg = None if whole else typed.select(match)  # type: ignore[union-attr]
+    keys_arg = None if whole else typed.keys  # type: ignore[union-attr]
     if t1 is None:
         rows1 = arrow_schema(Schema(*shown, *dropped_out)).empty_table()
     else:
@@ -416,15 +436,23 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     recent = (commit_field.field_id, w1) if key and not whole and commit_field is not None else None
     rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent) \
         if t2 is not None else None
+    if rows2 is not None and rows2.num_rows:
+        # Newest first: of a key-less table's equal rows, the copies the window added are its newest
+        # (``multiset_difference`` takes the first), whatever order the files hold them in.
+        own = pc.fill_null(rows2.column(commit_field.name), 0).to_numpy()  # type: ignore[union-attr]
+        rows2 = rows2.take(pa.array(np.argsort(-own, kind="stable")))
     after_rows = rows2.select([f.name for f in shown]) if rows2 is not None else arrow_schema(Schema(*shown)).empty_table()
     compare = [f.name for f in shown]
     removed, added = multiset_difference(rows1.select(compare), after_rows, compare)
     pair_key = key if key and all(k in compare for k in key) else ()
     pairs = _pairs(rows1.take(pa.array(removed, pa.int64())), after_rows.take(pa.array(added, pa.int64())), pair_key)
 
-    # _commit_ts: an after image's own (its last change) when the window wrote it; else the last
-    # change of its key (a key-less table's image) in the change log; else the last DDL of the
-    # table in the window (it made the difference).
+    # _commit_ts, the commitTs of what produced the row: an after image's own (its last change) when
+    # the window wrote it, else its key's last change in the change log (a key-less table's image),
+    # else the table's last DDL in the window -- but a column filled for the existing rows (ADD
+    # COLUMN ... DEFAULT) after that produced the image, and a rename onto the name after it produced
+    # an insert. An update's before image has its after image's. A row deleted whose key's last
+    # change wrote it was taken by a DDL (TRUNCATE, a DROP, a rename away): the first after that write.
     fallback = ddl.rows_ts or ddl.last_ts or w2
     before_pair, after_pair = pairs
     after_ts = np.zeros(len(added), np.int64)
@@ -432,11 +460,14 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         own = pc.fill_null(rows2.column(commit_field.name).take(pa.array(added, pa.int64())), 0)  # type: ignore[union-attr]
         after_ts = own.to_numpy().astype(np.int64)
     older = np.flatnonzero(after_ts <= w1)
-    after_ts[older] = _logged_ts(after_rows, added[older], typed, match, np.full(len(older), fallback, np.int64))
+    after_ts[older] = _logged(after_rows, added[older], typed, match, fallback)[0]
+    after_ts = np.maximum(after_ts, max(ddl.filled, default=0))
+    inserts = np.setdiff1d(np.arange(len(added)), after_pair)
+    after_ts[inserts] = np.maximum(after_ts[inserts], max(ddl.arrived, default=0))
     before_ts = np.zeros(len(removed), np.int64)
     before_ts[before_pair] = after_ts[after_pair]  # an update's before image: the update's commitTs
     alone = np.setdiff1d(np.arange(len(removed)), before_pair)
-    before_ts[alone] = _logged_ts(rows1, removed[alone], typed, match, np.full(len(alone), fallback, np.int64))
+    before_ts[alone] = _deleted_ts(rows1, removed[alone], typed, match, fallback, ddl.removed, w1)
 
     table, counts = _assemble(rows1, removed, before_ts, before_pair, after_rows, added, after_ts, after_pair, shown,
                               dropped_out, change_col, ts_col, pair_key)
@@ -445,25 +476,60 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     return table, details
 
 
-def _logged_ts(rows: pa.Table, taken: np.ndarray, typed: pa.Table | None, match: list[str],
-               default: np.ndarray) -> np.ndarray:
-    """Per row ``taken`` of ``rows``: the commitTs of its key's last change in the change log
-    (``typed``'s ``_ts``), or ``default``'s where the change log has none."""
-    if typed is None or not len(taken) or typed.num_rows == 0:
-        return default
-    row, hit = key_matches(rows.take(pa.array(taken, pa.int64())).select(match), typed.select(match), match)
+@dataclass(frozen=True)
+class _TouchedKeys:
+    """The window's touched keys in the table's own types (``keys``: the key columns, or a key-less
+    table's whole rows), with per key the commitTs of its last change and whether that change
+    deleted it -- beside the keys, not as columns among them: an upstream column may have any name."""
+
+    keys: pa.Table
+    ts: np.ndarray
+    deleted: np.ndarray
+
+
+def _logged(rows: pa.Table, taken: np.ndarray, typed: _TouchedKeys | None, match: list[str],
+            default: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row ``taken`` of ``rows``: the commitTs of its key's last change in the change log (or
+    ``default`` where the change log has none), and whether the change log has one."""
+    out, found = np.full(len(taken), default, np.int64), np.zeros(len(taken), bool)
+    if typed is None or not len(taken) or typed.keys.num_rows == 0:
+        return out, found
+    row, hit = key_matches(rows.take(pa.array(taken, pa.int64())).select(match), typed.keys.select(match), match)
     if not len(row):
-        return default
+        return out, found
     latest = np.zeros(len(taken), np.int64)
-    np.maximum.at(latest, row, typed.column("_ts").to_numpy()[hit])
-    found = np.zeros(len(taken), bool)
+    np.maximum.at(latest, row, typed.ts[hit])
     found[row] = True
-    return np.where(found, latest, default)
+    return np.where(found, latest, out), found
 
 
-def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, str], keyed: bool) -> pa.Table | None:
+def _deleted_ts(rows: pa.Table, taken: np.ndarray, typed: _TouchedKeys | None, match: list[str], default: int,
+                removals: list[int], w1: int) -> np.ndarray:
+    """The commitTs of what deleted each row ``taken`` of ``rows`` (rows of W1 not at W2, no update's
+    before image): its key's last change when that deleted it, else the first DDL that took rows from
+    the table after that change (after W1 when the change log has none); else ``default``."""
+    ts, found = _logged(rows, taken, typed, match, default)
+    if not removals or not len(taken):
+        return ts
+    wrote = np.ones(len(taken), bool)  # without a change in the log, the row was last written at or before W1
+    if typed is not None and found.any():
+        row, hit = key_matches(rows.take(pa.array(taken, pa.int64())).select(match), typed.keys.select(match), match)
+        last = np.full(len(taken), -1, np.int64)
+        np.maximum.at(last, row, typed.ts[hit])
+        deleted = np.zeros(len(taken), bool)
+        newest = typed.ts[hit] == last[row]
+        deleted[row[newest]] = typed.deleted[hit][newest]
+        wrote = ~deleted
+    since = np.where(found, ts, w1)
+    ordered = np.sort(np.asarray(removals, np.int64))
+    at = np.searchsorted(ordered, since, side="right")  # the first removal after the key's last write
+    taken_by_ddl = wrote & (at < len(ordered))
+    return np.where(taken_by_ddl, ordered[np.minimum(at, len(ordered) - 1)], ts)
+
+
+def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, str], keyed: bool) -> _TouchedKeys | None:
     """The touched keys in the table's own types (as ``spark.write.upsert`` types a run's net
-    rows), with ``_ts``, the commitTs of each key's last change; None if a value does not fit.
+    rows); None if a value does not fit.
 
     Integer and string keys are read back from the change log's canonical key bytes
     (``net_change.key_bytes``); other keys, and a key-less table's images, from the change."""
@@ -476,7 +542,8 @@ def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, 
             typed = arrow_table(schema, images, upstream_types)
         except UnsupportedValue:
             return None
-    return typed.append_column("_ts", touched.column("ts").cast(pa.int64()))
+    return _TouchedKeys(typed, touched.column("ts").to_numpy().astype(np.int64),
+                        touched.column("deletes").to_numpy(zero_copy_only=False).astype(bool))
 
 
 def _key_column_from_bytes(keys: pa.ChunkedArray, schema: Schema, upstream_types: Mapping[str, str]) -> pa.Table | None:
@@ -647,10 +714,14 @@ def _assemble(rows1: pa.Table, removed: np.ndarray, before_ts: np.ndarray, befor
     parts = [pa.Table.from_arrays([pa.array(before_type, pa.string()), pa.array(before_ts, pa.int64()), *b.columns], schema=schema),
              pa.Table.from_arrays([pa.array(after_type, pa.string()), pa.array(after_ts, pa.int64()), *a.columns], schema=schema)]
     table = pa.concat_tables(parts)
-    # Each update's two images together, in key order; before images first.
-    side = pa.array(np.concatenate([np.zeros(len(removed), np.int8), np.ones(len(added), np.int8)]))
-    table = table.append_column("__side", side)
-    table = table.sort_by([*((k, "ascending") for k in key), ("__side", "ascending")]).drop_columns(["__side"])
+    # Each update's two images together, in key order, before images first; a key-less table's rows
+    # in the order of their values: the same bytes whatever order the data files hold the rows in.
+    # The sort's columns are a table of their own: an upstream column may have any name.
+    by = list(key) or [f.name for f in shown]
+    order = pa.table({**{f"c{i}": _comparable(table.column(c)) for i, c in enumerate(by)},
+                      "side": np.concatenate([np.zeros(len(removed), np.int8), np.ones(len(added), np.int8)]),
+                      "ts": np.concatenate([before_ts, after_ts]).astype(np.int64)})
+    table = table.take(pc.sort_indices(order, sort_keys=[(c, "ascending") for c in order.column_names]))
     counts = {t: int(n) for t, n in zip(CHANGE_TYPES, (np.sum(after_type == INSERT), np.sum(before_type == DELETE),
                                                        len(before_pair), len(after_pair)))}
     return table, counts
