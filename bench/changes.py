@@ -14,8 +14,13 @@ pyiceberg, then ``EXCEPT ALL`` both ways in DuckDB, the anti-join a user would w
 find the same rows. Prints per size the medians, their ratio, and the feed's time at each size
 over its time at the smallest.
 
-Targets (issue 25): the feed >= 20x faster than the full diff at 1% changed keys of 5M rows, and
-flat (<= 1.3x) as the table grows 10x with the same number of changed keys.
+Also timed: the feed without before images (``before_images=False``: upserts and deleted keys),
+which reads no data file of W1.
+
+Targets (issues 25, 33): with before images, hot keys: the feed >= 20x faster than the full diff at
+1% changed keys of 5M rows, and flat (<= 1.3x) as the table grows 10x with the same number of
+changed keys. Without before images, uniform keys: >= 20x the full diff and <= 1.2x as the table
+grows 10x.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from bench.archive import HOUR, T0, ArchiveBuilder, pipeline_config
 from cdc_codecs import Op, Watermark, get_encoder
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
-from spark.query.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, read_changes
+from spark.query.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, UPSERT, read_changes
 from spark.tables.properties import table_watermark
 from spark.tables.schema_map import COMMIT_TS, OP, metadata_columns
 from spark.commit.watermark import tag_name
@@ -99,6 +104,12 @@ def feed(config: Any, w1: int, w2: int) -> tuple[int, int]:
     return sum(k in (DELETE, UPDATE_BEFORE) for k in kinds), sum(k in (INSERT, UPDATE_AFTER) for k in kinds)
 
 
+def after_images(config: Any, w1: int, w2: int) -> tuple[int, int]:
+    """read_changes(before_images=False): (deleted keys, after images)."""
+    counts = read_changes(config, w1, w2, before_images=False).details[(rows.DATABASE, TABLE)].counts
+    return counts[DELETE], counts[UPSERT]
+
+
 def full_diff(config: Any, w1: int, w2: int) -> tuple[int, int]:
     """Both tags read whole, then their rows EXCEPT ALL each other: (rows only at W1, rows only at W2)."""
     import duckdb
@@ -116,18 +127,23 @@ def full_diff(config: Any, w1: int, w2: int) -> tuple[int, int]:
     return gone, new
 
 
-def measure(config: Any, w1: int, w2: int, repeat: int) -> tuple[float, float]:
-    """Median seconds of the feed and of the full diff, measured alternately; their answers must agree."""
-    took: dict[str, list[float]] = {"feed": [], "diff": []}
+def measure(config: Any, w1: int, w2: int, repeat: int, changed: int) -> tuple[float, float, float]:
+    """Median seconds of the feed, the feed without before images and the full diff, measured
+    alternately; their answers must agree."""
+    took: dict[str, list[float]] = {"feed": [], "after": [], "diff": []}
     answers = {}
     for _ in range(repeat):
-        for name, fn in (("feed", feed), ("diff", full_diff)):
+        for name, fn in (("feed", feed), ("after", after_images), ("diff", full_diff)):
             started = time.perf_counter()
             answers[name] = fn(config, w1, w2)
             took[name].append(time.perf_counter() - started)
     if answers["feed"] != answers["diff"]:
         raise AssertionError(f"the change feed found {answers['feed']} rows (before, after), the full diff {answers['diff']}")
-    return statistics.median(took["feed"]), statistics.median(took["diff"])
+    deleted, upserts = answers["after"]
+    if upserts != answers["diff"][1] or deleted + upserts != changed:
+        raise AssertionError(f"without before images: {upserts} upserts and {deleted} deletes; the full diff has "
+                             f"{answers['diff'][1]} new rows, and {changed} keys changed")
+    return statistics.median(took["feed"]), statistics.median(took["after"]), statistics.median(took["diff"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     for keys in args.keys.split(","):
         first = None
-        print(f"  {keys} keys: {'rows':>12} {'changed':>8} {'feed s':>8} {'full diff s':>12} {'diff/feed':>10} "
-              f"{'feed vs ' + format(sizes[0], ','):>16}", flush=True)
+        first_after = None
+        print(f"  {keys} keys: {'rows':>12} {'changed':>8} {'feed s':>8} {'after s':>8} {'full diff s':>12} "
+              f"{'diff/feed':>10} {'diff/after':>11} {'feed vs ' + format(sizes[0], ','):>16} {'after vs':>9}", flush=True)
         for size in sizes:
             root = args.workdir / "runs" / f"changes-{keys}-{size}"
             if root.exists():
@@ -155,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             config, w1, w2 = build(root, size, args.changed, keys, args.write_mode)
             built = time.perf_counter() - started
-            took, diff = measure(config, w1, w2, args.repeat)
-            first = first or took
-            print(f"  {'':{len(keys) + 6}} {size:>12,} {args.changed / size:7.1%} {took:8.2f} {diff:12.2f} "
-                  f"{diff / took:9.1f}x {took / first:15.2f}x   (built in {built:.0f}s)", flush=True)
+            took, after, diff = measure(config, w1, w2, args.repeat, args.changed)
+            first, first_after = first or took, first_after or after
+            print(f"  {'':{len(keys) + 6}} {size:>12,} {args.changed / size:7.1%} {took:8.2f} {after:8.2f} {diff:12.2f} "
+                  f"{diff / took:9.1f}x {diff / after:10.1f}x {took / first:15.2f}x {after / first_after:8.2f}x"
+                  f"   (built in {built:.0f}s)", flush=True)
             cat.close_catalogs()
             shutil.rmtree(root)
-        print(f"  {keys} keys: targets: full diff / feed >= 20x at the largest size; feed growth <= 1.3x over "
-              f"{sizes[-1] / sizes[0]:.0f}x the rows", flush=True)
+        print(f"  {keys} keys: targets: full diff / feed >= 20x at the largest size and feed growth <= 1.3x over "
+              f"{sizes[-1] / sizes[0]:.0f}x the rows for hot keys (before images); full diff / after >= 20x and "
+              "after-images growth <= 1.2x for uniform keys", flush=True)
     return 0

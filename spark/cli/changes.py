@@ -1,7 +1,7 @@
 """``tidelake changes``: the change feed between two published watermarks, on the command line.
 
     tidelake changes --config F --from W1|ISO-time [--to W2|ISO-time|latest] [--table db.t ...]
-                     [--format table|json|csv|parquet] [--out DIR] [--spark MASTER]
+                     [--no-before-images] [--format table|json|csv|parquet] [--out DIR] [--spark MASTER]
 
 Without ``--out`` the changes go to stdout: ``table`` (default) a heading per table (its counts)
 and its rows; ``json`` one object per change, ``{"database", "table", "row"}`` (values as
@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json", "csv", "parquet"),
                    help="stdout: table (default), json (one object per change) or csv (one table); "
                         "--out: parquet (default), json or csv files")
+    p.add_argument("--no-before-images", dest="before_images", action="store_false",
+                   help="after images and deleted keys only: an upsert per touched key with its row at --to, a "
+                        "delete per deleted key (its key columns); reads no data file at --from")
     p.add_argument("--spark", metavar="MASTER",
                    help="fold the window's change log on Spark with this master (e.g. local[2]) instead of in-process")
     p.add_argument("--out", metavar="DIR",
@@ -81,7 +84,8 @@ def cmd_changes(args: argparse.Namespace) -> int:
         runner = SparkRunner(context)
     try:
         with progress_bars(args.quiet) as bars:
-            changes = read_changes(config, from_w, to_w, args.tables, progress=StepProgress(bars), runner=runner)
+            changes = read_changes(config, from_w, to_w, args.tables, progress=StepProgress(bars), runner=runner,
+                                   before_images=args.before_images)
     finally:
         if context is not None:
             context.stop()

@@ -129,11 +129,12 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, changes_from: Any = None) -> tuple[int, Any]:
+def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, changes_from: Any = None,
+          before_images: bool = True) -> tuple[int, Any]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.read.run_query``."""
     from spark.query.read import run_query
 
-    return run_query(config, sql, at, metadata=metadata, changes_from=changes_from)
+    return run_query(config, sql, at, metadata=metadata, changes_from=changes_from, before_images=before_images)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -141,7 +142,10 @@ def cmd_query(args: argparse.Namespace) -> int:
     changes_from = args.changes_from
     if changes_from is not None and not changes_from.isdigit():
         changes_from = _instant(changes_from, "--changes-from")
-    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from)
+    if args.no_before_images and changes_from is None:
+        raise ConfigError("--no-before-images applies to the changes: give --changes-from W")
+    w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from,
+                      before_images=not args.no_before_images)
     log.info("-- %s at W=%s (%s)", config.name, w, w_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
@@ -345,6 +349,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also expose each row's _tidelake_commit_ts (upstream commit TSO) and _tidelake_op columns")
     q.add_argument("--changes-from", metavar="W|ISO-TIME",
                    help='also expose each table\'s changes since this W (up to --at) as changes."<database>"."<table>"')
+    q.add_argument("--no-before-images", action="store_true",
+                   help="with --changes-from: after images and deleted keys only (upsert/delete), reading no data "
+                        "file at the --changes-from W")
     q.add_argument("sql", help='one statement; tables are "<database>"."<table>", e.g. SELECT count(*) FROM shop.orders')
     q.set_defaults(fn=cmd_query)
     from spark.cli.changes import add_arguments as changes_arguments  # spark/cli/changes.py

@@ -86,6 +86,10 @@ class ChangesRequestError(ChangesError, query.QueryError):
 
 INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
 CHANGE_TYPES = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
+# Without before images (``before_images=False``): a touched key's row at W2, or its deletion (the
+# key's columns, the others NULL). What a MERGE, a cache or a search index applies, idempotently.
+UPSERT = "upsert"
+AFTER_IMAGE_TYPES = (UPSERT, DELETE)
 CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
 KEYS, WHOLE, NOTHING = "keys", "whole", "nothing"  # how a table's images were read
 
@@ -115,10 +119,11 @@ class ChangeSet(dict):
     ``to_watermark``, with what was done per table (``details``) and the tables left out because
     one of the two Ws lists them as isolated (``isolated``: their entries in that W's record)."""
 
-    def __init__(self, from_watermark: int, to_watermark: int) -> None:
+    def __init__(self, from_watermark: int, to_watermark: int, before_images: bool = True) -> None:
         super().__init__()
         self.from_watermark = from_watermark
         self.to_watermark = to_watermark
+        self.before_images = before_images
         self.details: dict[TableRef, TableChanges] = {}
         self.isolated: dict[TableRef, dict[str, Any]] = {}
 
@@ -127,6 +132,7 @@ class ChangeSet(dict):
         return {
             "from_watermark": self.from_watermark, "from_time": _w_time(self.from_watermark),
             "to_watermark": self.to_watermark, "to_time": _w_time(self.to_watermark),
+            "before_images": self.before_images,
             "tables": [{**self.details[name].to_dict(), **({"file": files[name]} if files and name in files else {})}
                        for name in sorted(self)],
             "isolated": [{"database": db, "table": t, **entry} for (db, t), entry in sorted(self.isolated.items())],
@@ -278,7 +284,7 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
 def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "latest",
                  tables: Iterable[str | TableRef] | None = None, *, catalog: Any = None,
                  storage: Storage | None = None, progress: Callable[[str, int, int], None] | None = None,
-                 runner: Any = None) -> ChangeSet:
+                 runner: Any = None, before_images: bool = True) -> ChangeSet:
     """The net changes of every table (or of ``tables``: ``"db.t"`` or ``(db, t)``) between two
     published watermarks, ``from_w`` < ``to_w`` (each a W, a TSO or time resolving to the greatest
     published W at or before it, or "latest"). ``from_w`` 0 is before the first W: every row at
@@ -289,6 +295,14 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     (the window's change log read and folded) and ``"tables"`` (one per table). With ``runner``
     (``spark.archive.land.SparkRunner``) the window's change log is folded on the executors, a task per
     key-hash slice of ``fold_slice_rows`` rows; without, in this process.
+
+    ``before_images=False``: after images and deleted keys only, for consumers that apply changes by
+    key (a MERGE, a cache, a search index): per key the window touched, an ``upsert`` with its row at
+    W2, or a ``delete`` with its key columns (the others NULL). It reads no data file of W1 for a
+    keyed table whose rows only row changes touched; a table the window changed wholesale (a
+    TRUNCATE, a rename, ...) reads W1's key columns for its deleted keys, and a key-less table,
+    whose deleted copies are whole rows, is compared as with before images (``insert``/``delete``).
+    Idempotent rather than minimal: a key changed and changed back is an ``upsert`` of the row it has.
 
     Raises:
         NoSuchWatermark: a W is not published; RetiredWatermark: retention retired it (naming the
@@ -308,7 +322,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
                 **{n: {**e, "isolated_at": w2} for n, e in after.isolated.items()}}
     known = set(before.tables) | set(after.tables) | set(isolated)
     names = known if tables is None else _names(tables, known)
-    out = ChangeSet(w1, w2)
+    out = ChangeSet(w1, w2, before_images)
     for name in sorted(names & set(isolated)):
         if tables is not None:
             view = after if name in after.isolated else before
@@ -330,7 +344,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         if dropped_db is not None:
             ddl = ddl.merged(dropped_db)
         rows = _rows_of(touched, name) if touched is not None else None
-        changes, details = _table_changes(name, before, after, rows, ddl, everywhere, window)
+        changes, details = _table_changes(name, before, after, rows, ddl, everywhere, window, before_images)
         out[name], out.details[name] = changes, details
         progress("tables", i + 1, len(names))
     return out
@@ -361,7 +375,8 @@ def _upstream(view: query.View, name: TableRef) -> tuple[Schema, list[NestedFiel
 
 
 def _table_changes(name: TableRef, before: query.View, after: query.View, touched: pa.Table | None, ddl: _Ddl,
-                   everywhere: list[str], window: Window | None) -> tuple[pa.Table, TableChanges]:
+                   everywhere: list[str], window: Window | None, before_images: bool = True,
+                   ) -> tuple[pa.Table, TableChanges]:
     t1, t2 = before.tables.get(name), after.tables.get(name)
     w1, w2 = before.watermark, after.watermark
     same = t1 is not None and t2 is not None and t1.metadata.table_uuid == t2.metadata.table_uuid
@@ -407,9 +422,10 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     if any(k not in names2 for k in key):
         reasons.append("its key columns are not all columns at the later W")
         key = ()  # the rows are compared whole, unpaired
+    kinds = CHANGE_TYPES if before_images or not key else AFTER_IMAGE_TYPES
     if w1 == w2 or (not reasons and not keys_touched):
         return _empty(shown, dropped_out, change_col, ts_col), TableChanges(
-            *name, NOTHING, None, 0, dict.fromkeys(CHANGE_TYPES, 0), change_col, ts_col, tuple(f.name for f in dropped_out))
+            *name, NOTHING, None, 0, dict.fromkeys(kinds, 0), change_col, ts_col, tuple(f.name for f in dropped_out))
 
     fields2 = {f.name: f for f in shown}
     match = list(key) if key else [f.name for f in shown]
@@ -419,6 +435,13 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     if typed is None and not reasons:
         reasons.append("a touched key's values do not fit the table's columns")
     whole = bool(reasons)
+    if not before_images and key:
+        w1_keys = _key_fields_at(key, fields2, up1, same) if whole and t1 is not None else []
+        if not whole or t1 is None or w1_keys is not None:
+            table, counts = _after_images(t1, t2, w1, w2, key, shown, dropped_out, change_col, ts_col, commit_field,
+                                          typed, None if whole else typed.keys, w1_keys, ddl)  # type: ignore[union-attr]
+            return table, TableChanges(*name, WHOLE if whole else KEYS, "; ".join(dict.fromkeys(reasons)) or None,
+                                       keys_touched, counts, change_col, ts_col, tuple(f.name for f in dropped_out))
 
     # The images: W1's rows in W2's columns (+ the dropped ones), W2's rows with their commitTs.
     read1 = Schema(*shown, *dropped_out) if same else Schema(*up1)
@@ -485,6 +508,76 @@ class _TouchedKeys:
     keys: pa.Table
     ts: np.ndarray
     deleted: np.ndarray
+
+
+def _key_fields_at(key: tuple[str, ...], fields2: Mapping[str, NestedField], up1: list[NestedField],
+                   same: bool) -> list[NestedField] | None:
+    """W1's fields of W2's key columns, in W2's types (by field id in the same table, else by name);
+    None if one is not a column at W1."""
+    ids1, names1 = {f.field_id for f in up1}, {f.name: f for f in up1}
+    out = []
+    for k in key:
+        f = fields2[k]
+        if same and f.field_id in ids1:
+            out.append(f)
+        elif not same and k in names1:
+            out.append(NestedField(names1[k].field_id, k, f.field_type, required=False))
+        else:
+            return None
+    return out
+
+
+def _after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown: list[NestedField],
+                  dropped_out: list[NestedField], change_col: str, ts_col: str, commit_field: NestedField | None,
+                  typed: _TouchedKeys | None, keys_arg: pa.Table | None, w1_keys: list[NestedField],
+                  ddl: _Ddl) -> tuple[pa.Table, dict[str, int]]:
+    """``read_changes(before_images=False)`` for one keyed table: ``upsert`` each touched key's row at
+    W2 (every row, ``keys_arg`` None: a table the window changed wholesale), ``delete`` each touched
+    key without one (wholesale: each key of W1, read alone, without one at W2)."""
+    match = list(key)
+    fallback = ddl.rows_ts or ddl.last_ts or w2
+    if t2 is not None:
+        # Only files written after W1 can hold a touched key's row at W2 (its change came after W1).
+        recent = (commit_field.field_id, w1) if keys_arg is not None and commit_field is not None else None
+        rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, Schema(*shown, commit_field), match,
+                          keys_arg, recent)
+    else:
+        rows2 = arrow_schema(Schema(*shown)).empty_table()
+    after = rows2.select([f.name for f in shown])
+    after_ts = np.zeros(after.num_rows, np.int64)
+    if t2 is not None and after.num_rows:
+        after_ts = pc.fill_null(rows2.column(commit_field.name), 0).to_numpy().astype(np.int64)  # type: ignore[union-attr]
+    older = np.flatnonzero(after_ts <= w1)
+    after_ts[older] = _logged(after, older, typed, match, fallback)[0]
+    after_ts = np.maximum(after_ts, max([*ddl.filled, *ddl.arrived], default=0))
+    if keys_arg is not None:  # the touched keys without a row at W2
+        gone_keys = keys_arg.select(match)
+        _, present = key_matches(after.select(match), gone_keys, match) if after.num_rows else (None, np.zeros(0, np.int64))
+        gone = np.setdiff1d(np.arange(gone_keys.num_rows), present)
+        gone_ts = typed.ts[gone] if typed is not None else np.full(len(gone), fallback, np.int64)
+    else:  # W1's keys (their columns alone) without a row at W2
+        keys1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, Schema(*w1_keys)) if t1 is not None \
+            else arrow_schema(Schema(*w1_keys)).empty_table()
+        gone_keys = keys1.rename_columns(match)
+        matched = key_matches(gone_keys, after.select(match), match)[0] if gone_keys.num_rows and after.num_rows \
+            else np.zeros(0, np.int64)
+        gone = np.setdiff1d(np.arange(gone_keys.num_rows), matched)
+        gone_ts = _deleted_ts(gone_keys, gone, typed, match, fallback, ddl.removed, w1)
+    schema = _output_schema(shown, dropped_out, change_col, ts_col)
+    columns = arrow_schema(Schema(*shown, *dropped_out))
+    deleted = gone_keys.take(pa.array(gone, pa.int64()))
+    upserts = pa.Table.from_arrays(
+        [pa.array(np.full(after.num_rows, UPSERT, object), pa.string()), pa.array(after_ts, pa.int64()),
+         *after.columns, *(pa.nulls(after.num_rows, columns.field(f.name).type) for f in dropped_out)], schema=schema)
+    deletes = pa.Table.from_arrays(
+        [pa.array(np.full(len(gone), DELETE, object), pa.string()), pa.array(gone_ts, pa.int64()),
+         *(deleted.column(f.name).cast(columns.field(f.name).type) if f.name in match
+           else pa.nulls(len(gone), columns.field(f.name).type) for f in [*shown, *dropped_out])], schema=schema)
+    table = pa.concat_tables([deletes, upserts])
+    order = pa.table({**{f"c{i}": _comparable(table.column(k)) for i, k in enumerate(match)},
+                      "side": np.concatenate([np.zeros(len(gone), np.int8), np.ones(after.num_rows, np.int8)])})
+    table = table.take(pc.sort_indices(order, sort_keys=[(c, "ascending") for c in order.column_names]))
+    return table, {UPSERT: after.num_rows, DELETE: len(gone)}
 
 
 def _logged(rows: pa.Table, taken: np.ndarray, typed: _TouchedKeys | None, match: list[str],

@@ -53,7 +53,8 @@ def named_tables(sql: str, names: set[TableRef]) -> set[TableRef] | None:
     return out
 
 
-def attach_changes(con: Any, config: PipelineConfig, sql: str, changes_from: query.At, view: query.View) -> int:
+def attach_changes(con: Any, config: PipelineConfig, sql: str, changes_from: query.At, view: query.View,
+                   before_images: bool = True) -> int:
     """Attach catalog ``changes`` to ``con`` with a view per table the SQL reads the changes of,
     between ``changes_from`` and the view's W. Returns the from W."""
     from spark.query.changes import read_changes, resolve
@@ -66,7 +67,7 @@ def attach_changes(con: Any, config: PipelineConfig, sql: str, changes_from: que
     con.execute(f"ATTACH ':memory:' AS {query.quote_ident(CATALOG)}")
     if wanted == set():
         return w1
-    changes = read_changes(config, w1, view.watermark, wanted, storage=storage)
+    changes = read_changes(config, w1, view.watermark, wanted, storage=storage, before_images=before_images)
     import duckdb
 
     for i, ((db, table), rows) in enumerate(sorted(changes.items())):

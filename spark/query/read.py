@@ -415,7 +415,7 @@ def _one_line(exc: Exception) -> str:
 
 
 def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: bool = False,
-              changes_from: At | None = None) -> tuple[int, pa.Table]:
+              changes_from: At | None = None, before_images: bool = True) -> tuple[int, pa.Table]:
     """Run DuckDB SQL over the tables it names, at one consistent W: (W, result).
 
     Each pipeline table is a view ``"<database>"."<table>"`` (a database named like one of DuckDB's
@@ -424,7 +424,8 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     (``plan_scans``). With ``metadata``, ``_tidelake_commit_ts`` and ``_tidelake_op`` are columns too
     (named with more leading underscores in a table whose upstream columns have those names: ``schema_map``).
     With ``changes_from`` (a W or time before ``at``), each table's changes since it are the relation
-    ``changes."<database>"."<table>"`` too (``spark.query.changes_sql``).
+    ``changes."<database>"."<table>"`` too (``spark.query.changes_sql``); with ``before_images=False``
+    those are after images and deleted keys only (``read_changes``).
 
     Raises:
         QueryError: the SQL does not parse, or names an unknown table or column (nothing is read then).
@@ -457,7 +458,7 @@ def run_query(config: PipelineConfig, sql: str, at: At = "latest", *, metadata: 
     if changes_from is not None:  # before the schemas: a database named "changes" gets a stand-in
         from spark.query.changes_sql import attach_changes
 
-        attach_changes(con, config, sql, changes_from, view)
+        attach_changes(con, config, sql, changes_from, view, before_images)
     catalog, schema_of = _duckdb_schemas(con, {db for db, _ in view.tables})
     sql = _with_duckdb_schemas(sql, schemas, schema_of)
 

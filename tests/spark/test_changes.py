@@ -561,3 +561,84 @@ def test_a_primary_key_changed_in_the_window(tmp_path: Path, write_mode: str) ->
     assert rows(changes, "k") == [("insert", t_eu, {"id": 1, "region": "eu", "v": 3}),
                                   ("update_before", t_v, {"id": 2, "region": "us", "v": 2}),
                                   ("update_after", t_v, {"id": 2, "region": "us", "v": 20})]
+
+
+@pytest.mark.parametrize("write_mode", WRITE_MODES)
+def test_after_images_only_read_no_data_file_of_w1(tmp_path: Path, monkeypatch, write_mode: str) -> None:
+    """``before_images=False``: an upsert per touched key with its row at W2, a delete per deleted key
+    (its key columns), and not one data file of W1 opened -- what a MERGE into a warehouse needs."""
+    lake = Lake(tmp_path, "canal-json", write_mode)
+    t = lake.create("t", [("id", "int"), ("v", "int"), ("note", "varchar(8)")])
+    for run in range(3):
+        for i in range(run * 10, run * 10 + 10):
+            lake.insert(t, id=i, v=i, note="a")
+        lake.publish()
+    w1 = lake.ws[-1]
+    t_up = lake.update(t, {"id": 5, "v": 5, "note": "a"}, {"id": 5, "v": 50, "note": "b"})
+    t_del = lake.delete(t, {"id": 17, "v": 17, "note": "a"})
+    t_new = lake.insert(t, id=40, v=40, note="n")
+    lake.insert(t, id=41, v=41, note="x")
+    t_gone = lake.delete(t, {"id": 41, "v": 41, "note": "x"})  # came and went: a delete of a key W1 never had
+    w2 = lake.publish()
+    from spark.tables import catalog as cat
+
+    table = cat.load_table(cat.open_catalog(lake.config), lake.config, "shop", "t")
+    at_w1 = {f.file.file_path for f in table.scan(snapshot_id=table.snapshot_by_name(f"wm_{w1}").snapshot_id).plan_files()}
+    opened = _files_read(monkeypatch)
+    changes = read_changes(lake.config, w1, w2, before_images=False)
+    assert rows(changes, "t") == [("upsert", t_up, {"id": 5, "v": 50, "note": "b"}), ("delete", t_del, {"id": 17}),
+                                  ("upsert", t_new, {"id": 40, "v": 40, "note": "n"}), ("delete", t_gone, {"id": 41})]
+    assert changes.details[("shop", "t")].counts == {"upsert": 2, "delete": 2}
+    assert changes.before_images is False and changes.manifest()["before_images"] is False
+    assert opened and not set(opened) & at_w1, (opened, at_w1)
+    # Applied by key to the table at W1, they give the table at W2.
+    mirror = {r["id"]: r for r in read_table(lake.config, "shop", "t", w1).to_pylist()}
+    for r in changes[("shop", "t")].to_pylist():
+        if r["_change_type"] == "delete":
+            mirror.pop(r["id"], None)
+        else:
+            mirror[r["id"]] = {k: v for k, v in r.items() if not k.startswith("_")}
+    assert sorted(mirror.values(), key=lambda r: r["id"]) == sorted(read_table(lake.config, "shop", "t", w2).to_pylist(),
+                                                                     key=lambda r: r["id"])
+
+
+def test_after_images_of_a_table_changed_wholesale(tmp_path: Path) -> None:
+    """A TRUNCATE in the window: every row at W2 an upsert, every key of W1 without a row at W2 a
+    delete (W1's key column read alone), with the TRUNCATE's commitTs."""
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    for i in (1, 2, 3):
+        lake.insert(t, id=i, v=i)
+    w1 = lake.publish()
+    lake.h.ddl("shop", "t", "TRUNCATE TABLE shop.t")
+    t_truncate = lake.h.ts
+    t_again = lake.insert(t, id=2, v=20)
+    w2 = lake.publish()
+    changes = read_changes(lake.config, w1, w2, before_images=False)
+    assert rows(changes, "t") == [("delete", t_truncate, {"id": 1}), ("upsert", t_again, {"id": 2, "v": 20}),
+                                  ("delete", t_truncate, {"id": 3})]
+    assert changes.details[("shop", "t")].read == WHOLE
+
+
+def test_after_images_on_the_command_line_and_in_sql(tmp_path: Path, capsys) -> None:
+    from spark.cli.main import main
+    from spark.query.read import run_query
+
+    lake = Lake(tmp_path, "canal-json")
+    t = lake.create("t", [("id", "int"), ("v", "int")])
+    lake.insert(t, id=1, v=1)
+    lake.insert(t, id=2, v=2)
+    w1 = lake.publish()
+    lake.update(t, {"id": 1, "v": 1}, {"id": 1, "v": 10})
+    lake.delete(t, {"id": 2, "v": 2})
+    w2 = lake.publish()
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'name = "{lake.config.name}"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
+                    f'protocol = "canal-json"\n[storage]\nurl = "{lake.config.storage.url}"\n')
+    assert main(["changes", "--config", str(path), "--from", str(w1), "--no-before-images", "--format", "json", "-q"]) == 0
+    got = [orjson.loads(line)["row"] for line in capsys.readouterr().out.splitlines()]
+    assert [(r["_change_type"], r["id"], r["v"]) for r in got] == [("upsert", 1, 10), ("delete", 2, None)]
+    _, result = run_query(lake.config, "SELECT _change_type, id FROM changes.shop.t ORDER BY id", w2, changes_from=w1,
+                          before_images=False)
+    assert result.to_pylist() == [{"_change_type": "upsert", "id": 1}, {"_change_type": "delete", "id": 2}]
+    assert main(["query", "--config", str(path), "--no-before-images", "SELECT 1"]) != 0
