@@ -507,6 +507,15 @@ def _require_known(topic: str, partition: int, known: Sequence[SegmentRef], unde
                                  "partition's history")
 
 
+def undecoded(config: PipelineConfig, storage: Storage, needed: Mapping[PartitionKey, Sequence[SegmentRef]],
+              ) -> list[tuple[PartitionKey, SegmentRef]]:
+    """The ``needed`` raw segments this tidelake's decoders have not decoded yet (no side output of
+    their decoder version): what ``ensure_change_log`` would decode, and so write."""
+    versions = {t.name: decoder_version(t.protocol) for t in config.topics}
+    return [((topic, partition), s) for (topic, partition), segments in needed.items() for s in segments
+            if topic in versions and not storage.exists(_side_path(config.name, versions[topic], topic, partition, s))]
+
+
 def _side_path(pipeline: str, version: str, topic: str, partition: int, segment: SegmentRef) -> str:
     return layout.changelog_paths(pipeline, version, topic, partition, segment.start, segment.end)[1]
 

@@ -38,18 +38,19 @@ def topic_clock_path(pipeline: str, topic: str) -> str:
     return f"{layout.pipeline_root(pipeline)}/topics/{layout.encode_name(topic)}.json"
 
 
-def settle_topic_clocks(config: PipelineConfig, storage: Storage) -> PipelineConfig:
+def settle_topic_clocks(config: PipelineConfig, storage: Storage, *, record: bool = True) -> PipelineConfig:
     """``config`` with every ``auto`` topic's mode settled (recorded in the archive, or decided now
     from the topic's first archived message and recorded); topics without an archived message
-    keep ``auto`` (nothing of theirs is decoded yet)."""
+    keep ``auto`` (nothing of theirs is decoded yet). ``record=False`` (a reader without the
+    pipeline's lease: the change feed) decides an unrecorded one the same way without recording it."""
     topics = []
     for topic in config.topics:
-        options = _settled(config, storage, topic)
+        options = _settled(config, storage, topic, record)
         topics.append(topic if options is None else dataclasses.replace(topic, options={**topic.options, **options}))
     return dataclasses.replace(config, topics=tuple(topics)) if tuple(topics) != config.topics else config
 
 
-def _settled(config: PipelineConfig, storage: Storage, topic: TopicConfig) -> dict[str, bool] | None:
+def _settled(config: PipelineConfig, storage: Storage, topic: TopicConfig, record: bool) -> dict[str, bool] | None:
     option = protocol_spec(topic.protocol).decoder.options_spec.get(TIDB_EXTENSION_OPTION)
     if option is None or option.parse(topic.options.get(TIDB_EXTENSION_OPTION, AUTO)) != AUTO:
         return None
@@ -59,6 +60,8 @@ def _settled(config: PipelineConfig, storage: Storage, topic: TopicConfig) -> di
         if decided is None:
             return None
         extension, where = decided
+        if not record:  # from the first message, as the run that records it will decide
+            return {TIDB_EXTENSION_OPTION: extension}
         try:
             storage.create(path, orjson.dumps({"format": FORMAT, TIDB_EXTENSION_OPTION: extension, "decided_from": where},
                                               option=orjson.OPT_INDENT_2))

@@ -47,7 +47,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from spark.tables import catalog as cat
 from spark.query import read as query
 from spark.commit.plan import ddl_changes
-from spark.query.changes_log import ChangesError, ChangesUnavailable, Window, open_window
+from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
 from spark.tables.properties import UPSTREAM_TYPE_PREFIX
 from spark.config import PipelineConfig
@@ -74,7 +74,8 @@ from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_colu
 from spark.archive.storage import Storage, open_storage
 from spark.commit.watermark import tag_name
 
-__all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesRequestError", "ChangesUnavailable", "TableChanges",
+__all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError", "ChangesUnavailable",
+           "TableChanges",
            "read_changes"]
 
 TableRef = tuple[str, str]
@@ -308,6 +309,8 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
         NoSuchWatermark: a W is not published; RetiredWatermark: retention retired it (naming the
             nearest retained Ws); IsolatedTable: a table asked for is isolated at either W.
         ChangesUnavailable: archive retention deleted change log the window needs.
+        ChangesNeedDecoding: the window's change log is not decoded by this version's decoders and the
+            caller cannot take the pipeline's lease to decode it (read-only credentials): says what to run.
         ChangesError: ``from_w`` is after ``to_w``, or a table asked for is not the pipeline's.
     """
     storage = storage or open_storage(config.storage)

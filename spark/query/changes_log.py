@@ -40,7 +40,7 @@ from spark.archive.land import LocalRunner
 from spark.archive.manifest import list_manifests, read_manifest
 from spark.archive.storage import Storage
 from spark.config import PipelineConfig
-from spark.decode.changelog import CHANGE_LOG_SCHEMA, SideOutput, decode_schema, ensure_change_log
+from spark.decode.changelog import CHANGE_LOG_SCHEMA, SideOutput, decode_schema, ensure_change_log, undecoded
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.net_change import change_order, greatest
 from spark.fold.select import APPLY, FoldWindow, select
@@ -59,6 +59,11 @@ class ChangesError(TidelakeError):
 
 class ChangesUnavailable(ChangesError):
     """The window's change log is gone: archive retention deleted segments it needs."""
+
+
+class ChangesNeedDecoding(ChangesError):
+    """The window's change log is not decoded by this tidelake's decoders, and this reader cannot
+    take the pipeline's lease to decode it (read-only credentials, or a run holds it)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ def open_window(config: PipelineConfig, storage: Storage, from_doc: Mapping[str,
         ChangesUnavailable: archive retention deleted change-log segments the window needs.
         ChangesError: the archive lacks a checkpoint or manifest the window's runs left.
     """
-    config = settle_topic_clocks(config, storage)
+    config = settle_topic_clocks(config, storage, record=False)  # a reader records nothing
     chain = list_manifests(storage, config.name)
     names = [_interval_name(s, e) for s, e, _ in chain]
     first, last = (names.index(doc["interval"]) if doc["interval"] in names else None for doc in (from_doc, to_doc))
@@ -207,7 +212,34 @@ def open_window(config: PipelineConfig, storage: Storage, from_doc: Mapping[str,
     if not runs:
         return window
     needed, history = merged([run.window for run in runs])
-    last_window = runs[-1].window
-    window.sides = ensure_change_log(config, storage, LocalRunner(), needed, history, last_window.full_history)
+    decode = lambda: ensure_change_log(config, storage, LocalRunner(), needed, history,  # noqa: E731
+                                       runs[-1].window.full_history)
+    missing = undecoded(config, storage, needed)
+    # Decoded already (what every run leaves): only read. Else decoding writes change logs, which
+    # only the pipeline's lease holder may do (a downstream reader holds read-only credentials).
+    window.sides = _decoded_under_lease(config, storage, missing, from_doc, to_doc, decode) if missing else decode()
     window.paths = sorted({p for run in runs for p in run.window.change_log_paths()})
     return window
+
+
+def _decoded_under_lease(config: PipelineConfig, storage: Storage, missing: list[tuple[PKey, Any]],
+                         from_doc: Mapping[str, Any], to_doc: Mapping[str, Any], decode: Any) -> Any:
+    """``decode()`` while holding the pipeline's lease, or ``ChangesNeedDecoding`` saying what to run."""
+    from spark.commit.lease import Lease
+
+    lease = Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
+                  owner=f"tidelake changes {from_doc['watermark']}..{to_doc['watermark']}")
+    try:
+        lease.acquire()
+    except Exception as exc:  # read-only credentials (the store refuses the lease's object), or a run holds it
+        (topic, partition), segment = missing[0]
+        raise ChangesNeedDecoding(
+            f"pipeline {config.name}: the change log between watermarks {from_doc['watermark']} and "
+            f"{to_doc['watermark']} is not decoded by this tidelake's decoders ({len(missing)} segment(s), the first "
+            f"{topic}/{partition}@{segment.start}), and decoding it writes to the archive under the pipeline's lease, "
+            f"which this reader could not take ({type(exc).__name__}: {exc}). Run the same request once with the "
+            "pipeline's own credentials (e.g. `tidelake changes --config <pipeline file> --from "
+            f"{from_doc['watermark']} --to {to_doc['watermark']} --out <dir>`); readers need only read access after it"
+        ) from None
+    with lease:
+        return decode()

@@ -8,6 +8,7 @@ stopped by PID when the session ends.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -112,6 +113,9 @@ class S3Service:
     endpoint: str
     access_key: str
     secret_key: str
+    # An identity that may read and list only: a downstream team's credentials (tests of readers).
+    reader_key: str = "tidelake-reader"
+    reader_secret: str = "tidelake-reader-secret"
 
     def client(self):  # noqa: ANN201
         import boto3
@@ -142,12 +146,19 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     data.mkdir(parents=True)
     log = workdir / "seaweed.log"
     key, secret = "tidelake-test", "tidelake-test-secret"
+    reader = S3Service("", key, secret)
+    identities = workdir / "s3.json"  # SeaweedFS's static identities: the owner, and a read-only reader
+    identities.write_text(json.dumps({"identities": [
+        {"name": "owner", "credentials": [{"accessKey": key, "secretKey": secret}],
+         "actions": ["Admin", "Read", "List", "Tagging", "Write"]},
+        {"name": "reader", "credentials": [{"accessKey": reader.reader_key, "secretKey": reader.reader_secret}],
+         "actions": ["Read", "List"]}]}))
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
     proc = start_process_group(
         [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
          f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
          "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
-         "-s3.allowDeleteBucketNotEmpty=false"],
+         "-s3.allowDeleteBucketNotEmpty=false", f"-s3.config={identities}"],
         log, env,
     )
     try:

@@ -150,6 +150,8 @@ def migrate_catalog_name(catalog: Catalog, config: PipelineConfig) -> tuple[int,
             session.execute(delete(IcebergNamespaceProperties).where(
                 IcebergNamespaceProperties.catalog_name == old, IcebergNamespaceProperties.namespace == namespace,
                 IcebergNamespaceProperties.property_key == key))
+        if not keys(IcebergTables, *tables, name=old) and not keys(IcebergNamespaceProperties, *props, name=old):
+            return 0, 0  # nothing to move: no write (a reader may hold read-only catalog credentials)
         rows_only = {"synchronize_session": False}  # no ORM objects are loaded: plain UPDATEs
         moved_tables = session.execute(update(IcebergTables).where(IcebergTables.catalog_name == old)
                                        .values(catalog_name=catalog.name), execution_options=rows_only).rowcount
