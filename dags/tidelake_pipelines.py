@@ -99,6 +99,10 @@ def asset_event_extra(pipeline: str, announcement: Any) -> dict[str, Any]:
         "repair": announcement.repair,
         "repaired_from": repaired_from,
         "repaired_from_str": None if repaired_from is None else str(repaired_from),
+        # Tables isolated while earlier Ws were announced, caught up since: a mirror reads each one's
+        # changes from its held W (docs/operating.md, "A downstream DAG").
+        "caught_up": [{"database": c["database"], "table": c["table"], "from_watermark": c["held_at"],
+                       "from_watermark_str": str(c["held_at"])} for c in announcement.caught_up],
     }
 
 

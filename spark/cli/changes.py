@@ -94,6 +94,10 @@ def cmd_changes(args: argparse.Namespace) -> int:
     for (db, table), e in sorted(changes.isolated.items()):
         log.warning("ISOLATED %s.%s: left out, isolated at W %s (held at W %s): %s: %s", db, table, e["isolated_at"],
                     e["held_at"], e["error"], e["message"])
+    if changes.isolated and fmt == "csv":
+        # CSV holds one table's rows, nowhere to name the others: refuse rather than drop them quietly.
+        raise ConfigError(f"{', '.join('.'.join(n) for n in sorted(changes.isolated))} left out (isolated): --format csv "
+                          "cannot name them; use --format json or table, or --out DIR (manifest.json names them)")
     if args.out:
         write_changes(config, changes, args.out, fmt)
     else:
@@ -108,6 +112,9 @@ def print_changes(changes: Any, fmt: str, out: Any) -> None:
         for (db, table), rows in sorted(changes.items()):
             for row in rows.to_pylist():
                 out.write(orjson.dumps({"database": db, "table": table, "row": row}, default=_json_value).decode() + "\n")
+        # A table left out is named in the output itself (not only in a warning -q hides): a mirror must know.
+        for (db, table), entry in sorted(changes.isolated.items()):
+            out.write(orjson.dumps({"database": db, "table": table, "left_out": entry}, default=_json_value).decode() + "\n")
         return
     if fmt == "csv":
         if len(changes) != 1:
@@ -119,6 +126,9 @@ def print_changes(changes: Any, fmt: str, out: Any) -> None:
         print(f"{name[0]}.{name[1]}: {_summary(changes.details[name])}", file=out)
         if rows.num_rows:
             _print_table(rows, out)
+    for (db, table), e in sorted(changes.isolated.items()):
+        print(f"{db}.{table}: LEFT OUT, isolated at W {e['isolated_at']} (held at W {e['held_at']}): {e['error']}: "
+              f"{e['message']}", file=out)
 
 
 def _summary(details: Any) -> str:

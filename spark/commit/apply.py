@@ -56,7 +56,7 @@ from spark.decode.changelog import SideOutput
 from spark.fold.window import IntervalWindow, carried_segments
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.commit.isolation import (
-    ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
+    ISOLATE, Isolated, RunIsolation, mark_held, read_isolated, statement_table, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
 from spark.archive.land import LocalRunner, Runner
@@ -67,7 +67,7 @@ from spark.runtime.plane import FillRequest, Fold, LocalPlane, RewriteRequest, S
 from spark.runtime.tasks import sized
 from spark.commit.published import (
     CONFIRMATION_REPORT, CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark,
-    published_path, read_published, record_caught_up,
+    published_path, read_published, record_catch_up, record_caught_up,
 )
 from spark.commit.quarantine import quarantine_messages
 from spark.archive.storage import AlreadyExists, Storage, open_storage
@@ -636,6 +636,9 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
     if {**before, **isolation.new} != before:
         lease.check()
         write_isolated(storage, config.name, {**before, **isolation.new})  # before the tables left untagged are tagged
+        for ref, entry in sorted(isolation.new.items()):
+            if (table := tables.load(*ref)) is not None:
+                mark_held(table, entry)
     step("isolated")
     every = tables.all()
     if w:  # W = 0: some partition has not reported a watermark yet; nothing is consistent
@@ -676,7 +679,13 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
     after = isolation.after()
     if after != read_isolated(storage, config.name):
         lease.check()
+        released = sorted(isolation.retried - set(after))
+        for ref in released:  # went through: the next W announced names them
+            record_catch_up(storage, config.name, *ref, isolation.before[ref].held_at, w)
         write_isolated(storage, config.name, after)  # retried tables that went through: behind now, not isolated
+        for ref in released:
+            if (table := tables.load(*ref)) is not None:
+                mark_held(table, None)
     starts = {(p.topic, p.partition): p.start for p in manifest.partitions}
     report = {
         "step": "apply",

@@ -38,7 +38,9 @@ from cdc_codecs import DdlChange
 from spark.archive import layout
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
+from spark.tables.properties import HELD_AT, HELD_REASON
 from spark.tables.schema_map import UnsupportedValue
+from spark.write import internals
 from spark.archive.storage import Storage
 
 FAIL, ISOLATE = "fail", "isolate"
@@ -209,3 +211,15 @@ class RunIsolation:
         through are gone (they are behind now, and the walk brings them on)."""
         kept = {ref: e for ref, e in self.before.items() if ref not in self.retried}
         return {**kept, **self.new}
+
+
+def mark_held(table: Any, entry: Isolated | None) -> None:
+    """Say on the table's own metadata that its ``main`` is held (``entry``) or goes on again (None):
+    other engines read ``main``, not tidelake's published records. Properties only: no snapshot."""
+    if entry is None and HELD_AT not in table.properties:
+        return
+    with internals.transaction(table) as tx:
+        if entry is None:
+            tx.remove_properties(HELD_AT, HELD_REASON)
+        else:
+            tx.set_properties({HELD_AT: str(entry.held_at), HELD_REASON: entry.reason()})

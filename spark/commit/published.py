@@ -196,6 +196,47 @@ def record_caught_up(storage: Storage, pipeline: str, watermark: int, view: list
     return sorted(f"{t.database}.{t.table}" for t in back)
 
 
+# ---------------------------------------------------------------- catch-ups, for downstream mirrors
+#
+# An isolated table is left out of every W published while it is held; when a later run replays
+# it (a fixed version, a repair), the Ws it missed change: a mirror built from the change feed of
+# each new W holds it at its held W. Each catch-up is recorded once (``caught_up/<held W>_<db>.<t>.json``)
+# and claimed by the next W announced, whose Asset event names it: the mirror reads that table's
+# changes from its held W instead of the previous W.
+
+
+def catch_ups_dir(pipeline: str) -> str:
+    return f"{layout.pipeline_root(pipeline)}/caught_up"
+
+
+def record_catch_up(storage: Storage, pipeline: str, database: str, table: str, held_at: int, released_at: int) -> None:
+    """A table held at ``held_at`` goes on from the W ``released_at`` (create-only: a retry records nothing new)."""
+    path = f"{catch_ups_dir(pipeline)}/{held_at:020d}_{layout.encode_name(database)}.{layout.encode_name(table)}.json"
+    try:
+        storage.create(path, orjson.dumps({"database": database, "table": table, "held_at": held_at,
+                                           "released_at": released_at}, option=orjson.OPT_INDENT_2))
+    except AlreadyExists:
+        pass
+
+
+def _claim_catch_ups(storage: Storage, pipeline: str, watermark: int) -> list[dict[str, Any]]:
+    """The catch-ups ``watermark`` announces: released at or before it, not announced by another W yet."""
+    root = catch_ups_dir(pipeline)
+    claimed = []
+    for path in sorted(p for p in storage.list(root) if p.endswith(".json") and p.rsplit("/", 1)[0] == root):
+        doc = orjson.loads(storage.read(path))
+        if doc["released_at"] > watermark:
+            continue
+        marker = f"{root}/announced/{path.rsplit('/', 1)[-1]}"
+        try:
+            storage.create(marker, orjson.dumps({"watermark": watermark}))
+        except AlreadyExists:
+            if orjson.loads(storage.read(marker))["watermark"] != watermark:
+                continue  # announced by an earlier W
+        claimed.append(doc)
+    return claimed
+
+
 def repairs_dir(pipeline: str) -> str:
     return f"{layout.pipeline_root(pipeline)}/repairs"
 
@@ -236,6 +277,9 @@ class Announcement:
     repaired_from: int | None  # the first W a repair re-derived
     interval_end: dt.datetime
     previous_watermark: int = 0  # the W published before it (0: none): read_changes(previous, W) is what is new
+    # Tables isolated until now, caught up since the W announced before (``record_catch_up``): each
+    # {"database", "table", "held_at", "released_at"}; read its changes from ``held_at``, not ``previous``.
+    caught_up: tuple[dict[str, Any], ...] = ()
 
 
 def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime,
@@ -266,7 +310,8 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
     if outcome == PUBLISHED:
         previous = report.get("previous_watermark") or 0  # runs publish in order: the W published before
         repairs = _claim_repairs(storage, config.name, w)
+        caught_up = tuple(_claim_catch_ups(storage, config.name, w))
         if repairs:
-            return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end, previous)
-        return Announcement(w, False, None, interval_end, previous)
+            return Announcement(w, True, min(r["repaired_from"] for r in repairs), interval_end, previous, caught_up)
+        return Announcement(w, False, None, interval_end, previous, caught_up)
     return None

@@ -24,6 +24,10 @@ CREATED_AT = "tidelake.created-at-watermark"  # the first W the table (its Icebe
 UPSTREAM_TYPE_PREFIX = "tidelake.column-type."
 SCHEMA_CHANGED_AT = "tidelake.schema-changed-at"  # commitTs of the last DDL that changed the columns or key
 PARTITIONING = "tidelake.partitioning"  # the upstream table's partitioning as the stream defined it (JSON)
+# On an isolated table (``on_table_error = "isolate"``): the W its ``main`` is held at, and why. Another
+# engine reading ``main`` sees the table as it was at that W, not at the pipeline's latest (docs/engines.md).
+HELD_AT = "tidelake.held-at-watermark"
+HELD_REASON = "tidelake.held-reason"
 
 # Iceberg's table properties for how updates, deletes and merges drop old rows.
 WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")

@@ -372,6 +372,7 @@ class Announcement:
     repaired_from: int | None
     interval_end: dt.datetime
     previous_watermark: int = 0
+    caught_up: tuple = ()
 
 
 @pytest.fixture
@@ -407,7 +408,8 @@ def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is
     returned = publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
     extra = {"pipeline": "shop", "watermark": W1, "watermark_str": "447656165965824001",
              "previous_watermark": 0, "previous_watermark_str": "0",
-             "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None}
+             "interval_end": "2024-01-01T01:00:00+00:00", "repair": False, "repaired_from": None, "repaired_from_str": None,
+             "caught_up": []}
     assert events[asset].extra == extra and returned == extra
     assert W1 > 2**53 and float(W1) != W1  # what a JavaScript number would lose
     assert sys.modules["spark.commit.published"].calls == [("shop", start, end)]
@@ -418,6 +420,14 @@ def test_publish_sends_the_watermark_as_int_and_string_and_skips_when_nothing_is
     assert events[asset].extra == {**extra, "watermark": W3, "watermark_str": str(W3), "repair": True,
                                    "repaired_from": W2, "repaired_from_str": str(W2),
                                    "previous_watermark": W2, "previous_watermark_str": str(W2)}
+
+    # A table isolated while earlier Ws were announced, caught up since: its held W travels as a string too.
+    announcements.append(Announcement(W3, False, None, end, W2, ({"database": "shop", "table": "a", "held_at": W1,
+                                                                   "released_at": W2},)))
+    events = OutletEventAccessors()
+    publish.python_callable(data_interval_start=start, data_interval_end=end, outlet_events=events)
+    assert events[asset].extra["caught_up"] == [{"database": "shop", "table": "a", "from_watermark": W1,
+                                                 "from_watermark_str": str(W1)}]
 
     announcements.append(None)
     with pytest.raises(AirflowSkipException, match="published no new watermark"):

@@ -397,6 +397,19 @@ def test_isolated_tables_are_left_out_and_named(tmp_path: Path, monkeypatch) -> 
         ("insert", 2, 2), ("insert", 3, 3), ("update_after", 1, 10), ("update_before", 1, 1)]
     with pytest.raises(IsolatedTable, match="held at W"):
         read_changes(config, w1, w3, ["shop.a"])
+    # The command's output names it (not only a warning -q hides): stdout as JSON lines and as a table.
+    import io
+
+    from spark.cli.changes import print_changes
+
+    out = io.StringIO()
+    print_changes(changes, "json", out)
+    left = [orjson.loads(line) for line in out.getvalue().splitlines() if "left_out" in line]
+    assert [(d["table"], d["left_out"]["held_at"]) for d in left] == [("a", w1)]
+    out = io.StringIO()
+    print_changes(changes, "table", out)
+    assert f"shop.a: LEFT OUT, isolated at W {w3} (held at W {w1})" in out.getvalue()
+    assert changes.manifest()["isolated"][0]["table"] == "a"
     _fixed(monkeypatch)  # a version that handles the statement (as a truncate) brings a to W3
     apply_interval(config, T0 + 2 * HOUR, T0 + 3 * HOUR)
     assert sorted(read_changes(config, w1, w3)) == [("shop", "a"), ("shop", "b")]

@@ -366,3 +366,65 @@ def test_a_crash_while_catching_up_then_the_next_run(tmp_path: Path, monkeypatch
     assert _rows(config, "a", w1) == [(1, 1)]
     assert _rows(config, "a", w2) == [(3, 3)] and _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert [t["table"] for t in read_published(storage, config.name, w2)["tables"]] == ["a", "b"]
+
+
+def test_a_mirror_built_from_announcements_stays_exact_through_a_catch_up(tmp_path: Path, monkeypatch) -> None:
+    """A downstream mirror that applies, for each announced W, the change feed since the W before
+    -- and for a table the event names as caught up, since the W it was held at -- equals every
+    table at the last W, though a was left out of two Ws and caught up in a third."""
+    from dags.tidelake_pipelines import asset_event_extra
+    from spark.commit.published import announcement
+    from spark.query.changes import read_changes
+
+    h, batches, _ = _history()
+    h.events = []
+    h.row(Op.INSERT, A, None, {"id": 5, "v": 5})
+    h.row(Op.UPDATE, B, {"id": 2, "v": 2}, {"id": 2, "v": 20})
+    w4 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [*batches, h.events])
+    mirror: dict = {}
+    events = []
+
+    def consume(i: int) -> None:
+        event = asset_event_extra(config.name, announcement(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+        events.append(event)
+        previous, new = int(event["previous_watermark_str"]), int(event["watermark_str"])
+        changes = dict(read_changes(config, previous, new))
+        left_out = read_changes(config, previous, new).isolated
+        for c in event["caught_up"]:  # the Ws it missed: from its held W
+            name = (c["database"], c["table"])
+            changes[name] = read_changes(config, int(c["from_watermark_str"]), new, [name])[name]
+        for name, rows in changes.items():
+            if name in left_out:
+                continue
+            table = mirror.setdefault(name, {})
+            for r in rows.to_pylist():
+                key = r["id"]
+                if r["_change_type"] in ("delete", "update_before"):
+                    table.pop(key, None)
+                else:
+                    table[key] = (r["id"], r["v"])
+
+    for i in range(3):
+        _apply(config, i)
+        consume(i)
+    assert events[1]["caught_up"] == [] and read_isolated(open_storage(config.storage), config.name)
+    assert sorted(mirror[("shop", "a")].values()) == [(1, 1)]  # held at W1 in the mirror too
+    # Other engines read main: the table says it is held, and at which W.
+    from spark.tables.properties import HELD_AT, HELD_REASON
+
+    held = _iceberg(config, "a").properties
+    assert held[HELD_AT] == events[0]["watermark_str"] and "DISCARD" in held[HELD_REASON]
+    assert HELD_AT not in _iceberg(config, "b").properties
+    _fixed(monkeypatch)
+    result = _apply(config, 3)
+    assert result.watermark == w4 and result.replayed
+    consume(3)
+    assert events[3]["caught_up"] == [{"database": "shop", "table": "a", "from_watermark": events[0]["watermark"],
+                                       "from_watermark_str": events[0]["watermark_str"]}]
+    for name in (("shop", "a"), ("shop", "b")):
+        assert sorted(mirror[name].values()) == _rows(config, name[1], w4), name
+    assert HELD_AT not in _iceberg(config, "a").properties and HELD_REASON not in _iceberg(config, "a").properties
+    # Announced once: a later announcement of the same interval names nothing again.
+    again = announcement(config, T0 + 3 * HOUR, T0 + 4 * HOUR)
+    assert again is not None and [c["table"] for c in again.caught_up] == ["a"]  # the same W claims it again
