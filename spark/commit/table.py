@@ -65,6 +65,7 @@ from spark.tables.properties import (
     SCHEMA_CHANGED_AT,
     UPSTREAM_TYPE_PREFIX,
     WATERMARK,
+    upstream_schema_record,
     WRITE_MODE_PROPERTIES,
     created_at,
     key_columns,
@@ -368,6 +369,8 @@ class TableCommitter:
         wanted = {**dict.fromkeys(WRITE_MODE_PROPERTIES, self.config.layout.write_mode), DELETE_GRANULARITY: "file"}
         properties = tx.table_metadata.properties
         progress.update({k: v for k, v in wanted.items() if properties.get(k) != v})
+        # The key and column types upstream gave the table at this W, for readers of this W later.
+        progress.update(upstream_schema_record(properties, run.watermark))
         tx.set_properties(progress)
         if tag:
             _stage_tag(tx, run.watermark)

@@ -32,7 +32,6 @@ are those of W2; a column dropped in the window is kept in the before images (``
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +48,7 @@ from spark.query import read as query
 from spark.commit.plan import ddl_changes
 from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
-from spark.tables.properties import UPSTREAM_TYPE_PREFIX
+from spark.tables.properties import upstream_schema_at
 from spark.config import PipelineConfig
 from spark.tables.ddl import (
     AddColumn,
@@ -405,7 +404,9 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     keys_touched = touched.num_rows if touched is not None else 0
 
     # How to read: only the touched keys' rows, unless the window changed more than rows.
-    key_property = tuple(json.loads((t2 or t1).properties.get(cat.KEY_COLUMNS, "[]")))  # type: ignore[union-attr]
+    # The key and upstream types the table had at W2 (W1 for a table gone by then), not today's:
+    # a later key change or ALTER does not change what an older window returns.
+    key_property, upstream_types = upstream_schema_at((t2 or t1).properties, w2 if t2 is not None else w1)  # type: ignore[union-attr]
     seen_keys = window.key_columns(touched.column("schema_id").to_pylist()) if window is not None and keys_touched else set()
     key = next(iter(seen_keys)) if len(seen_keys) == 1 else key_property
     reasons = list(everywhere) + list(ddl.whole)
@@ -432,8 +433,6 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
 
     fields2 = {f.name: f for f in shown}
     match = list(key) if key else [f.name for f in shown]
-    upstream_types = {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in (t2 or t1).properties.items()  # type: ignore[union-attr]
-                      if k.startswith(UPSTREAM_TYPE_PREFIX)}
     typed = _typed_keys(touched, Schema(*[fields2[m] for m in match]), upstream_types, bool(key)) if keys_touched else None
     if typed is None and not reasons:
         reasons.append("a touched key's values do not fit the table's columns")

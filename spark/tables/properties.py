@@ -57,3 +57,44 @@ def key_columns(properties: dict[str, str]) -> tuple[str, ...]:
 def upstream_types(properties: dict[str, str]) -> dict[str, str]:
     """{column: its MySQL type as upstream declared it}."""
     return {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
+
+
+# What upstream said of the table's key and column types, by the W it took effect at: the current
+# ``KEY_COLUMNS`` and ``UPSTREAM_TYPE_PREFIX`` properties are today's, but a reader of an older W
+# (the change feed's window) needs that W's. A run whose DDL changed them records the new ones
+# under its W (``tidelake.upstream-schema.<W, 20 digits>``, JSON {"key": [...], "types": {...}}):
+# one entry per change, bounded by the table's DDL, not by its runs.
+UPSTREAM_SCHEMA_PREFIX = "tidelake.upstream-schema."
+
+
+def upstream_schema(properties: dict[str, str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Today's (key columns, upstream types)."""
+    return key_columns(properties), upstream_types(properties)
+
+
+def upstream_schema_record(properties: dict[str, str], watermark: int) -> dict[str, str]:
+    """The property to set for a run at ``watermark`` that leaves ``properties``: none if the upstream
+    schema in force at that W already says the same."""
+    key, types = upstream_schema(properties)
+    recorded = _recorded(properties)
+    at = [w for w in recorded if w <= watermark]
+    if at and recorded[max(at)] == (key, types):
+        return {}
+    return {f"{UPSTREAM_SCHEMA_PREFIX}{watermark:020d}": json.dumps({"key": list(key), "types": types}, sort_keys=True)}
+
+
+def upstream_schema_at(properties: dict[str, str], watermark: int) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(key columns, upstream types) of the table at W: the last record at or before it; today's
+    for a table with no record that old (made before records were kept)."""
+    recorded = _recorded(properties)
+    at = [w for w in recorded if w <= watermark]
+    return recorded[max(at)] if at else upstream_schema(properties)
+
+
+def _recorded(properties: dict[str, str]) -> dict[int, tuple[tuple[str, ...], dict[str, str]]]:
+    out = {}
+    for name, value in properties.items():
+        if name.startswith(UPSTREAM_SCHEMA_PREFIX) and name[len(UPSTREAM_SCHEMA_PREFIX):].isdigit():
+            doc = json.loads(value)
+            out[int(name[len(UPSTREAM_SCHEMA_PREFIX):])] = (tuple(doc["key"]), dict(doc["types"]))
+    return out

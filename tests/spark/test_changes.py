@@ -655,3 +655,34 @@ def test_after_images_on_the_command_line_and_in_sql(tmp_path: Path, capsys) -> 
                           before_images=False)
     assert result.to_pylist() == [{"_change_type": "upsert", "id": 1}, {"_change_type": "delete", "id": 2}]
     assert main(["query", "--config", str(path), "--no-before-images", "SELECT 1"]) != 0
+
+
+def test_a_window_reads_with_the_schema_of_its_ws_not_todays(tmp_path: Path) -> None:
+    """Key columns and upstream types are those the table had at W2: a later key change, a later
+    ALTER of a column's type and a later rename leave what an older window returns unchanged."""
+    lake = Lake(tmp_path, "canal-json")
+    v1 = lake.create("k", [("id", "int"), ("region", "varchar(4)"), ("v", "int")])
+    lake.insert(v1, id=1, region="us", v=1)
+    lake.insert(v1, id=2, region="us", v=2)
+    w1 = lake.publish()
+    lake.update(v1, {"id": 1, "region": "us", "v": 1}, {"id": 1, "region": "us", "v": 10})
+    lake.delete(v1, {"id": 2, "region": "us", "v": 2})
+    w2 = lake.publish()
+    before = {images: read_changes(lake.config, w1, w2, before_images=images) for images in (True, False)}
+    assert before[True].details[("shop", "k")].read == KEYS
+    v2 = schema("shop", "k", [("id", "int"), ("region", "varchar(4)"), ("v", "bigint")], keys=("id", "region"))
+    lake.ddl("k", "ALTER TABLE shop.k DROP PRIMARY KEY, ADD PRIMARY KEY (id, region)")
+    lake.ddl("k", "ALTER TABLE shop.k MODIFY COLUMN v bigint", v2, v1)
+    lake.insert(v2, id=1, region="eu", v=3)
+    lake.publish()
+    lake.ddl("k", "RENAME TABLE shop.k TO shop.k2")
+    lake.publish()
+    from spark.tables import catalog as cat
+    from spark.tables.properties import key_columns
+
+    table = cat.load_table(cat.open_catalog(lake.config), lake.config, "shop", "k2")
+    assert key_columns(table.properties) == ("id", "region")  # today's key differs from W2's
+    for images, changes in before.items():
+        again = read_changes(lake.config, w1, w2, before_images=images)
+        assert again[("shop", "k")].equals(changes[("shop", "k")]), images
+        assert again.details[("shop", "k")] == changes.details[("shop", "k")]
