@@ -280,7 +280,7 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
     from cdc_codecs import get_encoder
     from spark.archive.land import LocalRunner
     from spark.archive.storage import open_storage
-    from spark.commit import apply as apply_module
+    from spark.fold import window as window_module
     from spark.archive.checkpoint import Checkpoint, checkpoint_path
     from spark.commit.apply import apply_interval
     from spark.decode import changelog
@@ -310,7 +310,7 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
         assert 0 < pending < 50  # changes after the first interval's last watermark wait for the next
         if fixed_decoder:
             version = changelog.decoder_version("canal-json")
-            for module in (changelog, apply_module):  # a decoder fix moves the change log to a new version
+            for module in (changelog, window_module):  # a decoder fix moves the change log to a new version
                 monkeypatch.setattr(module, "decoder_version", lambda protocol: f"{version}-fixed")
         runner = Sized()
         return runner.asked, apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=runner).report, pending
