@@ -27,7 +27,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, TableSchema, TidelakeError, parse_mysql_type
+from cdc_codecs import Column, TableSchema, TidelakeError, stored_type
 from spark.config import PipelineConfig
 from spark.tables import catalog as cat
 from spark.tables.ddl import (
@@ -335,7 +335,7 @@ def _partitions(change: Any, u: SchemaUpdate) -> None:
             "after the pipeline's start). Re-create the table from a snapshot")
     fields = u.fields()
     columns = {c: f for c in known.columns if (f := field_name(fields, c)) is not None}
-    types = {c: parse_mysql_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
+    types = {c: stored_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
              if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
     try:
         _remove_partition_rows(u.table, tx, known.holding(names, columns, types))
@@ -400,7 +400,7 @@ def like_schema(catalog: Catalog, config: PipelineConfig, change: CreateTableLik
     for f in upstream_fields(source.metadata).values():
         if f.name not in types:
             raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
-        columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
+        columns.append(Column(f.name, stored_type(types[f.name]), True))
     keys = key_columns(source.properties)
     return TableSchema(change.table[0], change.table[1], tuple(columns), keys), source.properties.get(PARTITIONING)
 
