@@ -112,6 +112,22 @@ class Isolated:
         return f"{self.error}{where}: {self.message}"
 
 
+def release_hint(entry: Mapping[str, Any]) -> str:
+    """How an operator releases a table held for ``entry`` (an ``Isolated.to_dict``, as the
+    published record and ``isolated.json`` keep it): what tidelake cannot apply stays in the
+    archive, so the table is released by a version that applies it, which replays it from its held
+    W -- never by skipping the change (a held table never serves a wrong row)."""
+    held = entry.get("held_at", 0)
+    replay = f"its next run (or `tidelake repair`) replays the table from W {held} to the pipeline's W"
+    if entry.get("involved"):
+        return f"released with {entry['involved']}, whose state this table's DDL moves: release that one"
+    if entry.get("error") == UnsupportedValue.__name__:
+        return (f"a value the column cannot take: if the column's type is wrong in tidelake (the README's type mapping), "
+                f"a version that types it right releases it: {replay}. If upstream's own column cannot hold the value "
+                "either (a DDL edited by hand), correct it upstream and re-create the table there, under a new name")
+    return f"a tidelake version that applies the statement releases it: {replay}"
+
+
 def statement_table(ddl: DdlChange) -> TableRef | None:
     """The table a DDL statement tidelake could not parse is about: the protocol's, or the first one
     the statement names (``ALTER / CREATE / DROP / TRUNCATE / RENAME TABLE [IF [NOT] EXISTS] name``);

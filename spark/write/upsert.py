@@ -30,6 +30,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +44,7 @@ from spark.decode.effect import CorruptChangeValue
 from spark.write.files import _transformed, key_file_pairs
 from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.write.target import TableTarget
-from spark.tables.schema_map import arrow_table, metadata_columns
+from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
 
 GROUP, ROLE, COPIES = "_tidelake_group", "_tidelake_role", "_tidelake_copies"
 DROP, WRITE = 0, 1
@@ -95,7 +96,21 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
         images.append(row)
-    return arrow_table(metadata.schema(), images, target.upstream_types), writes
+    try:
+        return arrow_table(metadata.schema(), images, target.upstream_types), writes
+    except UnsupportedValue as exc:
+        raise UnsupportedValue(f"{exc}, in the change at {_unwritable(net, metadata.schema(), images, target)}") from None
+
+
+def _unwritable(net: pa.Table, schema: Any, images: list[dict], target: UpsertTarget) -> str:
+    """Where the first image no column takes came from (``topic/partition@offset``): bad input names
+    its message, as an undecodable one does. Only on the error: each image is converted alone."""
+    for i, image in enumerate(images):
+        try:
+            arrow_table(schema, [image], target.upstream_types)
+        except UnsupportedValue:
+            return f"{net.column('topic')[i]}/{net.column('partition')[i]}@{net.column('offset')[i]}"
+    return "an unknown offset"  # only the images together fail: not one value's
 
 
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:

@@ -366,3 +366,61 @@ def test_a_crash_while_catching_up_then_the_next_run(tmp_path: Path, monkeypatch
     assert _rows(config, "a", w1) == [(1, 1)]
     assert _rows(config, "a", w2) == [(3, 3)] and _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert [t["table"] for t in read_published(storage, config.name, w2)["tables"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("case", ["a decimal beyond its column", "a string in an int column (a DDL edited by hand)"])
+def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_offset(tmp_path: Path, capsys, case: str) -> None:
+    """Bad input stays bad input (issue 34, item 5): a value that decodes but that its column cannot
+    take holds its own table, the others publish; the record names the value, the column and the
+    message's topic/partition@offset, once, and stays so at every run that retries it; ``tidelake
+    tables`` says how to release it."""
+    from decimal import Decimal
+
+    if case.startswith("a decimal"):
+        d = schema("shop", "d", [("id", "int"), ("v", "decimal(5,2)")])
+        create, good, bad, text = "CREATE TABLE shop.d (id int primary key, v decimal(5,2))", Decimal("1.00"), Decimal("1000.00"), "1000.00"
+        rows = d
+    else:  # the DDL says int, a later row of upstream's carries text
+        d = schema("shop", "d", [("id", "int"), ("v", "int")])
+        create, good, bad, text = "CREATE TABLE shop.d (id int primary key, v int)", 1, "abc", "abc"
+        rows = schema("shop", "d", [("id", "int"), ("v", "varchar(10)")])
+    h = History()
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.ddl("shop", "d", create, d, kind="CREATE")
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 1, "v": good})
+    w1 = h.mark()
+    batches, h.events = [h.events], []
+    h.row(Op.INSERT, rows, None, {"id": 2, "v": bad})
+    h.row(Op.INSERT, B, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    batches, h.events = [*batches, h.events], []
+    h.row(Op.INSERT, B, None, {"id": 3, "v": 3})
+    w3 = h.mark()
+    batches.append(h.events)
+    config = _pipeline(tmp_path, "isolate", batches)
+    encoder, offsets, where = get_encoder("canal-json"), {}, None
+    for batch in batches:  # the offset of the message carrying the bad value, as _pipeline lands them
+        for r in encoder.encode_all(batch, 2):
+            if f'"{text}"'.encode() in r.value:
+                where = f"cdc/{r.partition}@{offsets.get(r.partition, 0)}"
+            offsets[r.partition] = offsets.get(r.partition, 0) + 1
+    assert where is not None
+    storage = open_storage(config.storage)
+    for i in range(3):
+        result = _apply(config, i)
+        assert result.outcome == "published"
+        if i == 0:
+            continue
+        [entry] = read_published(storage, config.name, result.watermark)["isolated"]
+        assert (entry["table"], entry["error"], entry["held_at"]) == ("d", "UnsupportedValue", w1)
+        message = entry["message"]
+        assert message.startswith("column 'v' (") and text in message and message.endswith(f"in the change at {where}"), message
+        assert message.count(where) == 1 and message.count("column 'v'") == 1, message
+    assert _rows(config, "b", w3) == [(1, 1), (2, 2), (3, 3)]
+    with pytest.raises(IsolatedTable, match=f"held at W {w1}"):
+        read_table(config, "shop", "d", w2)
+    assert main(["tables", "--config", str(_toml(tmp_path, config))]) == 0
+    out = capsys.readouterr().out
+    assert f"shop.d: ISOLATED, held at W {w1}" in out and where in out
+    assert "to release it: a value the column cannot take" in out and "`tidelake repair`" in out
