@@ -34,7 +34,7 @@ from cdc_codecs.events import (
     Watermark,
 )
 from cdc_codecs.registry import DECODER_VERSION, PROTOCOLS, get_decoder, get_encoder, protocol_spec
-from cdc_codecs.types import ColumnType, TypeKind, parse_mysql_type
+from cdc_codecs.types import ColumnType, TypeKind, parse_mysql_type, stored_type
 
 __all__ = [
     "DECODER_VERSION",
@@ -67,4 +67,5 @@ __all__ = [
     "get_encoder",
     "parse_mysql_type",
     "protocol_spec",
+    "stored_type",
 ]

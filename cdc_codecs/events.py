@@ -125,9 +125,9 @@ class TableSchema:
 
     @staticmethod
     def from_dict(doc: Mapping[str, Any]) -> TableSchema:
-        from cdc_codecs.types import parse_mysql_type
+        from cdc_codecs.types import stored_type
 
-        columns = tuple(Column(c["name"], parse_mysql_type(c["type"]), c["nullable"]) for c in doc["columns"])
+        columns = tuple(Column(c["name"], stored_type(c["type"]), c["nullable"]) for c in doc["columns"])
         return TableSchema(doc["database"], doc["table"], columns, tuple(doc["key_columns"]), doc["version"])
 
 

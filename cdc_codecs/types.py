@@ -93,7 +93,9 @@ class ColumnType:
         """The Iceberg type this column maps to, as Iceberg spells it."""
         k = self.kind
         if k is TypeKind.DECIMAL:
-            p, s = self.precision or 10, self.scale or 0
+            if self.precision is None:  # not carried by the protocol: as spark.tables.schema_map.iceberg_type
+                return f"decimal(38, {10 if self.scale is None else self.scale})"
+            p, s = self.precision, self.scale or 0
             return f"decimal({p}, {s})" if p <= 38 else "string"
         if k is TypeKind.BIT:
             return "decimal(20, 0)" if (self.length or 1) > 63 else "long"
@@ -278,6 +280,22 @@ def parse_mysql_type(text: str) -> ColumnType:
             scale=numbers[1] if len(numbers) > 1 else 0,
         )
     return column_type(norm, unsigned=unsigned, length=numbers[0] if numbers else None)
+
+
+def stored_type(text: str) -> ColumnType:
+    """The inverse of ``str(ct)``: a column type as tidelake wrote it (side-output schemas, table
+    schemas in the archive, the tables' ``tidelake.column-type.*`` properties).
+
+    ``str`` writes every known DECIMAL precision and scale (``decimal(10,0)``), so a bare
+    ``decimal`` there is one whose precision and scale the protocol did not carry (TiCDC's
+    Canal-JSON without content-compatible, the Open protocol, Connect's Decimal without
+    parameters): left unknown, for the table's DDL (or ``decimal(38, 10)``) to type. Read as
+    MySQL DDL it would be DECIMAL(10, 0), which refuses the values such a column holds.
+    """
+    ct = parse_mysql_type(text)
+    if ct.kind is TypeKind.DECIMAL and "(" not in text:
+        return ColumnType(TypeKind.DECIMAL, ct.mysql_type, ct.unsigned)
+    return ct
 
 
 def _unquote_element(raw: str) -> str:

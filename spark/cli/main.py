@@ -112,6 +112,7 @@ def _at(text: str) -> Any:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
+    from spark.commit.isolation import release_hint
     from spark.query.read import open_view
 
     config = _config(args)
@@ -123,6 +124,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             e = view.isolated[(db, table)]
             print(f"  {db}.{table}: ISOLATED, held at W {e['held_at']} since {e['since']} (read it --at {e['held_at']}): "
                   f"{e['error']}{' on ' + repr(e['ddl']) if e.get('ddl') else ''}: {e['message']}")
+            print(f"    to release it: {release_hint(e)}")
             continue
         data = view.scan((db, table))
         print(f"  {db}.{table}: {data.num_rows:,} rows, {data.num_columns} columns")

@@ -50,7 +50,7 @@ from spark.commit.plan import SchemaStep, TablePlan, TableRef, UpstreamTables, b
 from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark
 from spark.commit.table import RunContext, TableCommitter, tag_table
 from spark.config import PipelineConfig
-from spark.tables.ddl import CreateTableLike, DdlParseError, RenameTable
+from spark.tables.ddl import CreateTableLike, RenameTable
 from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
 from spark.decode.changelog import SideOutput
 from spark.fold.window import IntervalWindow, carried_segments
@@ -439,9 +439,9 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
     for e in ddls:
         try:
             changes = ddl_changes(e)
-        except DdlParseError as exc:
+        except Exception as exc:  # DdlParseError, or any other failure of this statement's parse
             ref = statement_table(e)
-            if ref is None:
+            if ref is None or not table_error(exc):
                 raise  # which table it is about is unknown: nothing to hold back
             isolation.isolate({ref}, exc, e)
             continue

@@ -2,8 +2,9 @@
 
 A run that cannot apply one table's changes -- a DDL tidelake cannot parse or Iceberg cannot
 express (``DdlParseError``, ``UnsupportedSchemaChange``), a value that does not fit its column
-(``UnsupportedValue``) -- either fails as a whole (``on_table_error = "fail"``) or, under
-``"isolate"``, leaves that table out of the run and goes on with the others:
+(``UnsupportedValue``), any failure inside that table's DDL, rewrite, write or commit -- either
+fails as a whole (``on_table_error = "fail"``) or, under ``"isolate"``, leaves that table out of
+the run and goes on with the others:
 
 - the table is *held* at the run's previous watermark W_prev, its last good W: none of its
   changes of the run is committed, it is not tagged at this W or any later one;
@@ -21,6 +22,12 @@ A DDL of a run that involves an isolated table (renames it, renames onto it, cop
 ``CREATE TABLE ... LIKE``) isolates every table it names: a table cannot be applied from or
 into one whose state is unknown. Errors that are not about one table (the lease, storage, the
 catalog, an undecodable message under ``on_bad_message = "fail"``) still fail the run.
+
+Whose an error is, is told by where it arises (``table_error``): whatever a table's own work
+raises is that table's, whatever its class -- tidelake's typed errors and any other (a
+``KeyError`` of a bug, a library's own error) -- but the failures of a service the run uses
+(storage, the catalog, the lease, Spark itself: ``SERVICE_ERRORS``) and the run's own
+interruptions (``the_runs``): those fail the run wherever they arise, and the next run retries.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import sys
+from collections.abc import Callable
 
 import orjson
 from sqlglot import exp
@@ -41,41 +51,116 @@ from spark.tables.ddl import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
 from spark.tables.schema_map import UnsupportedValue
 from spark.write import internals
-from spark.archive.storage import Storage
+from spark.archive.storage import Storage, StorageError
+from spark.commit.lease import LeaseHeldError, LeaseLostError
+from spark.write.errors import CommitConflictError
 
 FAIL, ISOLATE = "fail", "isolate"
 POLICIES = (FAIL, ISOLATE)
 TableRef = tuple[str, str]
 
-# The errors that are one table's: what ``isolate`` holds a table back for.
+# The errors tidelake raises for what it cannot apply of one table's changes (any other error
+# arising in a table's work is that table's too: ``table_error``).
 TABLE_ERRORS: tuple[type[Exception], ...] = (DdlParseError, UnsupportedSchemaChange, UnsupportedValue)
 
 
+def _service_errors() -> tuple[type[BaseException], ...]:
+    """The failures of the services a run uses, not of a table's changes: storage and the network
+    (``OSError``: pyarrow's and fsspec's file systems, ``requests``, sockets, timeouts), the
+    catalog (its database, its REST server), the lease, a writer beside the run, the driver's
+    memory, Spark's gateway."""
+    errors: list[type[BaseException]] = [OSError, MemoryError, StorageError, LeaseHeldError, LeaseLostError,
+                                         CommitConflictError]
+    try:
+        from sqlalchemy import exc as sql
+
+        errors += [sql.OperationalError, sql.InterfaceError, sql.DisconnectionError, sql.TimeoutError]
+    except ImportError:  # pragma: no cover - the SQL catalog's dependency
+        pass
+    from pyiceberg import exceptions as ice
+
+    errors += [ice.ServerError, ice.ServiceUnavailableError, ice.UnauthorizedError, ice.ForbiddenError,
+               ice.AuthorizationExpiredError, ice.TooManyRequestsError, ice.OAuthError, ice.CommitStateUnknownException,
+               ice.CommitFailedException, ice.SignError, ice.WaitingForLockException]
+    try:
+        from py4j.protocol import Py4JNetworkError
+
+        errors.append(Py4JNetworkError)
+    except ImportError:  # pragma: no cover - without pyspark
+        pass
+    return tuple(errors)
+
+
+SERVICE_ERRORS = _service_errors()
+_THE_RUNS = "_tidelake_the_runs"  # set on an exception the run raised itself (``the_runs``)
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def the_runs(hook: Callable[..., None]) -> Callable[..., None]:
+    """``hook`` (a fault injection point, the lease check), whose exceptions are the run's, never
+    a table's: raised inside a table's commit, they still stop the run."""
+    def call(*args: Any) -> None:
+        try:
+            hook(*args)
+        except Exception as exc:
+            setattr(exc, _THE_RUNS, True)
+            raise
+
+    return call
+
+
 def table_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is one table's error. On Spark an executor's error reaches the driver as a
-    Py4J/PySpark exception carrying the Python traceback: its last line names the class."""
-    if isinstance(exc, TABLE_ERRORS):
+    """Whether ``exc``, raised inside one table's DDL, rewrite, write or commit, is that table's.
+
+    Told by where it arose, not by its class: any exception there is the table's, but a
+    service's (``SERVICE_ERRORS``) and the run's own (``the_runs``). On Spark an executor's
+    error reaches the driver as a Py4J/PySpark error carrying the Python traceback: the class its
+    last exception line names decides the same way; a Spark error without one (an executor
+    lost, the context stopped) is Spark's, a service's."""
+    if getattr(exc, _THE_RUNS, False) or isinstance(exc, SERVICE_ERRORS):
+        return False
+    if not type(exc).__module__.startswith(("py4j", "pyspark")):
         return True
+    raised = executor_error(exc)
+    if raised is None:
+        return False
+    cls = _known_class(raised[0])
+    return cls is None or not issubclass(cls, SERVICE_ERRORS)
+
+
+def executor_error(exc: BaseException) -> tuple[str, str] | None:
+    """(class name as Python printed it, first line of the message) of the exception a Python task
+    raised, out of the Spark error the driver got; None if it carries no Python traceback. The
+    last traceback is the one raised (chained ones come first)."""
     text = str(exc)
-    return any(f"{cls.__module__}.{cls.__qualname__}: " in text for cls in TABLE_ERRORS)
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    for line in text[at + len(_TRACEBACK):].splitlines():
+        if line and not line[0].isspace():  # frames and their source lines are indented
+            name, _, message = line.partition(": ")
+            return name.strip(), message.strip()
+    return None
+
+
+def _known_class(name: str) -> type | None:
+    """The exception class a traceback names, among modules already imported (a name from an error
+    text never imports anything); None if unknown."""
+    module, _, cls = name.rpartition(".")
+    found = getattr(sys.modules.get(module or "builtins"), cls, None)
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
 
 
 def _error_name(exc: BaseException) -> str:
-    if isinstance(exc, TABLE_ERRORS):
-        return type(exc).__name__
-    text = str(exc)
-    return next((cls.__name__ for cls in TABLE_ERRORS if f"{cls.__module__}.{cls.__qualname__}: " in text), type(exc).__name__)
+    raised = executor_error(exc) if type(exc).__module__.startswith(("py4j", "pyspark")) else None
+    return raised[0].rpartition(".")[2] if raised else type(exc).__name__
 
 
 def _error_message(exc: BaseException) -> str:
-    if isinstance(exc, TABLE_ERRORS):
-        return str(exc)
-    text = str(exc)
-    for cls in TABLE_ERRORS:  # the Python error's own line out of an executor's traceback
-        marker = f"{cls.__module__}.{cls.__qualname__}: "
-        if marker in text:
-            return text.rsplit(marker, 1)[1].splitlines()[0]
-    return text
+    raised = executor_error(exc) if type(exc).__module__.startswith(("py4j", "pyspark")) else None
+    if raised:
+        return raised[1]  # the Python error's own line out of an executor's traceback
+    return str(exc) or repr(exc)
 
 
 @dataclass(frozen=True)
@@ -112,6 +197,22 @@ class Isolated:
         """One line: what failed, on which statement."""
         where = f" on {self.ddl!r} (commitTs {self.commit_ts}, {self.position})" if self.ddl else ""
         return f"{self.error}{where}: {self.message}"
+
+
+def release_hint(entry: Mapping[str, Any]) -> str:
+    """How an operator releases a table held for ``entry`` (an ``Isolated.to_dict``, as the
+    published record and ``isolated.json`` keep it): what tidelake cannot apply stays in the
+    archive, so the table is released by a version that applies it, which replays it from its held
+    W -- never by skipping the change (a held table never serves a wrong row)."""
+    held = entry.get("held_at", 0)
+    replay = f"its next run (or `tidelake repair`) replays the table from W {held} to the pipeline's W"
+    if entry.get("involved"):
+        return f"released with {entry['involved']}, whose state this table's DDL moves: release that one"
+    if entry.get("error") == UnsupportedValue.__name__:
+        return (f"a value the column cannot take: if the column's type is wrong in tidelake (the README's type mapping), "
+                f"a version that types it right releases it: {replay}. If upstream's own column cannot hold the value "
+                "either (a DDL edited by hand), correct it upstream and re-create the table there, under a new name")
+    return f"a tidelake version that applies the statement releases it: {replay}"
 
 
 def statement_table(ddl: DdlChange) -> TableRef | None:

@@ -36,6 +36,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from cdc_codecs import ColumnType, DdlChange, protocol_spec
 from cdc_codecs._base import parse_timezone
+from spark.commit.isolation import the_runs
 from spark.commit.plan import DataStep, SchemaStep, TablePlan
 from spark.commit.watermark import tag_name
 from spark.config import PipelineConfig, TopicConfig
@@ -118,9 +119,10 @@ class TableCommitter:
         self.config = config
         self.tables = tables or cat.RunTables(catalog, config)
         # Called with "staged:<table>" when data files are written but not committed (tests crash there).
-        self.fault = fault or (lambda step: None)
+        # Its errors and the lease check's are the run's, never the table's (isolation.the_runs).
+        self.fault = the_runs(fault) if fault else (lambda step: None)
         # Called before every commit: the run still holds the pipeline's lease (raises if not).
-        self.check = check or (lambda: None)
+        self.check = the_runs(check) if check else (lambda: None)
 
     # -- entry point
 

@@ -43,8 +43,8 @@ from cdc_codecs import (
     SourcePosition,
     TidelakeError,
     get_decoder,
-    parse_mysql_type,
     protocol_spec,
+    stored_type,
 )
 from spark.runtime import credentials
 from spark.archive import layout
@@ -117,7 +117,7 @@ def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, ColumnType] |
     """A side output's schema (``SideOutput.schemas``): a change's key columns and column types."""
     doc = orjson.loads(blob)
     columns = doc["columns"]
-    types = {name: parse_mysql_type(text) for name, text in columns} if columns is not None else None
+    types = {name: stored_type(text) for name, text in columns} if columns is not None else None
     return tuple(doc["key_columns"]), types
 
 

@@ -27,7 +27,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from cdc_codecs import Column, TableSchema, TidelakeError, parse_mysql_type
+from cdc_codecs import Column, TableSchema, TidelakeError, stored_type
 from spark.config import PipelineConfig
 from spark.tables import catalog as cat
 from spark.tables.ddl import (
@@ -214,6 +214,7 @@ def _add_column(change: AddColumn, u: SchemaUpdate) -> None:
         if fields[existing].field_type != iceberg_type(change.column.type):
             raise u.fail(f"adds column {column!r}, which the table already has as {fields[existing].field_type}")
     else:
+        _not_a_partition_field(u, column, "adds column")
         _metadata_aside(tx, [*fields, column])
         first_metadata = metadata_columns(tx.table_metadata.schema(), tx.table_metadata.properties).commit_ts
         with tx.update_schema() as s:
@@ -221,6 +222,16 @@ def _add_column(change: AddColumn, u: SchemaUpdate) -> None:
             if first_metadata is not None:  # last of the upstream columns, as MySQL adds it
                 s.move_before((column,), (first_metadata,))
     tx.set_properties({f"{UPSTREAM_TYPE_PREFIX}{existing or column}": str(change.column.type)})
+
+
+def _not_a_partition_field(u: SchemaUpdate, column: str, what: str) -> None:
+    """Iceberg (pyiceberg) refuses a column named like a partition field of any of the table's
+    specs, old ones too, and a spec's field names cannot change: a table is laid out under a name
+    none of its columns has (``layout.bucket_field_name``), but a later column may take it."""
+    taken = {f.name.casefold(): f.name for spec in u.tx.table_metadata.partition_specs for f in spec.fields}
+    if column.casefold() in taken:
+        raise u.fail(f"{what} {column!r}, the name of the table's partition field {taken[column.casefold()]!r} "
+                     "(layout buckets), which Iceberg refuses for a column; re-create the table with the column")
 
 
 def _drop_column(change: DropColumn, u: SchemaUpdate) -> None:
@@ -248,6 +259,7 @@ def _rename_column(change: RenameColumn, u: SchemaUpdate) -> None:
         raise u.fail(f"renames {old!r} to {change.new!r}, but the table has column {clash!r}")
     keys = key_columns(props)
     old_type = props.get(f"{UPSTREAM_TYPE_PREFIX}{old}")
+    _not_a_partition_field(u, change.new, f"renames {old!r} to")
     _metadata_aside(tx, [change.new if n == old else n for n in fields])
     with tx.update_schema() as s:
         s.rename_column((old,), change.new)
@@ -335,7 +347,7 @@ def _partitions(change: Any, u: SchemaUpdate) -> None:
             "after the pipeline's start). Re-create the table from a snapshot")
     fields = u.fields()
     columns = {c: f for c in known.columns if (f := field_name(fields, c)) is not None}
-    types = {c: parse_mysql_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
+    types = {c: stored_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
              if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
     try:
         _remove_partition_rows(u.table, tx, known.holding(names, columns, types))
@@ -400,7 +412,7 @@ def like_schema(catalog: Catalog, config: PipelineConfig, change: CreateTableLik
     for f in upstream_fields(source.metadata).values():
         if f.name not in types:
             raise UnsupportedSchemaChange(f"{where}: {src} has no upstream type recorded for column {f.name!r}")
-        columns.append(Column(f.name, parse_mysql_type(types[f.name]), True))
+        columns.append(Column(f.name, stored_type(types[f.name]), True))
     keys = key_columns(source.properties)
     return TableSchema(change.table[0], change.table[1], tuple(columns), keys), source.properties.get(PARTITIONING)
 

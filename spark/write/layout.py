@@ -34,6 +34,8 @@ from spark.write import internals
 from spark.write.errors import LayoutUnavailable
 
 # A fixed partition field name: upstream column names are data and stay out of partition paths.
+# Iceberg refuses a partition field named like a column: where an upstream column has this name,
+# it takes one more leading underscore per such column (``bucket_field_name``).
 BUCKET_FIELD = "_tidelake_key_bucket"
 _FIRST_PARTITION_FIELD_ID = 1000  # Iceberg's convention: partition field ids start at 1000
 
@@ -56,9 +58,18 @@ def table_layout(schema: Schema, key_columns: Sequence[str], buckets: int) -> tu
             "install pyiceberg[pyiceberg-core] (pinned with pyiceberg) or set buckets = 0"
         )
     spec = PartitionSpec(PartitionField(source_id=fields[0].field_id, field_id=_FIRST_PARTITION_FIELD_ID,
-                                        transform=BucketTransform(buckets), name=BUCKET_FIELD))
+                                        transform=BucketTransform(buckets), name=bucket_field_name(schema)))
     return spec, sort_order
 
+
+
+def bucket_field_name(schema: Schema) -> str:
+    """``BUCKET_FIELD``, with one more leading underscore per column of ``schema`` that has it (ignoring case)."""
+    taken = {f.name.casefold() for f in schema.fields}
+    name = BUCKET_FIELD
+    while name.casefold() in taken:
+        name = "_" + name
+    return name
 
 
 def lay_out(tx: Transaction, key_columns: Sequence[str], buckets: int) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,10 +44,11 @@ from spark.decode.effect import CorruptChangeValue
 from spark.write.files import _transformed, key_file_pairs
 from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.write.target import TableTarget
-from spark.tables.schema_map import arrow_table, metadata_columns
+from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
 
-GROUP, ROLE, COPIES = "_tidelake_group", "_tidelake_role", "_tidelake_copies"
-DROP, WRITE = 0, 1
+# A multiset's dropped images carry their counts as one more column, the last: found by its place,
+# never by its name, so that no upstream column name can be taken for it (upstream names are data).
+COPIES = "_tidelake_copies"
 MULTISET_DROPS = "m"
 # Routed rows cross the shuffle as (group, Arrow IPC bytes of that group's rows): Spark moves
 # them without mapping Iceberg types (time, uuid, fixed) onto its own.
@@ -71,10 +73,9 @@ class UpsertTarget:
         return self.deletes[index] if self.deletes else ()
 
     def routed_schema(self) -> pa.Schema:
+        """A group's rows: the table's columns, then (a multiset) the copies, by place."""
         schema = self.table.metadata().schema().as_arrow()
-        if self.multiset:
-            schema = schema.append(pa.field(COPIES, pa.int64()))
-        return schema.insert(0, pa.field(ROLE, pa.int8())).insert(0, pa.field(GROUP, pa.string()))
+        return schema.append(pa.field(COPIES, pa.int64())) if self.multiset else schema
 
 
 def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
@@ -95,52 +96,63 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
         images.append(row)
-    return arrow_table(metadata.schema(), images, target.upstream_types), writes
+    try:
+        return arrow_table(metadata.schema(), images, target.upstream_types), writes
+    except UnsupportedValue as exc:
+        raise UnsupportedValue(f"{exc}, in the change at {_unwritable(net, metadata.schema(), images, target)}") from None
+
+
+def _unwritable(net: pa.Table, schema: Any, images: list[dict], target: UpsertTarget) -> str:
+    """Where the first image no column takes came from (``topic/partition@offset``): bad input names
+    its message, as an undecodable one does. Only on the error: each image is converted alone."""
+    for i, image in enumerate(images):
+        try:
+            arrow_table(schema, [image], target.upstream_types)
+        except UnsupportedValue:
+            return f"{net.column('topic')[i]}/{net.column('partition')[i]}@{net.column('offset')[i]}"
+    return "an unknown offset"  # only the images together fail: not one value's
 
 
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
     """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``."""
     rows, writes = _rows(net, target)
     if target.multiset:
-        return _pack(_route_copies(rows, writes, net.column("count").to_numpy(), target), request)
+        return _route_copies(rows, writes, net.column("count").to_numpy(), target, request)
     metadata = target.table.metadata()
     key_index, file_index = key_file_pairs(metadata, target.key_columns, rows.select(list(target.key_columns)), target.files)
     drops = rows.take(pa.array(key_index, pa.int64()))
     drop_groups = pa.array([f"f{i}" for i in file_index.tolist()], pa.string())
     written = rows.filter(pa.array(writes))
-    write_groups = _partition_groups(written, target)
-    routed = pa.concat_tables([
-        drops.add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8))).add_column(0, GROUP, drop_groups),
-        written.add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8))).add_column(0, GROUP, write_groups),
-    ]).cast(target.routed_schema())
-    return _pack(routed, request)
+    routed = pa.concat_tables([drops, written]).cast(target.routed_schema())
+    return _pack(routed, pa.concat_arrays([drop_groups, _partition_groups(written, target)]), request)
 
 
-def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget) -> pa.Table:
-    """A key-less table's routed rows: a write row per copy written, the dropped images in group ``m``."""
+def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget, request: int) -> pa.Table:
+    """A key-less table's routed rows: a write row per copy written, the dropped images in group ``m``
+    with their counts (``COPIES``, the last column)."""
     written = rows.take(pa.array(np.repeat(np.flatnonzero(writes), count[writes]), pa.int64()))
     drops = rows.filter(pa.array(~writes))
-    return pa.concat_tables([
-        drops.append_column(COPIES, pa.array(count[~writes], pa.int64()))
-        .add_column(0, ROLE, pa.array(np.full(drops.num_rows, DROP, np.int8)))
-        .add_column(0, GROUP, pa.array([MULTISET_DROPS] * drops.num_rows, pa.string())),
-        written.append_column(COPIES, pa.array(np.ones(written.num_rows, np.int64)))
-        .add_column(0, ROLE, pa.array(np.full(written.num_rows, WRITE, np.int8)))
-        .add_column(0, GROUP, _partition_groups(written, target)),
+    routed = pa.concat_tables([
+        drops.append_column(COPIES, pa.array(count[~writes], pa.int64())),
+        written.append_column(COPIES, pa.array(np.ones(written.num_rows, np.int64))),
     ]).cast(target.routed_schema())
+    groups = pa.concat_arrays([pa.array([MULTISET_DROPS] * drops.num_rows, pa.string()), _partition_groups(written, target)])
+    return _pack(routed, groups, request)
 
 
-def _pack(routed: pa.Table, request: int) -> pa.Table:
-    routed = routed.sort_by([(GROUP, "ascending")])
-    groups, blobs = [], []
-    names = routed.column(GROUP).to_pylist()
+def _pack(routed: pa.Table, groups: pa.Array, request: int) -> pa.Table:
+    """``routed``'s rows packed per group (``groups``, one per row, beside the rows rather than a
+    column among the table's: no upstream column name can collide with it)."""
+    order = pc.sort_indices(groups)
+    routed, names = routed.take(order), groups.take(order).to_pylist()
+    packed, blobs = [], []
     start = 0
     for i in range(1, len(names) + 1):
         if i == len(names) or names[i] != names[start]:
-            groups.append(names[start])
-            blobs.append(_ipc(routed.slice(start, i - start).drop_columns([GROUP])))
+            packed.append(names[start])
+            blobs.append(_ipc(routed.slice(start, i - start)))
             start = i
-    return pa.table([pa.array([request] * len(groups), pa.int32()), pa.array(groups, pa.string()), pa.array(blobs, pa.binary())],
+    return pa.table([pa.array([request] * len(packed), pa.int32()), pa.array(packed, pa.string()), pa.array(blobs, pa.binary())],
                     schema=ROUTED_SCHEMA)
 
 
@@ -188,11 +200,11 @@ def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget
 
 
 def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
-    data = rows.drop_columns([ROLE])
-    if group == MULTISET_DROPS:
-        return _drop_copies(data, target)
-    if target.multiset:
-        data = data.drop_columns([COPIES])
+    data = rows
+    if target.multiset:  # the copies: the last column, by place
+        copies, data = rows.column(rows.num_columns - 1), rows.remove_column(rows.num_columns - 1)
+        if group == MULTISET_DROPS:
+            return _drop_copies(data, copies.to_numpy(), target)
     if group.startswith("f"):
         touched = data.select(list(target.key_columns))
         index = int(group[1:])
@@ -202,10 +214,10 @@ def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> list[FileRew
     return [FileRewrite(None, added, 0, 0)]
 
 
-def _drop_copies(drops: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
-    """Drop each image's copies from the files that can hold it, in file order until none are left."""
+def _drop_copies(drops: pa.Table, copies: np.ndarray, target: UpsertTarget) -> list[FileRewrite]:
+    """Drop each image's copies (``copies``) from the files that can hold it, in file order until none are left."""
     touched = drops.select(list(target.key_columns))
-    left = drops.column(COPIES).to_numpy().copy()
+    left = copies.copy()
     key_index, file_index = key_file_pairs(target.table.metadata(), target.key_columns, touched, target.files)
     out = []
     for index in np.unique(file_index):

@@ -18,6 +18,7 @@ from cdc_codecs.types import (
     from_text,
     parse_mysql_type,
     parse_time,
+    stored_type,
     text_converter,
     to_text,
 )
@@ -126,6 +127,18 @@ def test_column_type_text_round_trips() -> None:
         ct = parse_mysql_type(text)
         assert parse_mysql_type(str(ct)) == ct
     assert isinstance(parse_mysql_type("int"), ColumnType)
+
+
+def test_stored_types_read_back_as_written_a_bare_decimal_unknown() -> None:
+    """``stored_type`` inverts ``str``: a DECIMAL whose precision no protocol carried (TiCDC's
+    Canal-JSON's bare ``decimal``) stays unknown -- decimal(38, 10) in Iceberg, as before it was
+    stored --, where MySQL DDL reads ``decimal`` as DECIMAL(10, 0) (issue 34, item 7)."""
+    unknown = ColumnType(TypeKind.DECIMAL, "decimal")
+    for ct in (unknown, ColumnType(TypeKind.DECIMAL, "decimal", unsigned=True), parse_mysql_type("decimal"),
+               parse_mysql_type("decimal(12,2)"), parse_mysql_type("enum('a','it''s')"), parse_mysql_type("bigint unsigned")):
+        assert stored_type(str(ct)) == ct
+    assert stored_type("decimal").iceberg_type() == unknown.iceberg_type() == "decimal(38, 10)"
+    assert parse_mysql_type("decimal").iceberg_type() == "decimal(10, 0)"
 
 
 @pytest.mark.parametrize("mysql_type,final,other", [

@@ -17,6 +17,11 @@ from spark.cli.main import main
 from spark.cli.report import print_report
 from spark.tables.ddl import DdlParseError, TruncateTable
 from spark.commit.isolation import read_isolated
+from spark.commit.lease import LeaseLostError
+from spark.archive.storage import StorageError
+from pyiceberg.exceptions import CommitFailedException
+from sqlalchemy import exc as sql_exc
+from spark.tables.schema_map import UnsupportedValue
 from spark.tables.properties import table_watermark
 from spark.jobs.apply import apply_summary
 from spark.commit.published import read_published
@@ -328,7 +333,6 @@ def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
 def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_table_s() -> None:
     from cdc_codecs import DdlChange, SourcePosition
     from spark.commit.isolation import statement_table, table_error
-    from spark.tables.schema_map import UnsupportedValue
 
     def ddl(sql: str, database: str = "", table: str = "") -> DdlChange:
         return DdlChange(database, table, sql, 1, SourcePosition("cdc", 0, 0))
@@ -338,12 +342,71 @@ def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_
     assert statement_table(ddl("CREATE TABLE IF NOT EXISTS t (id int) PARTITION BY HASH(id)", "shop")) == ("shop", "t")
     assert statement_table(ddl("TRUNCATE t", "shop")) == ("shop", "t")
     assert statement_table(ddl("FLASHBACK DATABASE shop")) is None
-    assert table_error(UnsupportedValue("x")) and not table_error(RuntimeError("lease lost"))
-    # An executor's error as Spark hands it to the driver: the Python traceback inside a Java one.
-    wrapped = RuntimeError("An error occurred while calling o12.collect.\n: org.apache.spark.SparkException: Job aborted\n"
-                           "Traceback (most recent call last):\n  File ...\nspark.tables.schema_map.UnsupportedValue: column 'd' "
-                           "(decimal(5, 2)): 1000 does not fit decimal(5, 2)\n\tat org.apache.spark...")
-    assert table_error(wrapped)
+    assert table_error(UnsupportedValue("x")) and table_error(RuntimeError("x")) and not table_error(LeaseLostError("lost"))
+
+
+class Py4JJavaError(Exception):
+    """Stands for py4j's: how Spark hands an executor's error to the driver."""
+
+
+Py4JJavaError.__module__ = "py4j.protocol"
+
+
+def _from_executor(line: str, chained: bool = False) -> Py4JJavaError:
+    """An executor's error as Spark hands it to the driver: the Python traceback inside a Java one."""
+    cause = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nKeyError: 'k'\n\nDuring handling of " \
+            "the above exception, another exception occurred:\n\n" if chained else ""
+    return Py4JJavaError(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n: org.apache.spark."
+        "api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the Python worker: " + cause +
+        "Traceback (most recent call last):\n  File \"/x/worker.py\", line 3622, in main\n    process()\n"
+        "         ^^^^^^^^^\n" + line + "\nsecond line\n SQLSTATE: 38000\n\tat org.apache.spark.api.python...")
+
+
+@pytest.mark.parametrize("exc, ours, name, message", [
+    # Raised in a table's work: the table's, whatever the class -- tidelake's, Python's, any library's.
+    (UnsupportedValue("v"), True, "UnsupportedValue", "v"), (RuntimeError("r"), True, "RuntimeError", "r"),
+    (ZeroDivisionError(), True, "ZeroDivisionError", "ZeroDivisionError()"), (KeyError("k"), True, "KeyError", "'k'"),
+    (AssertionError("a"), True, "AssertionError", "a"), (RecursionError("deep"), True, "RecursionError", "deep"),
+    (type("Custom", (Exception,), {})("c"), True, "Custom", "c"),
+    # A service's: storage, the network, the catalog, the lease, a writer beside the run.
+    (OSError(5, "down"), False, None, None), (ConnectionResetError(), False, None, None), (TimeoutError(), False, None, None),
+    (LeaseLostError("lost"), False, None, None), (StorageError("s3"), False, None, None),
+    (CommitFailedException("moved"), False, None, None), (sql_exc.OperationalError("SELECT", {}, Exception("gone")), False, None, None),
+    # From Spark's executors: the Python exception's class decides; without one, Spark's own failure.
+    (_from_executor("spark.tables.schema_map.UnsupportedValue: column 'd' (decimal(5, 2)): 1000 does not fit"), True,
+     "UnsupportedValue", "column 'd' (decimal(5, 2)): 1000 does not fit"),
+    (_from_executor("ZeroDivisionError: division by zero"), True, "ZeroDivisionError", "division by zero"),
+    (_from_executor("ZeroDivisionError: division by zero", chained=True), True, "ZeroDivisionError", "division by zero"),
+    (_from_executor("tests.nowhere.NeverSeen: n"), True, "NeverSeen", "n"),
+    (_from_executor("Custom"), True, "Custom", ""),
+    (_from_executor("OSError: [Errno 5] storage unreachable"), False, None, None),
+    (_from_executor("FileNotFoundError: [Errno 2] gone"), False, None, None),
+    (_from_executor("spark.archive.storage.StorageError: s3"), False, None, None),
+    (Py4JJavaError("An error occurred while calling o1.collect: ExecutorLostFailure (executor 1 exited)"), False, None, None),
+])
+def test_an_error_is_a_tables_by_where_it_arises_unless_a_service_failed(exc: BaseException, ours: bool, name, message) -> None:
+    """Issue 34, item 3: any exception of a table's work is the table's -- recorded by the class
+    and message it was raised with, on an executor too --, a service's fails the run."""
+    from spark.commit.isolation import RunIsolation, table_error
+
+    assert table_error(exc) is ours
+    if ours:
+        isolation = RunIsolation("isolate", {}, 1, 2, "i")
+        isolation.isolate({("shop", "a")}, exc)
+        entry = isolation.new[("shop", "a")]
+        assert (entry.error, entry.message) == (name, message)
+
+
+def test_the_runs_own_interruptions_are_never_a_tables() -> None:
+    from spark.commit.isolation import table_error, the_runs
+
+    def crash(step: str) -> None:
+        raise RuntimeError(step)
+
+    with pytest.raises(RuntimeError) as raised:
+        the_runs(crash)("staged:shop.a")
+    assert not table_error(raised.value) and table_error(RuntimeError("staged:shop.a"))
 
 
 @pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.a", "isolated", "tagged", "published"])
@@ -428,3 +491,61 @@ def test_a_mirror_built_from_announcements_stays_exact_through_a_catch_up(tmp_pa
     # Announced once: a later announcement of the same interval names nothing again.
     again = announcement(config, T0 + 3 * HOUR, T0 + 4 * HOUR)
     assert again is not None and [c["table"] for c in again.caught_up] == ["a"]  # the same W claims it again
+
+
+@pytest.mark.parametrize("case", ["a decimal beyond its column", "a string in an int column (a DDL edited by hand)"])
+def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_offset(tmp_path: Path, capsys, case: str) -> None:
+    """Bad input stays bad input (issue 34, item 5): a value that decodes but that its column cannot
+    take holds its own table, the others publish; the record names the value, the column and the
+    message's topic/partition@offset, once, and stays so at every run that retries it; ``tidelake
+    tables`` says how to release it."""
+    from decimal import Decimal
+
+    if case.startswith("a decimal"):
+        d = schema("shop", "d", [("id", "int"), ("v", "decimal(5,2)")])
+        create, good, bad, text = "CREATE TABLE shop.d (id int primary key, v decimal(5,2))", Decimal("1.00"), Decimal("1000.00"), "1000.00"
+        rows = d
+    else:  # the DDL says int, a later row of upstream's carries text
+        d = schema("shop", "d", [("id", "int"), ("v", "int")])
+        create, good, bad, text = "CREATE TABLE shop.d (id int primary key, v int)", 1, "abc", "abc"
+        rows = schema("shop", "d", [("id", "int"), ("v", "varchar(10)")])
+    h = History()
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.ddl("shop", "d", create, d, kind="CREATE")
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, d, None, {"id": 1, "v": good})
+    w1 = h.mark()
+    batches, h.events = [h.events], []
+    h.row(Op.INSERT, rows, None, {"id": 2, "v": bad})
+    h.row(Op.INSERT, B, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    batches, h.events = [*batches, h.events], []
+    h.row(Op.INSERT, B, None, {"id": 3, "v": 3})
+    w3 = h.mark()
+    batches.append(h.events)
+    config = _pipeline(tmp_path, "isolate", batches)
+    encoder, offsets, where = get_encoder("canal-json"), {}, None
+    for batch in batches:  # the offset of the message carrying the bad value, as _pipeline lands them
+        for r in encoder.encode_all(batch, 2):
+            if f'"{text}"'.encode() in r.value:
+                where = f"cdc/{r.partition}@{offsets.get(r.partition, 0)}"
+            offsets[r.partition] = offsets.get(r.partition, 0) + 1
+    assert where is not None
+    storage = open_storage(config.storage)
+    for i in range(3):
+        result = _apply(config, i)
+        assert result.outcome == "published"
+        if i == 0:
+            continue
+        [entry] = read_published(storage, config.name, result.watermark)["isolated"]
+        assert (entry["table"], entry["error"], entry["held_at"]) == ("d", "UnsupportedValue", w1)
+        message = entry["message"]
+        assert message.startswith("column 'v' (") and text in message and message.endswith(f"in the change at {where}"), message
+        assert message.count(where) == 1 and message.count("column 'v'") == 1, message
+    assert _rows(config, "b", w3) == [(1, 1), (2, 2), (3, 3)]
+    with pytest.raises(IsolatedTable, match=f"held at W {w1}"):
+        read_table(config, "shop", "d", w2)
+    assert main(["tables", "--config", str(_toml(tmp_path, config))]) == 0
+    out = capsys.readouterr().out
+    assert f"shop.d: ISOLATED, held at W {w1}" in out and where in out
+    assert "to release it: a value the column cannot take" in out and "`tidelake repair`" in out

@@ -23,6 +23,7 @@ from cdc_codecs import (
     SchemaSnapshot,
     SourcePosition,
     TableSchema,
+    TypeKind,
     Watermark,
     get_encoder,
     parse_mysql_type,
@@ -40,6 +41,7 @@ from spark.decode.changelog import (
     decode_schema,
     decode_segments,
     decoder_version,
+    encode_schema,
     ensure_change_log,
     read_change_log,
     schema_id,
@@ -602,3 +604,17 @@ def test_the_writer_compiles_one_image_encoder_per_table_schema_not_per_column_t
                              SourcePosition("t", 0, i)))
     writer.close()
     assert compiled == [2] and writer.rows == 50
+
+
+def test_a_schema_read_back_from_the_side_output_keeps_an_unknown_decimal_unknown() -> None:
+    """TiCDC's Canal-JSON without ``_tidb`` carries ``decimal`` without precision: the side output
+    stores it as ``decimal``, which must not read back as MySQL's DECIMAL(10, 0) (a table made
+    from those rows would refuse -5190.44; issue 34, item 7)."""
+    from cdc_codecs.canal_json import canal_type
+
+    types = {"id": parse_mysql_type("bigint"), "amount": canal_type("decimal"), "price": parse_mysql_type("decimal(12,2)"),
+             "plain": parse_mysql_type("decimal")}
+    keys, back = decode_schema(encode_schema(("id",), types))
+    assert keys == ("id",) and back == types
+    assert back["amount"].kind is TypeKind.DECIMAL and back["amount"].precision is None
+    assert back["plain"].precision == 10
