@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-SUITES = ("apply", "changes", "codecs", "consistency", "lag", "land", "maintenance")
+SUITES = ("apply", "changes", "codecs", "consistency", "faults", "lag", "land", "maintenance")
 
 
 def suite_main(name: str) -> Callable[[list[str]], int]:

@@ -272,7 +272,10 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         apply = SparkSubmitOperator(
             task_id="apply", application=str(JOBS / "apply.py"),
             application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}",
-                              "--on-table-error", "{{ params.on_table_error }}"],
+                              "--on-table-error", "{{ params.on_table_error }}",
+                              # Its retries are the same run: one takes over the lease an attempt that
+                              # failed on a service could not release (spark.commit.lease).
+                              "--run-id", "{{ dag.dag_id }}/{{ run_id }}"],
             **spark_args,
         )
 

@@ -126,7 +126,8 @@ def maintain(
     step = fault or (lambda at: None)
     report_progress = progress or (lambda s, d, t: None)
     policy = config.maintenance
-    with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
+    with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
+               fence=cat.catalog_fence(catalog, config.name)) as lease:
         step("leased")
         tables = _tables(catalog, config)
         reports = {u: TableReport(cat.table_label(t), u, footprint(t)) for u, t in tables.items()}
