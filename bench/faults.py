@@ -81,14 +81,21 @@ class Seaweed:
             log, {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET})
         wait_for_port(s3, self.proc, "SeaweedFS S3", log, timeout=60)
         deadline = time.monotonic() + 60
-        while True:
+        while True:  # up when its buckets list and an object reads back (the volume server registered)
             try:
-                self.client().list_buckets()
+                client = self.client()
+                names = [b["Name"] for b in client.list_buckets()["Buckets"]]
+                if "lake" in names:
+                    client.put_object(Bucket="lake", Key="probe", Body=b"probe")
+                    assert client.get_object(Bucket="lake", Key="probe")["Body"].read() == b"probe"
+                    objects = client.list_objects_v2(Bucket="lake", Prefix="reference/", MaxKeys=5).get("Contents", [])
+                    for o in objects:
+                        client.get_object(Bucket="lake", Key=o["Key"])["Body"].read()
                 return
             except Exception:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.3)
 
     def client(self):  # noqa: ANN201
         import boto3
@@ -265,13 +272,14 @@ class Lab:
     reference_outputs: dict[str, str] = field(default_factory=dict)
     made: int = 0
 
-    def pipeline(self, *, proxied: bool = False, name: str | None = None) -> Path:
+    def pipeline(self, *, proxied: bool = False, name: str | None = None, top: str = "") -> Path:
+        """A pipeline file of a fresh pipeline over the lab's topic (``top``: more top-level settings)."""
         self.made += 1
         name = name or f"f{self.made}"
         endpoint = self.proxy.endpoint if proxied else self.s3.endpoint
         path = self.workdir / f"{name}.toml"
         path.write_text(
-            f'name = "{name}"\n[kafka]\nbootstrap_servers = "{self.broker.bootstrap}"\n'
+            f'name = "{name}"\n{top}[kafka]\nbootstrap_servers = "{self.broker.bootstrap}"\n'
             f'[[topics]]\nname = "{self.topic}"\nprotocol = "canal-json"\n'
             f'[storage]\nurl = "s3://lake/{name}"\nendpoint_url = "{endpoint}"\n'
             f'[catalog]\ntype = "sql"\nproperties = {{ uri = "postgresql+psycopg2://root@127.0.0.1:{self.pg.port}/postgres" }}\n'
@@ -353,6 +361,7 @@ def lab(workdir: Path) -> Iterator[Lab]:
             producer.produce(the_lab.topic, key=r.key, value=r.value, partition=r.partition,
                              timestamp=first + i * span_ms // len(records))
         assert producer.flush(30) == 0
+        del producer, admin  # gone before the broker is first killed: no client of the bench's left reconnecting
         ref = the_lab.pipeline(name="reference")
         for i in range(INTERVALS):
             done = the_lab.run(ref, "run", i)

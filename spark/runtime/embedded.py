@@ -274,16 +274,17 @@ def postgres_service(workdir: Path) -> Iterator[PostgresService]:
         import pwd
 
         pw = pwd.getpwnam("postgres")
-        for p in (workdir, *workdir.parents):
-            if p == Path("/") or p.stat().st_mode & 0o005 == 0o005:
-                break
-            os.chmod(p, p.stat().st_mode | 0o005)  # the postgres user must reach its data folder
+        for p in (workdir.resolve(), *workdir.resolve().parents):
+            if p.stat().st_mode & 0o001 == 0:
+                os.chmod(p, p.stat().st_mode | 0o001)  # the postgres user must reach its data folder
         data.mkdir(mode=0o700)
         os.chown(data, pw.pw_uid, pw.pw_gid)
         log.touch()
         os.chown(log, pw.pw_uid, pw.pw_gid)
-    subprocess.run(_as_postgres_user([shutil.which("initdb") or "initdb", "-D", str(data), "-A", "trust", "-U", "root"]),
-                   check=True, capture_output=True)
+    made = subprocess.run(_as_postgres_user([shutil.which("initdb") or "initdb", "-D", str(data), "-A", "trust", "-U", "root"]),
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        raise RuntimeError(f"initdb failed: {made.stderr[-2000:]}")
     service = PostgresService(free_port(), data, log)
     service.start()
     try:

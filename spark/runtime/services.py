@@ -152,6 +152,8 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+_SPARK_LOST = ("ExecutorLostFailure", "Lost executor", "SparkContext was shut down", "Master removed our application",
+               "All masters are unresponsive", "Connection refused", "Answer from Java side is empty")
 _S3_HINTS = ("AWS Error", "curlCode", "S3 ", "s3://", "HeadObject", "GetObject", "PutObject", "ListObjects", "When reading",
              "When writing", "When listing", "When getting information", "When initiating", "When completing",
              "When uploading", "When deleting", "When creating")
@@ -173,7 +175,11 @@ def _classify_one(exc: BaseException) -> _Match | None:
     if module.startswith(("confluent_kafka", "cimpl")) or (name == "KafkaHookError" and "not found" not in text):
         return _Match(KAFKA, _first_line(text))
     if module.startswith("py4j") or name in ("Py4JJavaError", "Py4JNetworkError", "SparkException"):
-        return _Match(SPARK, _first_line(text))
+        # The cluster failing (the JVM gone, executors lost, the application removed) -- not a task's own
+        # error, whose traceback (in the Java one) is a bug's and stays.
+        lost = next((m for m in _SPARK_LOST if m in text), None)
+        if name == "Py4JNetworkError" or lost:
+            return _Match(SPARK, lost or _first_line(text))
     if name == "StorageError" and "already exists" not in text:
         return _Match(S3, _first_line(text))
     if isinstance(exc, OSError) and any(h in text for h in _S3_HINTS):
