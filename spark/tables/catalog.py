@@ -346,9 +346,6 @@ def _listen_for_writes(engine: Any, listeners: dict[str, Any]) -> None:
             mark = "?" if context.dialect.paramstyle == "qmark" else "%s"
             fence = conn.connection.dbapi_connection.cursor()
             try:
-                from spark.runtime import faults
-
-                faults.at("catalog-write")  # tests pause a run here: after its last check, before its write
                 fence.execute(f"UPDATE {FENCE_TABLE} SET epoch = {mark} WHERE pipeline = {mark} AND epoch <= {mark}",
                               (epoch, pipeline, epoch))
                 if fence.rowcount != 1:
@@ -358,7 +355,16 @@ def _listen_for_writes(engine: Any, listeners: dict[str, Any]) -> None:
             finally:
                 fence.close()
 
-    event.listen(engine, "before_cursor_execute", before)
+    def pause_point(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        # Tests pause a run here (spark.runtime.faults): after its last lease check, before its catalog
+        # write -- and before the write's client-side timer starts (``_guard_statements``).
+        if listeners and statement.lstrip()[:6].upper() in ("UPDATE", "INSERT", "DELETE") and "iceberg_tables" in statement:
+            from spark.runtime import faults
+
+            faults.at("catalog-write")
+
+    event.listen(engine, "before_cursor_execute", pause_point, insert=True)
+    event.listen(engine, "before_cursor_execute", before)  # after the statement's timer: the fence is bounded too
 
 
 def catalog_fence(catalog: Catalog, pipeline: str) -> CatalogFence | None:
