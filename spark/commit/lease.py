@@ -142,6 +142,7 @@ class Lease:
         self.clock = clock
         self.renew_in_background = renew
         self.epoch: int | None = None
+        self.epoch_at_failure: int | None = None
         self._acquired_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -243,10 +244,36 @@ class Lease:
     def __enter__(self) -> Lease:
         return self if self.epoch is not None else self.acquire()
 
-    def __exit__(self, exc_type: object, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         # A failing run (the store or the catalog failing, most often) must not leave its lease to
         # block the retry, nor hide its own error behind the release's: it tries for a while, then leaves it.
+        taken = self._taken_by_another(exc) if exc is not None else None
         self.release(patience=RELEASE_SECONDS if exc_type is not None else 0.0)
+        if taken is not None:
+            # A run frozen past its lease fails on resuming in whatever it touches first (the catalog closed
+            # its idle session, a fence refused its write): the cause to report is that another run took over.
+            from spark.runtime.services import describe
+
+            raise LeaseLostError(
+                f"pipeline {self.pipeline}: another run took the lease from this run ({self.owner}, epoch "
+                f"{self.epoch_at_failure}): {taken.describe()}; this run stopped without committing (its own error: "
+                f"{describe(exc)})") from exc
+
+    def _taken_by_another(self, exc: BaseException) -> LeaseRecord | None:
+        """The run that took this run's lease, if one did -- asked only when the store is not what failed."""
+        self.epoch_at_failure = self.epoch
+        if self.epoch is None or isinstance(exc, LeaseLostError):
+            return None
+        from spark.runtime.services import S3, classify
+
+        found = classify(exc)
+        if found is not None and found.service == S3:
+            return None
+        try:
+            held = self._held()
+        except Exception:  # noqa: BLE001 - only to word the error better
+            return None
+        return held if held is not None and (held.epoch != self.epoch or held.owner != self.owner) else None
 
     # -- while holding it
 
