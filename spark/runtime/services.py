@@ -21,7 +21,9 @@ Kafka         socket 30 s, each metadata/offset call 30 s librdkafka's own recon
               (``spark.archive.kafka.TIMEOUT_S``), no     bounded call; then the run fails
               progress reading a partition for 30 s
 Spark         ``spark.network.timeout`` 120 s; a lost     Spark's task retries (``spark.task.maxFailures``
-              executor's tasks rerun elsewhere            = 4); a job that still fails fails the run
+              executor's tasks rerun elsewhere; a job     = 4); a job that still fails fails the run
+              with no executor at all for 180 s is
+              cancelled (``session.watch_executors``)
 ============  ==========================================  ============================================
 
 Past those bounds a run fails, and ``describe(exc)`` turns what the client library raised (a
@@ -57,6 +59,9 @@ CATALOG_STATEMENT_TIMEOUT = _setting("CATALOG_STATEMENT_TIMEOUT", 60.0)
 CATALOG_CLIENT_GRACE = _setting("CATALOG_CLIENT_GRACE", 15.0)  # past the server's statement timeout: it stopped answering
 KAFKA_SOCKET_TIMEOUT = _setting("KAFKA_SOCKET_TIMEOUT", 30.0)
 KAFKA_CALL_TIMEOUT = _setting("KAFKA_CALL_TIMEOUT", 30.0)
+SPARK_NO_EXECUTOR_TIMEOUT = _setting("SPARK_NO_EXECUTOR_TIMEOUT", 180.0)
+# Set by spark.runtime.session.watch_executors when it cancelled jobs that had no executor.
+spark_stalled: str | None = None
 
 S3, CATALOG, KAFKA, SPARK = "object storage (S3)", "Iceberg catalog", "Kafka", "Spark"
 
@@ -178,6 +183,8 @@ def _classify_one(exc: BaseException) -> _Match | None:
         # The cluster failing (the JVM gone, executors lost, the application removed) -- not a task's own
         # error, whose traceback (in the Java one) is a bug's and stays.
         lost = next((m for m in _SPARK_LOST if m in text), None)
+        if spark_stalled and "cancel" in text.lower():
+            return _Match(SPARK, spark_stalled)
         if name == "Py4JNetworkError" or lost:
             return _Match(SPARK, lost or _first_line(text))
     if name == "StorageError" and "already exists" not in text:

@@ -99,3 +99,35 @@ def test_part_of_the_fault_matrix_survives_or_fails_clearly_and_the_retry_is_exa
         cells.append((cell, expected))
     print_matrix([c for c, _ in cells])
     assert [(c.fault, c.stage, c.outcome, c.detail) for c, e in cells if c.outcome != e] == []
+
+
+def test_a_job_on_a_cluster_whose_worker_was_killed_fails_within_the_bound_naming_spark(tmp_path: Path) -> None:
+    """A standalone cluster's only worker killed (its executors with it): the job would wait for executors
+    for ever; the executor watch cancels it after SPARK_NO_EXECUTOR_TIMEOUT and the failure is Spark's one line."""
+    import sys
+
+    from spark.runtime.embedded import standalone_cluster
+
+    script = (
+        "import os, signal, sys, time\n"
+        "from spark.runtime.session import build_context\n"
+        "from spark.runtime.services import describe\n"
+        "sc = build_context('watch', sys.argv[1])\n"
+        "assert sc.parallelize(range(2), 2).map(lambda x: x).collect() == [0, 1]\n"
+        "os.killpg(int(sys.argv[2]), signal.SIGKILL)\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    sc.parallelize(range(4), 4).map(lambda x: x).collect()\n"
+        "    print('RESULT completed')\n"
+        "except Exception as exc:\n"
+        "    print('RESULT', round(time.monotonic() - started), describe(exc))\n"
+        "sc.stop()\n"
+    )
+    with standalone_cluster(tmp_path / "cluster") as cluster:
+        done = subprocess.run([sys.executable, "-c", script, cluster.master_url, str(cluster.worker_pid)],
+                              env={**os.environ, "TIDELAKE_SPARK_NO_EXECUTOR_TIMEOUT": "15", "SPARK_LOCAL_IP": "127.0.0.1"},
+                              capture_output=True, text=True, timeout=300, check=False)
+    result = next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))
+    _, seconds, message = result.split(" ", 2)
+    assert message.startswith("Spark unavailable: no executor for 15s"), done.stdout + done.stderr[-2000:]
+    assert int(seconds) <= 15 + 10
