@@ -1,4 +1,4 @@
-"""python -m bench [codecs|land|apply|changes|consistency|maintenance|lag] [suite options]
+"""python -m bench [codecs|land|apply|changes|consistency|maintenance|lag|faults] [suite options]
 
 The suite name is taken from the first argument and everything after it goes to that suite's
 own parser, so ``python -m bench apply --help`` shows the suite's flags. Without a suite every
@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-SUITES = ("apply", "changes", "codecs", "consistency", "lag", "land", "maintenance")
+SUITES = ("apply", "changes", "codecs", "consistency", "faults", "lag", "land", "maintenance")
 
 
 def suite_main(name: str) -> Callable[[list[str]], int]:
@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="`python -m bench <suite> --help` lists a suite's own options.")
     parser.add_argument("suite", nargs="?", choices=SUITES, help="one suite, followed by its options (default: all)")
     args = parser.parse_args(argv)  # only --help, an unknown suite or options without a suite get here
-    for name in [args.suite] if args.suite else SUITES:
+    # The fault matrix starts and breaks services for ~15 minutes: only when asked for by name.
+    for name in [args.suite] if args.suite else [s for s in SUITES if s != "faults"]:
         code = suite_main(name)([])
         if code:
             return code

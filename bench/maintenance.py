@@ -261,7 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-file-size", type=int, default=128 << 20)
     parser.add_argument("--without-runs", type=int, default=None,
                         help="stop the pipeline without maintenance after this many runs (default: --runs; it grows quadratic)")
+    parser.add_argument("--year", action="store_true",
+                        help="instead: one pipeline on a one-minute schedule for --runs runs (default 1440) with hourly "
+                             "maintenance, measuring catalog tables, manifests, metadata.json, archive objects and plan "
+                             "time as they go (bench/year.py)")
+    parser.add_argument("--measure-every", type=int, default=120, help="with --year: measure every N runs")
+    parser.add_argument("--ghost-every", type=int, default=30, help="with --year: gh-ost helper tables every N runs")
     args = parser.parse_args(argv)
+    if args.year:
+        from bench.year import simulate
+
+        runs = args.runs if "--runs" in (argv or sys.argv) else 1440
+        every = args.every if "--every" in (argv or sys.argv) else 60
+        simulate(runs, every, args.measure_every, changes=3, ghost_every=args.ghost_every)
+        return 0
     args.baseline = args.baseline or max(1, args.runs // 5)
     without_runs = min(args.runs, args.without_runs or args.runs)
     if without_runs < args.baseline:

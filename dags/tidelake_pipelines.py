@@ -212,6 +212,28 @@ def require_registered(timetable: PipelineTimetable, path: Path) -> None:
         ) from exc
 
 
+def one_line_on_service_failure(fn: Any) -> Any:
+    """A task body whose failure on a service (S3, the catalog, Kafka) is raised as one line naming the
+    service and what to do (``spark.runtime.services``), not the client library's traceback; retried as usual."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            from airflow.sdk.exceptions import AirflowException
+
+            from spark.runtime.services import classify
+
+            found = classify(exc)
+            if found is None:
+                raise
+            raise AirflowException(str(found)) from None
+
+    return wrapper
+
+
 def build_dag(config: PipelineConfig, path: Path) -> DAG:
     schedule = config.schedule
     asset = watermark_asset(config.name)
@@ -246,6 +268,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
     ) as dag:
 
         @task
+        @one_line_on_service_failure
         def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
             require_interval(dag_id, data_interval_start, data_interval_end, config, path)
             from spark.archive.offsets import snapshot_offsets as snapshot
@@ -254,6 +277,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             return sum(r.end - r.start for r in ranges)
 
         @task.short_circuit(ignore_downstream_trigger_rules=True)
+        @one_line_on_service_failure
         def confirm_if_done(data_interval_start=None, data_interval_end=None) -> bool:
             """An interval done already -- an operator cleared an old run, a backfill went over
             published intervals -- is confirmed here in seconds, from the archive and the catalog:
@@ -276,11 +300,15 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         apply = SparkSubmitOperator(
             task_id="apply", application=str(JOBS / "apply.py"),
             application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}",
-                              "--on-table-error", "{{ params.on_table_error }}"],
+                              "--on-table-error", "{{ params.on_table_error }}",
+                              # Its retries are the same run: one takes over the lease an attempt that
+                              # failed on a service could not release (spark.commit.lease).
+                              "--run-id", "{{ dag.dag_id }}/{{ run_id }}"],
             **spark_args,
         )
 
         @task(outlets=[asset])
+        @one_line_on_service_failure
         def publish(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict[str, Any]:
             # Imported when the task runs: no I/O at parse time, and tests substitute the module.
             from spark.commit.published import announcement

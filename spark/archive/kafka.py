@@ -6,6 +6,8 @@ consumer position, so nothing here ever commits offsets to Kafka.
 
 from __future__ import annotations
 
+import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -13,12 +15,39 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Me
 
 from cdc_codecs import TidelakeError
 
-TIMEOUT_S = 30.0
+from spark.runtime.services import KAFKA_CALL_TIMEOUT, KAFKA_SOCKET_TIMEOUT
+
+TIMEOUT_S = KAFKA_CALL_TIMEOUT
 BATCH = 5_000
+# librdkafka's own log lines (a broker that is down: a "Connect ... failed" line every ~50 ms, ~600 in
+# a call's 30 s) go to this logger, not to stderr: they reach the task log only with -v / --verbose
+# (tidelake's DEBUG); otherwise the last few are kept and the failure's one line quotes the newest.
+CLIENT_LOG = logging.getLogger("tidelake.kafka.client")
 
 
 class KafkaHookError(TidelakeError):
     """A broker call failed; the message says which call, topic and partition."""
+
+
+class _ClientLog(logging.Handler):
+    """The newest librdkafka lines of one client, for the error that ends its call."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=5)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _client_logger() -> tuple[logging.Logger, _ClientLog]:
+    keep = _ClientLog()
+    logger = logging.getLogger(f"{CLIENT_LOG.name}.{id(keep):x}")
+    logger.addHandler(keep)
+    logger.setLevel(logging.DEBUG)
+    # Propagated (to the task log) only when tidelake's debug lines are asked for.
+    logger.propagate = CLIENT_LOG.isEnabledFor(logging.DEBUG)
+    return logger, keep
 
 
 @dataclass(frozen=True)
@@ -43,12 +72,39 @@ class KafkaHook:
             "receive.message.max.bytes": 1_000_000_000,
             "fetch.max.bytes": 500_000_000,
             "queued.max.messages.kbytes": 262_144,
+            # Bounded waits (spark.runtime.services): a broker that stops answering fails a call
+            # within socket.timeout.ms; every call passes its own timeout too.
+            "socket.timeout.ms": int(KAFKA_SOCKET_TIMEOUT * 1000),
+            "socket.connection.setup.timeout.ms": int(KAFKA_SOCKET_TIMEOUT * 1000),
+            "reconnect.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 2000,
         }
         conf.update(options or {})
+        self._logger, self._client_log = _client_logger()
+        conf["logger"] = self._logger
         self._consumer = Consumer(conf)
 
+    def _why(self, serve: bool = True) -> str:
+        """The newest librdkafka line (e.g. "Connect to ipv4#10.0.0.5:9092 failed: Connection refused"), if any.
+
+        ``serve``: deliver the client's queued log lines first (a call outside ``read_range``, with
+        nothing assigned, so polling consumes no message)."""
+        if serve:
+            try:
+                self._consumer.poll(0)
+            except Exception:  # noqa: BLE001 - only for the message
+                pass
+        if not self._client_log.lines:
+            return ""
+        line = self._client_log.lines[-1]
+        return f" (last client message: {line.split(': ', 1)[-1] if line.count(': ') > 1 else line})"
+
     def close(self) -> None:
-        self._consumer.close()
+        try:
+            self._consumer.close()
+        finally:
+            self._logger.removeHandler(self._client_log)
+            logging.Logger.manager.loggerDict.pop(self._logger.name, None)
 
     def __enter__(self) -> KafkaHook:
         return self
@@ -60,7 +116,7 @@ class KafkaHook:
         try:
             md = self._consumer.list_topics(topic, timeout=TIMEOUT_S)
         except KafkaException as exc:
-            raise KafkaHookError(f"list_topics({topic!r}) failed: {exc}") from None
+            raise KafkaHookError(f"list_topics({topic!r}) failed: {exc}{self._why()}") from None
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             reason = t.error.str() if t is not None and t.error else "not found"
@@ -71,7 +127,7 @@ class KafkaHook:
         try:
             low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False)
         except KafkaException as exc:
-            raise KafkaHookError(f"watermarks of {topic}/{partition} failed: {exc}") from None
+            raise KafkaHookError(f"watermarks of {topic}/{partition} failed: {exc}{self._why()}") from None
         return Watermarks(low, high)
 
     def offsets_for_time(self, topic: str, partitions: list[int], timestamp_ms: int) -> dict[int, int | None]:
@@ -82,7 +138,7 @@ class KafkaHook:
         try:
             answer = self._consumer.offsets_for_times(query, timeout=TIMEOUT_S)
         except KafkaException as exc:
-            raise KafkaHookError(f"offsets_for_times on {topic} at {timestamp_ms} failed: {exc}") from None
+            raise KafkaHookError(f"offsets_for_times on {topic} at {timestamp_ms} failed: {exc}{self._why()}") from None
         out: dict[int, int | None] = {}
         for tp in answer:
             if tp.error is not None:
@@ -135,7 +191,7 @@ class KafkaHook:
                     if idle * 1.0 > TIMEOUT_S:
                         raise KafkaHookError(
                             f"reading {topic}/{partition}: no progress at offset {position} for {TIMEOUT_S:.0f}s "
-                            f"(want up to {end}); is the broker reachable?"
+                            f"(want up to {end}); is the broker reachable?{self._why(serve=False)}"
                         )
         finally:
             self._consumer.unassign()

@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 
 from cdc_codecs import TidelakeError
 from spark.config import StorageConfig
+from spark.runtime.services import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, boto_config, s3_retry_strategy
 
 
 class StorageError(TidelakeError):
@@ -177,6 +178,10 @@ class S3Storage(Storage):
             endpoint_override=endpoint.netloc if endpoint else None,
             scheme=endpoint.scheme if endpoint else "https",
             allow_bucket_creation=False,
+            # Bounded waits and retries (spark.runtime.services): a hung store fails a call, not the run forever.
+            connect_timeout=S3_CONNECT_TIMEOUT,
+            request_timeout=S3_REQUEST_TIMEOUT,
+            retry_strategy=s3_retry_strategy(),
         )
         self._client = None
         self._credentials = (key, secret)
@@ -210,6 +215,7 @@ class S3Storage(Storage):
                 region_name=self._config.region or os.environ.get("AWS_REGION") or "us-east-1",
                 aws_access_key_id=key,
                 aws_secret_access_key=secret,
+                config=boto_config(),
             )
         return self._client
 

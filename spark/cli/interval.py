@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import sys
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
@@ -73,7 +74,20 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
             landed = land_interval(config, start, end, runner=runner)
         log.debug("landed %s messages (%s); applying", landed.manifest.messages,
                   "manifest reused" if landed.reused else "new manifest")
-        applied = apply_interval(config, start, end, runner=runner, progress=progress)
+        from spark.commit.lease import RUN_ENV
+        from spark.runtime import faults
+
+        faults.at("landed")
+
+        # The run's identity for the pipeline's lease: a rerun of this interval after a failure that
+        # left the lease held (the store was down) takes it over instead of waiting out its time to live.
+        given = os.environ.get(RUN_ENV)
+        os.environ[RUN_ENV] = given or f"tidelake-run:{config.name}:{start.isoformat()}..{end.isoformat()}"
+        try:
+            applied = apply_interval(config, start, end, runner=runner, progress=progress, fault=faults.step_hook())
+        finally:
+            if given is None:
+                os.environ.pop(RUN_ENV, None)
     finally:
         if spark_master:
             runner.stop()

@@ -425,7 +425,10 @@ def _output_closed() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit codes: 0 done, 2 usage or configuration error, 1 the run failed (or the output was closed)."""
+    """Exit codes: 0 done, 2 usage or configuration error, 1 the run failed (or the output was closed).
+
+    A service's failure (S3, the catalog, Kafka, Spark: ``spark.runtime.services``) is one line naming
+    the service and what to do, exit 1; ``--debug`` shows the traceback."""
     try:
         args = parser().parse_args(argv)
     except BrokenPipeError:  # argparse itself ignores a closed pipe for --help and --version; a belt to its braces
@@ -439,8 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         from spark.query.read import QueryError
+        from spark.runtime.services import classify
 
-        log.error("%s", _one_line(exc))
+        log.error("%s", _one_line(classify(exc) or exc))
         return 2 if isinstance(exc, (ConfigError, QueryError)) else 1
     except BrokenPipeError:
         if args.debug:
@@ -451,6 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.error("interrupted")
         return 130
+    except Exception as exc:  # noqa: BLE001 - a service's failure is one line; anything else is a bug: its traceback
+        from spark.runtime.services import classify
+
+        found = classify(exc)
+        if found is None or args.debug:
+            raise
+        log.error("%s", found)
+        return 1
 
 
 if __name__ == "__main__":

@@ -154,7 +154,8 @@ def apply_interval(
             f"no manifest for {layout.instant(interval_start)}..{layout.instant(interval_end)}: land the interval first "
             "(the DAG's land task, or spark/jobs/land.py)"
         )
-    held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds)
+    held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
+                          fence=cat.catalog_fence(catalog, config.name))
     with held:
         return _bring_forward(config, storage, cat.RunTables(catalog, config), runner, chain, target, held, fault or (lambda step: None),
                               progress or (lambda step, done, total: None))

@@ -108,10 +108,17 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     parser.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
     parser.add_argument("--verbose", action="store_true",
                         help=f"Spark's INFO log and tidelake's debug lines (default: Spark at ${SPARK_LOG_LEVEL_ENV} or WARN)")
+    parser.add_argument("--run-id", default=None,
+                        help="this run's identity, the same for its retries (the DAG passes its DAG and run id): a retry "
+                             "takes over the pipeline's lease its failed attempt could not release")
     if extra:
         extra(parser)
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
+    if args.run_id:
+        from spark.commit.lease import RUN_ENV
+
+        os.environ[RUN_ENV] = args.run_id
     try:
         # Secrets the file leaves out come from the environment (deploy/README.md, "Credentials").
         config = from_environment(load_pipeline_config(args.config))
@@ -122,9 +129,8 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     if before_spark is not None:
         try:
             settled = before_spark(config, start, end, args)
-        except TidelakeError as exc:
-            log.error("%s", exc)
-            return 1
+        except Exception as exc:  # noqa: BLE001 - see failed()
+            return failed(exc)
         if settled is not None:
             return settled
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
@@ -133,8 +139,23 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
         config.driver_max_messages)
     try:
         return run(config, start, end, runner, args)
-    except TidelakeError as exc:
-        log.error("%s", exc)
-        return 1
+    except Exception as exc:  # noqa: BLE001 - see failed()
+        return failed(exc)
     finally:
-        runner.stop()
+        try:
+            runner.stop()
+        except Exception as exc:  # noqa: BLE001 - stopping Spark after a failure must not hide it
+            log.debug("stopping Spark: %s", exc)
+
+
+def failed(exc: BaseException) -> int:
+    """A job's failure as one line on stderr and exit code 1 (Airflow retries the task): tidelake's own
+    errors as they say, a service's (S3, catalog, Kafka, Spark) naming the service and what to do
+    (``spark.runtime.services``). Anything else is a bug: raised, with its traceback."""
+    from spark.runtime.services import classify
+
+    found = classify(exc)
+    if found is None and not isinstance(exc, TidelakeError):
+        raise exc
+    log.error("%s", found or exc)
+    return 1

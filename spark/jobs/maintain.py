@@ -21,7 +21,7 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
 from cdc_codecs import ConfigError, TidelakeError
-from spark.jobs import _configure_logging, emit, log
+from spark.jobs import _configure_logging, emit, failed, log
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,9 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         emit(summary_lines(maintain(config, dry_run=args.dry_run, now=now, runner=runner)))
         return 0
-    except TidelakeError as exc:
-        log.error("%s", exc)
-        return 1
+    except Exception as exc:  # noqa: BLE001 - one line for a service's failure (spark.jobs.failed)
+        return failed(exc)
     finally:
         runner.stop()
 

@@ -40,6 +40,7 @@ from spark.commit.lease import Lease
 from spark.commit.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
 from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
+from spark.maintain.dropped import DroppedReport, remove_dropped_tables
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
 from spark.maintain.orphans import OrphanReport, remove_orphans
 from spark.archive.manifest import list_manifests
@@ -66,9 +67,10 @@ class TableReport:
     tags_removed: int = 0
     expiry: TableExpiry | None = None
     compaction: CompactionReport | None = None
+    removed: bool = False  # a dropped table no retained W reads: removed from the catalog (spark.maintain.dropped)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "uuid": self.uuid, "before": dataclasses.asdict(self.before),
+        return {"name": self.name, "uuid": self.uuid, "removed": self.removed, "before": dataclasses.asdict(self.before),
                 "after": dataclasses.asdict(self.after) if self.after else None, "tags_removed": self.tags_removed,
                 "expiry": self.expiry.to_dict() if self.expiry else None,
                 "compaction": _plain(self.compaction)}
@@ -88,12 +90,14 @@ class MaintenanceReport:
     path: str | None = None  # where the report was written (None in a dry run)
     orphans: OrphanReport | None = None
     archive: ArchiveReport | None = None
+    dropped: DroppedReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": "maintenance", "pipeline": self.pipeline, "now": self.now.isoformat(), "dry_run": self.dry_run,
                 "retained": self.retained, "retired": self.retired, "finished": self.finished,
                 "retired_before": self.retired_before, "tables": [t.to_dict() for t in self.tables],
-                "orphans": _plain(self.orphans), "archive": _plain(self.archive), "seconds": self.seconds}
+                "orphans": _plain(self.orphans), "archive": _plain(self.archive), "dropped": _plain(self.dropped),
+                "seconds": self.seconds}
 
 
 def maintain(
@@ -126,7 +130,8 @@ def maintain(
     step = fault or (lambda at: None)
     report_progress = progress or (lambda s, d, t: None)
     policy = config.maintenance
-    with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
+    with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
+               fence=cat.catalog_fence(catalog, config.name)) as lease:
         step("leased")
         tables = _tables(catalog, config)
         reports = {u: TableReport(cat.table_label(t), u, footprint(t)) for u, t in tables.items()}
@@ -152,6 +157,13 @@ def maintain(
                                                 lease=lease, dry_run=dry_run, step=step, progress=report_progress)
             report_progress("expire", i + 1, len(tables))
         step("expired")
+        # Dropped tables (gh-ost/pt-osc helpers among them) no retained W reads leave the catalog.
+        dropped = remove_dropped_tables(config, storage, catalog, retained=plan.retained_watermarks, check=lease.check,
+                                        dry_run=dry_run)
+        for label in dropped.removed:
+            for r in reports.values():
+                if r.name == label:
+                    r.removed = True
 
         tables = _tables(catalog, config)
         report_progress("compact", 0, len(tables))
@@ -184,7 +196,8 @@ def maintain(
         retained = plan.retained_watermarks
         result = MaintenanceReport(config.name, now, dry_run, retained, list(plan.retire), retired.finished,
                                    len(plan.retired_before),
-                                   sorted(reports.values(), key=lambda r: r.name), orphans=orphans, archive=archive)
+                                   sorted(reports.values(), key=lambda r: r.name), orphans=orphans, archive=archive,
+                                   dropped=dropped)
         result.seconds = round(time.perf_counter() - started, 3)
         if not dry_run:
             lease.check()
@@ -281,6 +294,10 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
                      f"{sum(c.files_rewritten for c in compacted):,} files into "
                      + (f"{sum(c.bins for c in compacted):,} bin(s)" if dry else f"{sum(c.files_written for c in compacted):,}")
                      + (f"; the tags of {len(moved):,} W(s) move to the compacted heads" if moved else ""))
+    if report.dropped and report.dropped.removed:
+        lines.append(f"  {'would remove' if dry else 'removed'} {len(report.dropped.removed):,} dropped table(s) no retained W "
+                     f"reads from the catalog ({', '.join(report.dropped.removed[:5])}"
+                     f"{', ...' if len(report.dropped.removed) > 5 else ''}); {report.dropped.files_deleted:,} files deleted")
     young = sum(t.expiry.files_within_grace for t in report.tables if t.expiry)
     if young:
         lines.append(f"  {young:,} file(s) of expired snapshots are younger than the grace period: kept for a later run")

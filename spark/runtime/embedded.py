@@ -233,3 +233,72 @@ def standalone_cluster(workdir: Path, *, cores: int = 1, memory: str = "2g",
                 raise RuntimeError(f"the Spark worker did not register: {worker_log.read_text()[-2000:]}")
             time.sleep(0.2)
         yield cluster
+
+
+@dataclass(frozen=True)
+class PostgresService:
+    """A PostgreSQL instance of its own (``initdb`` + ``pg_ctl`` in a temporary folder), so a test can
+    stop it (``stop(immediate=True)``: a crash as the clients see it) and start it again."""
+
+    port: int
+    data: Path
+    log: Path
+    user: str = "root"
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    def _pg(self, *args: str) -> list[str]:
+        return _as_postgres_user([shutil.which("pg_ctl") or "pg_ctl", "-D", str(self.data), *args])
+
+    def start(self) -> None:
+        subprocess.run(self._pg("-o", f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1", "-l", str(self.log),
+                                "-w", "-t", "60", "start"), check=True, capture_output=True)
+
+    def stop(self, immediate: bool = True) -> None:
+        subprocess.run(self._pg("-m", "immediate" if immediate else "fast", "-w", "stop"), check=False, capture_output=True)
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+
+def _as_postgres_user(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, its tools run as the ``postgres`` user."""
+    if os.geteuid() != 0:
+        return cmd
+    return [shutil.which("runuser") or "runuser", "-u", "postgres", "--", *cmd]
+
+
+@contextmanager
+def postgres_service(workdir: Path) -> Iterator[PostgresService]:
+    """A fresh PostgreSQL (trust authentication, superuser ``root``) on a free port; stopped when done."""
+    if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:
+        raise RuntimeError("PostgreSQL's initdb and pg_ctl are not on PATH")
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = workdir / "pgdata"
+    log = workdir / "postgres.log"
+    if os.geteuid() == 0:
+        import pwd
+
+        pw = pwd.getpwnam("postgres")
+        for p in (workdir.resolve(), *workdir.resolve().parents):
+            if p.stat().st_mode & 0o001 == 0:
+                os.chmod(p, p.stat().st_mode | 0o001)  # the postgres user must reach its data folder
+        data.mkdir(mode=0o700)
+        os.chown(data, pw.pw_uid, pw.pw_gid)
+        log.touch()
+        os.chown(log, pw.pw_uid, pw.pw_gid)
+    made = subprocess.run(_as_postgres_user([shutil.which("initdb") or "initdb", "-D", str(data), "-A", "trust", "-U", "root"]),
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        raise RuntimeError(f"initdb failed: {made.stderr[-2000:]}")
+    service = PostgresService(free_port(), data, log)
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop(immediate=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 
@@ -65,7 +66,51 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
             spark_conf.set(key, value)
     for key, value in conf.items():
         spark_conf.set(key, value)
-    return SparkContext.getOrCreate(spark_conf)
+    context = SparkContext.getOrCreate(spark_conf)
+    if not (master or spark_conf.get("spark.master", "local")).startswith("local"):
+        watch_executors(context)  # a cluster's workers can go away; a local master's executor is the driver
+    return context
+
+
+def watch_executors(context: Any, limit: float | None = None, every: float = 5.0) -> Any:
+    """A cluster whose workers are gone leaves a job waiting for executors for ever (Spark's standalone
+    scheduler only logs "Initial job has not accepted any resources"). This daemon thread cancels
+    the running jobs once they have had no executor for ``limit`` seconds
+    (``spark.runtime.services.SPARK_NO_EXECUTOR_TIMEOUT``): the job fails, the run reports Spark's
+    failure in one line and exits, and Airflow's retry runs it once the cluster is back."""
+    import threading
+
+    from spark.runtime import services
+
+    limit = services.SPARK_NO_EXECUTOR_TIMEOUT if limit is None else limit
+
+    def loop() -> None:
+        since = None
+        while True:
+            time.sleep(every)
+            try:
+                if context._jsc is None:
+                    return  # stopped
+                active = context.statusTracker().getActiveJobsIds()
+                executors = context._jsc.sc().getExecutorMemoryStatus().size() - 1  # less the driver
+            except Exception:  # noqa: BLE001 - the context is stopping
+                return
+            if not active or executors > 0:
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= limit:
+                services.spark_stalled = (f"no executor for {limit:.0f}s while a job waited (the cluster's workers are "
+                                          "gone or have no free cores); its jobs were cancelled")
+                try:
+                    context.cancelAllJobs()
+                except Exception:  # noqa: BLE001
+                    return
+                since = None
+
+    thread = threading.Thread(target=loop, name="tidelake-executor-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _local(master: str) -> bool:

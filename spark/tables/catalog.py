@@ -90,8 +90,36 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
             "s3.endpoint": s.endpoint_url, "s3.region": s.region or os.environ.get("AWS_REGION") or "us-east-1",
             "s3.access-key-id": key, "s3.secret-access-key": secret,
         }.items() if v})
+    if url.startswith("s3://"):
+        from spark.runtime.services import s3_fileio_properties
+
+        props.update(s3_fileio_properties())  # the tables' S3 calls, bounded like the archive's
     props.update(config.catalog.properties)
+    if props.get("uri"):
+        props["uri"] = bounded_uri(props["uri"])
     return props
+
+
+def bounded_uri(uri: str) -> str:
+    """A PostgreSQL catalog URI with bounded waits (``spark.runtime.services``), unless it sets its own:
+    ``connect_timeout`` (libpq, seconds), and server-side ``statement_timeout`` and
+    ``idle_in_transaction_session_timeout`` -- the latter ends the session of a run frozen inside a
+    commit's transaction (a stopped VM), so the locks it holds do not block the next run forever."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    from spark.runtime.services import CATALOG_CONNECT_TIMEOUT, CATALOG_STATEMENT_TIMEOUT
+
+    if not uri.startswith("postgres"):
+        return uri
+    parts = urlsplit(uri)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    keys = {k for k, _ in query}
+    if "connect_timeout" not in keys:
+        query.append(("connect_timeout", str(CATALOG_CONNECT_TIMEOUT)))
+    if "options" not in keys:
+        ms = int(CATALOG_STATEMENT_TIMEOUT * 1000)
+        query.append(("options", f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 # One catalog per process and configuration: a pyiceberg SqlCatalog holds a SQLAlchemy engine
@@ -167,6 +195,7 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     if catalog is None:
         catalog = load_catalog(catalog_name(config.name), **properties)
         _journal_to_wal(catalog)
+        _guard_statements(catalog)
         migrate_catalog_name(catalog, config)  # before anything is created under the new name
         ensure_namespace(catalog, pipeline_namespace(config))
         migrate_identifiers(catalog, config)
@@ -189,6 +218,162 @@ def _journal_to_wal(catalog: Catalog) -> None:
         return
     with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+
+
+def _guard_statements(catalog: Catalog) -> None:
+    """A PostgreSQL catalog's statements are bounded on the client too: a server that stopped
+    answering (frozen, its host gone without a reset) enforces no ``statement_timeout``, and libpq
+    has no read timeout, so a statement still waiting ``CATALOG_STATEMENT_TIMEOUT`` +
+    ``CATALOG_CLIENT_GRACE`` seconds after it was sent has its socket shut: the call fails
+    (``psycopg2.OperationalError``, reported as the catalog's failure) instead of hanging the run."""
+    engine = getattr(catalog, "engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        return
+    import socket
+
+    from sqlalchemy import event
+
+    from spark.runtime.services import CATALOG_CLIENT_GRACE, CATALOG_STATEMENT_TIMEOUT
+
+    def shut(dbapi_connection: Any) -> None:
+        try:
+            with socket.socket(fileno=os.dup(dbapi_connection.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        timer = threading.Timer(CATALOG_STATEMENT_TIMEOUT + CATALOG_CLIENT_GRACE, shut, (conn.connection.dbapi_connection,))
+        timer.daemon = True
+        conn.info.setdefault("tidelake_timers", []).append(timer)
+        timer.start()
+
+    def after(conn: Any, *_: Any) -> None:
+        for timer in conn.info.pop("tidelake_timers", ()):
+            timer.cancel()
+
+    def failed(context: Any) -> None:
+        if context.connection is not None:
+            after(context.connection)
+
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    event.listen(engine, "handle_error", failed)
+
+
+# -- fencing: the lease epoch, checked by the catalog's own transaction
+
+FENCE_TABLE = "tidelake_lease_fence"
+
+
+class CatalogFence:
+    """The pipeline lease's epoch, kept in the SQL catalog's database and checked *inside* the
+    transaction of every catalog write (``spark.commit.lease`` explains the lease).
+
+    A run that takes the lease raises the pipeline's row to its epoch (``raise_to``); while it holds
+    the lease every statement writing ``iceberg_tables`` (a commit: snapshots, tags, schema; a
+    create, rename or drop) is preceded, in the same transaction, by
+
+        UPDATE tidelake_lease_fence SET epoch = <mine> WHERE pipeline = <p> AND epoch <= <mine>
+
+    which locks the row until the transaction ends. A run whose lease another run took since (a
+    higher epoch in the row) updates nothing: its statement is not sent, the transaction rolls back
+    and the run stops with ``LeaseLostError`` -- however long it was frozen between its last check
+    and this write. A taker's ``raise_to`` waits for a commit in flight to end, so a commit is
+    either before the takeover or refused. One holder per process and pipeline (the newest attached).
+    """
+
+    def __init__(self, catalog: Catalog, pipeline: str) -> None:
+        from sqlalchemy import text
+
+        self.engine, self.pipeline = catalog.engine, pipeline  # type: ignore[attr-defined]
+        self._epoch: Any = None  # () -> int | None
+        with self.engine.begin() as conn:
+            conn.execute(text(f"CREATE TABLE IF NOT EXISTS {FENCE_TABLE} (pipeline VARCHAR(255) PRIMARY KEY, "
+                              "epoch BIGINT NOT NULL)"))
+        listeners = _FENCE_LISTENERS.setdefault(id(self.engine), {})
+        if not listeners:
+            _listen_for_writes(self.engine, listeners)
+        self._listeners = listeners
+
+    def raise_to(self, epoch: int) -> None:
+        """Fence out every epoch below ``epoch``. Raises LeaseLostError if a higher one is there already."""
+        from sqlalchemy import text
+
+        from spark.commit.lease import LeaseLostError
+
+        with self.engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO {FENCE_TABLE} (pipeline, epoch) VALUES (:p, 0) ON CONFLICT (pipeline) DO NOTHING"),
+                         {"p": self.pipeline})
+            done = conn.execute(text(f"UPDATE {FENCE_TABLE} SET epoch = :e WHERE pipeline = :p AND epoch <= :e"),
+                                {"p": self.pipeline, "e": epoch}).rowcount
+        if done != 1:
+            raise LeaseLostError(f"pipeline {self.pipeline}: a run with a newer lease than epoch {epoch} has fenced the catalog")
+
+    def attach(self, epoch: Any) -> None:
+        """Check every catalog write against ``epoch()`` (None: not checked) until ``detach``."""
+        self._epoch = epoch
+        self._listeners[self.pipeline] = epoch
+
+    def detach(self) -> None:
+        if self._listeners.get(self.pipeline) is self._epoch:
+            del self._listeners[self.pipeline]
+
+    def epoch(self) -> int | None:
+        """The fenced epoch in the catalog (None: never fenced)."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            return conn.execute(text(f"SELECT epoch FROM {FENCE_TABLE} WHERE pipeline = :p"), {"p": self.pipeline}).scalar()
+
+
+_FENCE_LISTENERS: dict[int, dict[str, Any]] = {}
+
+
+def _listen_for_writes(engine: Any, listeners: dict[str, Any]) -> None:
+    from sqlalchemy import event
+
+    from spark.commit.lease import LeaseLostError
+
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if not listeners:
+            return
+        head = statement.lstrip()[:12].upper()
+        if not head.startswith(("UPDATE", "INSERT", "DELETE")) or "iceberg_tables" not in statement or FENCE_TABLE in statement:
+            return
+        for pipeline, epoch_of in list(listeners.items()):
+            epoch = epoch_of()
+            if epoch is None:
+                continue
+            mark = "?" if context.dialect.paramstyle == "qmark" else "%s"
+            fence = conn.connection.dbapi_connection.cursor()
+            try:
+                fence.execute(f"UPDATE {FENCE_TABLE} SET epoch = {mark} WHERE pipeline = {mark} AND epoch <= {mark}",
+                              (epoch, pipeline, epoch))
+                if fence.rowcount != 1:
+                    raise LeaseLostError(
+                        f"pipeline {pipeline}: another run took the lease from this run (epoch {epoch}) and fenced the "
+                        "catalog; this run stops without writing (it was paused or cut off past its lease)")
+            finally:
+                fence.close()
+
+    def pause_point(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        # Tests pause a run here (spark.runtime.faults): after its last lease check, before its catalog
+        # write -- and before the write's client-side timer starts (``_guard_statements``).
+        if listeners and statement.lstrip()[:6].upper() in ("UPDATE", "INSERT", "DELETE") and "iceberg_tables" in statement:
+            from spark.runtime import faults
+
+            faults.at("catalog-write")
+
+    event.listen(engine, "before_cursor_execute", pause_point, insert=True)
+    event.listen(engine, "before_cursor_execute", before)  # after the statement's timer: the fence is bounded too
+
+
+def catalog_fence(catalog: Catalog, pipeline: str) -> CatalogFence | None:
+    """The pipeline's ``CatalogFence`` in a SQL catalog; None for catalogs without a database of theirs (REST)."""
+    if getattr(catalog, "engine", None) is None:
+        return None
+    return CatalogFence(catalog, pipeline)
 
 
 def close_catalogs() -> None:

@@ -405,12 +405,65 @@ def _keep_live_manifests(producer: _OverwriteFiles, deletes_added: list[DataFile
             shaped.append(_write_delete_manifest(producer, spec_id, [
                 ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=own, sequence_number=None,
                                         file_sequence_number=None, data_file=f) for f in files]))
-        return [m for m in shaped if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == own]
+        kept = [m for m in shaped if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == own]
+        return _merged(producer, kept)
 
     producer._process_manifests = live_or_own  # type: ignore[method-assign]
     if deletes_added or deletes_removed:
         producer._summary = lambda props=None: _summary_with_deletes(  # type: ignore[method-assign]
             producer, deletes_added, deletes_removed, props or {})
+
+
+# Manifests of a head are merged once this many of one content and spec accumulate (the table property
+# ``commit.manifest.min-count-to-merge`` overrides it): a minute-schedule pipeline adds a data manifest
+# (and, merge-on-read, a delete manifest) per run, which every later commit and every scan plan reads.
+MANIFEST_MIN_MERGE_COUNT = 16
+
+
+def _merged(producer: _OverwriteFiles, manifests: list[ManifestFile]) -> list[ManifestFile]:
+    """``manifests`` with the data manifests merged by pyiceberg's ``_ManifestMergeManager`` (as Iceberg
+    Java's ``commit.manifest-merge.enabled`` does on append: bins of ``commit.manifest.target-size-bytes``,
+    the bin holding this commit's own manifest only from ``min-count-to-merge`` manifests on), and the
+    delete manifests of each spec merged into one once there are ``min-count-to-merge`` of them. Entries
+    keep their sequence numbers (position deletes apply by them) and their status within this commit."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.table.update.snapshot import _ManifestMergeManager
+    from pyiceberg.utils.properties import property_as_int
+
+    props = producer._transaction.table_metadata.properties
+    min_count = property_as_int(props, TableProperties.MANIFEST_MIN_MERGE_COUNT, MANIFEST_MIN_MERGE_COUNT) or MANIFEST_MIN_MERGE_COUNT
+    target = property_as_int(props, TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                             TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT)
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    deletes = [m for m in manifests if m.content == ManifestContent.DELETES]
+    if len(data) >= min_count:
+        data = _ManifestMergeManager(target_size_bytes=target, min_count_to_merge=min_count, merge_enabled=True,
+                                     snapshot_producer=producer).merge_manifests(data)
+    own = producer.snapshot_id
+    by_spec: dict[int, list[ManifestFile]] = {}
+    for m in deletes:
+        by_spec.setdefault(m.partition_spec_id, []).append(m)
+    merged_deletes: list[ManifestFile] = []
+    for spec_id, group in sorted(by_spec.items()):
+        if len(group) < min_count:
+            merged_deletes += group
+            continue
+        entries = []
+        for m in group:
+            for e in m.fetch_manifest_entry(producer._io, discard_deleted=False):
+                if e.status == ManifestEntryStatus.DELETED:
+                    if e.snapshot_id == own:  # only what this commit removes stays recorded
+                        entries.append(_entry(e, ManifestEntryStatus.DELETED, own))
+                elif e.status == ManifestEntryStatus.ADDED and e.snapshot_id == own:
+                    # This commit's own: its sequence number is assigned when it commits (read back from the
+                    # uncommitted manifest, it would be the manifest's unassigned -1).
+                    entries.append(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=own,
+                                                           sequence_number=None, file_sequence_number=None,
+                                                           data_file=e.data_file))
+                else:
+                    entries.append(_entry(e, ManifestEntryStatus.EXISTING, e.snapshot_id))
+        merged_deletes.append(_write_delete_manifest(producer, spec_id, entries))
+    return data + merged_deletes
 
 
 class _DeleteManifestWriter(ManifestWriterV2):

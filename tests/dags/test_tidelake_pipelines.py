@@ -72,7 +72,8 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert [o.uri for o in tasks["publish"].outlets] == ["tidelake://shop/watermark"]
     assert tasks["land"].application.endswith("spark/jobs/land.py")
     assert "{{ data_interval_start.isoformat() }}" in tasks["apply"].application_args
-    assert tasks["apply"].application_args[-2:] == ["--on-table-error", "{{ params.on_table_error }}"]
+    assert tasks["apply"].application_args[-4:] == ["--on-table-error", "{{ params.on_table_error }}",
+                                                    "--run-id", "{{ dag.dag_id }}/{{ run_id }}"]
     assert order is None or order.index("land") < order.index("apply")
 
 

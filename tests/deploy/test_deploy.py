@@ -130,7 +130,8 @@ def test_spark_submit_argv_of_the_production_deploy() -> None:
     interval = ["--start", "2024-06-01T00:15:00+00:00", "--end", "2024-06-01T00:30:00+00:00"]
     assert commands["land"]["argv"] == [*head, str(JOBS / "land.py"), "--config", pipeline, *interval]
     assert commands["apply"]["argv"] == [*head, str(JOBS / "apply.py"), "--config", pipeline, *interval,
-                                         "--on-bad-message", "fail", "--on-table-error", "isolate"]
+                                         "--on-bad-message", "fail", "--on-table-error", "isolate",
+                                         "--run-id", "tidelake_shop/scheduled__2024-06-01T00:15:00+00:00"]
     # No credentials in the command, and none set by the hook: spark-submit inherits the worker's environment.
     assert commands["land"]["env"] is None and commands["apply"]["env"] is None
     # deploy/README.md shows this command, with the repo where git-sync puts it.
@@ -169,7 +170,7 @@ def test_spark_submit_argv_of_a_development_setup(tmp_path: Path) -> None:
     config = str(tmp_path / "dev.toml")
     assert commands["land"]["argv"] == [*head, str(JOBS / "land.py"), "--config", config, *interval]
     assert commands["apply"]["argv"] == [*head, str(JOBS / "apply.py"), "--config", config, *interval, "--on-bad-message", "fail",
-                                         "--on-table-error", "isolate"]
+                                         "--on-table-error", "isolate", "--run-id", "tidelake_dev/scheduled__2024-01-01T00:00:00+00:00"]
 
 
 def test_the_code_archive_builds_from_the_repo_with_every_package_and_its_data(tmp_path: Path) -> None:

@@ -71,3 +71,33 @@ def test_a_table_written_before_sheds_the_dead_manifests_at_its_next_overwrite(c
         {name: v for name, v in tags.items() if name != "main"}
     assert [r["name"] for r in read_at(table, table.current_snapshot().snapshot_id) if r["id"] in (1, 2, 3)] == \
         ["after-1", "after-2", "after-3"]
+
+
+def test_a_heads_manifests_are_merged_at_commit_so_they_stay_few_however_many_runs(catalog):
+    """Without compaction every run's new files stay live in a manifest of their own: past
+    ``MANIFEST_MIN_MERGE_COUNT`` they are merged at commit, rows and tags unchanged."""
+    table = keyed_table(catalog, runs=2)
+    counts, tags = [], {}
+    for i in range(2, 60):
+        upsert(table, rows([10_000 + i, i % 2], f"w{i}"))  # a new key each run: a new live file each run
+        counts.append(len(table.current_snapshot().manifests(table.io)))
+        if i % 10 == 0:
+            tags[table.current_snapshot().snapshot_id] = read_at(table, table.current_snapshot().snapshot_id)
+    assert len(live_data_files(table.io, table.current_snapshot())) > 2 * internals.MANIFEST_MIN_MERGE_COUNT
+    assert max(counts) <= internals.MANIFEST_MIN_MERGE_COUNT + 2, counts
+    for snapshot_id, before in tags.items():
+        assert read_at(table, snapshot_id) == before
+    assert {r["id"] for r in read_at(table, table.current_snapshot().snapshot_id)} >= {10_000 + i for i in range(2, 60)}
+
+
+def test_delete_manifests_of_merge_on_read_are_merged_too(catalog):
+    table = keyed_table(catalog, runs=2, merge_on_read=True)
+    counts = []
+    for i in range(2, 50):
+        upsert(table, rows([i % 7, 20_000 + i], f"m{i}"), merge_on_read=True)  # an update: a position delete each run
+        head = table.current_snapshot()
+        counts.append(sum(1 for m in head.manifests(table.io) if m.content.name == "DELETES"))
+    assert max(counts) <= internals.MANIFEST_MIN_MERGE_COUNT + 1, counts
+    got = read_at(table, table.current_snapshot().snapshot_id)
+    assert len({r["id"] for r in got}) == len(got)  # every key once: the merged deletes still apply
+    assert {r["name"] for r in got if r["id"] == 49 % 7} == {f"m49-{49 % 7}"}

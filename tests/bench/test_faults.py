@@ -1,0 +1,133 @@
+"""Real services failing under real runs (bench/faults.py): the lease's fencing with two runs and a
+real pause, and a part of the fault matrix (``python -m bench faults`` prints all of it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.faults import FAULTS, STAGES, Lab, _stopped, lab, print_matrix, run_cell
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def the_lab(tmp_path_factory: pytest.TempPathFactory):
+    with lab(tmp_path_factory.mktemp("faults")) as made:
+        yield made
+
+
+def _state(the_lab: Lab, config: Path) -> tuple:
+    """What a run may change: every table's metadata location (any commit or tag moves it), and the archive's
+    published records, checkpoints and isolation record."""
+    from spark.config import load_pipeline_config
+    from spark.runtime.credentials import from_environment
+    from spark.tables import catalog as cat
+
+    os.environ.update(AWS_ACCESS_KEY_ID="tidelake-bench", AWS_SECRET_ACCESS_KEY="tidelake-bench-secret")
+    conf = from_environment(load_pipeline_config(str(config)))
+    catalog = cat.open_catalog(conf)
+    tables = sorted((t.name(), t.metadata_location) for t in cat.RunTables(catalog, conf).all())
+    client = the_lab.s3.client()
+    listed = client.list_objects_v2(Bucket="lake", Prefix=f"{conf.name}/").get("Contents", [])
+    archive = sorted((o["Key"], o["ETag"]) for o in listed
+                     if any(f"/{d}/" in o["Key"] for d in ("published", "checkpoints", "isolated")))
+    cat.close_catalogs()
+    return tuple(tables), tuple(archive)
+
+
+@pytest.mark.parametrize("point", ["catalog-write", "committed:0", "tagged", "checkpointed"])
+def test_a_run_frozen_past_its_lease_commits_and_publishes_nothing_once_another_run_took_it(the_lab: Lab, point: str) -> None:
+    """Run A is frozen (SIGSTOP) at a commit point for longer than the lease's time to live; run B (another
+    run) takes the lease and applies the interval; A resumes: it must stop without one more write --
+    at ``catalog-write`` A passed its last lease check and is inside the catalog write itself, where only
+    the fence in the catalog's transaction can stop it."""
+    ttl = 4
+    config = the_lab.pipeline(top=f"lease_ttl_seconds = {ttl}\n")
+    assert the_lab.run(config, "run", 0).returncode == 0
+    a = subprocess.Popen(the_lab.command(config, "run", 1), env={**the_lab.env(point), "TIDELAKE_RUN_ID": "A"},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while a.poll() is None and not _stopped(a.pid):
+            assert time.monotonic() < deadline, "run A never reached its pause"
+            time.sleep(0.02)
+        assert a.poll() is None, a.stderr.read()
+        time.sleep(ttl + 1)  # frozen past its lease: its renewal thread is frozen too
+        b = subprocess.run(the_lab.command(config, "run", 1), env={**the_lab.env(), "TIDELAKE_RUN_ID": "B"},
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert b.returncode == 0, b.stderr
+        after_b = _state(the_lab, config)
+        os.kill(a.pid, signal.SIGCONT)
+        _, err = a.communicate(timeout=120)
+    finally:
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
+            a.kill()
+    assert a.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) <= 2 and "lease" in lines[-1] and "Traceback" not in err, err
+    assert _state(the_lab, config) == after_b  # A wrote nothing after B took over
+    # And the pipeline goes on exactly.
+    assert the_lab.run(config, "run", 2).returncode == 0
+    assert the_lab.snapshot(config) == the_lab.reference
+
+
+CELLS = [
+    ("S3 killed", "rewrite+commit", "failed clearly"),
+    ("S3 hung", "publish", "failed clearly"),
+    ("S3 503", "rewrite+commit", "survived"),
+    ("S3 500", "checkpoint", "failed clearly"),
+    ("catalog stopped", "commit (2nd table)", "failed clearly"),
+    ("catalog hung", "commit (catalog txn)", "failed clearly"),
+    ("broker killed", "snapshot+land", "failed clearly"),
+    ("broker killed", "publish", "survived"),
+]
+
+
+def test_part_of_the_fault_matrix_survives_or_fails_clearly_and_the_retry_is_exact(the_lab: Lab, capsys) -> None:
+    cells = []
+    for name, stage, expected in CELLS:
+        fault = next(f for f in FAULTS if f.name.startswith(name))
+        assert stage in STAGES
+        cell = run_cell(the_lab, fault, stage)
+        cells.append((cell, expected))
+    print_matrix([c for c, _ in cells])
+    assert [(c.fault, c.stage, c.outcome, c.detail) for c, e in cells if c.outcome != e] == []
+
+
+def test_a_job_on_a_cluster_whose_worker_was_killed_fails_within_the_bound_naming_spark(tmp_path: Path) -> None:
+    """A standalone cluster's only worker killed (its executors with it): the job would wait for executors
+    for ever; the executor watch cancels it after SPARK_NO_EXECUTOR_TIMEOUT and the failure is Spark's one line."""
+    import sys
+
+    from spark.runtime.embedded import standalone_cluster
+
+    script = (
+        "import os, signal, sys, time\n"
+        "from spark.runtime.session import build_context\n"
+        "from spark.runtime.services import describe\n"
+        "sc = build_context('watch', sys.argv[1])\n"
+        "assert sc.parallelize(range(2), 2).map(lambda x: x).collect() == [0, 1]\n"
+        "os.killpg(int(sys.argv[2]), signal.SIGKILL)\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    sc.parallelize(range(4), 4).map(lambda x: x).collect()\n"
+        "    print('RESULT completed')\n"
+        "except Exception as exc:\n"
+        "    print('RESULT', round(time.monotonic() - started), describe(exc))\n"
+        "sc.stop()\n"
+    )
+    with standalone_cluster(tmp_path / "cluster") as cluster:
+        done = subprocess.run([sys.executable, "-c", script, cluster.master_url, str(cluster.worker_pid)],
+                              env={**os.environ, "TIDELAKE_SPARK_NO_EXECUTOR_TIMEOUT": "15", "SPARK_LOCAL_IP": "127.0.0.1"},
+                              capture_output=True, text=True, timeout=300, check=False)
+    result = next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))
+    _, seconds, message = result.split(" ", 2)
+    assert message.startswith("Spark unavailable: no executor for 15s"), done.stdout + done.stderr[-2000:]
+    assert int(seconds) <= 15 + 10
