@@ -46,11 +46,13 @@ from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark.tables import catalog as cat
 from spark.runtime import credentials
 from spark.archive import layout
-from spark.commit.plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
+from spark.commit.plan import (
+    LINKING, SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes, linked_tables,
+)
 from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark
 from spark.commit.table import RunContext, TableCommitter, tag_table
 from spark.config import PipelineConfig
-from spark.tables.ddl import CreateTableLike, DdlParseError, RenameTable
+from spark.tables.ddl import DdlParseError
 from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensure_change_log
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.select import FoldWindow, link_runs
@@ -604,10 +606,8 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
             continue
         parsed.append(e)
         for ref, change in changes:
-            if isinstance(change, RenameTable):
-                linked.append((e, {ref, (change.database, change.table)}))
-            elif isinstance(change, CreateTableLike):
-                linked.append((e, {ref, change.source}))
+            if refs := linked_tables(ref, change):
+                linked.append((e, refs))
     _involve(linked, isolation)
     return linked, parsed
 
@@ -656,7 +656,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     progress("commit", 0, len(plans))
     # Plans that rename or copy tables: a later plan's failure may isolate a table committed before it
     # (``_involve``), which must then carry no tag of W, so their tables are tagged after all commits.
-    linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
+    linked = any(isinstance(c, LINKING) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
         # A retry skips what its earlier attempt committed: a plan's table may have been renamed

@@ -41,13 +41,15 @@ from spark.commit.watermark import tag_name
 from spark.config import PipelineConfig, TopicConfig
 from spark.runtime.plane import FillRequest, RewriteRequest
 from spark.tables import catalog as cat
-from spark.tables import updates
+from spark.tables import exchange, updates
+from spark.tables.partitioning import MYSQL, upstream_server
 from spark.tables.ddl import (
     AddColumn,
     CreateTable,
     CreateTableLike,
     DropPartitions,
     DropTable,
+    ExchangePartition,
     RenameTable,
     TruncatePartitions,
     TruncateTable,
@@ -198,7 +200,11 @@ class TableCommitter:
                         current = self._rename(current, change, plan, run)
                         continue
                     tx = tx or internals.transaction(current)
-                    update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets)
+                    update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets,
+                                                  self._server(step.ddl))
+                    if isinstance(change, ExchangePartition):  # reads the other table: not a one-table update
+                        exchange.stage(self.tables, update, change, plan.ref, step.ddl, step.exchange)
+                        continue
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
                     updates.stage(change, update)
                     if added:
@@ -256,6 +262,11 @@ class TableCommitter:
         tx = tx or internals.transaction(table)
         updates.recreate(table, tx, schema, self.config.layout.buckets, {**types, **changed_at, **copied})
         return table, tx
+
+    def _server(self, ddl: DdlChange) -> str:
+        """The server upstream of the statement's topic (where it places a HASH partitioned row)."""
+        topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
+        return upstream_server(topic.protocol) if topic is not None else MYSQL
 
     def _existing_rows_fill(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
         """{field id: value} the rows the table holds get in the column ``change`` added, when not NULL

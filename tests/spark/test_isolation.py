@@ -311,6 +311,63 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
 
 
+def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
+    """a held by BAD at W1; then, in the next interval, ``statement`` naming a and another table."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    for sql, table, after in extra:
+        h.ddl("shop", table, sql, after, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, B, None, {"id": 5, "v": 5})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", table, statement, kind="ALTER")
+    h.row(Op.INSERT, B, None, {"id": 6, "v": 6})
+    w3 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, h.events])
+    for i in range(3):
+        _apply(config, i)
+    return config, (w1, w2, w3)
+
+
+def test_a_copy_of_an_isolated_table_is_held_with_it(tmp_path: Path, monkeypatch) -> None:
+    """CREATE TABLE c LIKE a, a held: c's columns would come from a state the run does not know."""
+    config, (w1, w2, w3) = _held_then(tmp_path, "CREATE TABLE shop.c LIKE shop.a", "c", [])
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "c")} and held[("shop", "c")].involved == "shop.a"
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b"]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert read_table(config, "shop", "c", w3).to_pylist() == [] and _rows(config, "a", w3) == [(2, 2)]
+
+
+def test_an_exchange_with_an_isolated_table_holds_both_and_the_fixed_version_moves_the_rows(tmp_path: Path, monkeypatch) -> None:
+    """EXCHANGE PARTITION p0 of pt WITH TABLE a, a held: pt is not published with its old p0 rows
+    (nor a with pt's); once a version handles a's statement, both catch up with the rows swapped."""
+    pt = schema("shop", "pt", [("id", "int"), ("v", "int")])
+    create = "CREATE TABLE shop.pt (id int primary key, v int) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), " \
+             "PARTITION p1 VALUES LESS THAN MAXVALUE)"
+    config, (w1, w2, w3) = _held_then(tmp_path, "ALTER TABLE shop.pt EXCHANGE PARTITION p0 WITH TABLE shop.a", "pt",
+                                      [(create, "pt", pt)])
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "pt")} and held[("shop", "pt")].involved == "shop.a"
+    assert held[("shop", "pt")].held_at == w2 and "EXCHANGE PARTITION" in held[("shop", "pt")].ddl
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b"]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w2) == [(2, 2)] and _rows(config, "a", w3) == []  # pt's p0 was empty
+    assert _rows(config, "pt", w3) == [(2, 2)]
+
+
 @pytest.mark.slow
 def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
     """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""

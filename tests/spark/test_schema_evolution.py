@@ -305,7 +305,7 @@ def test_create_table_like_copies_the_partitioning(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("create, why", [
     ("CREATE TABLE `shop`.`t` (id int primary key, k int)", "the stream never defined the table's partitioning"),
-    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY HASH (k) PARTITIONS 4", "MySQL's hash"),
+    ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY KEY (k) PARTITIONS 4", "internal hash"),
     ("CREATE TABLE `shop`.`t` (id int primary key, k int) PARTITION BY RANGE (k DIV 10) (PARTITION p0 VALUES LESS THAN (1))",
      r"the expression k DIV 10"),
     ("CREATE TABLE `shop`.`t` (id int primary key, k varchar(2)) PARTITION BY LIST COLUMNS (k) (PARTITION p0 VALUES IN ('a'))",
