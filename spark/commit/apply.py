@@ -57,7 +57,7 @@ from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensu
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.select import FoldWindow, link_runs
 from spark.commit.isolation import (
-    ISOLATE, Isolated, RunIsolation, read_isolated, statement_table, table_error, write_isolated,
+    ISOLATE, Isolated, RunIsolation, published_names, read_isolated, statement_table, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
 from spark.archive.land import LocalRunner, Runner
@@ -232,7 +232,7 @@ def _lowest(storage: Storage, tables: cat.RunTables, config: PipelineConfig, app
     held = read_isolated(storage, config.name)
     names = {e.name for e in held.values()}
     marks = [w for name, w in _table_watermarks(tables).items() if name not in names]
-    marks += [e.held_at for e in held.values() if applied is None or e.held_at >= applied]
+    marks += [e.held_at for e in held.values() if e.retryable and (applied is None or e.held_at >= applied)]
     return min(marks, default=None)
 
 
@@ -525,7 +525,8 @@ def _apply_one(
         )
     # Tables held back: a DDL tidelake cannot parse isolates its table (or fails the run), and
     # nothing of an isolated table's is planned.
-    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval)
+    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval,
+                             lambda: published_names(storage, config.name, w_prev))
     linked, ddls = _ddl_links(ddls, isolation)
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
@@ -605,6 +606,7 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
             isolation.isolate({ref}, exc, e)
             continue
         parsed.append(e)
+        isolation.follow(e, changes)
         for ref, change in changes:
             if refs := linked_tables(ref, change):
                 linked.append((e, refs))
@@ -619,7 +621,7 @@ def _involve(linked: Links, isolation: RunIsolation) -> None:
     while changed:
         changed = False
         for e, refs in linked:
-            out = sorted(r for r in refs if isolation.out(r))
+            out = sorted(r for r in refs if isolation.out(r, e))
             if out and len(out) < len(refs):
                 isolation.involve(refs, out[0], e)
                 changed = True
@@ -664,7 +666,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
         resume = committer.resume_from(run) if linked and not replay else -1
         for i, plan in enumerate(plans):
             if plan.sequence >= resume:
-                if not isolation.out(plan.ref):
+                if not isolation.out(plan.ref, plan):
                     try:
                         committer.commit_plan(plan, run, fold, tag=not linked)
                     except Exception as exc:
@@ -676,7 +678,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
         return
     # No plan renames or copies a table, so no later plan's failure can isolate a table committed
     # before it: each commit tags its table wm_<W> as well (commit.table._stage_tag).
-    steps = {i: committer.commit_steps(plan, run, fold, tag=True) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
+    steps = {i: committer.commit_steps(plan, run, fold, tag=True) for i, plan in enumerate(plans) if not isolation.out(plan.ref, plan)}
     sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
     done = len(plans) - len(steps)
     failed: dict[int, BaseException] = {}

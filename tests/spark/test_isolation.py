@@ -173,10 +173,26 @@ def test_repair_replays_an_isolated_table(tmp_path: Path, monkeypatch) -> None:
     for i in range(3):
         _apply(config, i)
     _fixed(monkeypatch)
-    repair(config)
+    report = repair(config)
+    assert report.caught_up == ["shop.a"] and report.stays_held == []
     assert read_isolated(open_storage(config.storage), config.name) == {}
     assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert _rows(config, "a", w2) == [(3, 3)]
+
+
+def test_repair_says_which_tables_stay_held_and_why(tmp_path: Path) -> None:
+    from spark.cli.main import print_repair
+    from spark.repair.run import repair
+
+    _, batches, (w1, _, _) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    for i in range(3):
+        _apply(config, i)
+    report = repair(config)  # this version still cannot apply a's statement
+    assert report.caught_up == [] and [e.name for e in report.stays_held] == ["shop.a"]
+    printed = io.StringIO()
+    print_repair(report, printed)
+    assert f"stays held shop.a (held at W {w1}): DdlParseError on {BAD!r}" in printed.getvalue()
 
 
 @pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.b", "isolated", "tagged", "checkpointed", "published"])
@@ -300,8 +316,12 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert set(held) == {("shop", "a"), ("shop", "c")}
     assert held[("shop", "a")].held_at == w1
     assert held[("shop", "c")].held_at == w2 and held[("shop", "c")].involved == "shop.a"
+    assert held[("shop", "a")].renamed == "shop.c"  # its name is free from there
     assert _rows(config, "b", w3) == [(1, 1)]
-    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held at W {w2}"):
+    # c took its name in the run of W3: it is not said to be readable at W2, where it did not exist.
+    assert held[("shop", "c")].new_name and not held[("shop", "a")].new_name
+    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held, not published under this name "
+                                            f"at any W yet \\(it took the name after W {w2}.*no earlier W under this name"):
         read_table(config, "shop", "c", w3)
     _fixed(monkeypatch)
     _apply(config, 2)
@@ -309,6 +329,76 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert _rows(config, "a", w2) == [(2, 2)]
     assert _rows(config, "c", w3) == [(2, 2), (3, 3)]
     assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
+
+
+def _renamed_away_then_made_again(split: bool) -> tuple[list[list], tuple[int, ...]]:
+    """a held by BAD at W1; RENAME a TO c; CREATE TABLE a, a new table (in the same run, or in the
+    next one when ``split``); rows of every table around."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    batches = [h.events]
+    h.events = []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    batches.append(h.events)
+    h.events = []
+    c = schema("shop", "c", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
+    h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
+    marks = [w1, w2]
+    if split:
+        marks.append(h.mark())
+        batches.append(h.events)
+        h.events = []
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 7, "v": 7})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    marks.append(h.mark())
+    batches.append(h.events)
+    h.events = []
+    h.row(Op.INSERT, A, None, {"id": 8, "v": 8})
+    marks.append(h.mark())
+    batches.append(h.events)
+    return batches, tuple(marks)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_new_table_under_the_name_a_held_table_left_publishes(tmp_path: Path, monkeypatch, capsys, split: bool) -> None:
+    """A held table holds only itself: renamed away, its old name's new table is applied and
+    published; the renamed one stays held (no replay by name can reach it) and says so."""
+    batches, marks = _renamed_away_then_made_again(split)
+    w1, wm, wl = marks[0], marks[-2], marks[-1]
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    for i in range(len(batches)):
+        _apply(config, i)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "c")} and held[("shop", "c")].stays and held[("shop", "c")].new_name
+    assert "shop.a was renamed to shop.c while held" in held[("shop", "c")].stays
+    assert _rows(config, "a", wm) == [(7, 7)] and _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    assert _rows(config, "a", w1) == [(1, 1)]  # the held table's history before it was held
+    assert [t["table"] for t in read_published(storage, config.name, wl)["tables"]] == ["a", "b"]
+    with pytest.raises(IsolatedTable, match="shop.c is isolated .* not published under this name .* it stays held: shop.a was renamed"):
+        read_table(config, "shop", "c", wl)
+    # A version that handles the statement does not "catch c up" from a name that is another table's now.
+    _fixed(monkeypatch)
+    _apply(config, len(batches) - 1)
+    assert set(read_isolated(storage, config.name)) == {("shop", "c")}
+    assert _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    from spark.repair.run import repair
+
+    report = repair(config)
+    assert [e.name for e in report.stays_held] == ["shop.c"] and report.caught_up == []
+    assert _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    from spark.cli.main import print_repair
+
+    printed = io.StringIO()
+    print_repair(report, printed)
+    assert "stays held shop.c (held, not published under this name at any W yet" in printed.getvalue()
 
 
 def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
