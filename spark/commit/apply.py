@@ -46,6 +46,7 @@ from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark.tables import catalog as cat
 from spark.runtime import credentials
 from spark.archive import layout
+from spark.archive.format import require_format
 from spark.commit.plan import (
     LINKING, SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes, linked_tables,
 )
@@ -212,6 +213,7 @@ def apply_interval(
         )
     held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds)
     with held:
+        require_format(storage, config.name)  # not an archive a newer tidelake wrote
         return _bring_forward(config, storage, cat.RunTables(catalog, config), runner, chain, target, held, fault or (lambda step: None),
                               progress or (lambda step, done, total: None))
 

@@ -50,6 +50,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from cdc_codecs import TidelakeError
 from spark.tables import catalog as cat
 from spark.archive import layout
+from spark.archive.format import require_format
 from spark.commit.apply import Checkpoint, apply_interval, checkpoint_path
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
@@ -161,6 +162,7 @@ def repair(
     caught_up = sorted(e.name for ref, e in held_before.items() if ref not in held_after)
     stays_held = [held_after[ref] for ref in sorted(held_after)]
     with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
+        require_format(storage, config.name)  # the catch-up's run checked it too: not an archive a newer tidelake wrote
         published = published_watermarks(storage, config.name)
         if not published:
             raise RepairError(f"pipeline {config.name}: no watermark is published yet, so there is nothing to repair")

@@ -513,3 +513,30 @@ def test_a_crash_while_catching_up_then_the_next_run(tmp_path: Path, monkeypatch
     assert _rows(config, "a", w1) == [(1, 1)]
     assert _rows(config, "a", w2) == [(3, 3)] and _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert [t["table"] for t in read_published(storage, config.name, w2)["tables"]] == ["a", "b"]
+
+
+def test_an_older_tidelake_refuses_an_archive_a_newer_one_wrote(tmp_path: Path, monkeypatch) -> None:
+    """After a newer version caught a table up, an older one would meet its statement again in a
+    replay and hold it at an old W: runs and repairs check the archive's format first."""
+    import orjson
+
+    from spark.archive import format as archive_format
+    from spark.repair.run import repair
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    _apply(config, 0)
+    path = archive_format.format_path(config.name)
+    assert orjson.loads(storage.read(path))["format"] == archive_format.ARCHIVE_FORMAT
+    monkeypatch.setattr(archive_format, "ARCHIVE_FORMAT", archive_format.ARCHIVE_FORMAT - 1)  # the older version
+    with pytest.raises(archive_format.NewerArchive, match=r"archive is in format \d+ .* follows format \d+.*nothing was changed"):
+        _apply(config, 1)
+    with pytest.raises(archive_format.NewerArchive):
+        repair(config)
+    assert read_published(storage, config.name, w2) is None and not read_isolated(storage, config.name)
+    monkeypatch.undo()
+    assert _apply(config, 1).watermark == w2  # the version that wrote it goes on
+    storage.write(path, b"not json")
+    with pytest.raises(archive_format.NewerArchive, match="not a format record"):
+        _apply(config, 2)
