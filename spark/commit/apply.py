@@ -58,7 +58,7 @@ from spark.decode.changelog import SegmentRef, SideOutput, decoder_version, ensu
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.fold.select import FoldWindow, link_runs
 from spark.commit.isolation import (
-    ISOLATE, Isolated, RunIsolation, published_names, read_isolated, statement_table, table_error, write_isolated,
+    ISOLATE, Isolated, RunIsolation, published_names, read_isolated, statement_tables, table_error, write_isolated,
 )
 from spark.write.rewrite import FileRewrite
 from spark.archive.land import LocalRunner, Runner
@@ -602,10 +602,10 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
         try:
             changes = ddl_changes(e)
         except DdlParseError as exc:
-            ref = statement_table(e)
-            if ref is None:
+            refs = statement_tables(e)
+            if not refs:
                 raise  # which table it is about is unknown: nothing to hold back
-            isolation.isolate({ref}, exc, e)
+            isolation.isolate(refs, exc, e)
             continue
         parsed.append(e)
         isolation.follow(e, changes)

@@ -174,6 +174,29 @@ def published_names(storage: Storage, pipeline: str, watermark: int) -> set[Tabl
     return {(t["database"], t["table"]) for t in [*(doc or {}).get("tables", []), *(doc or {}).get("isolated", [])]}
 
 
+def statement_tables(ddl: DdlChange) -> set[TableRef]:
+    """Every table a statement tidelake could not parse moves state of, as far as its words tell:
+    ``statement_table``'s, and for ``EXCHANGE PARTITION ... WITH TABLE nt`` nt too (held with it,
+    never published with rows the statement moved); empty when no table can be told."""
+    first = statement_table(ddl)
+    out = {first} if first is not None else set()
+    try:
+        tokens = Dialect.get_or_raise("mysql").tokenize(ddl.sql)
+    except (TokenError, ValueError):
+        return out
+    words = [t.text.upper() for t in tokens]
+    at = next((i + 2 for i in range(len(words) - 1) if words[i:i + 2] == ["WITH", "TABLE"] and "EXCHANGE" in words[:i]), None)
+    if at is not None and at < len(tokens):
+        end = at + 3 if at + 2 < len(tokens) and words[at + 1] == "." else at + 1
+        try:
+            other = exp.to_table(ddl.sql[tokens[at].start:tokens[end - 1].end + 1], dialect="mysql")
+        except (ParseError, TokenError, ValueError):
+            return out
+        if other.name:
+            out.add((other.db or ddl.database, other.name))
+    return out
+
+
 def isolated_path(pipeline: str) -> str:
     return f"{layout.pipeline_root(pipeline)}/isolated.json"
 

@@ -485,6 +485,14 @@ def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_
     assert statement_table(ddl("CREATE TABLE IF NOT EXISTS t (id int) PARTITION BY HASH(id)", "shop")) == ("shop", "t")
     assert statement_table(ddl("TRUNCATE t", "shop")) == ("shop", "t")
     assert statement_table(ddl("FLASHBACK DATABASE shop")) is None
+    # An EXCHANGE that does not parse holds both tables it names.
+    from spark.commit.isolation import statement_tables
+
+    assert statement_tables(ddl("ALTER TABLE pt EXCHANGE PARTITION p0 WITH TABLE other.`n t` SOMEHOW", "shop")) == {
+        ("shop", "pt"), ("other", "n t")}
+    assert statement_tables(ddl("ALTER TABLE pt EXCHANGE PARTITION p0 WITH TABLE nt WITH VALIDATION x", "shop")) == {
+        ("shop", "pt"), ("shop", "nt")}
+    assert statement_tables(ddl("ALTER TABLE x DISCARD TABLESPACE", "shop")) == {("shop", "x")}
     assert table_error(UnsupportedValue("x")) and not table_error(RuntimeError("lease lost"))
     # An executor's error as Spark hands it to the driver: the Python traceback inside a Java one.
     wrapped = RuntimeError("An error occurred while calling o12.collect.\n: org.apache.spark.SparkException: Job aborted\n"
