@@ -972,7 +972,10 @@ def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> l
     # column added by a later clause), and renames the table last; the changes of the
     # statement all name the table by its old name.
     changes.sort(key=lambda c: 2 if isinstance(c, RenameTable) else 1 if isinstance(c, SetKeyColumns) else 0)
-    # EXCHANGE PARTITION changes the other table too (MySQL allows it as the statement's only clause).
+    # EXCHANGE PARTITION changes the other table too; MySQL allows it as the statement's only clause.
+    if len(changes) > 1 and any(isinstance(c, ExchangePartition) for c in changes):
+        raise DdlParseError(f"{text!r}: EXCHANGE PARTITION with other clauses, which MySQL refuses: the stream "
+                            "cannot hold it as written")
     return [(ref, c) for c in changes] + [(c.table, c) for c in changes if isinstance(c, ExchangePartition)]
 
 

@@ -258,6 +258,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt WITH VALIDATION",
      [(T, ExchangePartition(T, "p0", (DB, "nt"))), ((DB, "nt"), ExchangePartition(T, "p0", (DB, "nt")))]),
     ("ALTER TABLE t EXCHANGE PARTITION p0 WITH nt", Fails("cannot read the partition and table")),
+    ("ALTER TABLE t ADD COLUMN w INT, EXCHANGE PARTITION p0 WITH TABLE nt", Fails("with other clauses, which MySQL refuses")),
     ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt SOMEHOW", Fails("cannot read the table")),
     ("ALTER TABLE t DISCARD TABLESPACE", Fails("discards the table's tablespace")),
     ("ALTER TABLE t IMPORT TABLESPACE", Fails("imports rows")),
