@@ -58,7 +58,7 @@ class SchemaStep:
     # statement (and run before this plan) moved it; None: under the name the statement gives.
     source_at: TableRef | None = None
     # EXCHANGE PARTITION: whether this plan runs before the other table's ("first") or after it
-    # ("second"), or cannot read the other table at the statement ("unordered"; spark.tables.exchange).
+    # ("second"; spark.tables.exchange).
     exchange: str | None = None
 
 
@@ -93,6 +93,9 @@ class TablePlan:
     table: str
     sequence: int  # its place in the order the run's plans execute
     steps: list[Step] = field(default_factory=list)
+    # The table's changes go on in a later plan of the run (an EXCHANGE of two tables the run changes
+    # before it ends both plans there): this one commits its steps without recording progress.
+    continues: bool = False
 
     @property
     def ref(self) -> TableRef:
@@ -231,6 +234,7 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
     # Per EXCHANGE statement: the table whose plan runs first (None: both change before it), and each table's plan.
     exchanges: dict[int, TableRef | None] = {}
     exchanged: dict[int, dict[TableRef, TablePlan]] = {}
+    split: dict[int, dict[TableRef, TablePlan]] = {}  # the plans an EXCHANGE ended, per table
     seq = 0
 
     def plan(ref: TableRef) -> TablePlan:
@@ -258,11 +262,24 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
         for ref, change in tables.changes(e):
             if isinstance(change, ExchangePartition) and id(e) not in exchanges:
                 exchanges[id(e)] = _exchange_first(change, holders)
+                if exchanges[id(e)] is None:
+                    # Both change before it: each one's changes up to it commit first, in plans of their own,
+                    # and the exchange starts a new plan of each, which reads the other as committed.
+                    before = {}
+                    for r in (change.partitioned, change.table):
+                        flush(r)
+                        if r in plans:
+                            plans[r].continues = True
+                            finished.append(plans.pop(r))
+                        before[r] = holders[r][-1]
+                    split[id(e)] = before
+                    exchanges[id(e)] = change.partitioned
             flush(ref)
             p = plan(ref)
             if isinstance(change, ExchangePartition):
                 first = exchanges[id(e)]
-                p.steps.append(SchemaStep((change,), e, exchange="unordered" if first is None else "first" if ref == first else "second"))
+                assert first is not None
+                p.steps.append(SchemaStep((change,), e, exchange="first" if ref == first else "second"))
                 exchanged.setdefault(id(e), {})[ref] = p
                 continue
             p.steps.append(SchemaStep((change,), e))
@@ -291,12 +308,15 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
         if first is not None and len(both) == 2:
             second = next(r for r in both if r != first)
             after[id(both[second])].add(id(both[first]))
+            if key in split:  # the first reads the second as its changes before the statement left it
+                after[id(both[first])].add(id(split[key][second]))
     return _in_order(every, after)
 
 
 def _exchange_first(change: ExchangePartition, holders: dict[TableRef, list[TablePlan]]) -> TableRef | None:
     """The table of an EXCHANGE whose plan runs first: the one the run changes before the statement
-    (the other is then read as the lake holds it), the partitioned one if neither; None if both."""
+    (the other is then read as the lake holds it), the partitioned one if neither; None if both
+    (the caller then ends both plans at the statement)."""
     changed = [r for r in (change.partitioned, change.table) if r in holders]
     if len(changed) == 2:
         return None

@@ -150,6 +150,8 @@ class TableCommitter:
         table = self.tables.load(plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
+        if table is not None and plan.continues and table.properties.get(PLAN) == _stamp(plan, run)[PLAN]:
+            return table  # its part committed by an earlier attempt (progress is the table's later plan's)
         if table is not None and created_at(table) > run.watermark:
             return None  # a later run made the table that has the name now: this plan's table is elsewhere, done
         self.check()  # before the first catalog write of the plan (creating a table is one)
@@ -226,7 +228,12 @@ class TableCommitter:
             yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
         if current is None:
             return None
-        if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
+        if plan.continues:  # the table's later plan in the run records progress
+            if tx is not None:
+                tx.set_properties(_stamp(plan, run))
+                self.check()
+                tx.commit_transaction()
+        elif not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
             self._finish(current, tx, plan, run, tag)
         # else: a rename ends its plan; the renamed table's own plan (if any) records progress.
         return current  # its commits replaced its metadata

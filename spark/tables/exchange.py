@@ -13,8 +13,9 @@ into p (MySQL 8 manual 26.3.3). Each table gets the change in its own plan
   later changes, committed since, do not show.
 
 A retry after a crash between the two commits finds the record committed with the first table.
-When both tables change in the run before the statement, neither can be read at the statement:
-both are held (``UnsupportedSchemaChange``, and the run's links hold the other one). Which rows
+When both tables change in the run before the statement, the plans end there
+(``TablePlan.continues``): each table's changes before it commit first, without progress, and
+the exchange starts a later plan of each, read as above. Which rows
 p holds is computed from pt's partitioning (``spark.tables.partitioning``); where it cannot be,
 both are held too. ``WITHOUT VALIDATION`` MySQL moves nt's rows into p unchecked: a row p's
 definition does not hold would make later partition statements inexact, so it holds both.
@@ -45,7 +46,7 @@ from spark.write import internals
 from spark.write.files import live_files
 
 EXCHANGED = "tidelake.exchanged"  # {statement: {"snapshot": id | None, "partitioning": JSON | None}}
-FIRST, SECOND = "first", "second"  # SchemaStep.exchange (or "unordered": neither can read the other)
+FIRST, SECOND = "first", "second"  # SchemaStep.exchange
 
 
 def statement_id(ddl: DdlChange) -> str:
@@ -63,9 +64,8 @@ def stage(tables: cat.RunTables, u: SchemaUpdate, change: ExchangePartition, thi
     partitioned = this == change.partitioned
     other = change.table if partitioned else change.partitioned
     names = f"{change.partitioned[0]}.{change.partitioned[1]} and {change.table[0]}.{change.table[1]}"
-    if role not in (FIRST, SECOND):
-        raise u.fail(f"moves rows between {names} without row events, and both change earlier in the same run: "
-                     "neither is known at the statement, so both are held")
+    if role not in (FIRST, SECOND):  # not made by spark.commit.plan any more: a plan from elsewhere
+        raise u.fail(f"moves rows between {names} without row events, and the plan does not say which is read first")
     source = tables.load(*other)
     if source is None:
         raise u.fail(f"exchanges rows with {other[0]}.{other[1]}, which tidelake does not hold")

@@ -14,7 +14,6 @@ from cdc_codecs import Op, TableSchema, get_encoder
 from spark.archive.storage import open_storage
 from spark.commit.apply import apply_interval
 from spark.commit.isolation import read_isolated
-from spark.commit.published import read_published
 from tests.model.oracle import Oracle
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
@@ -148,26 +147,48 @@ def test_exchange_partition_moves_rows_both_ways_exactly(tmp_path: Path, protoco
     assert sorted(r["id"] for r in expected[w4][("shop", "hp")]) == [0, 1, 3, 4, 50, 51, 52]
 
 
-def test_exchange_between_two_tables_both_changed_before_it_holds_both(tmp_path: Path) -> None:
+def _both_changed_before() -> History:
     h = History()
     pt = table(h, "pt", "RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)")
     nt = table(h, "nt")
     other = table(h, "other")
     rows(h, pt, range(0, 2), [1, 15])
     rows(h, nt, range(10, 11), [3])
-    w1 = h.mark()
+    h.mark()
     rows(h, pt, range(2, 3), [2], "pre")
+    h.row(Op.UPDATE, pt, {"id": 1, "k": 15, "v": "a"}, {"id": 1, "k": 5, "v": "moved"})  # into p0 before it
     rows(h, nt, range(11, 12), [4], "pre")
     alter(h, pt, "EXCHANGE PARTITION p0 WITH TABLE `shop`.`nt`")
+    rows(h, pt, range(3, 4), [6], "post")
+    rows(h, nt, range(12, 13), [7], "post")
     rows(h, other, range(0, 1), [1])
-    w2 = h.mark()
-    config, results = apply_all(tmp_path, "canal-json", h.events, policy="isolate")
-    held = read_isolated(open_storage(config.storage), config.name)
-    assert set(held) == {("shop", "pt"), ("shop", "nt")} and {e.held_at for e in held.values()} == {w1}
-    assert "both change earlier in the same run" in held[("shop", "pt")].message or held[("shop", "pt")].involved
-    assert "EXCHANGE PARTITION" in (held[("shop", "pt")].ddl or "") and "EXCHANGE PARTITION" in (held[("shop", "nt")].ddl or "")
-    record = read_published(open_storage(config.storage), config.name, w2)
-    assert [t["table"] for t in record["tables"]] == ["other"]  # neither is published at W2 with wrong rows
+    h.mark()
+    return h
+
+
+@pytest.mark.parametrize("crash_at", [None, "committed:0", "committed:1", "staged:shop.pt", "committed:2"])
+def test_exchange_between_two_tables_both_changed_before_it_is_exact(tmp_path: Path, crash_at: str | None) -> None:
+    """Both tables change in the run before the statement: each one's changes up to it commit
+    first, then the exchange reads them as committed; a retry after any of those commits agrees."""
+    h = _both_changed_before()
+    config = make_config(tmp_path, "canal-json")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    for j, batch in enumerate(per_mark(h.events)):
+        writer.interval(T0 + j * HOUR, T0 + (j + 1) * HOUR, [("cdc", rec) for rec in get_encoder("canal-json").encode_all(batch, 2)])
+    apply_interval(config, T0, T0 + HOUR)
+
+    def fault(step: str) -> None:
+        if step == crash_at:
+            raise RuntimeError(f"crash at {step}")
+
+    if crash_at is not None:
+        with pytest.raises(RuntimeError, match="crash"):
+            apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, fault=fault)
+    w2 = apply_interval(config, T0 + HOUR, T0 + 2 * HOUR).watermark
+    expected = model(h.events, "tidb")[w2]
+    assert {n: t for n, t in published(config, w2).items() if t} == expected
+    assert sorted(r["id"] for r in expected[("shop", "nt")]) == [0, 1, 2, 12]  # p0 at the statement: 0, 1 (moved), 2
+    assert sorted(r["id"] for r in expected[("shop", "pt")]) == [3, 10, 11]
 
 
 @pytest.mark.parametrize("by", ["KEY (`k`) PARTITIONS 2", "LINEAR KEY (`k`) PARTITIONS 3"])
