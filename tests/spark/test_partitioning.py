@@ -166,3 +166,74 @@ def test_coalesce_and_add_partitions_change_which_partition_a_hash_row_is_in() -
     with pytest.raises(UnknownPartitionRows, match="cannot coalesce 4"):
         p.coalesced(4)
     assert upstream_server("canal-json") == TIDB and upstream_server("canal") == MYSQL and upstream_server("debezium-mysql") == MYSQL
+
+
+TYPES = {
+    "RANGE": "RANGE (k) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+    "RANGE COLUMNS": "RANGE COLUMNS (k) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (MAXVALUE))",
+    "LIST": "LIST (k) (PARTITION p0 VALUES IN (1, 2), PARTITION p1 VALUES IN (3, NULL))",
+    "LIST COLUMNS": "LIST COLUMNS (k) (PARTITION p0 VALUES IN (1, 2), PARTITION p1 VALUES IN (3))",
+    "HASH": "HASH (k) PARTITIONS 2",
+    "LINEAR HASH": "LINEAR HASH (k) PARTITIONS 2",
+    "KEY": "KEY (k) PARTITIONS 2",
+    "LINEAR KEY": "LINEAR KEY (k) PARTITIONS 2",
+}
+# Each statement on the types MySQL allows it on (26.3.1, 26.3.2: DROP on RANGE / LIST, COALESCE on HASH / KEY).
+STATEMENTS = {
+    "TRUNCATE PARTITION": ("ALTER TABLE t TRUNCATE PARTITION p0", set(TYPES)),
+    "DROP PARTITION": ("ALTER TABLE t DROP PARTITION p0", {"RANGE", "RANGE COLUMNS", "LIST", "LIST COLUMNS"}),
+    "EXCHANGE PARTITION": ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt", set(TYPES)),
+    "REORGANIZE PARTITION": ("ALTER TABLE t REORGANIZE PARTITION p0 INTO ({})", set(TYPES)),
+    "COALESCE PARTITION": ("ALTER TABLE t COALESCE PARTITION 1", {"HASH", "LINEAR HASH", "KEY", "LINEAR KEY"}),
+    "ADD PARTITION": ("ALTER TABLE t ADD PARTITION {}", set(TYPES)),
+    "REMOVE PARTITIONING": ("ALTER TABLE t REMOVE PARTITIONING", set(TYPES)),
+    "PARTITION BY": ("ALTER TABLE t PARTITION BY {}", set(TYPES)),
+}
+REORGANIZED = {"RANGE": "PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10)",
+               "LIST": "PARTITION a VALUES IN (1), PARTITION b VALUES IN (2)"}
+ADDED = {"RANGE": "(PARTITION p2 VALUES LESS THAN (20))", "LIST": "(PARTITION p2 VALUES IN (4))"}
+
+
+def _statement(kind: str, name: str) -> str:
+    sql = STATEMENTS[kind][0]
+    hashed = "HASH" in name or "KEY" in name
+    family = "RANGE" if name.startswith("RANGE") else "LIST"
+    if kind == "PARTITION BY":
+        return sql.format(TYPES[name])
+    if kind == "ADD PARTITION":
+        return sql.format("PARTITIONS 1" if hashed else ADDED[family])
+    if kind == "REORGANIZE PARTITION":
+        return sql.format("PARTITION a, PARTITION b" if hashed else REORGANIZED[family])
+    return sql
+
+
+def test_the_partition_statements_applied_exactly_and_those_that_hold() -> None:
+    """The measure: which statement on which partitioning type tidelake applies exactly (rows it
+    deletes or moves computed, or no row changed and the partitioning still followed) and which
+    hold their table. Only [LINEAR] KEY's TRUNCATE and EXCHANGE hold (the server's internal hash)."""
+    from spark.tables.ddl import (AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions,
+                                  TruncatePartitions)
+
+    types = {"k": parse_mysql_type("int")}
+    exact, held = set(), set()
+    for kind, (sql, allowed) in STATEMENTS.items():
+        for name in allowed:
+            p = partitioning(f"CREATE TABLE t (k INT) PARTITION BY {TYPES[name]}")
+            change = parse_ddl(_statement(kind, name), "d")[0][1]
+            try:
+                if isinstance(change, (TruncatePartitions, DropPartitions, ExchangePartition)):  # rows go or move
+                    p.holding(("p0",), {"k": "k"}, types)(pa.table({"k": pa.array([1, 5, 15, None], pa.int32())}))
+                elif isinstance(change, AddPartitions):
+                    assert p.with_added(change.partitions).with_more(change.count).partitions != p.partitions
+                elif isinstance(change, CoalescePartitions):
+                    assert len(p.coalesced(change.count).partitions) == 1
+                elif isinstance(change, ReorganizePartitions):
+                    assert [q.name for q in p.reorganized(change.names, change.into).partitions][:2] == ["a", "b"]
+                else:  # SetPartitioning: the new definition (or none) replaces the old, no row changes
+                    assert isinstance(change, SetPartitioning)
+                exact.add((kind, name))
+            except UnknownPartitionRows as exc:
+                assert "internal hash" in str(exc), (kind, name, exc)
+                held.add((kind, name))
+    assert held == {(k, t) for k in ("TRUNCATE PARTITION", "EXCHANGE PARTITION") for t in ("KEY", "LINEAR KEY")}
+    assert (len(exact), len(held)) == (52, 4)  # of 56 statement x type pairs MySQL allows
