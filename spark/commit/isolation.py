@@ -281,11 +281,10 @@ class RunIsolation:
         self.held.pop(ref, None)
         self.new.pop(ref, None)
         went = entry.renamed or (f"{self._renamed[ref][1][0]}.{self._renamed[ref][1][1]}" if ref in self._renamed else "?")
-        self.gone[ref] = (dataclasses.replace(entry, renamed=went), at)
         why = (f"{entry.name} was renamed to {went} while held, and {entry.name} names a new table since: a replay by "
                f"name cannot reach {entry.name}'s statements since W {entry.held_at}; rebuild the pipeline under a new "
                "name over the same archive (README, Repairing history)")
-        self.gone[ref] = (dataclasses.replace(self.gone[ref][0], stays=why), at)
+        self.gone[ref] = (dataclasses.replace(entry, renamed=went, stays=why), at)
         for table_ref, e in [*self.held.items(), *self.new.items()]:  # what it went on as stays held too
             if e.involved == entry.name and e.stays is None:
                 stays = dataclasses.replace(e, stays=why)
@@ -334,7 +333,7 @@ class RunIsolation:
         return {**kept, **self.new}
 
 
-def _order(since: DdlChange | TablePlan | str | None) -> Order | None:
+def _order(since: DdlChange | TablePlan | None) -> Order | None:
     """The order a statement, or a plan's first statement, applies at; None: from the run's start
     (a plan starting with rows, or no statement)."""
     if isinstance(since, DdlChange):
