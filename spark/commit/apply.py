@@ -783,6 +783,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(tables.catalog, config, step, lease.check, tables)
+    committer.released = frozenset(isolation.gone)
     plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(tables))
     replay = storage.exists(published_path(config.name, w))
     if replay:

@@ -122,6 +122,9 @@ class TableCommitter:
         self.fault = fault or (lambda step: None)
         # Called before every commit: the run still holds the pipeline's lease (raises if not).
         self.check = check or (lambda: None)
+        # Names a held table left in this run for a new table (spark.commit.isolation, RunIsolation.gone):
+        # the Iceberg table under one is still the held table's, which upstream no longer has there.
+        self.released: frozenset[tuple[str, str]] = frozenset()
 
     # -- entry point
 
@@ -262,7 +265,8 @@ class TableCommitter:
         props = (tx.table_metadata if tx is not None else table.metadata).properties
         # Upstream has the table if an earlier run committed it (a crashed attempt of this run
         # leaves a table without a watermark) or this plan made it, and no DROP came since.
-        exists_upstream = DROPPED not in props and (tx is not None or WATERMARK in props)
+        exists_upstream = DROPPED not in props and (tx is not None or WATERMARK in props) and not (
+            tx is None and plan.ref in self.released)
         if change.if_not_exists and exists_upstream:
             return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
