@@ -91,9 +91,11 @@ def cmd_changes(args: argparse.Namespace) -> int:
             context.stop()
     log.info("-- %s: changes from W=%s (%s) to W=%s (%s)", config.name, changes.from_watermark,
              _w_time(changes.from_watermark), changes.to_watermark, _w_time(changes.to_watermark))
+    from spark.commit.isolation import held_phrase
+
     for (db, table), e in sorted(changes.isolated.items()):
-        log.warning("ISOLATED %s.%s: left out, isolated at W %s (held at W %s): %s: %s", db, table, e["isolated_at"],
-                    e["held_at"], e["error"], e["message"])
+        log.warning("ISOLATED %s.%s: left out, isolated at W %s (%s): %s: %s", db, table, e["isolated_at"],
+                    held_phrase(e), e["error"], e["message"])
     if changes.isolated and fmt == "csv":
         # CSV holds one table's rows, nowhere to name the others: refuse rather than drop them quietly.
         raise ConfigError(f"{', '.join('.'.join(n) for n in sorted(changes.isolated))} left out (isolated): --format csv "

@@ -101,7 +101,9 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     for w in marks:
         doc = published(config, w)
         status = "retired" if w in retired else "retained"
-        held = "".join(f"; isolated: {e['database']}.{e['table']} (held at W {e['held_at']})" for e in doc.get("isolated", []))
+        from spark.commit.isolation import held_phrase
+
+        held = "".join(f"; isolated: {e['database']}.{e['table']} ({held_phrase(e)})" for e in doc.get("isolated", []))
         print(f"{w:>20}  {w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
     print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
     return 0
@@ -112,7 +114,7 @@ def _at(text: str) -> Any:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from spark.commit.isolation import release_hint
+    from spark.commit.isolation import held_phrase, release_hint
     from spark.query.read import open_view
 
     config = _config(args)
@@ -122,8 +124,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
     for (db, table) in sorted({*view.tables, *view.isolated}):
         if (db, table) in view.isolated:
             e = view.isolated[(db, table)]
-            print(f"  {db}.{table}: ISOLATED, held at W {e['held_at']} since {e['since']} (read it --at {e['held_at']}): "
-                  f"{e['error']}{' on ' + repr(e['ddl']) if e.get('ddl') else ''}: {e['message']}")
+            where = held_phrase(e) if e.get("new_name") else f"held at W {e['held_at']} since {e['since']} (read it --at {e['held_at']})"
+            print(f"  {db}.{table}: ISOLATED, {where}: "
+                  f"{e['error']}{' on ' + repr(e['ddl']) if e.get('ddl') else ''}: {e['message']}"
+                  + (f" -- it stays held: {e['stays']}" if e.get("stays") else ""))
             print(f"    to release it: {release_hint(e)}")
             continue
         data = view.scan((db, table))
@@ -199,10 +203,16 @@ def from_watermark(text: str | None) -> int | None:
 
 
 def print_repair(report: Any, out: Any = None) -> None:
+    from spark.commit.isolation import held_phrase
+
     out = out or sys.stdout
     scope = f"W >= {report.from_watermark}" if report.from_watermark is not None else "all"
     print(f"repair {report.pipeline}: re-derived from the archive; compared {len(report.compared)} published "
           f"watermark(s) ({scope})", file=out)
+    for name in report.caught_up:
+        print(f"  caught up {name}: replayed from its held W to the pipeline's W", file=out)
+    for e in report.stays_held:
+        print(f"  stays held {e.name} ({held_phrase(e.to_dict())}): {e.stays or e.reason()}", file=out)
     if not (report.differences or report.checkpoints or report.resumed):
         print("  nothing differs: every published W reads what the archive derives", file=out)
         return

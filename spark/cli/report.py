@@ -60,8 +60,12 @@ def print_report(report: dict[str, Any], out: Any = None) -> None:
 
 def isolated_lines(apply: dict[str, Any]) -> list[str]:
     """An apply report's isolated tables (on_table_error = "isolate"), one line each, and those it caught up."""
-    lines = [f"ISOLATED {name}: held at W {e['held_at']} ({w_time(e['held_at']) if e['held_at'] else 'before its first W'}) "
-             f"since {e['since']}, not tagged at this W: {e['reason']}" for name, e in apply.get("isolated", {}).items()]
+    from spark.commit.isolation import held_phrase
+
+    lines = [(f"ISOLATED {name}: {held_phrase(e)}, not tagged at this W: {e['reason']}" if e.get("new_name") else
+              f"ISOLATED {name}: held at W {e['held_at']} ({w_time(e['held_at']) if e['held_at'] else 'before its first W'}) "
+              f"since {e['since']}, not tagged at this W: {e['reason']}")
+             + (f"; it stays held: {e['stays']}" if e.get("stays") else "") for name, e in apply.get("isolated", {}).items()]
     lines += [f"caught up {name}: replayed from the archive to this W" for name in apply.get("caught_up", [])]
     return lines
 

@@ -46,17 +46,20 @@ from cdc_codecs import DdlChange, TidelakeError
 from spark.tables import catalog as cat
 from spark.runtime import credentials
 from spark.archive import layout
-from spark.commit.plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
+from spark.archive.format import require_format
+from spark.commit.plan import (
+    LINKING, SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes, linked_tables,
+)
 from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark
 from spark.commit.table import RunContext, TableCommitter, tag_table
 from spark.config import PipelineConfig
-from spark.tables.ddl import CreateTableLike, RenameTable
 from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
 from spark.decode.changelog import SideOutput
 from spark.fold.window import IntervalWindow, carried_segments
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.commit.isolation import (
-    ISOLATE, Isolated, RunIsolation, mark_held, read_isolated, statement_table, table_error, write_isolated,
+    ISOLATE, Isolated, RunIsolation, mark_held, published_names, read_isolated, statement_tables, table_error,
+    write_isolated,
 )
 from spark.write.rewrite import FileRewrite
 from spark.archive.land import LocalRunner, Runner
@@ -157,6 +160,7 @@ def apply_interval(
     held = lease or Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
                           fence=cat.catalog_fence(catalog, config.name))
     with held:
+        require_format(storage, config.name)  # not an archive a newer tidelake wrote
         return _bring_forward(config, storage, cat.RunTables(catalog, config), runner, chain, target, held, fault or (lambda step: None),
                               progress or (lambda step, done, total: None))
 
@@ -177,7 +181,7 @@ def _lowest(storage: Storage, tables: cat.RunTables, config: PipelineConfig, app
     held = read_isolated(storage, config.name)
     names = {e.name for e in held.values()}
     marks = [w for name, w in _table_watermarks(tables).items() if name not in names]
-    marks += [e.held_at for e in held.values() if applied is None or e.held_at >= applied]
+    marks += [e.held_at for e in held.values() if e.retryable and (applied is None or e.held_at >= applied)]
     return min(marks, default=None)
 
 
@@ -385,7 +389,8 @@ def _apply_one(
         )
     # Tables held back: a DDL tidelake cannot parse isolates its table (or fails the run), and
     # nothing of an isolated table's is planned.
-    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval)
+    isolation = RunIsolation(config.on_table_error, read_isolated(storage, config.name), w_prev, w, interval,
+                             lambda: published_names(storage, config.name, w_prev))
     linked, ddls = _ddl_links(selected.applied, isolation)
     # Stage 3 on the executors: the change-log rows of (W_prev, W], folded per key.
     # A table's rows are folded only between two DDLs that change it (ddls are in commit order).
@@ -441,17 +446,16 @@ def _ddl_links(ddls: list[DdlChange], isolation: RunIsolation) -> tuple[Links, l
         try:
             changes = ddl_changes(e)
         except Exception as exc:  # DdlParseError, or any other failure of this statement's parse
-            ref = statement_table(e)
-            if ref is None or not table_error(exc):
+            refs = statement_tables(e)
+            if not refs or not table_error(exc):
                 raise  # which table it is about is unknown: nothing to hold back
-            isolation.isolate({ref}, exc, e)
+            isolation.isolate(refs, exc, e)
             continue
         parsed.append(e)
+        isolation.follow(e, changes)
         for ref, change in changes:
-            if isinstance(change, RenameTable):
-                linked.append((e, {ref, (change.database, change.table)}))
-            elif isinstance(change, CreateTableLike):
-                linked.append((e, {ref, change.source}))
+            if refs := linked_tables(ref, change):
+                linked.append((e, refs))
     _involve(linked, isolation)
     return linked, parsed
 
@@ -463,7 +467,7 @@ def _involve(linked: Links, isolation: RunIsolation) -> None:
     while changed:
         changed = False
         for e, refs in linked:
-            out = sorted(r for r in refs if isolation.out(r))
+            out = sorted(r for r in refs if isolation.out(r, e))
             if out and len(out) < len(refs):
                 isolation.involve(refs, out[0], e)
                 changed = True
@@ -500,7 +504,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
     progress("commit", 0, len(plans))
     # Plans that rename or copy tables: a later plan's failure may isolate a table committed before it
     # (``_involve``), which must then carry no tag of W, so their tables are tagged after all commits.
-    linked = any(isinstance(c, (RenameTable, CreateTableLike)) for p in plans for s in p.steps
+    linked = any(isinstance(c, LINKING) for p in plans for s in p.steps
                  if isinstance(s, SchemaStep) for c in s.changes)
     if linked or len(plans) < 2:
         # A retry skips what its earlier attempt committed: a plan's table may have been renamed
@@ -508,7 +512,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
         resume = committer.resume_from(run) if linked and not replay else -1
         for i, plan in enumerate(plans):
             if plan.sequence >= resume:
-                if not isolation.out(plan.ref):
+                if not isolation.out(plan.ref, plan):
                     try:
                         committer.commit_plan(plan, run, fold, tag=not linked)
                     except Exception as exc:
@@ -520,7 +524,7 @@ def _commit_plans(committer: TableCommitter, plans: list[TablePlan], run: RunCon
         return
     # No plan renames or copies a table, so no later plan's failure can isolate a table committed
     # before it: each commit tags its table wm_<W> as well (commit.table._stage_tag).
-    steps = {i: committer.commit_steps(plan, run, fold, tag=True) for i, plan in enumerate(plans) if not isolation.out(plan.ref)}
+    steps = {i: committer.commit_steps(plan, run, fold, tag=True) for i, plan in enumerate(plans) if not isolation.out(plan.ref, plan)}
     sent: dict[int, list[FileRewrite] | None] = dict.fromkeys(steps)
     done = len(plans) - len(steps)
     failed: dict[int, BaseException] = {}
@@ -623,6 +627,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(tables.catalog, config, step, lease.check, tables)
+    committer.released = frozenset(isolation.gone)
     plans = build_apply_plans(ddls, fold.outcome.summaries, lambda: _lake_tables(tables))
     replay = storage.exists(published_path(config.name, w))
     if replay:

@@ -19,9 +19,20 @@ the run and goes on with the others:
   the segments a replay from it reads (``spark.maintain``).
 
 A DDL of a run that involves an isolated table (renames it, renames onto it, copies it with
-``CREATE TABLE ... LIKE``) isolates every table it names: a table cannot be applied from or
-into one whose state is unknown. Errors that are not about one table (the lease, storage, the
-catalog, an undecodable message under ``on_bad_message = "fail"``) still fail the run.
+``CREATE TABLE ... LIKE``, exchanges a partition with it) isolates every table it names: a table
+cannot be applied from or into one whose state is unknown. Errors that are not about one table
+(the lease, storage, the catalog, an undecodable message under ``on_bad_message = "fail"``)
+still fail the run.
+
+A held table holds only itself, not its name. Renamed away while held (``RENAME TABLE a TO c``:
+c is held with it, ``Isolated.renamed`` says where a went), its old name is free: a later
+``CREATE TABLE a`` (or a rename onto a) is a new table, applied and published as any other. The
+held table's changes since its held W then reach its new name only through statements a replay
+finds under the old one, which now names another table: it *stays* held (``Isolated.stays``
+says why; ``tidelake repair`` lists it) until the pipeline is rebuilt under a new name over
+the same archive (README, Repairing history). A table held where it was not published under its
+name -- created or renamed there in the run that isolated it -- is reported as such
+(``Isolated.new_name``, ``held_phrase``), not as readable at the W before.
 
 Whose an error is, is told by where it arises (``table_error``): whatever a table's own work
 raises is that table's, whatever its class -- tidelake's typed errors and any other (a
@@ -32,12 +43,12 @@ interruptions (``the_runs``): those fail the run wherever they arise, and the ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import sys
-from collections.abc import Callable
 
 import orjson
 from sqlglot import exp
@@ -46,6 +57,9 @@ from sqlglot.errors import ParseError, TokenError
 
 from cdc_codecs import DdlChange
 from spark.archive import layout
+from spark.commit.plan import SchemaStep, TablePlan
+from spark.fold.net_change import Order, change_order
+from spark.tables.ddl import Change, CreateTable, CreateTableLike, RenameTable
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
@@ -177,10 +191,19 @@ class Isolated:
     commit_ts: int | None = None
     position: str | None = None  # topic/partition@offset of that DDL
     involved: str | None = None  # "db.table": isolated because a DDL involves that isolated table
+    # True: the table took its name after held_at (created or renamed there): not published under it at any W yet.
+    new_name: bool | None = None
+    renamed: str | None = None  # "db.table": renamed there while held (its name is free from then on)
+    stays: str | None = None  # why no replay can bring it back: it stays held (see the module's docstring)
 
     @property
     def ref(self) -> TableRef:
         return (self.database, self.table)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a run tries it again from its held W (a version that handles it catches it up)."""
+        return self.stays is None
 
     @property
     def name(self) -> str:
@@ -215,6 +238,15 @@ def release_hint(entry: Mapping[str, Any]) -> str:
     return f"a tidelake version that applies the statement releases it: {replay}"
 
 
+def held_phrase(entry: Mapping[str, Any]) -> str:
+    """How reports say where a held table (an ``Isolated``'s dict) is readable: at its held W, or
+    nowhere yet under this name."""
+    held = entry["held_at"]
+    if entry.get("new_name"):
+        return f"held, not published under this name at any W yet (it took the name after W {held}, in interval {entry['since']})"
+    return f"held at W {held}" if held else "held before its first W"
+
+
 def statement_table(ddl: DdlChange) -> TableRef | None:
     """The table a DDL statement tidelake could not parse is about: the protocol's, or the first one
     the statement names (``ALTER / CREATE / DROP / TRUNCATE / RENAME TABLE [IF [NOT] EXISTS] name``);
@@ -234,6 +266,37 @@ def statement_table(ddl: DdlChange) -> TableRef | None:
     except (ParseError, TokenError, ValueError):
         return None
     return (table.db or ddl.database, table.name) if table.name else None
+
+
+def published_names(storage: Storage, pipeline: str, watermark: int) -> set[TableRef]:
+    """The names W's published record lists, published or isolated (none for W = 0)."""
+    from spark.commit.published import read_published
+
+    doc = read_published(storage, pipeline, watermark) if watermark else None
+    return {(t["database"], t["table"]) for t in [*(doc or {}).get("tables", []), *(doc or {}).get("isolated", [])]}
+
+
+def statement_tables(ddl: DdlChange) -> set[TableRef]:
+    """Every table a statement tidelake could not parse moves state of, as far as its words tell:
+    ``statement_table``'s, and for ``EXCHANGE PARTITION ... WITH TABLE nt`` nt too (held with it,
+    never published with rows the statement moved); empty when no table can be told."""
+    first = statement_table(ddl)
+    out = {first} if first is not None else set()
+    try:
+        tokens = Dialect.get_or_raise("mysql").tokenize(ddl.sql)
+    except (TokenError, ValueError):
+        return out
+    words = [t.text.upper() for t in tokens]
+    at = next((i + 2 for i in range(len(words) - 1) if words[i:i + 2] == ["WITH", "TABLE"] and "EXCHANGE" in words[:i]), None)
+    if at is not None and at < len(tokens):
+        end = at + 3 if at + 2 < len(tokens) and words[at + 1] == "." else at + 1
+        try:
+            other = exp.to_table(ddl.sql[tokens[at].start:tokens[end - 1].end + 1], dialect="mysql")
+        except (ParseError, TokenError, ValueError):
+            return out
+        if other.name:
+            out.add((other.db or ddl.database, other.name))
+    return out
 
 
 def isolated_path(pipeline: str) -> str:
@@ -269,22 +332,72 @@ class RunIsolation:
     run add tables.
     """
 
-    def __init__(self, policy: str, before: Mapping[TableRef, Isolated], w_prev: int, w: int, interval: str) -> None:
+    def __init__(self, policy: str, before: Mapping[TableRef, Isolated], w_prev: int, w: int, interval: str,
+                 shown: Callable[[], set[TableRef]] | None = None) -> None:
+        """``shown``: the names published (or listed as isolated) at W_prev, read when a table is first
+        held (``Isolated.new_name``); None: not known, nothing marked."""
         self.policy = policy
         self.before = dict(before)
         self.w_prev = w_prev
         self.interval = interval
+        self._shown = shown
+        self._shown_names: set[TableRef] | None = None
         # A run that does not move W applies nothing: it cannot tell whether a retried table goes through.
-        self.retried = {ref for ref, e in before.items() if e.held_at == w_prev and w > w_prev}
+        self.retried = {ref for ref, e in before.items() if e.held_at == w_prev and w > w_prev and e.retryable}
         self.held = {ref: e for ref, e in before.items() if e.held_at <= w_prev and ref not in self.retried}
         self.new: dict[TableRef, Isolated] = {}
+        # Held tables renamed away whose name a new table took in this run: the entry, and the order of
+        # the statement after which the name is the new table's (None: from the run's start).
+        self.gone: dict[TableRef, tuple[Isolated, Order | None]] = {}
+        self._renamed: dict[TableRef, tuple[Order, TableRef]] = {}  # held tables the run renamed away
 
-    def out(self, ref: TableRef) -> bool:
+    def out(self, ref: TableRef, since: DdlChange | TablePlan | None = None) -> bool:
+        """Whether the table under ``ref`` is held -- at statement (or plan start) ``since`` if given:
+        a name a held table left is another table's once a new one took it."""
+        if ref in self.gone:
+            at = _order(since)
+            released = self.gone[ref][1]
+            if at is None or (released is not None and at <= released):
+                return True  # the held table, before it left the name
         return ref in self.held or ref in self.new
 
     def at_w(self) -> dict[TableRef, Isolated]:
         """The tables isolated at this run's W."""
         return {**self.held, **self.new}
+
+    def follow(self, ddl: DdlChange, changes: Iterable[tuple[TableRef, Change]]) -> None:
+        """Follow the run's statement ``ddl`` (in commit order): a held table renamed away, then a new
+        table under its old name (CREATE, LIKE, a rename onto it) -- the name is free from there."""
+        at = change_order(ddl)  # type: ignore[arg-type]
+        for ref, change in changes:
+            if isinstance(change, RenameTable) and self.out(ref, ddl):
+                self._renamed[ref] = (at, (change.database, change.table))
+            made = (change.database, change.table) if isinstance(change, RenameTable) else ref
+            if isinstance(change, (CreateTable, CreateTableLike, RenameTable)) and made not in self.gone:
+                entry = self.held.get(made) or self.new.get(made)
+                renamed_before = made in self._renamed or (entry is not None and entry.renamed)
+                if entry is not None and renamed_before:
+                    self._release(made, entry, self._renamed[made][0] if made in self._renamed else None)
+
+    def _release(self, ref: TableRef, entry: Isolated, at: Order | None) -> None:
+        self.held.pop(ref, None)
+        self.new.pop(ref, None)
+        went = entry.renamed or (f"{self._renamed[ref][1][0]}.{self._renamed[ref][1][1]}" if ref in self._renamed else "?")
+        why = (f"{entry.name} was renamed to {went} while held, and {entry.name} names a new table since: a replay by "
+               f"name cannot reach {entry.name}'s statements since W {entry.held_at}; rebuild the pipeline under a new "
+               "name over the same archive (README, Repairing history)")
+        self.gone[ref] = (dataclasses.replace(entry, renamed=went, stays=why), at)
+        for table_ref, e in [*self.held.items(), *self.new.items()]:  # what it went on as stays held too
+            if e.involved == entry.name and e.stays is None:
+                stays = dataclasses.replace(e, stays=why)
+                (self.held if table_ref in self.held else self.new)[table_ref] = stays
+
+    def _new_name(self, ref: TableRef) -> bool | None:
+        if self._shown is None:
+            return None
+        if self._shown_names is None:
+            self._shown_names = self._shown()
+        return True if ref not in self._shown_names else None
 
     def isolate(self, refs: Iterable[TableRef], exc: BaseException, ddl: DdlChange | None = None) -> None:
         """Hold ``refs`` at W_prev for ``exc`` (re-raised under ``on_table_error = "fail"``)."""
@@ -292,25 +405,33 @@ class RunIsolation:
             raise exc
         position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}" if ddl is not None else None
         for ref in sorted(refs):
-            if not self.out(ref):
+            # Without a statement it is a plan's error: a plan of the held table never runs, so it is the new one's.
+            if not (self.out(ref, ddl) if ddl is not None else ref in self.held or ref in self.new):
                 self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, _error_name(exc), _error_message(exc),
                                          ddl.sql if ddl is not None else None, ddl.commit_ts if ddl is not None else None,
-                                         position)
+                                         position, new_name=self._new_name(ref))
 
     def involve(self, refs: Iterable[TableRef], cause: TableRef, ddl: DdlChange) -> None:
         """Hold ``refs``: ``ddl`` involves ``cause``, an isolated table."""
-        first = self.new.get(cause) or self.held[cause]
+        first = self.new.get(cause) or self.held.get(cause) or self.gone[cause][0]
         position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}"
         for ref in sorted(refs):
-            if not self.out(ref):
+            if not self.out(ref, ddl):
                 self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, first.error,
                                          f"involves {first.name}, isolated: {first.message}", ddl.sql, ddl.commit_ts,
-                                         position, involved=first.name)
+                                         position, involved=first.name, new_name=self._new_name(ref), stays=first.stays)
+        renamed = self._renamed.get(cause)
+        if renamed is not None and (cause in self.held or cause in self.new):
+            entry = self.held.get(cause) or self.new[cause]
+            where = f"{renamed[1][0]}.{renamed[1][1]}"
+            (self.held if cause in self.held else self.new)[cause] = dataclasses.replace(entry, renamed=where)
 
     def after(self) -> dict[TableRef, Isolated]:
         """The pipeline's isolated tables once this run is published: the retried ones that went
-        through are gone (they are behind now, and the walk brings them on)."""
-        kept = {ref: e for ref, e in self.before.items() if ref not in self.retried}
+        through are gone (they are behind now, and the walk brings them on), and so are held tables
+        whose name a new table took (what they went on as stays held)."""
+        kept = {ref: e for ref, e in self.before.items() if ref not in self.retried and ref not in self.gone}
+        kept.update({ref: e for ref, e in self.held.items() if ref in kept})  # marked renamed or staying in this run
         return {**kept, **self.new}
 
 
@@ -324,3 +445,14 @@ def mark_held(table: Any, entry: Isolated | None) -> None:
             tx.remove_properties(HELD_AT, HELD_REASON)
         else:
             tx.set_properties({HELD_AT: str(entry.held_at), HELD_REASON: entry.reason()})
+
+
+def _order(since: DdlChange | TablePlan | None) -> Order | None:
+    """The order a statement, or a plan's first statement, applies at; None: from the run's start
+    (a plan starting with rows, or no statement)."""
+    if isinstance(since, DdlChange):
+        return change_order(since)  # type: ignore[arg-type]
+    if isinstance(since, TablePlan):
+        first = since.steps[0] if since.steps else None
+        return change_order(first.ddl) if isinstance(first, SchemaStep) else None  # type: ignore[arg-type]
+    return None

@@ -37,6 +37,7 @@ from spark.tables.ddl import (
     CreateTableLike,
     DropDatabase,
     DropTable,
+    ExchangePartition,
     RenameTable,
     parse_ddl,
 )
@@ -56,6 +57,9 @@ class SchemaStep:
     # CREATE TABLE ... LIKE: where the source table is when this plan runs, if a rename after the
     # statement (and run before this plan) moved it; None: under the name the statement gives.
     source_at: TableRef | None = None
+    # EXCHANGE PARTITION: whether this plan runs before the other table's ("first") or after it
+    # ("second"; spark.tables.exchange).
+    exchange: str | None = None
 
 
 class NetSummary(Protocol):
@@ -89,6 +93,9 @@ class TablePlan:
     table: str
     sequence: int  # its place in the order the run's plans execute
     steps: list[Step] = field(default_factory=list)
+    # The table's changes go on in a later plan of the run (an EXCHANGE of two tables the run changes
+    # before it ends both plans there): this one commits its steps without recording progress.
+    continues: bool = False
 
     @property
     def ref(self) -> TableRef:
@@ -102,6 +109,21 @@ class TablePlan:
             else:
                 parts.append(f"data({s.upserts} upserts, {s.deletes} deletes)")
         return f"{self.database}.{self.table}: " + "; ".join(parts)
+
+
+# Changes that move state between two tables: each is applied exactly or held with the other.
+LINKING = (RenameTable, CreateTableLike, ExchangePartition)
+
+
+def linked_tables(ref: TableRef, change: Change) -> set[TableRef]:
+    """The tables ``change`` (of table ``ref``) moves state between; empty for a one-table change."""
+    if isinstance(change, RenameTable):
+        return {ref, (change.database, change.table)}
+    if isinstance(change, CreateTableLike):
+        return {ref, change.source}
+    if isinstance(change, ExchangePartition):
+        return {change.partitioned, change.table}
+    return set()
 
 
 def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
@@ -209,6 +231,10 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
     # Per name, the plans that hold it in turn: made under it, or renaming a table into it.
     holders: dict[TableRef, list[TablePlan]] = {}
     likes: list[_LikeRead] = []
+    # Per EXCHANGE statement: the table whose plan runs first (None: both change before it), and each table's plan.
+    exchanges: dict[int, TableRef | None] = {}
+    exchanged: dict[int, dict[TableRef, TablePlan]] = {}
+    split: dict[int, dict[TableRef, TablePlan]] = {}  # the plans an EXCHANGE ended, per table
     seq = 0
 
     def plan(ref: TableRef) -> TablePlan:
@@ -234,8 +260,28 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
                 tables.exists(ref)
             continue
         for ref, change in tables.changes(e):
+            if isinstance(change, ExchangePartition) and id(e) not in exchanges:
+                exchanges[id(e)] = _exchange_first(change, holders)
+                if exchanges[id(e)] is None:
+                    # Both change before it: each one's changes up to it commit first, in plans of their own,
+                    # and the exchange starts a new plan of each, which reads the other as committed.
+                    before = {}
+                    for r in (change.partitioned, change.table):
+                        flush(r)
+                        if r in plans:
+                            plans[r].continues = True
+                            finished.append(plans.pop(r))
+                        before[r] = holders[r][-1]
+                    split[id(e)] = before
+                    exchanges[id(e)] = change.partitioned
             flush(ref)
             p = plan(ref)
+            if isinstance(change, ExchangePartition):
+                first = exchanges[id(e)]
+                assert first is not None
+                p.steps.append(SchemaStep((change,), e, exchange="first" if ref == first else "second"))
+                exchanged.setdefault(id(e), {})[ref] = p
+                continue
             p.steps.append(SchemaStep((change,), e))
             if isinstance(change, CreateTableLike):
                 source = holders.get(change.source, [])
@@ -257,7 +303,24 @@ def build_apply_plans(ddls: Iterable[DdlChange], net: Iterable[NetSummary],
             after[id(then)].add(id(before))
     for like in likes:
         _order_like_read(like, holders, after)
+    for key, first in exchanges.items():
+        both = exchanged.get(key, {})
+        if first is not None and len(both) == 2:
+            second = next(r for r in both if r != first)
+            after[id(both[second])].add(id(both[first]))
+            if key in split:  # the first reads the second as its changes before the statement left it
+                after[id(both[first])].add(id(split[key][second]))
     return _in_order(every, after)
+
+
+def _exchange_first(change: ExchangePartition, holders: dict[TableRef, list[TablePlan]]) -> TableRef | None:
+    """The table of an EXCHANGE whose plan runs first: the one the run changes before the statement
+    (the other is then read as the lake holds it), the partitioned one if neither; None if both
+    (the caller then ends both plans at the statement)."""
+    changed = [r for r in (change.partitioned, change.table) if r in holders]
+    if len(changed) == 2:
+        return None
+    return changed[0] if changed else change.partitioned
 
 
 @dataclass(frozen=True)

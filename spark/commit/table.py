@@ -42,13 +42,15 @@ from spark.commit.watermark import tag_name
 from spark.config import PipelineConfig, TopicConfig
 from spark.runtime.plane import FillRequest, RewriteRequest
 from spark.tables import catalog as cat
-from spark.tables import updates
+from spark.tables import exchange, updates
+from spark.tables.partitioning import MYSQL, upstream_server
 from spark.tables.ddl import (
     AddColumn,
     CreateTable,
     CreateTableLike,
     DropPartitions,
     DropTable,
+    ExchangePartition,
     RenameTable,
     TruncatePartitions,
     TruncateTable,
@@ -123,6 +125,9 @@ class TableCommitter:
         self.fault = the_runs(fault) if fault else (lambda step: None)
         # Called before every commit: the run still holds the pipeline's lease (raises if not).
         self.check = the_runs(check) if check else (lambda: None)
+        # Names a held table left in this run for a new table (spark.commit.isolation, RunIsolation.gone):
+        # the Iceberg table under one is still the held table's, which upstream no longer has there.
+        self.released: frozenset[tuple[str, str]] = frozenset()
 
     # -- entry point
 
@@ -151,6 +156,8 @@ class TableCommitter:
         table = self.tables.load(plan.database, plan.table)
         if table is not None and table_watermark(table) >= run.watermark:
             return table  # committed by an earlier attempt of this run
+        if table is not None and plan.continues and table.properties.get(PLAN) == _stamp(plan, run)[PLAN]:
+            return table  # its part committed by an earlier attempt (progress is the table's later plan's)
         if table is not None and created_at(table) > run.watermark:
             return None  # a later run made the table that has the name now: this plan's table is elsewhere, done
         self.check()  # before the first catalog write of the plan (creating a table is one)
@@ -201,7 +208,11 @@ class TableCommitter:
                         current = self._rename(current, change, plan, run)
                         continue
                     tx = tx or internals.transaction(current)
-                    update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets)
+                    update = updates.SchemaUpdate(current, tx, step.ddl.sql, step.ddl.commit_ts, self.config.layout.buckets,
+                                                  self._server(step.ddl))
+                    if isinstance(change, ExchangePartition):  # reads the other table: not a one-table update
+                        exchange.stage(self.tables, update, change, plan.ref, step.ddl, step.exchange)
+                        continue
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
                     updates.stage(change, update)
                     if added:
@@ -223,7 +234,12 @@ class TableCommitter:
             yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
         if current is None:
             return None
-        if not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
+        if plan.continues:  # the table's later plan in the run records progress
+            if tx is not None:
+                tx.set_properties(_stamp(plan, run))
+                self.check()
+                tx.commit_transaction()
+        elif not isinstance(plan.steps[-1], SchemaStep) or not isinstance(plan.steps[-1].changes[-1], RenameTable):
             self._finish(current, tx, plan, run, tag)
         # else: a rename ends its plan; the renamed table's own plan (if any) records progress.
         return current  # its commits replaced its metadata
@@ -252,13 +268,19 @@ class TableCommitter:
         props = (tx.table_metadata if tx is not None else table.metadata).properties
         # Upstream has the table if an earlier run committed it (a crashed attempt of this run
         # leaves a table without a watermark) or this plan made it, and no DROP came since.
-        exists_upstream = DROPPED not in props and (tx is not None or WATERMARK in props)
+        exists_upstream = DROPPED not in props and (tx is not None or WATERMARK in props) and not (
+            tx is None and plan.ref in self.released)
         if change.if_not_exists and exists_upstream:
             return table, tx  # CREATE TABLE IF NOT EXISTS on a table upstream kept as it was
         # The table exists: a retry, or CREATE after DROP. Make it empty with the new columns.
         tx = tx or internals.transaction(table)
         updates.recreate(table, tx, schema, self.config.layout.buckets, {**types, **changed_at, **copied})
         return table, tx
+
+    def _server(self, ddl: DdlChange) -> str:
+        """The server upstream of the statement's topic (where it places a HASH partitioned row)."""
+        topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
+        return upstream_server(topic.protocol) if topic is not None else MYSQL
 
     def _existing_rows_fill(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
         """{field id: value} the rows the table holds get in the column ``change`` added, when not NULL

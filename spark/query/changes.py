@@ -52,6 +52,11 @@ from spark.tables.properties import upstream_schema_at
 from spark.config import PipelineConfig
 from spark.tables.ddl import (
     AddColumn,
+    AddPartitions,
+    CoalescePartitions,
+    MoveColumn,
+    ReorganizePartitions,
+    SetPartitioning,
     ChangeColumnType,
     CreateTable,
     CreateTableLike,
@@ -60,6 +65,7 @@ from spark.tables.ddl import (
     DropDatabase,
     DropPartitions,
     DropTable,
+    ExchangePartition,
     RenameColumn,
     RenameTable,
     SetKeyColumns,
@@ -68,7 +74,7 @@ from spark.tables.ddl import (
 )
 from spark.decode.effect import decode_effect
 from spark.write.keys import key_matches
-from spark.commit.isolation import statement_table
+from spark.commit.isolation import statement_tables
 from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
 from spark.archive.storage import Storage, open_storage
 from spark.commit.watermark import tag_name
@@ -92,6 +98,9 @@ UPSERT = "upsert"
 AFTER_IMAGE_TYPES = (UPSERT, DELETE)
 CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
 KEYS, WHOLE, NOTHING = "keys", "whole", "nothing"  # how a table's images were read
+# DDL that keeps every row as it is (none is read whole for them): the partitioning's layout and
+# the columns' order. Any other change not handled by name reads its table whole.
+ROW_PRESERVING = (SetPartitioning, AddPartitions, CoalescePartitions, ReorganizePartitions, MoveColumn)
 
 
 @dataclass(frozen=True)
@@ -241,10 +250,10 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
         try:
             changes = ddl_changes(e)
         except DdlParseError:
-            ref = statement_table(e)
-            if ref is None:
+            refs = statement_tables(e)
+            if not refs:
                 everywhere.append(f"a DDL tidelake cannot parse, naming no table: {sql!r}")
-            else:
+            for ref in sorted(refs):
                 note(ref, ts, f"a DDL tidelake cannot parse: {sql!r}")
             continue
         for ref, change in changes:
@@ -273,8 +282,12 @@ def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef
                 note(ref, ts, column=change.new)
             elif isinstance(change, ChangeColumnType):
                 note(ref, ts, column=change.name)
-            else:
+            elif isinstance(change, ExchangePartition):  # rows move both ways without row events
+                note(ref, ts, f"a partition exchanged in the window: {sql!r}", arrived=True, removed=True)
+            elif isinstance(change, ROW_PRESERVING):
                 note(ref, ts)
+            else:  # a change not known to keep the rows: read whole rather than miss rows it moved
+                note(ref, ts, f"{type(change).__name__} in the window: {sql!r}")
     return tables, databases, everywhere
 
 

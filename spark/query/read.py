@@ -44,6 +44,7 @@ from sqlglot.optimizer.scope import traverse_scope
 from cdc_codecs import TidelakeError
 from spark.tables import catalog as cat
 from spark.commit import published as publish
+from spark.commit.isolation import held_phrase
 from spark.config import PipelineConfig
 from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import Storage, open_storage
@@ -66,12 +67,17 @@ class IsolatedTable(NoSuchWatermark):
 
 def isolated_error(config: PipelineConfig, watermark: int, entry: dict[str, Any]) -> IsolatedTable:
     held = entry["held_at"]
-    at = f"read it --at {held}" if held else "it has no earlier W"
+    if entry.get("new_name"):  # not published under this name at any W: nothing earlier to read
+        where, at = held_phrase(entry), "it has no earlier W under this name"
+    else:
+        where, at = f"held at W {_w_text(held) if held else 0} since interval {entry['since']}", (
+            f"read it --at {held}" if held else "it has no earlier W")
     why = f"{entry['error']}" + (f" on {entry['ddl']!r} (commitTs {entry.get('commit_ts')})" if entry.get("ddl") else "")
+    fix = (f"it stays held: {entry['stays']}" if entry.get("stays") else
+           "or fix it (a tidelake version that handles it, then the next run or `tidelake repair` replays it to W)")
     return IsolatedTable(
-        f"pipeline {config.name}: {entry['database']}.{entry['table']} is isolated at watermark {watermark}: it is held at W {_w_text(held) if held else 0} "
-        f"since interval {entry['since']}, for {why}: {entry['message']}. The pipeline's other tables are at W; {at}, "
-        "or fix it (a tidelake version that handles it, then the next run or `tidelake repair` replays it to W)"
+        f"pipeline {config.name}: {entry['database']}.{entry['table']} is isolated at watermark {watermark}: it is {where}, "
+        f"for {why}: {entry['message']}. The pipeline's other tables are at W; {at}, {fix}"
     )
 
 

@@ -23,7 +23,9 @@ rerun never rewrites history. When what the current code derives from the archiv
 
 Tables isolated by ``on_table_error = "isolate"`` are replayed first (``apply_interval`` of the
 latest published interval walks them forward from their held W, as every run does): a version
-that handles them brings them to the pipeline's W before the comparison.
+that handles them brings them to the pipeline's W before the comparison. The report says which
+it caught up (``caught_up``) and which stay held, and why (``stays_held``: the error again, or
+``Isolated.stays``, a table no replay can reach).
 
 A crash leaves every published W readable (each table is repaired in one commit, readers
 follow the tags) and the repair record ``started``; the next ``repair`` finishes the job.
@@ -49,6 +51,7 @@ from cdc_codecs import TidelakeError
 from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.archive.checkpoint import Checkpoint, checkpoint_path
+from spark.archive.format import require_format
 from spark.commit.apply import apply_interval
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
@@ -58,7 +61,7 @@ from spark.write.internals import writing_with_schema
 from spark.archive.land import LocalRunner, Runner
 from spark.commit.lease import Lease
 from spark.archive.manifest import list_manifests
-from spark.commit.isolation import read_isolated
+from spark.commit.isolation import Isolated, read_isolated
 from spark.commit.published import (
     REPAIR_DONE, REPAIR_STARTED, REPAIR_SUPERSEDED, PublishedTable, isolated_at, published_path, published_tables,
     published_watermarks, read_published, repair_records, repair_record_path, retained_watermarks,
@@ -107,6 +110,10 @@ class RepairReport:
     main_moved: list[str] = field(default_factory=list)  # tables whose main moved to the repaired head
     record: str | None = None  # <pipeline>/repairs/<time>.json
     resumed: list[str] = field(default_factory=list)  # records of unfinished repairs this one finished
+    # Isolated tables (on_table_error = "isolate"): those the repair replayed to the pipeline's W
+    # ("db.table"), and those still held after it, with why (``Isolated.reason``, ``Isolated.stays``).
+    caught_up: list[str] = field(default_factory=list)
+    stays_held: list[Isolated] = field(default_factory=list)
 
     @property
     def repaired_from(self) -> int | None:
@@ -149,9 +156,14 @@ def repair(
     catalog = catalog or cat.open_catalog(config)
     step = fault or (lambda at: None)
     scratch = scratch_config(config)
-    if not dry_run and read_isolated(storage, config.name):
+    held_before = read_isolated(storage, config.name)
+    if not dry_run and held_before:
         _catch_up(config, storage, catalog, runner)
+    held_after = read_isolated(storage, config.name)
+    caught_up = sorted(e.name for ref, e in held_before.items() if ref not in held_after)
+    stays_held = [held_after[ref] for ref in sorted(held_after)]
     with Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds) as lease:
+        require_format(storage, config.name)  # the catch-up's run checked it too: not an archive a newer tidelake wrote
         published = published_watermarks(storage, config.name)
         if not published:
             raise RepairError(f"pipeline {config.name}: no watermark is published yet, so there is nothing to repair")
@@ -178,7 +190,8 @@ def repair(
             differences = _compare_rows(config, storage, catalog, scratch, compared)
             stale = [checkpoint_path(config.name, s, e) for (s, e, _), old, new in zip(chain, checkpoints, derived)
                      if old is not None and new is not None and old.to_json() != new.to_json()]
-            report = RepairReport(config.name, from_watermark, dry_run, compared, differences, stale)
+            report = RepairReport(config.name, from_watermark, dry_run, compared, differences, stale,
+                                  caught_up=caught_up, stays_held=stays_held)
             if dry_run:
                 return report
             unfinished = [(p, d) for p, d in repair_records(storage, config.name) if d["status"] == REPAIR_STARTED]

@@ -38,15 +38,17 @@ Decisions:
   in ``/*T![clustered_index] */``), prefix lengths and ASC / DESC give the key columns.
   Generated columns (``AS (expr) VIRTUAL | STORED``) are columns: row events carry their values.
 - **Partitioning is followed** (``spark.tables.partitioning``): ``PARTITION BY`` in CREATE or ALTER
-  TABLE is ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds; HASH, KEY and TiDB's
-  INTERVAL without), ``REMOVE PARTITIONING`` ``SetPartitioning(None)``, ``ADD PARTITION (...)``
-  and ``REORGANIZE PARTITION ... INTO (...)`` change the bounds. ``TRUNCATE PARTITION`` and
-  ``DROP PARTITION`` delete rows without row events: the committer deletes the rows the bounds
-  hold, or fails the table (``UnsupportedSchemaChange``) naming why it cannot tell which.
-- **Statements that remove or bring rows without row events fail**: ``EXCHANGE PARTITION``,
-  ``DISCARD / IMPORT TABLESPACE``, TiDB's ``FIRST PARTITION LESS THAN``, ``FLASHBACK TABLE`` /
-  ``RECOVER TABLE``. The lake cannot know which rows changed; re-create the table from a
-  snapshot instead.
+  TABLE is ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds, [LINEAR] HASH / KEY with
+  their partitions, TiDB's INTERVAL without), ``REMOVE PARTITIONING`` ``SetPartitioning(None)``,
+  ``ADD PARTITION (...)`` / ``ADD PARTITION PARTITIONS n``, ``COALESCE PARTITION n`` and
+  ``REORGANIZE PARTITION ... INTO (...)`` change the partitions. ``TRUNCATE PARTITION`` and
+  ``DROP PARTITION`` delete rows without row events, ``EXCHANGE PARTITION p WITH TABLE nt``
+  (``ExchangePartition``, a change of both tables) swaps p's rows with nt's: the committer
+  computes which rows the partition holds, or fails the table (``UnsupportedSchemaChange``)
+  naming why it cannot tell which.
+- **Statements that remove or bring rows without row events fail**: ``DISCARD / IMPORT
+  TABLESPACE``, TiDB's ``FIRST PARTITION LESS THAN``, ``FLASHBACK TABLE`` / ``RECOVER TABLE``.
+  The lake cannot know which rows changed; re-create the table from a snapshot instead.
 - ``CREATE TABLE ... SELECT`` as written fails too: MySQL logs it so only in STATEMENT /
   MIXED binlog format, where its rows are no row events. In ROW format (every supported
   protocol reads row events) MySQL logs the ``CREATE TABLE`` it generated (``... START
@@ -224,7 +226,32 @@ class SetPartitioning:
 
 @dataclass(frozen=True)
 class AddPartitions:
+    """``ADD PARTITION (...)``, or ``ADD PARTITION PARTITIONS count`` (HASH / KEY): rows stay, or move
+    between a HASH table's partitions."""
+
     partitions: tuple[PartitionDef, ...]
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class CoalescePartitions:
+    """``COALESCE PARTITION count`` (HASH / KEY): the last ``count`` partitions go, their rows move to the others."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class ExchangePartition:
+    """``ALTER TABLE partitioned EXCHANGE PARTITION partition WITH TABLE table``: the partition's rows
+    go to ``table`` and ``table``'s rows into the partition, without row events. Both tables get
+    this change: it moves state between them, so each is applied exactly or held with the other
+    (``spark.commit.isolation``). ``validation``: MySQL checked that ``table``'s rows belong in
+    the partition (the default); ``WITHOUT VALIDATION`` it did not."""
+
+    partitioned: TableRef
+    partition: str
+    table: TableRef
+    validation: bool = True
 
 
 @dataclass(frozen=True)
@@ -253,6 +280,7 @@ Change = (
     CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
     | SetKeyColumns | RenameTable | TruncateTable | DropTable | DropDatabase
     | SetPartitioning | AddPartitions | ReorganizePartitions | DropPartitions | TruncatePartitions
+    | CoalescePartitions | ExchangePartition
 )
 TableRef = tuple[str, str]
 
@@ -273,16 +301,15 @@ _OPTION_WORDS = frozenset({
     "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
     "REMOVE",  # TiDB's REMOVE TTL (REMOVE PARTITIONING is read before)
 })
-# Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (COALESCE:
-# HASH / KEY only; LAST: TiDB's INTERVAL partitioning, whose partitions are not listed).
+# Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (LAST: TiDB's
+# INTERVAL partitioning, whose partitions are not listed).
 _PARTITION_KEEPS_ROWS = frozenset({
-    "ANALYZE", "CHECK", "COALESCE", "LAST", "OPTIMIZE", "REBUILD", "REPAIR",
+    "ANALYZE", "CHECK", "LAST", "OPTIMIZE", "REBUILD", "REPAIR",
 })
 # Partition maintenance whose clause lists partition names: `DROP PARTITION p0, p1` is one clause.
 _PARTITION_LISTS = _PARTITION_KEEPS_ROWS | {"DROP", "TRUNCATE", "REORGANIZE", "DISCARD", "IMPORT"}
 # Clauses that delete or bring rows without row events, whatever the lake knows.
 _ROWS_WITHOUT_EVENTS = {
-    ("EXCHANGE", "PARTITION"): "swaps a partition's rows with another table's",
     ("FIRST", "PARTITION"): "drops the first partitions and their rows (TiDB interval partitioning)",
     ("DISCARD", None): "discards the table's tablespace and its rows",
     ("IMPORT", None): "imports rows from a tablespace file",
@@ -945,7 +972,11 @@ def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> l
     # column added by a later clause), and renames the table last; the changes of the
     # statement all name the table by its old name.
     changes.sort(key=lambda c: 2 if isinstance(c, RenameTable) else 1 if isinstance(c, SetKeyColumns) else 0)
-    return [(ref, c) for c in changes]
+    # EXCHANGE PARTITION changes the other table too; MySQL allows it as the statement's only clause.
+    if len(changes) > 1 and any(isinstance(c, ExchangePartition) for c in changes):
+        raise DdlParseError(f"{text!r}: EXCHANGE PARTITION with other clauses, which MySQL refuses: the stream "
+                            "cannot hold it as written")
+    return [(ref, c) for c in changes] + [(c.table, c) for c in changes if isinstance(c, ExchangePartition)]
 
 
 def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> list[Change]:
@@ -964,8 +995,10 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
             raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
     if words[0] == "ALTER" and words[1] in ("CHECK", "CONSTRAINT"):
         return []  # ALTER {CHECK | CONSTRAINT} c [NOT] ENFORCED (MySQL 8.0.16)
-    if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE"):
+    if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE", "COALESCE"):
         return _partition_maintenance(sql, text, clause)
+    if words[:2] == ["EXCHANGE", "PARTITION"]:
+        return [_exchange(sql, text, clause, ref)]
     if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):
         return []
     if words[0] == "ADD":
@@ -1028,7 +1061,14 @@ def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Cha
     if verb == "ADD":
         if rest and rest[0].token_type == TokenType.L_PAREN and _closing_paren(rest, 0) == len(rest) - 1:
             return [AddPartitions(_partition_defs(sql, text, rest[1:-1]))]
-        return []  # ADD PARTITION PARTITIONS n: HASH / KEY, rows stay
+        count = _partitions_count(rest)
+        if count is None:
+            raise DdlParseError(f"{text!r}: cannot read the partitions added in {where!r}")
+        return [AddPartitions((), count)]  # ADD PARTITION PARTITIONS n: HASH / KEY, rows move between partitions
+    if verb == "COALESCE":
+        if len(rest) != 1 or not rest[0].text.isdigit():
+            raise DdlParseError(f"{text!r}: cannot read the number of partitions in {where!r}")
+        return [CoalescePartitions(int(rest[0].text))]
     into = next((i for i, t in enumerate(rest) if _word(t) == "INTO"), len(rest))
     names = rest[:into]
     if not all(_is_name(t) for t in names) or (verb != "REORGANIZE" and not names):
@@ -1044,6 +1084,19 @@ def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Cha
     if not defs or defs[0].token_type != TokenType.L_PAREN or _closing_paren(defs, 0) != len(defs) - 1:
         raise DdlParseError(f"{text!r}: cannot read the new partitions in {where!r}")
     return [ReorganizePartitions(listed, _partition_defs(sql, text, defs[1:-1]))]
+
+
+def _exchange(sql: str, text: str, clause: list[Token], ref: TableRef) -> ExchangePartition:
+    """``EXCHANGE PARTITION p WITH TABLE nt [{WITH | WITHOUT} VALIDATION]`` (MySQL 26.3.3)."""
+    words = _words(clause) + [None] * 4
+    where = _text(sql, clause)
+    if len(clause) < 5 or not _is_name(clause[2]) or words[3:5] != ["WITH", "TABLE"]:
+        raise DdlParseError(f"{text!r}: cannot read the partition and table in {where!r}")
+    end = _table_name_end(clause, 5)
+    tail = words[end:len(clause)]
+    if end > len(clause) or tail not in ([], ["WITH", "VALIDATION"], ["WITHOUT", "VALIDATION"]):
+        raise DdlParseError(f"{text!r}: cannot read the table in {where!r}")
+    return ExchangePartition(ref, clause[2].text, _table_ref(sql, _text(sql, clause[5:end]), ref[0]), tail[:1] != ["WITHOUT"])
 
 
 def _partition_by_at(tokens: Sequence[Token]) -> int | None:
@@ -1065,7 +1118,8 @@ def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitio
     and TiDB's ``INTERVAL (...)`` (MySQL 15.1.20 partition_options)."""
     where = _text(sql, tokens)
     at = 1 if _words(tokens[:1])[:2] == ["PARTITION", "BY"] else 2
-    if _word(tokens[at]) == "LINEAR":
+    linear = _word(tokens[at]) == "LINEAR"
+    if linear:
         at += 1
     method = _word(tokens[at]) if at < len(tokens) else None
     if method not in ("HASH", "KEY", "RANGE", "LIST"):
@@ -1093,12 +1147,26 @@ def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitio
         columns, function = (inner[2].text,), _word(inner[0])
     partitions = None
     rest = tokens[close + 1 :]
+    group = next((i for i, t in enumerate(rest) if t.token_type == TokenType.L_PAREN and _words(rest[i + 1 : i + 2]) == ["PARTITION"]), None)
     if method in ("RANGE", "LIST") and "INTERVAL" not in _words(rest):
-        group = next((i for i, t in enumerate(rest) if t.token_type == TokenType.L_PAREN and _words(rest[i + 1 : i + 2]) == ["PARTITION"]), None)
         if group is None:
             raise DdlParseError(f"{text!r}: {method} partitioning without partition definitions in {where!r}")
         partitions = _partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)])
-    return Partitioning(method, _text(sql, inner), columns, partitions, function)
+    elif method in ("HASH", "KEY"):
+        # Named by the statement, or PARTITIONS n (default 1) named p0 ... (MySQL 15.1.20 partition_options).
+        count = _partitions_count(rest[:group])
+        partitions = (_partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)]) if group is not None
+                      else tuple(PartitionDef(f"p{i}") for i in range(count if count is not None else 1)))
+    return Partitioning(method, _text(sql, inner), columns, partitions, function, linear)
+
+
+def _partitions_count(tokens: Sequence[Token]) -> int | None:
+    """``n`` of ``PARTITIONS n`` outside parentheses (not ``SUBPARTITIONS n``); None without."""
+    words = _words(tokens)
+    at = next((i for i, w in enumerate(words) if w == "PARTITIONS"), None)
+    if at is None or at + 1 >= len(tokens) or not tokens[at + 1].text.isdigit():
+        return None
+    return int(tokens[at + 1].text)
 
 
 def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:

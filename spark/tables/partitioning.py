@@ -13,13 +13,27 @@ rules of the MySQL 8 manual (26.2 Partitioning Types, 26.2.7 How MySQL Partition
   NULL partitioning value lives in the first partition.
 - LIST and LIST COLUMNS: the rows whose value (tuple) is one of the partition's ``VALUES IN``;
   NULL only where the list names NULL. TiDB's ``VALUES IN (DEFAULT)`` partition holds the rest.
+- HASH: partition ``N = MOD(value, num)`` of the ``num`` partitions (26.2.4), a negative value's
+  remainder taken positive, as both servers compute it (MySQL's sql_partition.cc
+  ``get_part_id_hash``: ``|v % num|``; TiDB's ``locateHashPartition`` the same).
+  LINEAR HASH (26.2.4.1): ``V = POWER(2, CEILING(LOG(2, num)))``, ``N = value & (V - 1)``, while
+  ``N >= num``: ``V = V / 2``, ``N = N & (V - 1)`` -- on MySQL. TiDB reads ``LINEAR`` and ignores
+  it (its manual, "Linear Hash partitioning"): a TiDB upstream places rows by plain HASH, so the
+  server the stream comes from decides (``upstream_server``: TiCDC's protocols are TiDB's).
+  NULL: TiDB hashes it as 0 (the manual's 26.2.7 says so for MySQL too); MySQL's server hashes
+  it as ``LLONG_MIN`` (``part_val_int``), the same partition 0 for LINEAR HASH and for a power of
+  two partitions, but partition ``2^63 mod num`` otherwise. There manual and server disagree, so a
+  row with NULL under MySQL HASH over such a ``num`` is not placed: ``UnknownPartitionRows``.
+  ``PARTITIONS num`` names them ``p0`` ... (or the statement names them); ``ADD PARTITION
+  PARTITIONS n`` adds ``p<num>`` ...; ``COALESCE PARTITION n`` removes the last ``n``.
 
-Computed for partitioning by columns (``RANGE (col)``, ``RANGE COLUMNS (a, b)``...) of integer,
-DATE or DATETIME type, and by ``YEAR(col)`` or ``TO_DAYS(col)`` of a DATE or DATETIME column
-(the manual's examples), with literal bounds or ``TO_DAYS('date')``. Everything else -- HASH /
-KEY (MySQL's hash), other expressions, string columns (compared by a collation the stream does
-not carry), TiDB's INTERVAL partitioning (partitions it names itself), a table whose
-partitioning the stream never showed -- raises ``UnknownPartitionRows`` naming why.
+Computed for partitioning by columns (``RANGE (col)``, ``RANGE COLUMNS (a, b)``, ``HASH (col)``...)
+of integer, DATE or DATETIME type (HASH: integer), and by ``YEAR(col)`` or ``TO_DAYS(col)`` of a
+DATE or DATETIME column (the manual's examples), with literal bounds or ``TO_DAYS('date')``.
+Everything else -- [LINEAR] KEY (the server's internal hash of the column's bytes), other
+expressions, string columns (compared by a collation the stream does not carry), TiDB's INTERVAL
+partitioning (partitions it names itself), a table whose partitioning the stream never showed --
+raises ``UnknownPartitionRows`` naming why.
 
 The definition is kept in the table's property ``tidelake.partitioning`` (JSON), so it
 survives across runs and renames.
@@ -38,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_codecs import ColumnType, TidelakeError
+from cdc_codecs import ColumnType, TidelakeError, protocol_spec
 from cdc_codecs.types import TypeKind, parse_mysql_type
 
 # A literal of a partition definition: ("int", "-5"), ("str", "2020-01-01"), ("null",),
@@ -46,6 +60,9 @@ from cdc_codecs.types import TypeKind, parse_mysql_type
 Literal = tuple[str, ...]
 MAXVALUE: Literal = ("max",)
 NULL: Literal = ("null",)
+# The server upstream: where it places a row of a (LINEAR) HASH partitioned table.
+MYSQL, TIDB = "mysql", "tidb"
+_LLONG_MIN = -(1 << 63)
 
 
 class UnknownPartitionRows(TidelakeError):
@@ -75,10 +92,12 @@ class Partitioning:
     columns: tuple[str, ...]
     partitions: tuple[PartitionDef, ...] | None
     function: str | None = None  # YEAR | TO_DAYS
+    linear: bool = False  # LINEAR HASH | LINEAR KEY
 
     def to_json(self) -> str:
         return json.dumps({
             "method": self.method, "expression": self.expression, "columns": list(self.columns), "function": self.function,
+            **({"linear": True} if self.linear else {}),
             "partitions": None if self.partitions is None else [
                 {"name": p.name, "less_than": None if p.less_than is None else [list(v) for v in p.less_than],
                  "values_in": None if p.values_in is None else [[list(v) for v in t] for t in p.values_in],
@@ -93,10 +112,10 @@ class Partitioning:
                          None if p["values_in"] is None else tuple(tuple(tuple(v) for v in t) for t in p["values_in"]),
                          p["default"])
             for p in d["partitions"])
-        return Partitioning(d["method"], d["expression"], tuple(d["columns"]), parts, d.get("function"))
+        return Partitioning(d["method"], d["expression"], tuple(d["columns"]), parts, d.get("function"), d.get("linear", False))
 
     def describe(self) -> str:
-        return f"PARTITION BY {self.method} ({self.expression})"
+        return f"PARTITION BY {'LINEAR ' if self.linear else ''}{self.method} ({self.expression})"
 
     # -- the definition as partition maintenance changes it
 
@@ -119,6 +138,23 @@ class Partitioning:
             return self
         return replace(self, partitions=self.partitions + partitions)
 
+    def with_more(self, count: int) -> Partitioning:
+        """``ADD PARTITION PARTITIONS n`` (HASH / KEY): ``n`` more, named ``p<i>`` from the count on
+        (MySQL's names for partitions a statement does not name)."""
+        if self.partitions is None:
+            return self
+        at = len(self.partitions)
+        return replace(self, partitions=self.partitions + tuple(PartitionDef(f"p{at + i}") for i in range(count)))
+
+    def coalesced(self, count: int) -> Partitioning:
+        """``COALESCE PARTITION n`` (HASH / KEY): the last ``n`` partitions go, their rows spread over
+        the others (MySQL requires fewer than it has)."""
+        if self.partitions is None:
+            return self
+        if not 0 < count < len(self.partitions):
+            raise UnknownPartitionRows(f"{self.describe()} has {len(self.partitions)} partitions: cannot coalesce {count}")
+        return replace(self, partitions=self.partitions[:-count])
+
     def without(self, names: tuple[str, ...]) -> Partitioning:
         """``DROP PARTITION``."""
         if self.partitions is None:
@@ -140,12 +176,15 @@ class Partitioning:
 
     # -- rows
 
-    def holding(self, names: tuple[str, ...], columns: dict[str, str], types: dict[str, ColumnType]) -> Callable[[pa.Table], pa.Array]:
+    def holding(self, names: tuple[str, ...], columns: dict[str, str], types: dict[str, ColumnType],
+                server: str = MYSQL) -> Callable[[pa.Table], pa.Array]:
         """A function of a table's rows: the boolean mask of those partitions ``names`` hold.
 
         Args:
             columns: the table's column name for each partitioning column (MySQL names ignore case).
             types: each partitioning column's upstream type.
+            server: the server upstream, ``MYSQL`` or ``TIDB`` (``upstream_server``): they place
+                rows of a LINEAR HASH table, and NULLs of a HASH table, differently.
 
         Raises:
             UnknownPartitionRows: which rows the partitions hold cannot be computed (before any row is read).
@@ -165,9 +204,25 @@ class Partitioning:
             values = [rows.column(columns[c]).combine_chunks() for c in self.columns]
             if self.function:
                 values = [_apply(self.function, v) for v in values]
+            if self.method == "HASH":
+                return self._hash_mask(wanted, values[0], server)
             return self._mask(wanted, list(zip(values, compared)))
 
         return mask
+
+    def _hash_mask(self, wanted: set[str], values: pa.Array, server: str) -> pa.Array:
+        assert self.partitions is not None
+        count = len(self.partitions)
+        held = {i for i, p in enumerate(self.partitions) if p.name.casefold() in wanted}
+        out = []
+        for value in values.to_pylist():
+            if value is None and server == MYSQL and not self.linear and count & (count - 1):
+                raise UnknownPartitionRows(
+                    f"{self.describe()}: a row whose value is NULL, over {count} partitions: MySQL's manual (26.2.7) "
+                    "places it in partition 0, its server (sql_partition.cc, NULL hashed as LLONG_MIN) in partition "
+                    f"{(1 << 63) % count}; which one holds it cannot be told from the stream")
+            out.append(hash_partition(None if value is None else int(value), count, server, self.linear) in held)
+        return pa.array(out, pa.bool_())
 
     def _mask(self, wanted: set[str], values: list[tuple[pa.Array, ColumnType]]) -> pa.Array:
         n = len(values[0][0])
@@ -188,8 +243,11 @@ class Partitioning:
         return mask
 
     def _not_computed(self, columns: dict[str, str], types: dict[str, ColumnType]) -> str | None:
-        if self.method not in ("RANGE", "LIST") or self.partitions is None:
-            what = "MySQL's hash" if self.method in ("HASH", "KEY") else "partitions TiDB names itself (INTERVAL)"
+        if self.method == "KEY":
+            return ("the rows of a partition are decided by the server's internal hash of the columns' bytes "
+                    f"({'LINEAR ' if self.linear else ''}KEY partitioning), which tidelake does not compute")
+        if self.partitions is None:
+            what = "a number of partitions the stream never showed" if self.method == "HASH" else "partitions TiDB names itself (INTERVAL)"
             return f"the rows of a partition are decided by {what}, which tidelake does not compute"
         if not self.columns:
             return f"the rows of a partition are decided by the expression {self.expression}, which tidelake does not compute"
@@ -199,6 +257,8 @@ class Partitioning:
             if c not in columns:
                 return f"the table has no column {c!r}"
             kind = types[c].kind if c in types else None
+            if self.method == "HASH" and not self.function and kind not in _INTEGER_KINDS:
+                return f"column {c!r} ({types[c].mysql_type if c in types else 'type unknown'}) is not an integer"
             if kind not in _COMPUTED_KINDS:
                 why = "compared by its collation, which the stream does not carry" if kind is TypeKind.STRING else "not an integer, DATE or DATETIME"
                 return f"column {c!r} ({types[c].mysql_type if c in types else 'type unknown'}) is {why}"
@@ -209,7 +269,32 @@ class Partitioning:
         return None
 
 
-_COMPUTED_KINDS = frozenset({TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.DATE, TypeKind.TIMESTAMP})
+_INTEGER_KINDS = frozenset({TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR})
+_COMPUTED_KINDS = _INTEGER_KINDS | {TypeKind.DATE, TypeKind.TIMESTAMP}
+
+
+def upstream_server(protocol: str) -> str:
+    """The server a topic's rows come from: TiCDC's protocols (those carrying TiDB's commitTs) are
+    TiDB's, the others (Canal, Debezium's MySQL connector, DTS, CloudCanal) MySQL's."""
+    return TIDB if protocol_spec(protocol).has_commit_ts else MYSQL
+
+
+def hash_partition(value: int | None, count: int, server: str = MYSQL, linear: bool = False) -> int:
+    """The partition (0 ...) of ``count`` that a (LINEAR) HASH value lands in on ``server``; the
+    value as the server's 64-bit signed integer (an unsigned BIGINT above 2^63 wraps, as there)."""
+    if value is not None:
+        value = (value - _LLONG_MIN) % (1 << 64) + _LLONG_MIN
+    if server == TIDB:  # NULL is 0, LINEAR is ignored: pkg/table/tables/partition.go locateHashPartition
+        return abs(value or 0) % count
+    value = _LLONG_MIN if value is None else value  # sql_partition.cc part_val_int
+    if not linear:
+        return abs(value) % count  # get_part_id_hash: v % num in C (the dividend's sign), made positive
+    v = 1 << (count - 1).bit_length()  # POWER(2, CEILING(LOG(2, num)))
+    n = value & (v - 1)
+    while n >= count:
+        v //= 2
+        n = n & (v - 1)
+    return n
 
 
 _INTEGER = parse_mysql_type("bigint")

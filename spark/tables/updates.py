@@ -34,6 +34,7 @@ from spark.tables.ddl import (
     AddColumn,
     AddPartitions,
     ChangeColumnType,
+    CoalescePartitions,
     CreateTableLike,
     DropColumn,
     DropPartitions,
@@ -48,7 +49,7 @@ from spark.tables.ddl import (
     ValueNotReproducible,
     existing_rows_value,
 )
-from spark.tables.partitioning import Partitioning, UnknownPartitionRows
+from spark.tables.partitioning import MYSQL, Partitioning, UnknownPartitionRows
 from spark.tables.properties import (
     DROPPED,
     PARTITIONING,
@@ -165,6 +166,7 @@ class SchemaUpdate:
     sql: str
     commit_ts: int | None
     buckets: int  # [layout] buckets: new files follow the key
+    server: str = MYSQL  # the server upstream (partitioning.upstream_server): where a HASH row lives
 
     @property
     def name(self) -> str:
@@ -328,11 +330,16 @@ def _partitions(change: Any, u: SchemaUpdate) -> None:
         elif known is not None:
             tx.remove_properties(PARTITIONING)
         return
-    if isinstance(change, (AddPartitions, ReorganizePartitions)):
+    if isinstance(change, (AddPartitions, ReorganizePartitions, CoalescePartitions)):
         if known is None:
             return  # still unknown: a later TRUNCATE / DROP PARTITION says so
         try:
-            known = known.with_added(change.partitions) if isinstance(change, AddPartitions) else known.reorganized(change.names, change.into)
+            if isinstance(change, AddPartitions):
+                known = known.with_added(change.partitions).with_more(change.count)
+            elif isinstance(change, CoalescePartitions):
+                known = known.coalesced(change.count)
+            else:
+                known = known.reorganized(change.names, change.into)
         except UnknownPartitionRows:
             tx.remove_properties(PARTITIONING)  # the stream and the lake disagree: forget the bounds
             return
@@ -341,20 +348,30 @@ def _partitions(change: Any, u: SchemaUpdate) -> None:
     names = change.names
     what = (f"deletes the rows of partition(s) {', '.join(names)} without row events, and tidelake cannot tell which "
             "rows those are")
-    if known is None:
-        raise u.fail(
-            f"{what}: the stream never defined the table's partitioning (CREATE TABLE or ALTER TABLE ... PARTITION BY "
-            "after the pipeline's start). Re-create the table from a snapshot")
+    try:
+        _remove_partition_rows(u.table, tx, partition_rows(u, names))
+    except UnknownPartitionRows as exc:
+        raise u.fail(f"{what}: {exc}. Re-create the table from a snapshot") from None
+    if isinstance(change, DropPartitions):
+        tx.set_properties({PARTITIONING: known.without(names).to_json()})  # type: ignore[union-attr]
+
+
+def partition_rows(u: SchemaUpdate, names: tuple[str, ...]) -> Callable[[pa.Table], pa.Array]:
+    """The mask of the rows partitions ``names`` of the table hold, as staged in ``u``.
+
+    Raises:
+        UnknownPartitionRows: which rows those are cannot be told (why in the message).
+    """
+    props = u.properties
+    if PARTITIONING not in props:
+        raise UnknownPartitionRows("the stream never defined the table's partitioning (CREATE TABLE or ALTER TABLE ... "
+                                   "PARTITION BY after the pipeline's start)")
+    known = Partitioning.from_json(props[PARTITIONING])
     fields = u.fields()
     columns = {c: f for c in known.columns if (f := field_name(fields, c)) is not None}
     types = {c: stored_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
              if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
-    try:
-        _remove_partition_rows(u.table, tx, known.holding(names, columns, types))
-    except UnknownPartitionRows as exc:
-        raise u.fail(f"{what}: {exc}. Re-create the table from a snapshot") from None
-    if isinstance(change, DropPartitions):
-        tx.set_properties({PARTITIONING: known.without(names).to_json()})
+    return known.holding(names, columns, types, u.server)
 
 
 _STAGERS: dict[type, Callable[[Any, SchemaUpdate], None]] = {
@@ -362,7 +379,7 @@ _STAGERS: dict[type, Callable[[Any, SchemaUpdate], None]] = {
     ChangeColumnType: _change_column_type, MoveColumn: _move_column, SetKeyColumns: _set_key_columns,
     TruncateTable: _truncate, DropTable: _drop_table,
     SetPartitioning: _partitions, AddPartitions: _partitions, ReorganizePartitions: _partitions,
-    DropPartitions: _partitions, TruncatePartitions: _partitions,
+    DropPartitions: _partitions, TruncatePartitions: _partitions, CoalescePartitions: _partitions,
 }
 # The changes after which the lake no longer holds the columns a later CREATE ... LIKE would copy.
 _COLUMN_CHANGES = (AddColumn, DropColumn, RenameColumn, ChangeColumnType, MoveColumn, SetKeyColumns)

@@ -14,10 +14,19 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
 - ``DROP DATABASE d`` drops every table of d (MySQL 8 manual, DROP DATABASE); ``CREATE
   DATABASE`` changes no table;
 - ``ALTER TABLE t TRUNCATE / DROP PARTITION p`` deletes the rows that live in p (no row events
-  come for them). A row lives in the partition its value selects (MySQL 8 manual, 26.2): RANGE,
-  the first partition whose ``LESS THAN`` bound is above the value (NULL: the first partition);
-  LIST, the partition that lists the value. Only ``PARTITION BY RANGE | LIST (`column`)`` with
-  integer bounds, in CREATE TABLE, is followed (with ADD and DROP PARTITION);
+  come for them); ``EXCHANGE PARTITION p WITH TABLE nt`` moves p's rows to nt and nt's rows into
+  t (26.3.3). A row lives in the partition its value selects (MySQL 8 manual, 26.2): RANGE, the
+  first partition whose ``LESS THAN`` bound is above the value (NULL: the first partition, 26.2.7);
+  LIST, the partition that lists the value (NULL only where listed); HASH over num partitions,
+  MOD(value, num) (26.2.4; of a negative value the remainder's magnitude, as the server computes
+  it, since MOD's result there is negative), NULL as 0 (26.2.7); LINEAR HASH, the manual's
+  powers-of-two rule (26.2.4.1) -- on MySQL; a TiDB upstream ignores LINEAR (TiDB's manual,
+  "Linear Hash partitioning"): ``Oracle(server="tidb")``. ``PARTITIONS n`` names them p0 ...;
+  ``ADD PARTITION PARTITIONS n`` adds p<num> ..., ``COALESCE PARTITION n`` removes the last n,
+  ``REORGANIZE PARTITION a INTO (...)`` replaces a in place, ``REMOVE PARTITIONING`` and
+  ``ALTER TABLE ... PARTITION BY`` set it, rows staying (26.3.1, 26.3.2). Followed for
+  ``PARTITION BY [LINEAR] RANGE | LIST | HASH [COLUMNS] (`column` | YEAR(`column`))`` with integer
+  bounds; KEY is MySQL's internal hash, which the model does not compute;
 - an update that changes the key deletes the old key and writes the new one;
 - a table without a primary key is a multiset of rows (MySQL allows identical rows in it): a
   row event changes one row, so an INSERT adds one copy of its image, a DELETE removes one
@@ -55,9 +64,12 @@ Key = tuple[Any, ...]
 
 # Table-level DDL in the one form the test histories write it (`db`.`table`, backticks doubled).
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
-_PARTITION_BY = re.compile(r"PARTITION BY (RANGE|LIST) \(`([^`]+)`\) \((.*)\)$", re.IGNORECASE | re.DOTALL)
-_PARTITION = re.compile(r"PARTITION (\w+) VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\))", re.IGNORECASE)
-_PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} (TRUNCATE|DROP|ADD) PARTITION (.*)$", re.IGNORECASE | re.DOTALL)
+_PARTITION_BY = re.compile(r"PARTITION BY (LINEAR )?(RANGE|LIST|HASH)(?: COLUMNS)? ?\((?:(YEAR)\(`?(\w+)`?\)|`?(\w+)`?)\)"
+                           r"(?: PARTITIONS (\d+))?(?: ?\((.*)\))?\s*$", re.IGNORECASE | re.DOTALL)
+_PARTITION = re.compile(r"PARTITION `?(\w+)`?(?: VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\)))?", re.IGNORECASE)
+_PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} ((?:TRUNCATE|DROP|ADD|COALESCE|REORGANIZE|EXCHANGE) PARTITION .*"
+                            r"|REMOVE PARTITIONING|PARTITION BY .*)$", re.IGNORECASE | re.DOTALL)
+_EXCHANGE = re.compile(rf"EXCHANGE PARTITION `?(\w+)`? WITH TABLE {_NAME}(?: WITH(?:OUT)? VALIDATION)?$", re.IGNORECASE)
 _DROP_DATABASE = re.compile(r"^DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?(?:`((?:[^`]|``)*)`|(\w+))$", re.IGNORECASE)
 # MySQL 8 (ALTER TABLE, "DISCARD TABLESPACE"): deletes the table's .ibd file, its rows with it,
 # and sends no row events.
@@ -142,14 +154,64 @@ def _table_statement(sql: str, default_db: str) -> tuple[str, list[TableName]] |
 
 
 def _partitions(text: str) -> list[tuple[str, Any]]:
-    """``PARTITION p VALUES LESS THAN (n) | MAXVALUE`` -> (p, n or None); ``VALUES IN (a, b)`` -> (p, {a, b})."""
+    """``PARTITION p VALUES LESS THAN (n) | MAXVALUE`` -> (p, n or None); ``VALUES IN (a, b)`` -> (p, {a, b});
+    a HASH partition ``PARTITION p`` -> (p, None)."""
     out: list[tuple[str, Any]] = []
     for name, bound, listed in _PARTITION.findall(text):
         if listed:
             out.append((name, {None if v.strip().upper() == "NULL" else int(v) for v in listed.split(",")}))
         else:
-            out.append((name, None if bound.upper() == "MAXVALUE" else int(bound)))
+            out.append((name, None if not bound or bound.upper() == "MAXVALUE" else int(bound)))
     return out
+
+
+@dataclass
+class _Partitioning:
+    """A table's ``PARTITION BY``: kind RANGE | LIST | HASH, the column (of ``function``), the partitions."""
+
+    kind: str
+    linear: bool
+    column: str
+    function: str | None
+    partitions: list[tuple[str, Any]]
+
+    @staticmethod
+    def parse(sql: str) -> _Partitioning | None:
+        m = _PARTITION_BY.search(sql)
+        if m is None:
+            return None
+        linear, kind, function, of, column, count, defs = m.groups()
+        parts = _partitions(defs) if defs else [(f"p{i}", None) for i in range(int(count or 1))]
+        return _Partitioning(kind.upper(), bool(linear), of or column, function.upper() if function else None, parts)
+
+    def copy(self) -> _Partitioning:
+        return _Partitioning(self.kind, self.linear, self.column, self.function, list(self.partitions))
+
+    def partition_of(self, row: dict[str, Any], server: str) -> str | None:
+        """The partition (lower-cased name) a row lives in (MySQL 8 manual, 26.2)."""
+        value = row.get(self.column)
+        if value is not None and self.function == "YEAR":
+            value = value.year
+        if self.kind == "HASH":
+            num = len(self.partitions)
+            v = 0 if value is None else int(value)  # NULL is 0 (26.2.7)
+            if self.linear and server == "mysql":  # 26.2.4.1
+                big = 1
+                while big < num:
+                    big *= 2  # V = POWER(2, CEILING(LOG(2, num)))
+                n = v & (big - 1)
+                while n >= num:
+                    big //= 2
+                    n = n & (big - 1)
+            else:
+                n = abs(v) - num * (abs(v) // num)  # MOD(v, num), its magnitude
+            return self.partitions[n][0].lower()
+        for partition, bound in self.partitions:
+            if self.kind == "RANGE" and (value is None or bound is None or value < bound):
+                return partition.lower()
+            if self.kind == "LIST" and value in bound:
+                return partition.lower()
+        return None
 
 
 def _name(db: str, table: str) -> TableName:
@@ -183,8 +245,9 @@ class Oracle:
 
     tables: dict[TableName, dict[Key, dict[str, Any]]] = field(default_factory=dict)
     schemas: dict[TableName, TableSchema] = field(default_factory=dict)
-    # (RANGE | LIST, column, [(partition, bound or values)]) of the tables CREATE TABLE partitioned
-    partitioning: dict[TableName, tuple[str, str, list[tuple[str, Any]]]] = field(default_factory=dict)
+    # The tables' PARTITION BY, as CREATE TABLE or ALTER TABLE set it
+    partitioning: dict[TableName, _Partitioning] = field(default_factory=dict)
+    server: str = "mysql"  # the server upstream: "tidb" ignores LINEAR (see the module's docstring)
     watermark: int = 0
     timezone: dt.tzinfo = dt.timezone.utc  # upstream's time zone: what DATETIME DEFAULT CURRENT_TIMESTAMP reads in
     _pending: list[RowChange | DdlChange] = field(default_factory=list)
@@ -240,7 +303,7 @@ class Oracle:
         sql = e.sql.strip()
         partition_ddl = _PARTITION_DDL.match(sql)
         if partition_ddl:
-            self._partition_ddl(_name(*partition_ddl.group(1, 2)), partition_ddl.group(3).upper(), partition_ddl.group(4))
+            self._partition_ddl(_name(*partition_ddl.group(1, 2)), partition_ddl.group(3))
             return
         drop_database = _DROP_DATABASE.match(sql)
         if drop_database:
@@ -267,14 +330,12 @@ class Oracle:
         if verb == "CREATE":  # a new, empty table (a dropped one's rows are long gone)
             self.tables[name] = {}
             self.partitioning.pop(name, None)
-            partition_by = _PARTITION_BY.search(sql)
+            partition_by = _Partitioning.parse(sql)
             source = _like_source(sql, e.database)
             if partition_by:
-                kind, column, text = partition_by.groups()
-                self.partitioning[name] = (kind.upper(), column, _partitions(text))
+                self.partitioning[name] = partition_by
             elif source in self.partitioning:  # CREATE TABLE ... LIKE copies the definition, partitioning too
-                kind, column, partitions = self.partitioning[source]
-                self.partitioning[name] = (kind, column, list(partitions))
+                self.partitioning[name] = self.partitioning[source].copy()
         had = {c for row in self.tables.get(name, {}).values() for c in row}
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
@@ -357,28 +418,48 @@ class Oracle:
             return text.encode("utf-8")
         return from_text(ct, text, self.timezone)
 
-    def _partition_ddl(self, name: TableName, verb: str, rest: str) -> None:
-        kind, column, partitions = self.partitioning[name]
-        if verb == "ADD":
-            partitions.extend(_partitions(rest))
+    def _partition_ddl(self, name: TableName, clause: str) -> None:
+        """One partitioning clause of ``ALTER TABLE name`` (MySQL 8 manual, 26.3)."""
+        words = clause.split(None, 2)
+        verb, rest = words[0].upper(), words[2] if len(words) > 2 else ""
+        if clause.upper().startswith("PARTITION BY"):
+            self.partitioning[name] = _Partitioning.parse(clause)  # type: ignore[assignment]
             return
-        names = {n.strip().lower() for n in rest.split(",")}
-        table = self.tables.get(name, {})
-        every = names == {"all"} and verb == "TRUNCATE"  # TRUNCATE PARTITION ALL
-        for key in [k for k, row in table.items() if every or self._partition_of(kind, partitions, row.get(column)) in names]:
-            del table[key]
-        if verb == "DROP":
-            partitions[:] = [p for p in partitions if p[0].lower() not in names]
-
-    @staticmethod
-    def _partition_of(kind: str, partitions: list[tuple[str, Any]], value: Any) -> str | None:
-        """The partition a row with partitioning value ``value`` lives in (lower-cased name)."""
-        for partition, bound in partitions:
-            if kind == "RANGE" and (value is None or bound is None or value < bound):
-                return partition.lower()
-            if kind == "LIST" and value in bound:
-                return partition.lower()
-        return None
+        if verb == "REMOVE":
+            self.partitioning.pop(name, None)
+            return
+        by = self.partitioning[name]
+        table = self.tables.setdefault(name, {})
+        if verb == "EXCHANGE":
+            m = _EXCHANGE.match(clause)
+            assert m, clause
+            other = _name(*m.group(2, 3))
+            moving = {k: row for k, row in table.items() if by.partition_of(row, self.server) == m.group(1).lower()}
+            for k in moving:
+                del table[k]
+            table.update(self.tables.get(other, {}))
+            self.tables[other] = moving
+            return
+        if verb == "ADD" and rest.upper().startswith("PARTITIONS"):
+            have = len(by.partitions)
+            by.partitions += [(f"p{have + i}", None) for i in range(int(rest.split()[1]))]
+        elif verb == "ADD":
+            by.partitions.extend(_partitions(rest))
+        elif verb == "COALESCE":
+            del by.partitions[-int(rest):]
+        elif verb == "REORGANIZE":
+            names_text, into = re.split(r"\s+INTO\s+", rest, maxsplit=1, flags=re.IGNORECASE)
+            names = [n.strip().strip("`").lower() for n in names_text.split(",")]
+            at = min(i for i, (p, _) in enumerate(by.partitions) if p.lower() in names)
+            kept = [p for p in by.partitions if p[0].lower() not in names]
+            by.partitions[:] = kept[:at] + _partitions(into) + kept[at:]
+        else:  # TRUNCATE | DROP PARTITION names: their rows go, without row events
+            names = {n.strip().strip("`").lower() for n in rest.split(",")}
+            every = names == {"all"} and verb == "TRUNCATE"  # TRUNCATE PARTITION ALL
+            for key in [k for k, row in table.items() if every or by.partition_of(row, self.server) in names]:
+                del table[key]
+            if verb == "DROP":
+                by.partitions[:] = [p for p in by.partitions if p[0].lower() not in names]
 
     def _apply_row(self, e: RowChange) -> None:
         self._remove(e)

@@ -39,7 +39,9 @@ from spark.tables.ddl import (
     existing_rows_value,
     parse_ddl,
 )
-from spark.tables.ddl import AddPartitions, DropPartitions, ReorganizePartitions, SetPartitioning, TruncatePartitions
+from spark.tables.ddl import (
+    AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions, SetPartitioning, TruncatePartitions,
+)
 from spark.tables.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"
@@ -107,8 +109,11 @@ def values(name: str, *items) -> PartitionDef:  # noqa: ANN002
 
 
 def by(method: str, expression: str, columns: tuple[str, ...] = (), *partitions: PartitionDef, listed: bool = True,
-       function: str | None = None) -> SetPartitioning:
-    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None, function))
+       function: str | None = None, count: int | None = None, linear: bool = False) -> SetPartitioning:
+    """``count``: HASH / KEY partitions named by MySQL, p0 ..."""
+    if count is not None:
+        partitions = tuple(PartitionDef(f"p{i}") for i in range(count))
+    return SetPartitioning(Partitioning(method, expression, columns, partitions if listed else None, function, linear))
 
 
 CORPUS: list[tuple[str, list | Fails]] = [
@@ -159,7 +164,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t DROP COLUMN a, ADD COLUMN a VARCHAR(5) FIRST", [DropColumn("a"), add("a", "varchar(5)"), first("a")]),
     ("ALTER TABLE t ADD COLUMN c INT, ALGORITHM=INPLACE, LOCK=NONE", [add("c", "int")]),
     ("ALTER TABLE t ADD COLUMN c INT, ADD INDEX ic (c), COMMENT = 'new c'", [add("c", "int")]),
-    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int"), by("HASH", "id", ("id",), listed=False)]),
+    ("ALTER TABLE t ADD COLUMN c INT PARTITION BY HASH(id) PARTITIONS 4", [add("c", "int"), by("HASH", "id", ("id",), count=4)]),
     # ---- primary key: followed (the table's key columns); applied after the column changes
     ("ALTER TABLE t ADD PRIMARY KEY (a)", [keys("a")]),
     ("ALTER TABLE t ADD CONSTRAINT pk PRIMARY KEY (a, b)", [keys("a", "b")]),
@@ -204,15 +209,19 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t FORCE", NOOP),
     ("ALTER TABLE t ORDER BY a", NOOP),
     # partitioning: kept, so that TRUNCATE / DROP PARTITION know which rows go (spark.tables.partitioning)
-    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", [by("HASH", "id", ("id",), listed=False)]),
+    ("ALTER TABLE t PARTITION BY HASH(id) PARTITIONS 4", [by("HASH", "id", ("id",), count=4)]),
+    ("ALTER TABLE t PARTITION BY LINEAR HASH (YEAR(d)) (PARTITION a, PARTITION `b c`)",
+     [by("HASH", "YEAR(d)", ("d",), PartitionDef("a"), PartitionDef("b c"), function="YEAR", linear=True)]),
+    ("ALTER TABLE t PARTITION BY HASH (id)", [by("HASH", "id", ("id",), count=1)]),  # PARTITIONS 1 by default
     ("ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
      [by("RANGE", "id", ("id",), less("p0", 10), less("p1", MAXVALUE))]),
     ("ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", [AddPartitions((less("p2", 30),))]),
-    ("ALTER TABLE t ADD PARTITION PARTITIONS 2", NOOP),
+    ("ALTER TABLE t ADD PARTITION PARTITIONS 2", [AddPartitions((), 2)]),
     ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))",
      [ReorganizePartitions(("p0",), (less("a", 5), less("b", 10)))]),
     ("ALTER TABLE t REORGANIZE PARTITION `a`, b INTO (PARTITION ab VALUES IN (1, NULL, -2))", [ReorganizePartitions(("a", "b"), (values("ab", 1, None, -2),))]),
-    ("ALTER TABLE t COALESCE PARTITION 2", NOOP),
+    ("ALTER TABLE t COALESCE PARTITION 2", [CoalescePartitions(2)]),
+    ("ALTER TABLE t COALESCE PARTITION p0", Fails("cannot read the number of partitions")),
     ("ALTER TABLE t ANALYZE PARTITION p0", NOOP),
     ("ALTER TABLE t OPTIMIZE PARTITION p0, p1", NOOP),
     ("ALTER TABLE t REMOVE PARTITIONING", [SetPartitioning(None)]),
@@ -242,7 +251,15 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("ALTER TABLE t DROP PARTITION p0, `p 1`", [DropPartitions(("p0", "p 1"))]),
     ("ALTER TABLE t TRUNCATE PARTITION p0, p1", [TruncatePartitions(("p0", "p1"))]),
     ("ALTER TABLE t TRUNCATE PARTITION ALL", [TruncatePartitions(None)]),
-    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE t2", Fails("swaps a partition's rows")),
+    # EXCHANGE PARTITION: a change of both tables (spark.tables.exchange)
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE t2", [(T, ExchangePartition(T, "p0", (DB, "t2"))), ((DB, "t2"), ExchangePartition(T, "p0", (DB, "t2")))]),
+    ("ALTER TABLE t EXCHANGE PARTITION `p 0` WITH TABLE other.nt WITHOUT VALIDATION",
+     [(T, ExchangePartition(T, "p 0", ("other", "nt"), False)), (("other", "nt"), ExchangePartition(T, "p 0", ("other", "nt"), False))]),
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt WITH VALIDATION",
+     [(T, ExchangePartition(T, "p0", (DB, "nt"))), ((DB, "nt"), ExchangePartition(T, "p0", (DB, "nt")))]),
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH nt", Fails("cannot read the partition and table")),
+    ("ALTER TABLE t ADD COLUMN w INT, EXCHANGE PARTITION p0 WITH TABLE nt", Fails("with other clauses, which MySQL refuses")),
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt SOMEHOW", Fails("cannot read the table")),
     ("ALTER TABLE t DISCARD TABLESPACE", Fails("discards the table's tablespace")),
     ("ALTER TABLE t IMPORT TABLESPACE", Fails("imports rows")),
     ("ALTER TABLE t FIRST PARTITION LESS THAN (10)", Fails("drops the first partitions")),
@@ -266,7 +283,7 @@ CORPUS: list[tuple[str, list | Fails]] = [
       "g INT AS (id + 1) STORED, PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */, KEY k (c), UNIQUE KEY u (c), "
       "CONSTRAINT fk FOREIGN KEY (c) REFERENCES x (c), CHECK (id > 0)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
      [create("t", [col("id", "bigint", False), col("c", "varchar(10)"), col("g", "int")], ("id",))]),
-    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")]), (T, by("HASH", "id", ("id",), listed=False))]),
+    ("CREATE TABLE t (id INT) PARTITION BY HASH(id) PARTITIONS 4", [create("t", [col("id", "int")]), (T, by("HASH", "id", ("id",), count=4))]),
     ("CREATE TABLE t (id BIGINT AUTO_RANDOM(5) PRIMARY KEY, v INT) SHARD_ROW_ID_BITS=4 PRE_SPLIT_REGIONS=2",
      [create("t", [col("id", "bigint", False), col("v", "int")], ("id",))]),
     ("CREATE TABLE t (g POINT NOT NULL SRID 0, r REAL, `key` INT, PRIMARY KEY (`key`))",
@@ -310,9 +327,9 @@ CORPUS: list[tuple[str, list | Fails]] = [
      [create("t", [col("a", "int"), col("b", "int")]),
       (T, by("LIST", "a, `b`", ("a", "b"), values("p", (1, None), (2, 3)), PartitionDef("rest", default=True)))]),
     ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY KEY (id) PARTITIONS 8",
-     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "id", ("id",), listed=False))]),
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "id", ("id",), count=8))]),
     ("CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY LINEAR KEY ALGORITHM=2 () PARTITIONS 3",
-     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "", (), listed=False))]),
+     [create("t", [col("id", "int", False)], ("id",)), (T, by("KEY", "", (), count=3, linear=True))]),
     ("CREATE TABLE t (a INT, b DATETIME) ENGINE=InnoDB PARTITION BY RANGE COLUMNS (a, b) "
      "(PARTITION p0 VALUES LESS THAN (0, '2020-01-01 00:00:00'), PARTITION p1 VALUES LESS THAN (MAXVALUE, MAXVALUE))",
      [create("t", [col("a", "int"), col("b", "datetime")]),
@@ -421,7 +438,7 @@ def test_corpus_is_large_and_covers_every_change() -> None:
     seen = {type(c) for _, e in CORPUS if not isinstance(e, Fails) for _, c in _normalised(e)}
     assert seen == {AddColumn, DropColumn, RenameColumn, ChangeColumnType, MoveColumn, SetKeyColumns, RenameTable,
                     CreateTable, CreateTableLike, TruncateTable, DropTable, DropDatabase, SetPartitioning, AddPartitions,
-                    ReorganizePartitions, DropPartitions, TruncatePartitions}
+                    ReorganizePartitions, DropPartitions, TruncatePartitions, CoalescePartitions, ExchangePartition}
 
 
 def test_errors_name_the_statement() -> None:

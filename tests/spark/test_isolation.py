@@ -178,10 +178,26 @@ def test_repair_replays_an_isolated_table(tmp_path: Path, monkeypatch) -> None:
     for i in range(3):
         _apply(config, i)
     _fixed(monkeypatch)
-    repair(config)
+    report = repair(config)
+    assert report.caught_up == ["shop.a"] and report.stays_held == []
     assert read_isolated(open_storage(config.storage), config.name) == {}
     assert _rows(config, "a", w3) == [(3, 3), (4, 4)]
     assert _rows(config, "a", w2) == [(3, 3)]
+
+
+def test_repair_says_which_tables_stay_held_and_why(tmp_path: Path) -> None:
+    from spark.cli.main import print_repair
+    from spark.repair.run import repair
+
+    _, batches, (w1, _, _) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    for i in range(3):
+        _apply(config, i)
+    report = repair(config)  # this version still cannot apply a's statement
+    assert report.caught_up == [] and [e.name for e in report.stays_held] == ["shop.a"]
+    printed = io.StringIO()
+    print_repair(report, printed)
+    assert f"stays held shop.a (held at W {w1}): DdlParseError on {BAD!r}" in printed.getvalue()
 
 
 @pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.b", "isolated", "tagged", "checkpointed", "published"])
@@ -305,8 +321,12 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert set(held) == {("shop", "a"), ("shop", "c")}
     assert held[("shop", "a")].held_at == w1
     assert held[("shop", "c")].held_at == w2 and held[("shop", "c")].involved == "shop.a"
+    assert held[("shop", "a")].renamed == "shop.c"  # its name is free from there
     assert _rows(config, "b", w3) == [(1, 1)]
-    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held at W {w2}"):
+    # c took its name in the run of W3: it is not said to be readable at W2, where it did not exist.
+    assert held[("shop", "c")].new_name and not held[("shop", "a")].new_name
+    with pytest.raises(IsolatedTable, match=f"shop.c is isolated at watermark {w3}: it is held, not published under this name "
+                                            f"at any W yet \\(it took the name after W {w2}.*no earlier W under this name"):
         read_table(config, "shop", "c", w3)
     _fixed(monkeypatch)
     _apply(config, 2)
@@ -314,6 +334,137 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
     assert _rows(config, "a", w2) == [(2, 2)]
     assert _rows(config, "c", w3) == [(2, 2), (3, 3)]
     assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b", "c"]
+
+
+def _renamed_away_then_made_again(split: bool, create: str = "CREATE TABLE shop.a (id int primary key, v int)") -> tuple[list[list], tuple[int, ...]]:
+    """a held by BAD at W1; RENAME a TO c; CREATE TABLE a, a new table (in the same run, or in the
+    next one when ``split``); rows of every table around."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    batches = [h.events]
+    h.events = []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    batches.append(h.events)
+    h.events = []
+    c = schema("shop", "c", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
+    h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
+    marks = [w1, w2]
+    if split:
+        marks.append(h.mark())
+        batches.append(h.events)
+        h.events = []
+    h.ddl("shop", "a", create, A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 7, "v": 7})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    marks.append(h.mark())
+    batches.append(h.events)
+    h.events = []
+    h.row(Op.INSERT, A, None, {"id": 8, "v": 8})
+    marks.append(h.mark())
+    batches.append(h.events)
+    return batches, tuple(marks)
+
+
+@pytest.mark.parametrize("split, create", [
+    (False, "CREATE TABLE shop.a (id int primary key, v int)"),
+    (True, "CREATE TABLE shop.a (id int primary key, v int)"),
+    (False, "CREATE TABLE IF NOT EXISTS shop.a (id int primary key, v int)"),  # upstream has no a: a new one
+])
+def test_a_new_table_under_the_name_a_held_table_left_publishes(tmp_path: Path, monkeypatch, split: bool, create: str) -> None:
+    """A held table holds only itself: renamed away, its old name's new table is applied and
+    published; the renamed one stays held (no replay by name can reach it) and says so."""
+    batches, marks = _renamed_away_then_made_again(split, create)
+    w1, wm, wl = marks[0], marks[-2], marks[-1]
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    for i in range(len(batches)):
+        _apply(config, i)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "c")} and held[("shop", "c")].stays and held[("shop", "c")].new_name
+    assert "shop.a was renamed to shop.c while held" in held[("shop", "c")].stays
+    assert _rows(config, "a", wm) == [(7, 7)] and _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    assert _rows(config, "a", w1) == [(1, 1)]  # the held table's history before it was held
+    assert [t["table"] for t in read_published(storage, config.name, wl)["tables"]] == ["a", "b"]
+    with pytest.raises(IsolatedTable, match="shop.c is isolated .* not published under this name .* it stays held: shop.a was renamed"):
+        read_table(config, "shop", "c", wl)
+    # A version that handles the statement does not "catch c up" from a name that is another table's now.
+    _fixed(monkeypatch)
+    _apply(config, len(batches) - 1)
+    assert set(read_isolated(storage, config.name)) == {("shop", "c")}
+    assert _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    from spark.repair.run import repair
+
+    report = repair(config)
+    assert [e.name for e in report.stays_held] == ["shop.c"] and report.caught_up == []
+    assert _rows(config, "a", wl) == [(7, 7), (8, 8)]
+    from spark.cli.main import print_repair
+
+    printed = io.StringIO()
+    print_repair(report, printed)
+    assert "stays held shop.c (held, not published under this name at any W yet" in printed.getvalue()
+
+
+def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
+    """a held by BAD at W1; then, in the next interval, ``statement`` naming a and another table."""
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    for sql, table, after in extra:
+        h.ddl("shop", table, sql, after, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, B, None, {"id": 5, "v": 5})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", table, statement, kind="ALTER")
+    h.row(Op.INSERT, B, None, {"id": 6, "v": 6})
+    w3 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, h.events])
+    for i in range(3):
+        _apply(config, i)
+    return config, (w1, w2, w3)
+
+
+def test_a_copy_of_an_isolated_table_is_held_with_it(tmp_path: Path, monkeypatch) -> None:
+    """CREATE TABLE c LIKE a, a held: c's columns would come from a state the run does not know."""
+    config, (w1, w2, w3) = _held_then(tmp_path, "CREATE TABLE shop.c LIKE shop.a", "c", [])
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "c")} and held[("shop", "c")].involved == "shop.a"
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b"]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert read_table(config, "shop", "c", w3).to_pylist() == [] and _rows(config, "a", w3) == [(2, 2)]
+
+
+def test_an_exchange_with_an_isolated_table_holds_both_and_the_fixed_version_moves_the_rows(tmp_path: Path, monkeypatch) -> None:
+    """EXCHANGE PARTITION p0 of pt WITH TABLE a, a held: pt is not published with its old p0 rows
+    (nor a with pt's); once a version handles a's statement, both catch up with the rows swapped."""
+    pt = schema("shop", "pt", [("id", "int"), ("v", "int")])
+    create = "CREATE TABLE shop.pt (id int primary key, v int) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), " \
+             "PARTITION p1 VALUES LESS THAN MAXVALUE)"
+    config, (w1, w2, w3) = _held_then(tmp_path, "ALTER TABLE shop.pt EXCHANGE PARTITION p0 WITH TABLE shop.a", "pt",
+                                      [(create, "pt", pt)])
+    storage = open_storage(config.storage)
+    held = read_isolated(storage, config.name)
+    assert set(held) == {("shop", "a"), ("shop", "pt")} and held[("shop", "pt")].involved == "shop.a"
+    assert held[("shop", "pt")].held_at == w2 and "EXCHANGE PARTITION" in held[("shop", "pt")].ddl
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["b"]
+    _fixed(monkeypatch)
+    _apply(config, 2)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w2) == [(2, 2)] and _rows(config, "a", w3) == []  # pt's p0 was empty
+    assert _rows(config, "pt", w3) == [(2, 2)]
 
 
 @pytest.mark.slow
@@ -342,6 +493,14 @@ def test_which_table_an_unparseable_statement_is_about_and_which_errors_are_one_
     assert statement_table(ddl("CREATE TABLE IF NOT EXISTS t (id int) PARTITION BY HASH(id)", "shop")) == ("shop", "t")
     assert statement_table(ddl("TRUNCATE t", "shop")) == ("shop", "t")
     assert statement_table(ddl("FLASHBACK DATABASE shop")) is None
+    # An EXCHANGE that does not parse holds both tables it names.
+    from spark.commit.isolation import statement_tables
+
+    assert statement_tables(ddl("ALTER TABLE pt EXCHANGE PARTITION p0 WITH TABLE other.`n t` SOMEHOW", "shop")) == {
+        ("shop", "pt"), ("other", "n t")}
+    assert statement_tables(ddl("ALTER TABLE pt EXCHANGE PARTITION p0 WITH TABLE nt WITH VALIDATION x", "shop")) == {
+        ("shop", "pt"), ("shop", "nt")}
+    assert statement_tables(ddl("ALTER TABLE x DISCARD TABLESPACE", "shop")) == {("shop", "x")}
     assert table_error(UnsupportedValue("x")) and table_error(RuntimeError("x")) and not table_error(LeaseLostError("lost"))
 
 
@@ -407,6 +566,8 @@ def test_the_runs_own_interruptions_are_never_a_tables() -> None:
     with pytest.raises(RuntimeError) as raised:
         the_runs(crash)("staged:shop.a")
     assert not table_error(raised.value) and table_error(RuntimeError("staged:shop.a"))
+
+
 
 
 @pytest.mark.parametrize("crash_at", ["decoded", "staged:shop.a", "isolated", "tagged", "published"])
@@ -549,3 +710,30 @@ def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_
     out = capsys.readouterr().out
     assert f"shop.d: ISOLATED, held at W {w1}" in out and where in out
     assert "to release it: a value the column cannot take" in out and "`tidelake repair`" in out
+
+
+def test_an_older_tidelake_refuses_an_archive_a_newer_one_wrote(tmp_path: Path, monkeypatch) -> None:
+    """After a newer version caught a table up, an older one would meet its statement again in a
+    replay and hold it at an old W: runs and repairs check the archive's format first."""
+    import orjson
+
+    from spark.archive import format as archive_format
+    from spark.repair.run import repair
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    storage = open_storage(config.storage)
+    _apply(config, 0)
+    path = archive_format.format_path(config.name)
+    assert orjson.loads(storage.read(path))["format"] == archive_format.ARCHIVE_FORMAT
+    monkeypatch.setattr(archive_format, "ARCHIVE_FORMAT", archive_format.ARCHIVE_FORMAT - 1)  # the older version
+    with pytest.raises(archive_format.NewerArchive, match=r"archive is in format \d+ .* follows format \d+.*nothing was changed"):
+        _apply(config, 1)
+    with pytest.raises(archive_format.NewerArchive):
+        repair(config)
+    assert read_published(storage, config.name, w2) is None and not read_isolated(storage, config.name)
+    monkeypatch.undo()
+    assert _apply(config, 1).watermark == w2  # the version that wrote it goes on
+    storage.write(path, b"not json")
+    with pytest.raises(archive_format.NewerArchive, match="not a format record"):
+        _apply(config, 2)

@@ -10,7 +10,7 @@ import pytest
 
 from cdc_codecs.types import parse_mysql_type
 from spark.tables.ddl import SetPartitioning, parse_ddl
-from spark.tables.partitioning import Partitioning, UnknownPartitionRows, _to_days
+from spark.tables.partitioning import MYSQL, TIDB, Partitioning, UnknownPartitionRows, _to_days, hash_partition, upstream_server
 
 
 def partitioning(create: str) -> Partitioning:
@@ -19,9 +19,9 @@ def partitioning(create: str) -> Partitioning:
     return change.partitioning
 
 
-def held(p: Partitioning, names: tuple[str, ...], rows: dict, types: dict[str, str]) -> list[bool]:
+def held(p: Partitioning, names: tuple[str, ...], rows: dict, types: dict[str, str], server: str = MYSQL) -> list[bool]:
     table = pa.table(rows)
-    mask = p.holding(names, {c: c for c in p.columns}, {c: parse_mysql_type(t) for c, t in types.items()})(table)
+    mask = p.holding(names, {c: c for c in p.columns}, {c: parse_mysql_type(t) for c, t in types.items()}, server)(table)
     return mask.to_pylist()
 
 
@@ -85,8 +85,10 @@ def test_year_and_to_days_of_date_and_datetime_columns() -> None:
 
 
 @pytest.mark.parametrize("create, types, why", [
-    ("CREATE TABLE t (k INT) PARTITION BY HASH (k) PARTITIONS 2", {"k": "int"}, "MySQL's hash"),
-    ("CREATE TABLE t (k INT) PARTITION BY KEY () PARTITIONS 2", {"k": "int"}, "MySQL's hash"),
+    ("CREATE TABLE t (k INT) PARTITION BY KEY () PARTITIONS 2", {"k": "int"}, r"internal hash .*\(KEY partitioning\)"),
+    ("CREATE TABLE t (k INT) PARTITION BY LINEAR KEY (k) PARTITIONS 2", {"k": "int"}, r"\(LINEAR KEY partitioning\)"),
+    ("CREATE TABLE t (k DATE) PARTITION BY HASH (k) PARTITIONS 2", {"k": "date"}, "is not an integer"),
+    ("CREATE TABLE t (k INT) PARTITION BY HASH (k DIV 2) PARTITIONS 2", {"k": "int"}, r"the expression k DIV 2"),
     ("CREATE TABLE t (k INT) PARTITION BY RANGE (k) INTERVAL (10) FIRST PARTITION LESS THAN (10) LAST PARTITION LESS THAN (30)",
      {"k": "int"}, "TiDB names itself"),
     ("CREATE TABLE t (d DATE) PARTITION BY RANGE (MONTH(d)) (PARTITION p0 VALUES LESS THAN (6))", {"d": "date"},
@@ -105,3 +107,133 @@ def test_partitions_tidelake_cannot_compute_are_refused_before_any_row_is_read(c
     p = partitioning(create)
     with pytest.raises(UnknownPartitionRows, match=why):
         p.holding(("p0",), {c: c for c in types}, {c: parse_mysql_type(t) for c, t in types.items()})
+
+
+def test_hash_is_mod_with_the_remainder_made_positive() -> None:
+    """MySQL 26.2.4: MOD(value, num); the server takes |v % num| (sql_partition.cc get_part_id_hash),
+    as TiDB does (locateHashPartition)."""
+    p = partitioning("CREATE TABLE t (k INT) PARTITION BY HASH (k) PARTITIONS 4")
+    rows = {"k": pa.array([0, 1, 5, -1, -5, -4, 7], pa.int32())}
+    assert held(p, ("p1",), rows, {"k": "int"}) == [False, True, True, True, True, False, False]
+    assert held(p, ("p3",), rows, {"k": "int"}, TIDB) == [False, False, False, False, False, False, True]
+    assert held(p, ("p0",), {"k": pa.array([None, 4], pa.int32())}, {"k": "int"}) == [True, True]  # NULL: 0 of 2^n
+
+
+def test_hash_of_year_named_partitions_and_unsigned_values_wrapping_as_the_server_s_longlong() -> None:
+    p = partitioning("CREATE TABLE t (d DATE) PARTITION BY HASH (YEAR(d)) (PARTITION a, PARTITION b, PARTITION c)")
+    rows = {"d": pa.array([dt.date(2003, 4, 14), dt.date(1998, 10, 19), dt.date(2002, 1, 1)], pa.date32())}
+    assert held(p, ("b",), rows, {"d": "date"}) == [False, False, True]  # 2003 % 3 = 2, 1998 % 3 = 0, 2002 % 3 = 1
+    u = partitioning("CREATE TABLE t (k BIGINT UNSIGNED) PARTITION BY HASH (k) PARTITIONS 3")
+    rows = {"k": pa.array([Decimal(2**64 - 1), Decimal(2**63), Decimal(4)], pa.decimal128(20, 0))}
+    # 2^64-1 is the longlong -1: |-1 % 3| = 1; 2^63 is LLONG_MIN: |LLONG_MIN % 3| = 2^63 % 3 = 2
+    assert held(u, ("p1",), rows, {"k": "bigint unsigned"}) == [True, False, True]
+    assert held(u, ("p2",), rows, {"k": "bigint unsigned"}) == [False, True, False]
+
+
+def test_linear_hash_is_the_manual_s_powers_of_two_on_mysql_and_plain_hash_on_tidb() -> None:
+    """MySQL 26.2.4.1's example: 6 partitions, YEAR('2003-04-14') -> 3, YEAR('1998-10-19') -> 2. TiDB
+    parses LINEAR and ignores it."""
+    p = partitioning("CREATE TABLE t1 (col1 INT, col2 CHAR(5), col3 DATE) PARTITION BY LINEAR HASH( YEAR(col3) ) PARTITIONS 6")
+    assert p.linear and p.describe() == "PARTITION BY LINEAR HASH (YEAR(col3))"
+    rows = {"col3": pa.array([dt.date(2003, 4, 14), dt.date(1998, 10, 19), None], pa.date32())}
+    assert held(p, ("p3",), rows, {"col3": "date"}) == [True, False, False]
+    assert held(p, ("p2",), rows, {"col3": "date"}) == [False, True, False]
+    assert held(p, ("p0",), rows, {"col3": "date"}) == [False, False, True]  # NULL: LLONG_MIN & (V - 1) = 0
+    assert held(p, ("p5",), rows, {"col3": "date"}, TIDB) == [True, False, False]  # 2003 % 6
+    assert [hash_partition(v, 6, MYSQL, linear=True) for v in (-1, 13, 6, 7)] == [3, 5, 2, 3]
+    assert [hash_partition(v, 13, MYSQL, linear=True) for v in (29, 12, 15)] == [5, 12, 7]  # 29 & 15 = 13 >= 13: 29 & 7
+    assert Partitioning.from_json(p.to_json()) == p
+
+
+def test_a_null_the_manual_and_the_server_place_differently_is_not_placed() -> None:
+    """MySQL's manual: NULL hashes as 0; its server hashes LLONG_MIN: 2^63 % 3 = 2 of 3 partitions."""
+    p = partitioning("CREATE TABLE t (k INT) PARTITION BY HASH (k) PARTITIONS 3")
+    rows = {"k": pa.array([1, None], pa.int32())}
+    with pytest.raises(UnknownPartitionRows, match="manual .* partition 0, its server .* partition 2"):
+        held(p, ("p0",), rows, {"k": "int"})
+    assert held(p, ("p0",), rows, {"k": "int"}, TIDB) == [False, True]  # TiDB: NULL is 0
+
+
+def test_coalesce_and_add_partitions_change_which_partition_a_hash_row_is_in() -> None:
+    p = partitioning("CREATE TABLE t (k INT) PARTITION BY HASH (k) PARTITIONS 4")
+    rows = {"k": pa.array([3, 5, 6], pa.int32())}
+    three = p.coalesced(1)
+    assert [q.name for q in three.partitions] == ["p0", "p1", "p2"]
+    assert held(three, ("p0",), rows, {"k": "int"}) == [True, False, True]
+    five = three.with_more(2)
+    assert [q.name for q in five.partitions] == ["p0", "p1", "p2", "p3", "p4"]
+    assert held(five, ("p0",), rows, {"k": "int"}) == [False, True, False]
+    with pytest.raises(UnknownPartitionRows, match="cannot coalesce 4"):
+        p.coalesced(4)
+    assert upstream_server("canal-json") == TIDB and upstream_server("canal") == MYSQL and upstream_server("debezium-mysql") == MYSQL
+
+
+TYPES = {
+    "RANGE": "RANGE (k) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+    "RANGE COLUMNS": "RANGE COLUMNS (k) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (MAXVALUE))",
+    "LIST": "LIST (k) (PARTITION p0 VALUES IN (1, 2), PARTITION p1 VALUES IN (3, NULL))",
+    "LIST COLUMNS": "LIST COLUMNS (k) (PARTITION p0 VALUES IN (1, 2), PARTITION p1 VALUES IN (3))",
+    "HASH": "HASH (k) PARTITIONS 2",
+    "LINEAR HASH": "LINEAR HASH (k) PARTITIONS 2",
+    "KEY": "KEY (k) PARTITIONS 2",
+    "LINEAR KEY": "LINEAR KEY (k) PARTITIONS 2",
+}
+# Each statement on the types MySQL allows it on (26.3.1, 26.3.2: DROP on RANGE / LIST, COALESCE on HASH / KEY).
+STATEMENTS = {
+    "TRUNCATE PARTITION": ("ALTER TABLE t TRUNCATE PARTITION p0", set(TYPES)),
+    "DROP PARTITION": ("ALTER TABLE t DROP PARTITION p0", {"RANGE", "RANGE COLUMNS", "LIST", "LIST COLUMNS"}),
+    "EXCHANGE PARTITION": ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE nt", set(TYPES)),
+    "REORGANIZE PARTITION": ("ALTER TABLE t REORGANIZE PARTITION p0 INTO ({})", set(TYPES)),
+    "COALESCE PARTITION": ("ALTER TABLE t COALESCE PARTITION 1", {"HASH", "LINEAR HASH", "KEY", "LINEAR KEY"}),
+    "ADD PARTITION": ("ALTER TABLE t ADD PARTITION {}", set(TYPES)),
+    "REMOVE PARTITIONING": ("ALTER TABLE t REMOVE PARTITIONING", set(TYPES)),
+    "PARTITION BY": ("ALTER TABLE t PARTITION BY {}", set(TYPES)),
+}
+REORGANIZED = {"RANGE": "PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10)",
+               "LIST": "PARTITION a VALUES IN (1), PARTITION b VALUES IN (2)"}
+ADDED = {"RANGE": "(PARTITION p2 VALUES LESS THAN (20))", "LIST": "(PARTITION p2 VALUES IN (4))"}
+
+
+def _statement(kind: str, name: str) -> str:
+    sql = STATEMENTS[kind][0]
+    hashed = "HASH" in name or "KEY" in name
+    family = "RANGE" if name.startswith("RANGE") else "LIST"
+    if kind == "PARTITION BY":
+        return sql.format(TYPES[name])
+    if kind == "ADD PARTITION":
+        return sql.format("PARTITIONS 1" if hashed else ADDED[family])
+    if kind == "REORGANIZE PARTITION":
+        return sql.format("PARTITION a, PARTITION b" if hashed else REORGANIZED[family])
+    return sql
+
+
+def test_the_partition_statements_applied_exactly_and_those_that_hold() -> None:
+    """The measure: which statement on which partitioning type tidelake applies exactly (rows it
+    deletes or moves computed, or no row changed and the partitioning still followed) and which
+    hold their table. Only [LINEAR] KEY's TRUNCATE and EXCHANGE hold (the server's internal hash)."""
+    from spark.tables.ddl import (AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions,
+                                  TruncatePartitions)
+
+    types = {"k": parse_mysql_type("int")}
+    exact, held = set(), set()
+    for kind, (sql, allowed) in STATEMENTS.items():
+        for name in allowed:
+            p = partitioning(f"CREATE TABLE t (k INT) PARTITION BY {TYPES[name]}")
+            change = parse_ddl(_statement(kind, name), "d")[0][1]
+            try:
+                if isinstance(change, (TruncatePartitions, DropPartitions, ExchangePartition)):  # rows go or move
+                    p.holding(("p0",), {"k": "k"}, types)(pa.table({"k": pa.array([1, 5, 15, None], pa.int32())}))
+                elif isinstance(change, AddPartitions):
+                    assert p.with_added(change.partitions).with_more(change.count).partitions != p.partitions
+                elif isinstance(change, CoalescePartitions):
+                    assert len(p.coalesced(change.count).partitions) == 1
+                elif isinstance(change, ReorganizePartitions):
+                    assert [q.name for q in p.reorganized(change.names, change.into).partitions][:2] == ["a", "b"]
+                else:  # SetPartitioning: the new definition (or none) replaces the old, no row changes
+                    assert isinstance(change, SetPartitioning)
+                exact.add((kind, name))
+            except UnknownPartitionRows as exc:
+                assert "internal hash" in str(exc), (kind, name, exc)
+                held.add((kind, name))
+    assert held == {(k, t) for k in ("TRUNCATE PARTITION", "EXCHANGE PARTITION") for t in ("KEY", "LINEAR KEY")}
+    assert (len(exact), len(held)) == (52, 4)  # of 56 statement x type pairs MySQL allows
