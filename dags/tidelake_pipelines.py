@@ -5,7 +5,7 @@ Beside ``tidelake_<name>``, every pipeline gets ``tidelake-maintenance-<name>`` 
 expiry, file deletion). It holds the pipeline's lease like apply does, so the two never write
 at once; whichever comes second waits ``lease_wait_seconds`` and then fails and retries.
 
-Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
+Pipeline files (TOML, JSON or YAML; see docs/configuration.md) are read from the folder
 in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
 
 Each run covers its data interval [data_interval_start, data_interval_end) of the pipeline's
@@ -77,7 +77,7 @@ def dag_id_of(pipeline: str) -> str:
 
 
 def watermark_asset(pipeline: str) -> Asset:
-    """Downstream DAGs schedule on this: one event per newly published watermark (README "Asset events")."""
+    """Downstream DAGs schedule on this: one event per newly published watermark (docs/operating.md, "Asset events")."""
     return Asset(f"tidelake://{pipeline}/watermark", extra={"pipeline": pipeline})
 
 
