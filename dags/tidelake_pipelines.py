@@ -242,9 +242,9 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
         """This run's interval (``run_interval``); logged when it is not the data interval Airflow shows."""
         named = run_interval(timetable, logical_date, start, end)
         if named != (start, end):
-            log.info("%s: this run covers %s..%s, the interval its logical date %s names (Airflow shows %s..%s, the "
-                     "last complete interval before the trigger time)", dag_id, named[0].isoformat(), named[1].isoformat(),
-                     logical_date.isoformat(), start.isoformat(), end.isoformat())
+            log.warning("%s: this run covers %s..%s, the interval its logical date %s names (Airflow shows %s..%s as its "
+                     "data interval; docs/operating.md, \"Running intervals by hand\")", dag_id, named[0].isoformat(),
+                     named[1].isoformat(), logical_date.isoformat(), start.isoformat(), end.isoformat())
         return named
 
     with DAG(
