@@ -6,11 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test test-fast bench demo clean
 
+# The editable install: setuptools says "Editable installation." (an InformationOnly warning: mind
+# folders named like the packages), nothing to act on, so it is not printed; any other warning is.
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
-	$(PY) -m pip install --quiet --no-deps -e .
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)

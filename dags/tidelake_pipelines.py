@@ -5,7 +5,7 @@ Beside ``tidelake_<name>``, every pipeline gets ``tidelake-maintenance-<name>`` 
 expiry, file deletion). It holds the pipeline's lease like apply does, so the two never write
 at once; whichever comes second waits ``lease_wait_seconds`` and then fails and retries.
 
-Pipeline files (TOML, JSON or YAML; see README "Configuration") are read from the folder
+Pipeline files (TOML, JSON or YAML; see docs/configuration.md) are read from the folder
 in ``TIDELAKE_PIPELINES`` (default: ``dags/pipelines/``).
 
 Each run covers its data interval [data_interval_start, data_interval_end) of the pipeline's
@@ -13,9 +13,10 @@ cron, bounded by its start and end dates (``spark/jobs/airflow_plugin.py``); run
 every task is safe to retry: offsets are snapshotted once per interval, manifests and
 checkpoints are create-only, and apply brings every table to the interval's watermark
 whatever state it finds. Replay with ``airflow backfill create --dag-id tidelake_<name>
---from-date A --to-date B`` (A and B select interval *starts*, inclusive); a run needs a
-data interval, so ``airflow dags trigger`` without a logical date fails at its first task
-saying so (docs/operating.md).
+--from-date A --to-date B`` (A and B select interval *starts*, inclusive), or run one interval
+with ``airflow dags trigger tidelake_<name> --logical-date S`` (S its start: ``run_interval``);
+a run needs a data interval, so ``airflow dags trigger`` without a logical date fails at its
+first task saying so (docs/operating.md).
 
 A broken pipeline file breaks only its own pipeline. Airflow 3.3 offers a DAG file no way
 to report an error and still deliver its other DAGs (apache/airflow#53971 is open): an
@@ -43,6 +44,7 @@ three-minute limit. A stand-in task fails after ``STAND_IN_WAIT`` (then fix the 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from pathlib import Path
@@ -65,7 +67,9 @@ log = logging.getLogger(__name__)
 JOBS = Path(spark.jobs.__file__).resolve().parent
 PIPELINES = Path(os.environ.get("TIDELAKE_PIPELINES", Path(__file__).parent / "pipelines"))
 PIPELINE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
-INTERVAL_ARGS = ["--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}"]
+# The run's interval (``run_interval``, through the DAG's macro ``tidelake_interval``).
+INTERVAL_ARGS = ["--start", "{{ tidelake_interval(logical_date, data_interval_start, data_interval_end)[0].isoformat() }}",
+                 "--end", "{{ tidelake_interval(logical_date, data_interval_start, data_interval_end)[1].isoformat() }}"]
 CONFIG_ERROR_TAG = "config-error"
 # The tasks of a pipeline's DAG and of its maintenance DAG, in order: their stand-ins keep them.
 PIPELINE_TASK_IDS = ("snapshot_offsets", "confirm_if_done", "land", "apply", "publish")
@@ -77,7 +81,7 @@ def dag_id_of(pipeline: str) -> str:
 
 
 def watermark_asset(pipeline: str) -> Asset:
-    """Downstream DAGs schedule on this: one event per newly published watermark (README "Asset events")."""
+    """Downstream DAGs schedule on this: one event per newly published watermark (docs/operating.md, "Asset events")."""
     return Asset(f"tidelake://{pipeline}/watermark", extra={"pipeline": pipeline})
 
 
@@ -119,11 +123,12 @@ def maintenance_dag_id_of(pipeline: str) -> str:
     return f"tidelake-maintenance-{pipeline}"
 
 
-# The maintain job's "now": a scheduled run's interval end, so a retry decides the same; a run
-# triggered without a logical date has no interval (the variable is undefined, not None), and
-# takes the time it was triggered to run after.
-MAINTENANCE_NOW = ("{{ (data_interval_end if data_interval_end is defined and data_interval_end "
-                   "else dag_run.run_after).isoformat() }}")
+# The maintain job's "now": the run's run_after, fixed when the run is created, so a retry decides
+# the same. A scheduled run's is its interval end; a triggered run's is the time it was triggered,
+# with or without --logical-date (Airflow 3.3 gives such a run the last complete cron interval
+# before the trigger, which says nothing the operator chose; and a logical date in the future
+# would make files written a moment ago look older than grace_period).
+MAINTENANCE_NOW = "{{ dag_run.run_after.isoformat() }}"
 
 
 def maintain_args(path: Path) -> list[str]:
@@ -149,20 +154,39 @@ def load_task_config(path: Path) -> PipelineConfig:
     return from_environment(load_pipeline_config(str(path)))
 
 
-def require_interval(dag_id: str, start: Any, end: Any, config: PipelineConfig | None = None, path: Path | None = None) -> None:
+def run_interval(timetable: PipelineTimetable, logical_date: Any, start: Any, end: Any) -> tuple[Any, Any]:
+    """The data interval a run covers: the one its logical date names.
+
+    A scheduled or backfill run's logical date is its data interval's start: that interval. A run
+    triggered with ``--logical-date L`` gets from Airflow 3.3's CLI the last complete interval
+    before the *trigger time*, whatever L says (its REST API: the last one before L), so the
+    interval L names is taken instead (``PipelineTimetable.named_interval``): the interval L
+    starts if L is an interval start -- the run shows under L as a scheduled run of that interval
+    would, and ``airflow backfill create --from-date L --to-date L`` names the same run -- or else
+    the last interval complete at L (``--logical-date $(date -u ...)``: the last complete one now).
+    A run without a logical date or interval is left as it is: ``require_interval`` fails it.
+    """
+    if start is None or end is None or not isinstance(logical_date, dt.datetime) or logical_date == start:
+        return start, end
+    named = timetable.named_interval(logical_date)
+    return named.start, named.end
+
+
+def require_interval(dag_id: str, start: Any, end: Any, config: PipelineConfig | None = None, path: Path | None = None,
+                     logical_date: Any = None) -> None:
     """Fail a run without a data interval, or with one outside the pipeline's bounds, at once, saying what to do.
 
     ``airflow dags trigger`` without ``--logical-date`` creates a run without an interval.
-    Guessing one for it would re-run one the scheduler owns without the run showing which;
-    with any logical date, Airflow 3.3's CLI gives the run the last complete interval before
-    the trigger time (the REST API: before the logical date), shown on the run like any other
-    -- and for a bounded pipeline that interval may lie past ``[schedule] end_date``, which no
-    interval of the pipeline crosses (the timetable schedules none there: spark/jobs/airflow_plugin.py).
+    Guessing one for it would re-run one the scheduler owns without the run showing which. With
+    a logical date the run covers the interval it names (``run_interval``), which for a bounded
+    pipeline may lie outside ``[schedule] start_date`` .. ``end_date``, where no interval of the
+    pipeline lies (the timetable schedules none there: spark/jobs/airflow_plugin.py).
     """
     if start is None or end is None:
         raise AirflowFailException(
             f"{dag_id}: this run has no data interval (it was triggered without a logical date), and every "
-            "tidelake run covers one fixed interval. To run given intervals: "
+            "tidelake run covers one fixed interval. To run one interval: "
+            f"airflow dags trigger {dag_id} --logical-date <its start>; to run given intervals: "
             f"airflow backfill create --dag-id {dag_id} --from-date <first interval start> --to-date <last interval start>; "
             f"to run the last complete interval now: airflow dags trigger {dag_id} --logical-date <now, e.g. "
             "$(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)"
@@ -171,13 +195,13 @@ def require_interval(dag_id: str, start: Any, end: Any, config: PipelineConfig |
         return
     first, last = pendulum.parse(config.schedule.start_date), config.schedule.end_date and pendulum.parse(config.schedule.end_date)
     interval = f"{pendulum.instance(start).isoformat()}..{pendulum.instance(end).isoformat()}"
+    named = pendulum.instance(logical_date if isinstance(logical_date, dt.datetime) else start).isoformat()
     if last is not None and end > last:
         raise AirflowFailException(
             f"{dag_id}: this run's data interval {interval} ends after the pipeline's end_date {last.isoformat()} "
-            f"({path}: schedule.end_date), and no interval of the pipeline does (a triggered run gets the last complete "
-            "interval before the trigger time, whatever its logical date). To run intervals after it, move end_date in "
-            f"the file; to run one before it: airflow backfill create --dag-id {dag_id} --from-date <its start> "
-            "--to-date <its start> (docs/operating.md)"
+            f"({path}: schedule.end_date), and no interval of the pipeline does. To run intervals after it, move "
+            f"end_date in the file, then clear this run: airflow tasks clear {dag_id} --start-date {named} --end-date {named} --yes "
+            "(docs/operating.md)"
         )
     if start < first:
         raise AirflowFailException(
@@ -238,12 +262,23 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
     schedule = config.schedule
     asset = watermark_asset(config.name)
     dag_id = dag_id_of(config.name)
+    timetable = pipeline_timetable(config)
+
+    def interval(logical_date: Any, start: Any, end: Any) -> tuple[Any, Any]:
+        """This run's interval (``run_interval``); logged when it is not the data interval Airflow shows."""
+        named = run_interval(timetable, logical_date, start, end)
+        if named != (start, end):
+            log.warning("%s: this run covers %s..%s, the interval its logical date %s names (Airflow shows %s..%s as its "
+                     "data interval; docs/operating.md, \"Running intervals by hand\")", dag_id, named[0].isoformat(),
+                     named[1].isoformat(), logical_date.isoformat(), start.isoformat(), end.isoformat())
+        return named
+
     with DAG(
         dag_id=dag_id,
         description=f"CDC {', '.join(t.name for t in config.topics)} -> Iceberg namespace {config.namespace}",
         # The bounds live in the timetable, not in the DAG's end_date: Airflow gives a run past a
         # DAG's (its tasks') end_date no tasks at all, so a trigger there "succeeded" doing nothing.
-        schedule=pipeline_timetable(config),
+        schedule=timetable,
         catchup=schedule.catchup,
         max_active_runs=1,
         default_args={
@@ -263,29 +298,33 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
                                                 "table at its last good W and publish the others"),
         },
         tags=["tidelake"],
+        # The land and apply tasks' --start and --end (INTERVAL_ARGS).
+        user_defined_macros={"tidelake_interval": lambda logical_date, start, end: run_interval(timetable, logical_date,
+                                                                                                 start, end)},
         # Registered explicitly below: a DAG whose construction failed must not be picked up.
         auto_register=False,
     ) as dag:
 
         @task
         @one_line_on_service_failure
-        def snapshot_offsets(data_interval_start=None, data_interval_end=None) -> int:
-            require_interval(dag_id, data_interval_start, data_interval_end, config, path)
+        def snapshot_offsets(logical_date=None, data_interval_start=None, data_interval_end=None) -> int:
+            start, end = interval(logical_date, data_interval_start, data_interval_end)
+            require_interval(dag_id, start, end, config, path, logical_date)
             from spark.archive.offsets import snapshot_offsets as snapshot
 
-            ranges = snapshot(load_task_config(path), data_interval_start, data_interval_end)
+            ranges = snapshot(load_task_config(path), start, end)
             return sum(r.end - r.start for r in ranges)
 
         @task.short_circuit(ignore_downstream_trigger_rules=True)
         @one_line_on_service_failure
-        def confirm_if_done(data_interval_start=None, data_interval_end=None) -> bool:
+        def confirm_if_done(logical_date=None, data_interval_start=None, data_interval_end=None) -> bool:
             """An interval done already -- an operator cleared an old run, a backfill went over
             published intervals -- is confirmed here in seconds, from the archive and the catalog:
             land, apply and publish are skipped (no spark-submit; no Asset event, nothing is new)."""
             from spark.commit.apply import confirm_if_done as confirm
             from spark.jobs.apply import apply_summary
 
-            result = confirm(load_task_config(path), data_interval_start, data_interval_end)
+            result = confirm(load_task_config(path), *interval(logical_date, data_interval_start, data_interval_end))
             if result is None:
                 return True
             for line in apply_summary(result):
@@ -309,10 +348,11 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
 
         @task(outlets=[asset])
         @one_line_on_service_failure
-        def publish(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict[str, Any]:
+        def publish(logical_date=None, data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict[str, Any]:
             # Imported when the task runs: no I/O at parse time, and tests substitute the module.
             from spark.commit.published import announcement
 
+            data_interval_start, data_interval_end = interval(logical_date, data_interval_start, data_interval_end)
             found = announcement(load_task_config(path), data_interval_start, data_interval_end)
             if found is None:
                 # A skipped task emits no Asset event (the task runner sends outlet events only on success).
@@ -416,23 +456,60 @@ def config_error_dag(dag_id: str, path: Path, error: str, task_ids: tuple[str, .
     return dag
 
 
+PIPELINE_NAME = r"[A-Za-z0-9_.\-]+"
+
+
+def _name_in_text(text: str, suffix: str) -> str | None:
+    """The top-level ``name`` of a pipeline file that does not parse, read from its text: a syntax
+    error elsewhere in the file must not move its stand-ins to other DAG ids than the fixed file's
+    (Airflow keeps every DAG id it ever saw listed, as a stale DAG, until ``airflow dags delete``)."""
+    import re
+
+    if suffix == ".json":
+        depth, in_string, escaped = 0, False, False
+        for i, c in enumerate(text):
+            if in_string:
+                escaped, in_string = (not escaped and c == "\\"), in_string and (escaped or c != '"')
+                continue
+            if c == '"':
+                found = re.match(rf'"name"\s*:\s*"({PIPELINE_NAME})"', text[i:])
+                if depth == 1 and found:
+                    return found.group(1)
+                in_string = True
+            elif c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+        return None
+    if suffix == ".toml":
+        top = re.split(r"^\s*\[", text, maxsplit=1, flags=re.M)[0]  # keys before the first table
+        found = re.search(rf"""^\s*name\s*=\s*["']({PIPELINE_NAME})["']\s*(#.*)?$""", top, re.M)
+    else:  # YAML: an unindented key
+        found = re.search(rf"""^name:\s*["']?({PIPELINE_NAME})["']?\s*(#.*)?$""", text, re.M)
+    return found.group(1) if found else None
+
+
 def _stand_in_names(path: Path) -> list[str]:
-    """Pipeline names a broken file's stand-ins may take, best first: the file's ``name``, then its file name."""
+    """Pipeline names a broken file's stand-ins may take, best first: the file's ``name`` (parsed, or
+    read from the text of a file that does not parse), then its file name."""
     candidates = []
     try:
         import json
         import tomllib
 
         text = path.read_text()
-        if path.suffix == ".toml":
-            doc = tomllib.loads(text)
-        elif path.suffix == ".json":
-            doc = json.loads(text)
-        else:
-            import yaml
+        try:
+            if path.suffix == ".toml":
+                doc = tomllib.loads(text)
+            elif path.suffix == ".json":
+                doc = json.loads(text)
+            else:
+                import yaml
 
-            doc = yaml.safe_load(text)
-        name = doc.get("name") if isinstance(doc, dict) else None
+                doc = yaml.safe_load(text)
+            name = doc.get("name") if isinstance(doc, dict) else None
+        except Exception:  # noqa: BLE001 - a syntax error: read the name from the text
+            name = _name_in_text(text, path.suffix)
         if isinstance(name, str) and name:
             candidates.append(name)
     except Exception:  # noqa: BLE001 - an unreadable file falls back to its file name
@@ -479,8 +556,15 @@ def load_dags(folder: Path, parsing_for: str | None = None) -> dict[str, DAG]:
         dag_id, maintenance_id = dag_id_of(free[0]), maintenance_dag_id_of(free[0])
         if parsing_for in (None, dag_id, maintenance_id):
             log.error("tidelake pipeline file is invalid, its DAGs %s and %s are stand-ins: %s", dag_id, maintenance_id, error)
-        dags[dag_id] = config_error_dag(dag_id, path, error, PIPELINE_TASK_IDS)
-        dags[maintenance_id] = config_error_dag(maintenance_id, path, error, MAINTENANCE_TASK_IDS)
+        # Named after the file, not the pipeline: if the fixed file names another pipeline, Airflow keeps
+        # listing these ids (stale) until deleted; the stand-in says so.
+        names = _stand_in_names(path)
+        guessed = free[0] == names[-1] and (len(names) == 1 or names[0] != free[0])
+        note = (f" (named after the file, its pipeline name being unreadable or taken: if the fixed file names "
+                f"another pipeline, delete these stand-ins: airflow dags delete {dag_id} --yes; airflow dags delete "
+                f"{maintenance_id} --yes)") if guessed else ""
+        dags[dag_id] = config_error_dag(dag_id, path, error + note, PIPELINE_TASK_IDS)
+        dags[maintenance_id] = config_error_dag(maintenance_id, path, error + note, MAINTENANCE_TASK_IDS)
     return dags
 
 

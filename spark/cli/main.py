@@ -8,6 +8,7 @@
     tidelake changes --config pipeline.toml --from W1 [--to W2] [--table db.t] [--out DIR]
     tidelake repair --config pipeline.toml [--from W|ISO-time] [--dry-run]
     tidelake maintain --config pipeline.toml [--dry-run]
+    tidelake engines --config pipeline.toml [--engine spark|duckdb|trino]
     tidelake decode --protocol canal-json segment.parquet|message-files...
     tidelake demo
 
@@ -369,6 +370,9 @@ def parser() -> argparse.ArgumentParser:
     from spark.cli.changes import add_arguments as changes_arguments  # spark/cli/changes.py
 
     changes_arguments(with_config(command("changes", "the net changes of every table between two published watermarks")))
+    from spark.cli.engines import add_arguments as engines_arguments  # spark/cli/engines.py
+
+    engines_arguments(with_config(command("engines", "the settings Spark, DuckDB and Trino need to read the pipeline's tables")))
     rep = with_config(command("repair", "re-derive published watermarks from the archive, move tags that changed"))
     rep.add_argument("--from", dest="start", metavar="W|ISO-TIME", help="only published W at or after this (default: all)")
     rep.add_argument("--dry-run", action="store_true", help="list what differs, change nothing")

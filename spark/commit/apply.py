@@ -623,7 +623,7 @@ def _commit_run(config: PipelineConfig, storage: Storage, tables: cat.RunTables,
             f"tables {', '.join(f'{n} (at {tw})' for n, tw in sorted(ahead.items()))} are past watermark {w} of "
             f"{interval}, which is not published: a run outside the pipeline's lease (or an older tidelake) wrote them, "
             "and W cannot be published consistently any more. Rebuild the pipeline under a new name over the same "
-            "archive (README, Repairing history)"
+            "archive (docs/repair.md)"
         )
     run = RunContext(w, w_prev, interval)
     committer = TableCommitter(tables.catalog, config, step, lease.check, tables)

@@ -2,7 +2,7 @@
 
 TiCDC's Canal-JSON carries a commitTs (``_tidb``) only when the changefeed has
 ``enable-tidb-extension=true``; its default sends none, and the topic is then ordered by the
-derived clock (README, "Derived watermarks"). A topic left at the decoder option's default,
+derived clock (docs/consistency.md, "Derived watermarks"). A topic left at the decoder option's default,
 ``auto``, takes the mode its first archived message shows, and keeps it for its whole life:
 one clock per topic, whatever later messages say (a message of the other kind is then a bad
 message naming the settings, as with the option set by hand). The decision is a documented

@@ -21,7 +21,7 @@ to add or remove (``multiset_net``): each change counts +1 (a written image) or 
 one), once per copy of its transaction -- a changefeed that re-sends a transaction repeats its
 *run* (the transaction's offset-contiguous rows in a partition), so an identical change counts
 as many times as it occurs in one run of its commitTs and partition, at most. Protocols without
-commitTs cannot tell a re-sent range yet: every delivered change counts (README, known gaps).
+commitTs cannot tell a re-sent range yet: every delivered change counts (docs/known-gaps.md).
 
 Decoding turns each change into its key effects (``change_effects``) with canonical key bytes
 (``key_bytes``) in the change log; the fold (``greatest``) keeps, per table, DDL segment

@@ -6,9 +6,11 @@ no task instance for a run whose logical date lies outside a task's dates: ``air
 trigger --logical-date`` after ``end_date`` (or before ``start_date``) made a run with no tasks
 that "succeeded" at once, having done nothing (apache/airflow#38513). So the pipeline DAG
 carries neither; this timetable holds the bounds: the scheduler and ``airflow backfill
-create`` make runs only for intervals inside them, and a triggered run -- whose interval
-Airflow picks -- gets its tasks, whose first one fails saying why when that interval is
-outside them (``dags/tidelake_pipelines.py``, ``require_interval``).
+create`` make runs only for intervals inside them, and a triggered run gets its tasks, whose
+first one fails saying why when its interval is outside them (``dags/tidelake_pipelines.py``,
+``require_interval``). Which interval a triggered run covers is the one its logical date names
+(``named_interval``; ``dags/tidelake_pipelines.py``, ``run_interval``), not the one Airflow 3.3's
+CLI stores on it (the last complete interval before the trigger time, whatever the date).
 
 Airflow deserializes a timetable that is not its own only if a plugin registers it: installing
 tidelake where Airflow runs registers this one (the ``airflow.plugins`` entry point in
@@ -44,6 +46,15 @@ class PipelineTimetable(CronDataIntervalTimetable):
         if info is not None and self.end is not None and info.data_interval.end > self.end:
             return None
         return info
+
+    def named_interval(self, logical_date: dt.datetime) -> DataInterval:
+        """The interval a logical date names: the interval it starts, if it is an interval start of the
+        cron (as a scheduled or backfill run's logical date is); otherwise the last interval complete at it
+        (what Airflow's REST API gives a triggered run)."""
+        when = coerce_datetime(logical_date)
+        if self._align_to_prev(when) == when:
+            return DataInterval(when, self._get_next(when))
+        return self.infer_manual_data_interval(run_after=when)
 
     def serialize(self) -> dict[str, Any]:
         return {**super().serialize(), "start": self.start.isoformat(), "end": self.end and self.end.isoformat()}

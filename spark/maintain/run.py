@@ -91,6 +91,7 @@ class MaintenanceReport:
     orphans: OrphanReport | None = None
     archive: ArchiveReport | None = None
     dropped: DroppedReport | None = None
+    archive_kept: str | None = None  # why archive retention pruned nothing without running (None: it ran)
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": "maintenance", "pipeline": self.pipeline, "now": self.now.isoformat(), "dry_run": self.dry_run,
@@ -183,7 +184,9 @@ def maintain(
         step("orphans")
         archive = None
         # A table isolated in the pipeline's first interval (held at 0) replays from the start: nothing is pruned.
-        if policy.archive_horizon is not None and 0 not in held:
+        archive_kept = ("archive_horizon is none" if policy.archive_horizon is None else
+                        "a table isolated at W 0 replays from the first interval" if 0 in held else None)
+        if archive_kept is None:
             lease.check()
             kept = [cp for cp in _checkpoints(storage, config) if cp.watermark in plan.retained]
             archive = prune_archive(storage, config.name, retained_checkpoints=kept,
@@ -197,7 +200,7 @@ def maintain(
         result = MaintenanceReport(config.name, now, dry_run, retained, list(plan.retire), retired.finished,
                                    len(plan.retired_before),
                                    sorted(reports.values(), key=lambda r: r.name), orphans=orphans, archive=archive,
-                                   dropped=dropped)
+                                   dropped=dropped, archive_kept=archive_kept)
         result.seconds = round(time.perf_counter() - started, 3)
         if not dry_run:
             lease.check()
@@ -304,6 +307,33 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
     for t in report.tables:
         for path in (t.expiry.sample if t.expiry else [])[:3]:
             lines.append(f"  {'would delete' if dry else 'deleted'} {path}")
+    lines += _orphan_and_archive_lines(report)
     if report.path:
         lines.append(f"  report: {report.path}")
+    return lines
+
+
+def _orphan_and_archive_lines(report: MaintenanceReport) -> list[str]:
+    """Orphan cleanup and archive retention: what went (would go), or why nothing could."""
+    from spark.jobs import human_bytes
+
+    dry, lines = report.dry_run, []
+    o = report.orphans
+    if o is not None:
+        lines.append(f"  orphans: {'would delete' if dry else 'deleted'} {o.table_files:,} table file(s) ({human_bytes(o.table_bytes)}), "
+                     f"{o.archive_files:,} archive file(s) ({human_bytes(o.archive_bytes)})"
+                     + (f"; {o.young:,} younger than the grace period kept" if o.young else ""))
+    a = report.archive
+    if a is None:
+        lines.append(f"  archive retention: nothing pruned ({report.archive_kept or 'not run'}): every raw and change-log "
+                     "segment kept")
+        return lines
+    floors = ", ".join(f"{k} @ {v:,}" for k, v in sorted(a.floors.items())[:4]) + (", ..." if len(a.floors) > 4 else "")
+    lines.append(f"  archive retention: {'would prune' if dry else 'pruned'} {a.segments:,} raw segment(s) "
+                 f"({human_bytes(a.segment_bytes)}) and {a.changelog_files:,} change-log file(s) "
+                 f"({human_bytes(a.changelog_bytes)}) below the retained Ws' replay floors"
+                 + (f" ({floors})" if floors else "")
+                 + (f"; {a.side_outputs_kept:,} last side output(s) kept" if a.side_outputs_kept else ""))
+    for path in a.paths[:3]:
+        lines.append(f"  would delete {path}")
     return lines

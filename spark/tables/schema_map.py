@@ -1,6 +1,6 @@
 """Upstream column types -> Iceberg and Arrow types, and typed values -> Arrow columns.
 
-The mapping is the one in ``cdc_codecs.types`` (and the README): unsigned bigint ->
+The mapping is the one in ``cdc_codecs.types`` (and docs/protocols.md): unsigned bigint ->
 decimal(20, 0), datetime -> timestamp, timestamp -> timestamptz, time -> long
 microseconds, enum/set/json -> string, decimal(p > 38) -> string. Every Iceberg table
 also carries two metadata columns: the commitTs and the op of the last change of the row.

@@ -477,7 +477,7 @@ def _stop_laying_out_by(u: SchemaUpdate, field_id: int) -> None:
         raise u.fail(
             "drops the column the table is bucketed by ([layout] buckets); pyiceberg 0.12 cannot "
             "write the table after that. Rebuild the pipeline under a new name with [layout] buckets = 0 over the same "
-            "archive (README, Repairing history)"
+            "archive (docs/repair.md)"
         )
     if any(f.source_id == field_id for f in metadata.sort_order().fields):
         internals.unsort(u.tx)

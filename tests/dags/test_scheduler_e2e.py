@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
-from cdc_codecs import get_encoder
+from cdc_codecs import SourcePosition, Watermark, get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
 from spark.config import load_pipeline_config
 from spark.runtime.embedded import free_port, start_process_group, stop_process_group
@@ -168,6 +168,12 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
     # A broken pipeline file beside the good one: it must not stop the good one's schedule.
     broken = pipelines / "broken.toml"
     broken.write_text(path.read_text().replace('name = "sched"', 'name = "broken"').replace("open-protocol", "canal-xml"))
+    # A file named unlike its pipeline, with a TOML syntax error: its stand-ins take the pipeline's ids (read from the
+    # text), not the file's, so the fixed file leaves no stale DAG listed.
+    typo = pipelines / "typo.toml"
+    fixed_typo = (path.read_text().replace('name = "sched"', 'name = "fixme"').replace(str(tmp_path / "archive"), str(tmp_path / "fixme"))
+                  .replace("catchup = true", "catchup = false"))
+    typo.write_text(fixed_typo.replace("[kafka]", "[kafka"))
     # The DAG folder: tidelake's DAG file and a downstream DAG scheduled on the pipeline's Asset.
     (tmp_path / "dags").mkdir()
     shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
@@ -221,6 +227,9 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert json_out(cli("dags", "list-import-errors", "-o", "json")) in ([], None)
         details = json_out(cli("dags", "details", "tidelake_broken", "-o", "json"))[0]
         assert f"{broken}: topics[0].protocol: expected one of" in details["description"], details
+        assert {"tidelake_fixme", "tidelake-maintenance-fixme"} <= set(listed) and "tidelake_typo" not in listed, sorted(listed)
+        assert f"{typo}: not valid TOML" in json_out(cli("dags", "details", "tidelake_fixme", "-o", "json"))[0]["description"]
+        typo.write_text(fixed_typo)  # fixed: the real pipeline DAG under the same id (new DAGs start paused: no run)
 
         # One Asset event per new W, the watermark also as an exact string.
         events = asset_events(db, "tidelake://sched/watermark")
@@ -356,8 +365,75 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         assert after.returncode == 0, after.stderr[-2000:]
         wait_for("the run after end_date to fail", lambda: failed_run("after_end"), progress)
         assert task_states(db, dag_id, "after_end")["snapshot_offsets"] == "failed"
-        assert "ends after the pipeline's end_date 2024-01-01T04:00:00+00:00" in first_task_log("after_end")
+        after_end_log = first_task_log("after_end")
+        assert "ends after the pipeline's end_date 2024-01-01T04:00:00+00:00" in after_end_log
+        assert "2024-01-01T05:00:00+00:00..2024-01-01T06:00:00+00:00" in after_end_log  # the interval 05:00 names
         assert published_watermarks(config) == final  # nothing ran past the bounds
+
+        # Two more hours of the changefeed (a watermark in each), and the file's end_date moved past them; catchup off,
+        # so the scheduler makes no run of its own: each interval runs only as the operator names it.
+        p = SourcePosition(topic, 0, 0)
+        for hour in (4, 5):
+            ms = int((T0 + dt.timedelta(hours=hour, minutes=30)).timestamp() * 1000)
+            for r in get_encoder("open-protocol").encode_all([Watermark(ms << 18, p)], 2):
+                producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=ms)
+        assert producer.flush(30) == 0
+        path.write_text(good.replace('end_date = "2024-01-01T04:00:00Z"', 'end_date = "2024-01-01T06:00:00Z"')
+                        .replace("catchup = true", "catchup = false"))
+        wait_for("the DAG with its new end_date", lambda: "ending by 2024-01-01T06:00:00+00:00" in (
+            (json_out(cli("dags", "details", dag_id, "-o", "json")) or [{}])[0].get("timetable_description") or ""), progress)
+
+        # `airflow dags trigger --logical-date 04:00` runs the interval 04:00..05:00, whatever interval Airflow stored.
+        named = cli("dags", "trigger", dag_id, "--logical-date", "2024-01-01T04:00:00+00:00", "--run-id", "named_0400", "-o", "json")
+        assert named.returncode == 0, named.stderr[-2000:]
+
+        def succeeded(run_id: str):
+            rs = [r for r in runs() if r["run_id"] == run_id]
+            assert not [r for r in rs if r["state"] == "failed"], (rs, task_states(db, dag_id, run_id))
+            return rs if rs and rs[0]["state"] == "success" else None
+
+        wait_for("the run of the named interval", lambda: succeeded("named_0400"), progress)
+        assert "this run covers 2024-01-01T04:00:00+00:00..2024-01-01T05:00:00+00:00" in first_task_log("named_0400")
+        fifth = published_watermarks(config)
+        assert fifth[:-1] == final and fifth[-1] > final[-1], fifth
+        assert asset_events(db, "tidelake://sched/watermark")[-1]["interval_end"] == "2024-01-01T05:00:00+00:00"
+        assert (tmp_path / "archive" / "sched" / "plans" / "20240101T040000.000000Z_20240101T050000.000000Z.json").exists()
+
+        # The run after end_date, cleared exactly as its failure said once end_date is moved: it runs 05:00..06:00.
+        advice = re.search(r"airflow tasks clear (\S+) --start-date (\S+) --end-date (\S+) --yes", after_end_log)
+        assert advice and advice.groups() == (dag_id, "2024-01-01T05:00:00+00:00", "2024-01-01T05:00:00+00:00"), after_end_log
+        cleared = cli("tasks", "clear", *advice.group(0).split()[3:])
+        assert cleared.returncode == 0, cleared.stderr[-2000:]
+        wait_for("the cleared run after end_date", lambda: succeeded("after_end"), progress)
+        sixth = published_watermarks(config)
+        assert sixth[:-1] == fifth and sixth[-1] > fifth[-1], sixth
+        assert [e["interval_end"] for e in asset_events(db, "tidelake://sched/watermark")][-2:] == [
+            "2024-01-01T05:00:00+00:00", "2024-01-01T06:00:00+00:00"]
+
+        # The maintenance DAG triggered with a logical date in the past runs as of the time it was triggered.
+        maintenance = "tidelake-maintenance-sched"
+        assert cli("dags", "unpause", maintenance).returncode == 0
+        trig = cli("dags", "trigger", maintenance, "--logical-date", "2024-01-01T00:00:00+00:00", "--run-id", "maint_past", "-o", "json")
+        assert trig.returncode == 0, trig.stderr[-2000:]
+
+        def maintained():
+            with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+                cur.execute("SELECT state, run_after FROM dag_run WHERE dag_id = %s AND run_id = 'maint_past'", (maintenance,))
+                row = cur.fetchone()
+            assert row is None or row[0] != "failed", task_states(db, maintenance, "maint_past")
+            return row if row and row[0] == "success" else None
+
+        _, run_after = wait_for("the maintenance run", maintained, progress)
+        assert dt.datetime.now(UTC) - run_after < dt.timedelta(minutes=30)  # the trigger time, not 2024 nor a cron tick
+        maint_log = (home / "logs" / f"dag_id={maintenance}" / "run_id=maint_past" / "task_id=maintain" / "attempt=1.log").read_text()
+        assert f"maintain sched at {run_after.astimezone(UTC).isoformat()}" in maint_log, maint_log[-3000:]
+        assert "archive retention: nothing pruned (archive_horizon is none)" in maint_log
+
+        # No stale DAG: the fixed file's pipeline is listed under its own ids, the file's name never was.
+        ids = {d["dag_id"] for d in json_out(cli("dags", "list", "-o", "json"))}
+        assert ids == {dag_id, maintenance, "tidelake_broken", "tidelake-maintenance-broken", "tidelake_fixme",
+                       "tidelake-maintenance-fixme", "shop_changes"}, ids
+        assert "CONFIG ERROR" not in (json_out(cli("dags", "details", "tidelake_fixme", "-o", "json"))[0]["description"] or "")
     finally:
         for p in procs:
             stop_process_group(p)

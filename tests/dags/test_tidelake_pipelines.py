@@ -71,7 +71,9 @@ def test_one_dag_per_pipeline_with_real_intervals(pipelines: Path, tmp_path: Pat
     assert tasks["publish"].upstream_task_ids == {"apply"}
     assert [o.uri for o in tasks["publish"].outlets] == ["tidelake://shop/watermark"]
     assert tasks["land"].application.endswith("spark/jobs/land.py")
-    assert "{{ data_interval_start.isoformat() }}" in tasks["apply"].application_args
+    from dags.tidelake_pipelines import INTERVAL_ARGS
+
+    assert tasks["apply"].application_args[2:6] == INTERVAL_ARGS and tasks["land"].application_args[2:] == INTERVAL_ARGS
     assert tasks["apply"].application_args[-4:] == ["--on-table-error", "{{ params.on_table_error }}",
                                                     "--run-id", "{{ dag.dag_id }}/{{ run_id }}"]
     assert order is None or order.index("land") < order.index("apply")
@@ -99,26 +101,69 @@ def test_every_pipeline_has_a_maintenance_dag_on_its_own_schedule(pipelines: Pat
     assert "tidelake_shop" in bag.dags and "maintain" not in {t.task_id for t in bag.dags["tidelake_shop"].tasks}
 
 
-def test_maintenance_now_renders_for_scheduled_runs_and_runs_triggered_without_a_logical_date() -> None:
-    """Airflow renders templates with StrictUndefined: a triggered run has no data_interval_end."""
-    import datetime as dt
+def test_maintenance_now_is_the_runs_run_after_whatever_its_logical_date(pipelines: Path, tmp_path: Path) -> None:
+    """A scheduled run's run_after is its interval end; a triggered run's the trigger time, with or without
+    --logical-date (Airflow 3.3 gives such a run the last cron interval before the trigger as its data interval)."""
+    path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    op = dagbag().dags["tidelake-maintenance-shop"].task_dict["maintain"]
+    scheduled_end, triggered = dt.datetime(2024, 6, 2, 3, tzinfo=UTC), dt.datetime(2024, 8, 1, 9, 30, 5, tzinfo=UTC)
+    cases = [  # (context, --now)
+        ({"logical_date": scheduled_end - dt.timedelta(days=1), "data_interval_start": scheduled_end - dt.timedelta(days=1),
+          "data_interval_end": scheduled_end, "dag_run": types.SimpleNamespace(run_after=scheduled_end)}, scheduled_end),
+        # `airflow dags trigger tidelake-maintenance-shop --logical-date 2024-01-05T00:00:00Z` at 09:30:05
+        ({"logical_date": dt.datetime(2024, 1, 5, tzinfo=UTC), "data_interval_start": dt.datetime(2024, 7, 31, 3, tzinfo=UTC),
+          "data_interval_end": dt.datetime(2024, 8, 1, 3, tzinfo=UTC), "dag_run": types.SimpleNamespace(run_after=triggered)},
+         triggered),
+        # ... and without a logical date: no data interval at all (the variables are None)
+        ({"logical_date": None, "data_interval_start": None, "data_interval_end": None,
+          "dag_run": types.SimpleNamespace(run_after=triggered)}, triggered),
+    ]
+    for context, now in cases:
+        op.render_template_fields(context)
+        assert op.application_args == ["--config", str(path), "--now", now.isoformat()], context
+        op.application_args = __import__("dags.tidelake_pipelines", fromlist=["x"]).maintain_args(path)
 
-    import jinja2
 
-    from dags.tidelake_pipelines import MAINTENANCE_NOW
+def test_a_run_covers_the_interval_its_logical_date_names(pipelines: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Scheduled and backfill runs: their data interval (it starts at the logical date). A run triggered with
+    --logical-date L: Airflow 3.3's CLI stores the last complete interval before the trigger time on it; it runs
+    the interval L starts (L an interval start) or the last one complete at L -- land and apply get it, exactly."""
+    from dags.tidelake_pipelines import pipeline_timetable, run_interval
+    from spark.config import load_pipeline_config
 
-    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
-    end, after = dt.datetime(2024, 6, 2, 3, tzinfo=dt.UTC), dt.datetime(2024, 8, 1, 9, 30, tzinfo=dt.UTC)
-
-    class DagRun:
-        run_after = after
-
-    render = env.from_string(MAINTENANCE_NOW).render
-    assert render(data_interval_end=end, dag_run=DagRun) == end.isoformat()
-    assert render(dag_run=DagRun) == after.isoformat()
-    assert render(data_interval_end=None, dag_run=DagRun) == after.isoformat()
-    with pytest.raises(jinja2.UndefinedError):  # what the old template did in such a run
-        env.from_string("{{ data_interval_end.isoformat() }}").render(dag_run=DagRun)
+    path = write_pipeline(pipelines, "shop", VALID.format(name="shop", bootstrap="k:9092", topic="t", url=tmp_path, extra=""))
+    dag = dagbag().dags["tidelake_shop"]
+    timetable = pipeline_timetable(load_pipeline_config(str(path)))
+    h = lambda hour, minute=0: T0 + dt.timedelta(hours=hour, minutes=minute)  # noqa: E731
+    now_interval = (dt.datetime(2026, 11, 28, 17, tzinfo=UTC), dt.datetime(2026, 11, 28, 18, tzinfo=UTC))
+    cases = [  # (logical date, Airflow's data interval, the interval run)
+        (h(5), (h(5), h(6)), (h(5), h(6))),  # scheduled or backfill
+        (h(5), now_interval, (h(5), h(6))),  # `airflow dags trigger --logical-date 05:00` (CLI)
+        (h(5), (h(4), h(5)), (h(5), h(6))),  # the same through the REST API
+        (h(5, 30), now_interval, (h(4), h(5))),  # not an interval start: the last interval complete at it
+        (None, (None, None), (None, None)),  # no logical date: require_interval fails the run
+    ]
+    for logical, (start, end), expected in cases:
+        assert run_interval(timetable, logical, start, end) == expected, (logical, start)
+        if logical is None:
+            continue
+        for task_id in ("land", "apply"):
+            op = dag.task_dict[task_id]
+            args = list(op.application_args)
+            op.render_template_fields({"logical_date": logical, "data_interval_start": start, "data_interval_end": end,
+                                       "params": {k: dag.params[k] for k in dag.params}})
+            assert op.application_args[:6] == ["--config", str(path), "--start", expected[0].isoformat(),
+                                               "--end", expected[1].isoformat()], (task_id, logical, start)
+            op.application_args = args
+    # The Python tasks take the same interval: publish announces the named interval's W.
+    seen = []
+    fake = types.ModuleType("spark.commit.published")
+    fake.announcement = lambda config, start, end: seen.append((start, end))
+    monkeypatch.setitem(sys.modules, "spark.commit.published", fake)
+    with pytest.raises(Exception, match="published no new watermark"):
+        dag.task_dict["publish"].python_callable(logical_date=h(5), data_interval_start=now_interval[0],
+                                                 data_interval_end=now_interval[1], outlet_events={})
+    assert seen == [(h(5), h(6))]
 
 
 def test_a_bounded_pipeline_keeps_its_maintenance_after_its_end_date(pipelines: Path, tmp_path: Path) -> None:
@@ -172,8 +217,8 @@ def test_the_pipelines_bounds_are_its_timetables_so_every_run_has_its_tasks(pipe
 
 
 def test_a_run_outside_the_pipelines_bounds_fails_at_once_saying_why(pipelines: Path, tmp_path: Path, airflow_db: Path) -> None:
-    """A trigger gets the last complete interval before the trigger time, whatever its logical date: for a pipeline
-    that ended in 2024, one after end_date. The run has its tasks; the first fails, without retries, saying why."""
+    """A trigger whose logical date names an interval after end_date: the run has its tasks (Airflow alone would
+    give it none); the first fails, without retries, saying why and what to do."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from dags.tidelake_pipelines import require_interval
@@ -190,9 +235,12 @@ def test_a_run_outside_the_pipelines_bounds_fails_at_once_saying_why(pipelines: 
     assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed" and ti.try_number == 1
     config = __import__("spark.config", fromlist=["x"]).load_pipeline_config(str(path))
     with pytest.raises(AirflowFailException) as raised:
-        require_interval(dag.dag_id, run.data_interval_start, run.data_interval_end, config, path)
-    assert f"ends after the pipeline's end_date 2024-01-01T03:00:00+00:00 ({path}: schedule.end_date)" in str(raised.value)
-    assert "move end_date in the file" in str(raised.value)
+        require_interval(dag.dag_id, logical, logical + dt.timedelta(hours=1), config, path, logical)
+    assert str(raised.value) == (
+        f"tidelake_{name}: this run's data interval 2024-01-01T05:00:00+00:00..2024-01-01T06:00:00+00:00 ends after the "
+        f"pipeline's end_date 2024-01-01T03:00:00+00:00 ({path}: schedule.end_date), and no interval of the pipeline does. "
+        f"To run intervals after it, move end_date in the file, then clear this run: airflow tasks clear tidelake_{name} "
+        "--start-date 2024-01-01T05:00:00+00:00 --end-date 2024-01-01T05:00:00+00:00 --yes (docs/operating.md)")
     # The pipeline's own intervals pass; one starting before start_date does not.
     require_interval(dag.dag_id, T0.replace(hour=2), T0.replace(hour=3), config, path)
     with pytest.raises(AirflowFailException, match="starts before the pipeline's start_date 2024-01-01T00:00:00"):
@@ -268,11 +316,32 @@ def test_unreadable_and_duplicate_files_get_stand_ins_named_after_the_file(pipel
                                 "tidelake_shop_copy"]
     assert "config-error" not in bag.dags["tidelake_shop"].tags
     assert bag.dags["tidelake_garbled"].description.startswith(f"CONFIG ERROR: {pipelines / 'garbled.toml'}: not valid TOML")
-    assert bag.dags["tidelake_shop_copy"].description == (
-        f"CONFIG ERROR: {pipelines / 'shop_copy.toml'}: name: 'shop' is already the name of {pipelines / 'shop.toml'}")
+    assert bag.dags["tidelake_shop_copy"].description.startswith(
+        f"CONFIG ERROR: {pipelines / 'shop_copy.toml'}: name: 'shop' is already the name of {pipelines / 'shop.toml'} "
+        "(named after the file, its pipeline name being unreadable or taken: ")
     assert bag.dags["tidelake_cronned"].description == (
         f"CONFIG ERROR: {pipelines / 'bad_cron.toml'}: schedule.cron: expected a valid cron expression such as '0 * * * *', "
         "found '99 * * * *'")
+
+
+def test_a_file_with_a_syntax_error_keeps_its_pipelines_dag_ids(pipelines: Path, tmp_path: Path) -> None:
+    """Stand-ins under the ids the fixed file will have: Airflow lists every DAG id it saw (stale) until deleted."""
+    good = VALID.format(name="shop-eu", bootstrap="k:9092", topic="t", url=tmp_path, extra="")
+    write_pipeline(pipelines, "pipeline", good.replace("[kafka]", "[kafka"))  # a TOML syntax error after the name
+    (pipelines / "other.json").write_text('{"topics": [{"name": "t"}], "name": "crm", "kafka": ')
+    (pipelines / "noname.yaml").write_text("kafka: [\n")
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["tidelake-maintenance-crm", "tidelake-maintenance-noname", "tidelake-maintenance-shop-eu",
+                                "tidelake_crm", "tidelake_noname", "tidelake_shop-eu"]
+    assert bag.dags["tidelake_shop-eu"].description.startswith(f"CONFIG ERROR: {pipelines / 'pipeline.toml'}: not valid TOML")
+    assert "named after the file" not in bag.dags["tidelake_shop-eu"].description
+    # Named after the file: the stand-in says how to remove it if the fixed file names another pipeline.
+    assert bag.dags["tidelake_noname"].description.endswith(
+        "(named after the file, its pipeline name being unreadable or taken: if the fixed file names another pipeline, delete "
+        "these stand-ins: airflow dags delete tidelake_noname --yes; airflow dags delete tidelake-maintenance-noname --yes)")
+    write_pipeline(pipelines, "pipeline", good)
+    assert "tidelake_shop-eu" in dagbag().dags and "tidelake_pipeline" not in dagbag().dags
 
 
 def test_execution_timeout_and_pool_come_from_the_schedule_section(pipelines: Path, tmp_path: Path) -> None:
@@ -299,7 +368,8 @@ def test_a_run_without_a_data_interval_fails_at_once_saying_what_to_do(pipelines
         snapshot.python_callable(data_interval_start=None, data_interval_end=None)
     message = str(raised.value)
     assert message.startswith("tidelake_shop: this run has no data interval (it was triggered without a logical date)")
-    assert ("To run given intervals: airflow backfill create --dag-id tidelake_shop --from-date <first interval start> "
+    assert ("To run one interval: airflow dags trigger tidelake_shop --logical-date <its start>; "
+            "to run given intervals: airflow backfill create --dag-id tidelake_shop --from-date <first interval start> "
             "--to-date <last interval start>; to run the last complete interval now: airflow dags trigger tidelake_shop "
             "--logical-date <now, e.g. $(date -u +%Y-%m-%dT%H:%M:%SZ)> (docs/operating.md)") in message
 
@@ -336,10 +406,10 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
                           .replace('url = "s3', f'endpoint_url = "{s3.endpoint}"\n    access_key_id = "{s3.access_key}"\n    secret_access_key = "{s3.secret_key}"\n    url = "s3'))
     dag = dagbag().dags[f"tidelake_{name}"]
     for hour in range(2):
-        # A run triggered at X covers the schedule's interval ending at X.
-        run = dag.test(logical_date=t0 + dt.timedelta(hours=hour + 1))
+        # A run with logical date X covers the interval starting at X, as a scheduled run listed under X does
+        # (dag.test, like Airflow's REST API, stores the interval ending at X on it: run_interval).
+        run = dag.test(logical_date=t0 + dt.timedelta(hours=hour))
         assert str(run.state).endswith("success"), run.state
-        assert (run.data_interval_start, run.data_interval_end) == (t0 + dt.timedelta(hours=hour), t0 + dt.timedelta(hours=hour + 1))
     config = load_pipeline_config(str(path))
     marks = published_watermarks(config)
     assert len(marks) == 2
@@ -357,6 +427,7 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
         events = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                   .filter(AssetModel.uri == f"tidelake://{name}/watermark").order_by(AssetEvent.timestamp).all())
         assert [e.extra["watermark"] for e in events] == marks
+        assert [e.extra["interval_end"] for e in events] == [(t0 + dt.timedelta(hours=h)).isoformat() for h in (1, 2)]
 
 
 # ------------------------------------------------------------------ Asset events

@@ -27,8 +27,8 @@ dag = bag.dags[dag_id]
 out = {}
 for task_id in ("land", "apply"):
     op = dag.task_dict[task_id]
-    # What the task runner renders before execute(): the interval and the params.
-    op.render_template_fields({"data_interval_start": start, "data_interval_end": end, "dag": dag,
+    # What the task runner renders before execute() for a scheduled run: its logical date, interval and params.
+    op.render_template_fields({"logical_date": start, "data_interval_start": start, "data_interval_end": end, "dag": dag,
                                "run_id": f"scheduled__{start.isoformat()}", "params": {k: dag.params[k] for k in dag.params}})
     hook = op._get_hook()
     out[task_id] = {"argv": hook._build_spark_submit_command(op.application), "env": hook._env}

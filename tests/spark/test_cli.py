@@ -264,6 +264,7 @@ def test_a_closed_pipe_is_one_line_and_exit_1_for_every_command(pipeline, monkey
         ["maintain", "--config", c, "--dry-run"],
         ["decode", "--protocol", "simple", str(segment)],
         ["changes", "--config", c, "--from", "0"],
+        ["engines", "--config", c],
     ]
     every_command = {name.split()[1] for name, _ in _parsers(parser()) if name != "tidelake"}
     assert {argv[0] for argv in commands} == every_command - {"demo"}  # demo starts its own broker: too slow here

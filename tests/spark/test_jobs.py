@@ -202,6 +202,8 @@ def test_maintain_job_runs_at_the_given_now_and_prints_its_summary_without_start
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "maintain shop at 2024-01-02T03:00:00+00:00"
     assert "  watermarks: 0 retained, 0 retired, 0 retired before" in out.splitlines()
+    assert ("  archive retention: nothing pruned (archive_horizon is none): every raw and change-log segment kept"
+            in out.splitlines())
     assert out.splitlines()[-1] == "  report: shop/reports/maintenance/20240102T030000.000000Z.json"
     assert (pipeline.parent / "archive" / "shop" / "reports" / "maintenance" / "20240102T030000.000000Z.json").exists()
     assert "app" not in context  # build_context was never called

@@ -377,18 +377,25 @@ def test_tidelake_maintain_prints_what_it_would_and_did_remove(history: History,
     path = tmp_path / "shop.toml"
     path.write_text(f'name = "shop"\n[kafka]\nbootstrap_servers = "unused:9092"\n[[topics]]\nname = "cdc"\n'
                     f'protocol = "canal-json"\n[storage]\nurl = "{h.config.storage.url}"\n'
-                    '[maintenance]\nkeep_all = "0s"\nkeep_hourly = "0s"\nkeep_daily = "0s"\ngrace_period = "0s"\n')
+                    '[maintenance]\nkeep_all = "0s"\nkeep_hourly = "0s"\nkeep_daily = "0s"\ngrace_period = "0s"\n'
+                    'archive_horizon = "1s"\n')
     capsys.readouterr()
     assert main(["maintain", "--config", str(path), "--dry-run"]) == 0
     dry = capsys.readouterr()
     assert "(dry run: nothing was changed)" in dry.out.splitlines()[0]
     assert "  watermarks: 1 retained, 3 to retire (" in dry.out and "would delete file://" in dry.out
     assert re.search(r"^  would compact 2 table\(s\): \d+ files into 2 bin\(s\); the tags of 1 W\(s\) move", dry.out, re.M)
+    # Archive retention says what it would prune, and below which offsets (each retained W's replay floor).
+    assert re.search(r"^  archive retention: would prune [1-9]\d* raw segment\(s\) \(.+\) and \d+ change-log file\(s\) "
+                     r"\(.+\) below the retained Ws' replay floors \(cdc/0 @ [\d,]+, cdc/1 @ [\d,]+\)", dry.out, re.M), dry.out
+    assert re.search(r"^  orphans: would delete \d+ table file\(s\)", dry.out, re.M)
     assert retired_watermarks(open_storage(h.config.storage), "shop") == []
     assert main(["maintain", "--config", str(path)]) == 0
     run = capsys.readouterr()
     lines = run.out.splitlines()
     assert "  watermarks: 1 retained, 3 retired (" in run.out and "deleted file://" in run.out
+    pruned = re.search(r"^  archive retention: pruned ([1-9]\d*) raw segment\(s\)", run.out, re.M)
+    assert pruned and pruned.group(1) == re.search(r"would prune (\d+) raw", dry.out).group(1), run.out
     assert re.search(r"^  compacted 2 table\(s\): \d+ files into 2; the tags of 1 W\(s\) move", run.out, re.M)
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["table", "snapshots"])
     rows = [line.split() for line in lines[header + 1:header + 3]]
