@@ -6,6 +6,7 @@ watermark yet count as 0), never below the previous W.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -34,6 +35,11 @@ def compute_watermark(marks: PartitionWatermarks, partitions: Iterable[Partition
     if not partitions:
         return previous
     return max(previous, min(marks.marks.get(p, 0) for p in partitions))
+
+
+def watermark_time(w: int) -> str | None:
+    """W's wall-clock time (its TSO's physical milliseconds), ISO 8601 in UTC; None for 0 (before the first W)."""
+    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
 
 
 TAG_PREFIX = "wm_"
