@@ -253,9 +253,13 @@ class RunIsolation:
         """Whether the table under ``ref`` is held -- at statement (or plan start) ``since`` if given:
         a name a held table left is another table's once a new one took it."""
         if ref in self.gone:
-            at = _order(since)
             released = self.gone[ref][1]
-            if at is None or (released is not None and at <= released):
+            if isinstance(since, TablePlan):  # the held table's plan is the one that ends leaving the name
+                last = since.steps[-1] if since.steps else None
+                if (released is not None and isinstance(last, SchemaStep) and isinstance(last.changes[-1], RenameTable)
+                        and change_order(last.ddl) <= released):  # type: ignore[arg-type, operator]
+                    return True
+            elif since is None or (released is not None and change_order(since) <= released):  # type: ignore[arg-type, operator]
                 return True  # the held table, before it left the name
         return ref in self.held or ref in self.new
 
@@ -331,14 +335,3 @@ class RunIsolation:
         kept = {ref: e for ref, e in self.before.items() if ref not in self.retried and ref not in self.gone}
         kept.update({ref: e for ref, e in self.held.items() if ref in kept})  # marked renamed or staying in this run
         return {**kept, **self.new}
-
-
-def _order(since: DdlChange | TablePlan | None) -> Order | None:
-    """The order a statement, or a plan's first statement, applies at; None: from the run's start
-    (a plan starting with rows, or no statement)."""
-    if isinstance(since, DdlChange):
-        return change_order(since)  # type: ignore[arg-type]
-    if isinstance(since, TablePlan):
-        first = since.steps[0] if since.steps else None
-        return change_order(first.ddl) if isinstance(first, SchemaStep) else None  # type: ignore[arg-type]
-    return None
