@@ -405,6 +405,32 @@ def test_a_new_table_under_the_name_a_held_table_left_publishes(tmp_path: Path, 
     assert "stays held shop.c (held, not published under this name at any W yet" in printed.getvalue()
 
 
+def test_a_new_table_under_the_name_of_a_held_table_dropped_publishes(tmp_path: Path) -> None:
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", "a", "DROP TABLE shop.a", kind="DROP")
+    h.mark()
+    third, h.events = h.events, []
+    h.ddl("shop", "a", "CREATE TABLE IF NOT EXISTS shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 5, "v": 5})
+    w4 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, third, h.events])
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    assert read_isolated(storage, config.name)[("shop", "a")].renamed == "(dropped)"  # its name is free
+    _apply(config, 3)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w4) == [(5, 5)] and _rows(config, "a", w1) == [(1, 1)]
+    assert [e["table"] for e in read_published(storage, config.name, w2)["isolated"]] == ["a"]
+
+
 def test_a_table_renamed_onto_the_name_a_held_table_left_publishes(tmp_path: Path) -> None:
     """RENAME TABLE a TO c with a held, then RENAME TABLE x TO a: the held table's Iceberg table
     moves aside (its history stays readable at the Ws before), x publishes as a."""
