@@ -24,13 +24,14 @@ cannot be applied from or into one whose state is unknown. Errors that are not a
 (the lease, storage, the catalog, an undecodable message under ``on_bad_message = "fail"``)
 still fail the run.
 
-A held table holds only itself, not its name. Renamed away while held (``RENAME TABLE a TO c``:
-c is held with it, ``Isolated.renamed`` says where a went), its old name is free: a later
-``CREATE TABLE a`` (or a rename onto a) is a new table, applied and published as any other. The
-held table's changes since its held W then reach its new name only through statements a replay
-finds under the old one, which now names another table: it *stays* held (``Isolated.stays``
-says why; ``tidelake repair`` lists it) until the pipeline is rebuilt under a new name over
-the same archive (README, Repairing history). A table held where it was not published under its
+A held table holds only itself, not its name. Renamed away or dropped while held (``RENAME TABLE
+a TO c``: c is held with it; ``Isolated.renamed`` says where a went), its old name is free: a
+later ``CREATE TABLE a`` (or a rename onto a) is a new table, applied and published as any other.
+The held table's changes since its held W then reach its new name only through statements a
+replay finds under the old one, which now names another table: c *stays* held
+(``Isolated.stays`` says why; ``tidelake repair`` lists it) until the pipeline is rebuilt under a
+new name over the same archive (README, Repairing history); a dropped one's Ws between its held
+W and the drop keep it listed as isolated. A table held where it was not published under its
 name -- created or renamed there in the run that isolated it -- is reported as such
 (``Isolated.new_name``, ``held_phrase``), not as readable at the W before.
 
@@ -59,7 +60,7 @@ from cdc_codecs import DdlChange
 from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan
 from spark.fold.net_change import Order, change_order
-from spark.tables.ddl import Change, CreateTable, CreateTableLike, RenameTable
+from spark.tables.ddl import Change, CreateTable, CreateTableLike, DropTable, RenameTable
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
@@ -70,6 +71,7 @@ from spark.commit.lease import LeaseHeldError, LeaseLostError
 from spark.write.errors import CommitConflictError
 
 FAIL, ISOLATE = "fail", "isolate"
+DROPPED_AWAY = "(dropped)"  # Isolated.renamed of a table dropped while held
 POLICIES = (FAIL, ISOLATE)
 TableRef = tuple[str, str]
 
@@ -193,7 +195,8 @@ class Isolated:
     involved: str | None = None  # "db.table": isolated because a DDL involves that isolated table
     # True: the table took its name after held_at (created or renamed there): not published under it at any W yet.
     new_name: bool | None = None
-    renamed: str | None = None  # "db.table": renamed there while held (its name is free from then on)
+    # "db.table": renamed there while held, or DROPPED_AWAY: dropped while held (its name is free from then on)
+    renamed: str | None = None
     stays: str | None = None  # why no replay can bring it back: it stays held (see the module's docstring)
 
     @property
@@ -355,9 +358,13 @@ class RunIsolation:
         """Whether the table under ``ref`` is held -- at statement (or plan start) ``since`` if given:
         a name a held table left is another table's once a new one took it."""
         if ref in self.gone:
-            at = _order(since)
             released = self.gone[ref][1]
-            if at is None or (released is not None and at <= released):
+            if isinstance(since, TablePlan):  # the held table's plan is the one that ends leaving the name
+                last = since.steps[-1] if since.steps else None
+                if (released is not None and isinstance(last, SchemaStep) and isinstance(last.changes[-1], RenameTable)
+                        and change_order(last.ddl) <= released):  # type: ignore[arg-type, operator]
+                    return True
+            elif since is None or (released is not None and change_order(since) <= released):  # type: ignore[arg-type, operator]
                 return True  # the held table, before it left the name
         return ref in self.held or ref in self.new
 
@@ -370,8 +377,13 @@ class RunIsolation:
         table under its old name (CREATE, LIKE, a rename onto it) -- the name is free from there."""
         at = change_order(ddl)  # type: ignore[arg-type]
         for ref, change in changes:
-            if isinstance(change, RenameTable) and self.out(ref, ddl):
-                self._renamed[ref] = (at, (change.database, change.table))
+            if isinstance(change, (RenameTable, DropTable)) and self.out(ref, ddl):
+                target = (change.database, change.table) if isinstance(change, RenameTable) else None
+                self._renamed[ref] = (at, target)
+                entry = self.held.get(ref) or self.new.get(ref)
+                if entry is not None:  # later runs know its name is free: a new table may take it
+                    (self.held if ref in self.held else self.new)[ref] = dataclasses.replace(
+                        entry, renamed=f"{target[0]}.{target[1]}" if target else DROPPED_AWAY)
             made = (change.database, change.table) if isinstance(change, RenameTable) else ref
             if isinstance(change, (CreateTable, CreateTableLike, RenameTable)) and made not in self.gone:
                 entry = self.held.get(made) or self.new.get(made)
@@ -382,8 +394,9 @@ class RunIsolation:
     def _release(self, ref: TableRef, entry: Isolated, at: Order | None) -> None:
         self.held.pop(ref, None)
         self.new.pop(ref, None)
-        went = entry.renamed or (f"{self._renamed[ref][1][0]}.{self._renamed[ref][1][1]}" if ref in self._renamed else "?")
-        why = (f"{entry.name} was renamed to {went} while held, and {entry.name} names a new table since: a replay by "
+        went = entry.renamed or "?"
+        left = "was dropped" if went == DROPPED_AWAY else f"was renamed to {went}"
+        why = (f"{entry.name} {left} while held, and {entry.name} names a new table since: a replay by "
                f"name cannot reach {entry.name}'s statements since W {entry.held_at}; rebuild the pipeline under a new "
                "name over the same archive (README, Repairing history)")
         self.gone[ref] = (dataclasses.replace(entry, renamed=went, stays=why), at)
@@ -391,6 +404,12 @@ class RunIsolation:
             if e.involved == entry.name and e.stays is None:
                 stays = dataclasses.replace(e, stays=why)
                 (self.held if table_ref in self.held else self.new)[table_ref] = stays
+
+    def _left(self, ref: TableRef) -> str | None:
+        """Where a retried table that is held again went later (``Isolated.renamed``): a replay of an
+        earlier interval does not meet that statement again, and later runs need to know."""
+        prior = self.before.get(ref)
+        return prior.renamed if prior is not None and ref in self.retried else None
 
     def _new_name(self, ref: TableRef) -> bool | None:
         if self._shown is None:
@@ -409,7 +428,7 @@ class RunIsolation:
             if not (self.out(ref, ddl) if ddl is not None else ref in self.held or ref in self.new):
                 self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, _error_name(exc), _error_message(exc),
                                          ddl.sql if ddl is not None else None, ddl.commit_ts if ddl is not None else None,
-                                         position, new_name=self._new_name(ref))
+                                         position, new_name=self._new_name(ref), renamed=self._left(ref))
 
     def involve(self, refs: Iterable[TableRef], cause: TableRef, ddl: DdlChange) -> None:
         """Hold ``refs``: ``ddl`` involves ``cause``, an isolated table."""
@@ -419,12 +438,8 @@ class RunIsolation:
             if not self.out(ref, ddl):
                 self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, first.error,
                                          f"involves {first.name}, isolated: {first.message}", ddl.sql, ddl.commit_ts,
-                                         position, involved=first.name, new_name=self._new_name(ref), stays=first.stays)
-        renamed = self._renamed.get(cause)
-        if renamed is not None and (cause in self.held or cause in self.new):
-            entry = self.held.get(cause) or self.new[cause]
-            where = f"{renamed[1][0]}.{renamed[1][1]}"
-            (self.held if cause in self.held else self.new)[cause] = dataclasses.replace(entry, renamed=where)
+                                         position, involved=first.name, new_name=self._new_name(ref), stays=first.stays,
+                                         renamed=self._left(ref))
 
     def after(self) -> dict[TableRef, Isolated]:
         """The pipeline's isolated tables once this run is published: the retried ones that went
@@ -446,13 +461,3 @@ def mark_held(table: Any, entry: Isolated | None) -> None:
         else:
             tx.set_properties({HELD_AT: str(entry.held_at), HELD_REASON: entry.reason()})
 
-
-def _order(since: DdlChange | TablePlan | None) -> Order | None:
-    """The order a statement, or a plan's first statement, applies at; None: from the run's start
-    (a plan starting with rows, or no statement)."""
-    if isinstance(since, DdlChange):
-        return change_order(since)  # type: ignore[arg-type]
-    if isinstance(since, TablePlan):
-        first = since.steps[0] if since.steps else None
-        return change_order(first.ddl) if isinstance(first, SchemaStep) else None  # type: ignore[arg-type]
-    return None

@@ -318,6 +318,14 @@ class TableCommitter:
     def _rename(self, table: Table, change: RenameTable, plan: TablePlan, run: RunContext) -> Table:
         new_id = cat.identifier(self.config, change.database, change.table)
         existing = self.tables.load(change.database, change.table)
+        if existing is not None and DROPPED not in existing.properties and (change.database, change.table) in self.released:
+            # A held table that left the name (spark.commit.isolation): upstream has no table there, so it
+            # is marked gone from it -- rows and tags as they were, read at the Ws before it was held -- and
+            # moves aside as a dropped one does; what it went on as stays held.
+            self.check()
+            with internals.transaction(existing) as tx:
+                tx.set_properties({DROPPED: str(run.watermark), WATERMARK: str(run.watermark), **_stamp(plan, run)})
+            existing = self.catalog.load_table(existing.name())
         if existing is not None and DROPPED in existing.properties:
             # A dropped table's history holds the name (its tags, read at the Ws before its drop):
             # it moves aside. The table renamed here carries this plan's stamp already.

@@ -52,6 +52,8 @@ from spark.tables.ddl import (
 from spark.tables.partitioning import MYSQL, Partitioning, UnknownPartitionRows
 from spark.tables.properties import (
     DROPPED,
+    HELD_AT,
+    HELD_REASON,
     PARTITIONING,
     SCHEMA_CHANGED_AT,
     UPSTREAM_TYPE_PREFIX,
@@ -392,7 +394,9 @@ def recreate(table: Table, tx: Transaction, schema: TableSchema, buckets: int, p
     lay_out(tx, (), 0)  # the old key's columns may go
     _reset_columns(tx, iceberg_schema(table_columns(schema)))
     lay_out(tx, schema.key_columns, buckets)
-    stale = [k for k in tx.table_metadata.properties if k in (DROPPED, PARTITIONING) or k.startswith(UPSTREAM_TYPE_PREFIX)]
+    # A held table's marker goes too: the name's new table is not held (spark.commit.isolation, a held table holds only itself).
+    stale = [k for k in tx.table_metadata.properties
+             if k in (DROPPED, PARTITIONING, HELD_AT, HELD_REASON) or k.startswith(UPSTREAM_TYPE_PREFIX)]
     if stale:
         tx.remove_properties(*stale)
     tx.set_properties({**properties, cat.KEY_COLUMNS: json.dumps(list(schema.key_columns))})

@@ -410,6 +410,62 @@ def test_a_new_table_under_the_name_a_held_table_left_publishes(tmp_path: Path, 
     assert "stays held shop.c (held, not published under this name at any W yet" in printed.getvalue()
 
 
+def test_a_new_table_under_the_name_of_a_held_table_dropped_publishes(tmp_path: Path) -> None:
+    h = History()
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    w2 = h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", "a", "DROP TABLE shop.a", kind="DROP")
+    h.mark()
+    third, h.events = h.events, []
+    h.ddl("shop", "a", "CREATE TABLE IF NOT EXISTS shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 5, "v": 5})
+    w4 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, third, h.events])
+    storage = open_storage(config.storage)
+    for i in range(3):
+        _apply(config, i)
+    assert read_isolated(storage, config.name)[("shop", "a")].renamed == "(dropped)"  # its name is free
+    _apply(config, 3)
+    assert read_isolated(storage, config.name) == {}
+    assert _rows(config, "a", w4) == [(5, 5)] and _rows(config, "a", w1) == [(1, 1)]
+    from spark.tables.properties import HELD_AT
+
+    assert HELD_AT not in _iceberg(config, "a").properties  # the name's new table is not held
+    assert [e["table"] for e in read_published(storage, config.name, w2)["isolated"]] == ["a"]
+
+
+def test_a_table_renamed_onto_the_name_a_held_table_left_publishes(tmp_path: Path) -> None:
+    """RENAME TABLE a TO c with a held, then RENAME TABLE x TO a: the held table's Iceberg table
+    moves aside (its history stays readable at the Ws before), x publishes as a."""
+    h = History()
+    x = schema("shop", "x", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
+    h.ddl("shop", "x", "CREATE TABLE shop.x (id int primary key, v int)", x, kind="CREATE")
+    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
+    h.row(Op.INSERT, x, None, {"id": 9, "v": 9})
+    w1 = h.mark()
+    first, h.events = h.events, []
+    h.ddl("shop", "a", BAD, kind="ALTER")
+    h.mark()
+    second, h.events = h.events, []
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
+    h.ddl("shop", "x", "RENAME TABLE shop.x TO shop.a", kind="RENAME")
+    h.row(Op.INSERT, A, None, {"id": 10, "v": 10})
+    w3 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, h.events])
+    for i in range(3):
+        _apply(config, i)
+    storage = open_storage(config.storage)
+    assert set(read_isolated(storage, config.name)) == {("shop", "c")}
+    assert _rows(config, "a", w3) == [(9, 9), (10, 10)] and _rows(config, "a", w1) == [(1, 1)]
+    assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["a"]
+
+
 def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
     """a held by BAD at W1; then, in the next interval, ``statement`` naming a and another table."""
     h = History()
