@@ -151,6 +151,7 @@ def test_a_run_covers_the_interval_its_logical_date_names(pipelines: Path, tmp_p
             op = dag.task_dict[task_id]
             args = list(op.application_args)
             op.render_template_fields({"logical_date": logical, "data_interval_start": start, "data_interval_end": end,
+                                       "dag": dag, "run_id": "manual__x",
                                        "params": {k: dag.params[k] for k in dag.params}})
             assert op.application_args[:6] == ["--config", str(path), "--start", expected[0].isoformat(),
                                                "--end", expected[1].isoformat()], (task_id, logical, start)

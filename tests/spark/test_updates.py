@@ -8,7 +8,7 @@ import inspect
 from spark.tables import ddl, updates
 
 # Changes the committer handles itself: they touch the catalog (create, rename) or expand to others (DROP DATABASE).
-COMMITTER_CHANGES = {ddl.CreateTable, ddl.CreateTableLike, ddl.RenameTable, ddl.DropDatabase}
+COMMITTER_CHANGES = {ddl.CreateTable, ddl.CreateTableLike, ddl.RenameTable, ddl.DropDatabase, ddl.ExchangePartition}
 # Values inside changes, not changes.
 NOT_CHANGES = {ddl.DefaultLiteral, ddl.DefaultNow, ddl.DefaultUnknown}
 
