@@ -45,7 +45,7 @@ import orjson
 from cdc_codecs import DdlChange, TidelakeError, protocol_spec
 from spark.tables import catalog as cat
 from spark.runtime import credentials
-from spark.archive import layout
+from spark.archive import layout, records
 from spark.commit.plan import SchemaStep, TablePlan, TableRef, UpstreamTables, build_apply_plans, ddl_changes
 from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark
 from spark.commit.table import RunContext, TableCommitter, tag_table
@@ -91,11 +91,6 @@ class TablesAheadError(ApplyError):
     """Tables are past a watermark that is not published: a writer outside the lease moved them."""
 
 
-def _pkey(text: str) -> PKey:
-    topic, _, partition = text.rpartition("/")
-    return topic, int(partition)
-
-
 def _ptext(key: PKey) -> str:
     return f"{key[0]}/{key[1]}"
 
@@ -131,13 +126,13 @@ class Checkpoint:
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
-    def from_json(data: bytes) -> Checkpoint:
-        doc = orjson.loads(data)
+    def from_json(data: bytes, where: str = "checkpoint") -> Checkpoint:
+        """Raises: records.CorruptCheckpoint, naming ``where``."""
+        doc = records.checkpoint(data, where)
+        segments = doc["segments"]
         return Checkpoint(
-            dt.datetime.fromisoformat(doc["interval"]["start"]), dt.datetime.fromisoformat(doc["interval"]["end"]),
-            doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
-            tuple(tuple(i) for i in doc.get("ddl_applied", ())),
-            {_pkey(k): tuple(SegmentRef(*r) for r in v) for k, v in doc["segments"].items()} if "segments" in doc else None,
+            doc["interval_start"], doc["interval_end"], doc["watermark"], doc["marks"], doc["pending"], doc["ddl_applied"],
+            {k: tuple(SegmentRef(*r) for r in v) for k, v in segments.items()} if segments is not None else None,
         )
 
 
@@ -343,7 +338,7 @@ def _is_published(storage: Storage, pipeline: str, watermark: int) -> bool:
 
 def _read_checkpoint(storage: Storage, pipeline: str, iv: _Interval) -> Checkpoint | None:
     path = checkpoint_path(pipeline, iv.start, iv.end)
-    return Checkpoint.from_json(storage.read(path)) if storage.exists(path) else None
+    return Checkpoint.from_json(storage.read(path), f"{storage.url}/{path}") if storage.exists(path) else None
 
 
 def _confirm(config: PipelineConfig, storage: Storage, tables: cat.RunTables, iv: _Interval, cp: Checkpoint,

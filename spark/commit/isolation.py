@@ -33,7 +33,7 @@ interruptions (``the_runs``): those fail the run wherever they arise, and the ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import sys
@@ -45,7 +45,9 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
 from cdc_codecs import DdlChange
-from spark.archive import layout
+from spark.archive import layout, records
+from spark.archive.records import CorruptArchiveFile
+from spark.decode.effect import CorruptChangeValue
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.schema_map import UnsupportedValue
@@ -66,9 +68,9 @@ def _service_errors() -> tuple[type[BaseException], ...]:
     """The failures of the services a run uses, not of a table's changes: storage and the network
     (``OSError``: pyarrow's and fsspec's file systems, ``requests``, sockets, timeouts), the
     catalog (its database, its REST server), the lease, a writer beside the run, the driver's
-    memory, Spark's gateway."""
+    memory, Spark's gateway; and an archive whose bytes are damaged (every table's source)."""
     errors: list[type[BaseException]] = [OSError, MemoryError, StorageError, LeaseHeldError, LeaseLostError,
-                                         CommitConflictError]
+                                         CommitConflictError, CorruptArchiveFile, CorruptChangeValue]
     try:
         from sqlalchemy import exc as sql
 
@@ -189,7 +191,8 @@ class Isolated:
 
     @staticmethod
     def from_dict(doc: Mapping[str, Any]) -> Isolated:
-        return Isolated(**doc)
+        """An entry as ``to_dict`` wrote it (checked as ``records.Isolated``); fields of a newer version are left out."""
+        return Isolated(**{k: v for k, v in doc.items() if k in _ISOLATED_FIELDS})
 
     def reason(self) -> str:
         """One line: what failed, on which statement."""
@@ -211,6 +214,13 @@ def release_hint(entry: Mapping[str, Any]) -> str:
                 f"a version that types it right releases it: {replay}. If upstream's own column cannot hold the value "
                 "either (a DDL edited by hand), correct it upstream and re-create the table there, under a new name")
     return f"a tidelake version that applies the statement releases it: {replay}"
+
+
+_ISOLATED_FIELDS = frozenset(f.name for f in fields(Isolated))
+
+
+class CorruptIsolatedTables(CorruptArchiveFile):
+    """``isolated.json`` is not the list tidelake writes."""
 
 
 def statement_table(ddl: DdlChange) -> TableRef | None:
@@ -243,7 +253,9 @@ def read_isolated(storage: Storage, pipeline: str) -> dict[TableRef, Isolated]:
     path = isolated_path(pipeline)
     if not storage.exists(path):
         return {}
-    entries = [Isolated.from_dict(e) for e in orjson.loads(storage.read(path))["tables"]]
+    doc = records.read_record(storage.read(path), records.IsolatedTables, f"{storage.url}/{path}", "list of isolated tables",
+                              CorruptIsolatedTables)
+    entries = [Isolated.from_dict(e) for e in doc["tables"]]
     return {e.ref: e for e in entries}
 
 
