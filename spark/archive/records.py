@@ -64,6 +64,7 @@ def parquet(data: bytes, schema: pa.Schema, where: str, what: str, error: type[C
     """
     try:
         table = pq.read_table(pa.BufferReader(data))
+        table.validate(full=True)  # Arrow reads text without checking it is UTF-8
     except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:
         raise error(f"{where}: damaged {what}: {type(exc).__name__}: {exc}") from None
     check_columns(table.schema, schema, where, what, error)

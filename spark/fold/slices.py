@@ -98,6 +98,7 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
             if not groups:
                 continue
             rows = source.read_row_groups(groups)
+            rows.validate(full=True)  # Arrow reads text without checking it is UTF-8
         if part.count > 1:
             hashes = rows.column("key_hash")
             rows = rows.filter(pc.and_(pc.greater_equal(hashes, lo), pc.less(hashes, hi)))
