@@ -107,6 +107,10 @@ class ColumnType:
             text += "(" + ",".join("'" + e.replace("'", "''") + "'" for e in self.elements) + ")"
         elif self.precision is not None:
             text += f"({self.precision},{self.scale or 0})"
+        elif self.kind is TypeKind.DECIMAL and self.scale is not None:
+            # A scale without a precision (Connect's Decimal without connect.decimal.precision): the
+            # 38 digits Iceberg gives it (iceberg_type), so that the scale survives ``stored_type``.
+            text += f"(38,{self.scale})"
         elif self.length is not None:
             text += f"({self.length})"
         return text + (" unsigned" if self.unsigned else "")

@@ -14,16 +14,11 @@ from typing import Any
 
 import orjson
 
-from spark.archive import layout
+from spark.archive import layout, records
 from spark.archive.manifest import SegmentRef
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
-
-
-def _pkey(text: str) -> PKey:
-    topic, _, partition = text.rpartition("/")
-    return topic, int(partition)
 
 
 def _ptext(key: PKey) -> str:
@@ -61,13 +56,13 @@ class Checkpoint:
         }, option=orjson.OPT_INDENT_2)
 
     @staticmethod
-    def from_json(data: bytes) -> Checkpoint:
-        doc = orjson.loads(data)
+    def from_json(data: bytes, where: str = "checkpoint") -> Checkpoint:
+        """Raises: records.CorruptCheckpoint, naming ``where`` (checked against the documented shape first)."""
+        doc = records.checkpoint(data, where)
+        segments = doc["segments"]
         return Checkpoint(
-            dt.datetime.fromisoformat(doc["interval"]["start"]), dt.datetime.fromisoformat(doc["interval"]["end"]),
-            doc["watermark"], {_pkey(k): v for k, v in doc["marks"].items()}, {_pkey(k): v for k, v in doc["pending"].items()},
-            tuple(tuple(i) for i in doc.get("ddl_applied", ())),
-            {_pkey(k): tuple(SegmentRef(*r) for r in v) for k, v in doc["segments"].items()} if "segments" in doc else None,
+            doc["interval_start"], doc["interval_end"], doc["watermark"], doc["marks"], doc["pending"], doc["ddl_applied"],
+            {k: tuple(SegmentRef(*r) for r in v) for k, v in segments.items()} if segments is not None else None,
         )
 
 
@@ -78,4 +73,4 @@ def checkpoint_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
 def read_checkpoint(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> Checkpoint | None:
     """The interval's checkpoint, None if no run applied it."""
     path = checkpoint_path(pipeline, start, end)
-    return Checkpoint.from_json(storage.read(path)) if storage.exists(path) else None
+    return Checkpoint.from_json(storage.read(path), f"{storage.url}/{path}") if storage.exists(path) else None

@@ -13,14 +13,14 @@ from typing import Any
 
 import orjson
 
-from cdc_codecs import TidelakeError
-from spark.archive import layout
+from spark.archive import layout, records
+from spark.archive.records import CorruptArchiveFile
 from spark.archive.storage import Storage
 
 FORMAT = 1
 
 
-class ManifestError(TidelakeError):
+class ManifestError(CorruptArchiveFile):
     """A manifest is unreadable or contradicts its neighbours."""
 
 
@@ -104,27 +104,27 @@ class Manifest:
 
     @staticmethod
     def from_json(data: bytes, where: str) -> Manifest:
-        try:
-            doc = orjson.loads(data)
-            if doc.get("format") != FORMAT:
-                raise ManifestError(f"{where}: manifest format {doc.get('format')!r}, this tidelake reads {FORMAT}")
-            parts = []
-            for p in doc["partitions"]:
-                gap = Gap(**p["gap"]) if p.get("gap") else None
-                segments = tuple(Segment(**s) for s in p["segments"])
-                parts.append(PartitionRange(p["topic"], p["partition"], p["start"], p["end"], gap, segments, p["messages"], p["checksum"]))
-            return Manifest(
-                doc["pipeline"],
-                dt.datetime.fromisoformat(doc["interval"]["start"]),
-                dt.datetime.fromisoformat(doc["interval"]["end"]),
-                tuple(parts),
-                doc.get("previous"),
-                dt.datetime.fromisoformat(doc["created_at"]),
-            )
-        except ManifestError:
-            raise
-        except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
-            raise ManifestError(f"{where}: unreadable manifest: {type(exc).__name__}: {exc}") from None
+        """Raises:
+            ManifestError: not a manifest of this format (records.Manifest), or offsets out of order.
+        """
+        doc = records.read_record(data, records.Manifest, where, "manifest", ManifestError)
+        if doc["format"] != FORMAT:
+            raise ManifestError(f"{where}: manifest format {doc['format']!r}, this tidelake reads {FORMAT}")
+        parts = []
+        for p in doc["partitions"]:
+            gap = Gap(p["gap"]["start"], p["gap"]["end"]) if p.get("gap") else None
+            segments = tuple(Segment(**{k: s[k] for k in ("path", "start", "end", "messages", "bytes")}) for s in p["segments"])
+            if p["start"] > p["end"] or any(s.start > s.end for s in segments) or (gap is not None and gap.start > gap.end):
+                raise ManifestError(f"{where}: damaged manifest: an offset range of {p['topic']}/{p['partition']} ends "
+                                    "before it starts")
+            parts.append(PartitionRange(p["topic"], p["partition"], p["start"], p["end"], gap, segments, p["messages"], p["checksum"]))
+        interval = doc["interval"]
+        start = records.instant(interval["start"], where, "interval.start", ManifestError)
+        end = records.instant(interval["end"], where, "interval.end", ManifestError)
+        if start >= end:
+            raise ManifestError(f"{where}: damaged manifest: its interval ends before it starts")
+        return Manifest(doc["pipeline"], start, end, tuple(parts), doc.get("previous"),
+                        records.instant(doc["created_at"], where, "created_at", ManifestError))
 
 
 def read_manifest(storage: Storage, path: str) -> Manifest:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import sys
@@ -61,6 +61,9 @@ from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan
 from spark.fold.net_change import Order, change_order
 from spark.tables.ddl import Change, CreateTable, CreateTableLike, DropTable, RenameTable
+from spark.archive import records
+from spark.archive.records import CorruptArchiveFile
+from spark.decode.effect import CorruptChangeValue
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
@@ -84,9 +87,9 @@ def _service_errors() -> tuple[type[BaseException], ...]:
     """The failures of the services a run uses, not of a table's changes: storage and the network
     (``OSError``: pyarrow's and fsspec's file systems, ``requests``, sockets, timeouts), the
     catalog (its database, its REST server), the lease, a writer beside the run, the driver's
-    memory, Spark's gateway."""
+    memory, Spark's gateway; and an archive whose bytes are damaged (every table's source)."""
     errors: list[type[BaseException]] = [OSError, MemoryError, StorageError, LeaseHeldError, LeaseLostError,
-                                         CommitConflictError]
+                                         CommitConflictError, CorruptArchiveFile, CorruptChangeValue]
     try:
         from sqlalchemy import exc as sql
 
@@ -217,7 +220,8 @@ class Isolated:
 
     @staticmethod
     def from_dict(doc: Mapping[str, Any]) -> Isolated:
-        return Isolated(**doc)
+        """An entry as ``to_dict`` wrote it (checked as ``records.Isolated``); fields of a newer version are left out."""
+        return Isolated(**{k: v for k, v in doc.items() if k in _ISOLATED_FIELDS})
 
     def reason(self) -> str:
         """One line: what failed, on which statement."""
@@ -248,6 +252,13 @@ def held_phrase(entry: Mapping[str, Any]) -> str:
     if entry.get("new_name"):
         return f"held, not published under this name at any W yet (it took the name after W {held}, in interval {entry['since']})"
     return f"held at W {held}" if held else "held before its first W"
+
+
+_ISOLATED_FIELDS = frozenset(f.name for f in fields(Isolated))
+
+
+class CorruptIsolatedTables(CorruptArchiveFile):
+    """``isolated.json`` is not the list tidelake writes."""
 
 
 def statement_table(ddl: DdlChange) -> TableRef | None:
@@ -311,7 +322,9 @@ def read_isolated(storage: Storage, pipeline: str) -> dict[TableRef, Isolated]:
     path = isolated_path(pipeline)
     if not storage.exists(path):
         return {}
-    entries = [Isolated.from_dict(e) for e in orjson.loads(storage.read(path))["tables"]]
+    doc = records.read_record(storage.read(path), records.IsolatedTables, f"{storage.url}/{path}", "list of isolated tables",
+                              CorruptIsolatedTables)
+    entries = [Isolated.from_dict(e) for e in doc["tables"]]
     return {e.ref: e for e in entries}
 
 

@@ -52,7 +52,8 @@ from typing import Any, Callable
 import orjson
 
 from cdc_codecs import TidelakeError
-from spark.archive import layout
+from spark.archive import layout, records
+from spark.archive.records import CorruptArchiveFile
 from spark.archive.storage import AlreadyExists, Storage
 
 EPOCH_DIGITS = 12
@@ -109,9 +110,14 @@ def _epoch_paths(storage: Storage, pipeline: str) -> list[str]:
     return [p for p in storage.list(lease_dir(pipeline)) if p.endswith(".json") and p.rsplit("/", 1)[-1][:-5].isdigit()]
 
 
+class CorruptLease(CorruptArchiveFile):
+    """A lease file is not one tidelake writes: which run holds the pipeline cannot be told."""
+
+
 def _record(storage: Storage, path: str) -> LeaseRecord:
-    doc = orjson.loads(storage.read(path))
-    return LeaseRecord(_epoch_of(path), doc["owner"], doc["acquired_at"], doc["expires_at"], doc["released"], doc.get("run"))
+    where = f"{storage.url}/{path}"
+    doc = records.read_record(storage.read(path), records.Lease, where, "lease record", CorruptLease)
+    return LeaseRecord(_epoch_of(path), doc["owner"], float(doc["acquired_at"]), float(doc["expires_at"]), doc["released"], doc.get("run"))
 
 
 def current_lease(storage: Storage, pipeline: str) -> LeaseRecord | None:

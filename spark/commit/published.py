@@ -38,7 +38,8 @@ from typing import Any
 import orjson
 
 from cdc_codecs import TidelakeError
-from spark.archive import layout
+from spark.archive import layout, records
+from spark.archive.records import CorruptArchiveFile
 from spark.config import PipelineConfig
 from spark.archive.storage import AlreadyExists, Storage, open_storage
 
@@ -130,9 +131,30 @@ def record_snapshots(storage: Storage, pipeline: str, watermark: int, snapshots:
     return True
 
 
+class CorruptPublishedRecord(CorruptArchiveFile):
+    """A published record (or an apply report) is not one tidelake writes."""
+
+
 def read_published(storage: Storage, pipeline: str, watermark: int) -> dict[str, Any] | None:
+    """W's published record (``records.Published``), None if W was not published.
+
+    Raises:
+        CorruptPublishedRecord: naming the file and the field.
+    """
     path = published_path(pipeline, watermark)
-    return orjson.loads(storage.read(path)) if storage.exists(path) else None
+    if not storage.exists(path):
+        return None
+    return records.read_record(storage.read(path), records.Published, f"{storage.url}/{path}", "published record",
+                               CorruptPublishedRecord)
+
+
+def read_report(storage: Storage, path: str, shape: Any = records.ApplyReport) -> dict[str, Any]:
+    """An apply run's report (or a confirming run's: ``records.Confirmation``), checked as far as runs read it back.
+
+    Raises:
+        CorruptPublishedRecord: naming the file and the field.
+    """
+    return records.read_record(storage.read(path), shape, f"{storage.url}/{path}", "run report", CorruptPublishedRecord)
 
 
 @dataclass(frozen=True)
@@ -295,7 +317,7 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
     path = layout.report_path(config.name, interval_start, interval_end, "apply")
     if not storage.exists(path):
         raise NotPublishedError(f"interval {layout.instant(interval_start)}..{layout.instant(interval_end)} is not applied yet")
-    report = orjson.loads(storage.read(path))
+    report = read_report(storage, path)
     w = report["watermark"]
     if w and read_published(storage, config.name, w) is None:
         raise NotPublishedError(f"watermark {w} is checkpointed but not published; rerun the apply task")
@@ -304,7 +326,7 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
     if storage.exists(confirmed):
         # The last apply run confirmed what an earlier one applied: nothing new to announce.
         # (A repair that applies the interval again writes apply.json after it.)
-        at = orjson.loads(storage.read(confirmed)).get("confirmed_at", "")
+        at = read_report(storage, confirmed, records.Confirmation).get("confirmed_at", "")
         if at >= report.get("finished_at", ""):
             return None
     if outcome == PUBLISHED:

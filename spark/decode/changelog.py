@@ -47,10 +47,11 @@ from cdc_codecs import (
     stored_type,
 )
 from spark.runtime import credentials
-from spark.archive import layout
+from spark.archive import layout, records
 from spark.config import PipelineConfig
 from spark.decode.clock import CommitTsClock, DerivedClock
-from spark.decode.effect import decode_effect, encode_effect, image_encoder
+from spark.archive.records import CorruptArchiveFile
+from spark.decode.effect import CorruptChangeValue, decode_effect, encode_effect, image_encoder
 from spark.archive.manifest import SegmentRef
 from spark.decode.side_output import DecoderState, SegmentRuns, SideOutput, read_side_output
 from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
@@ -521,7 +522,20 @@ def _side_path(pipeline: str, version: str, topic: str, partition: int, segment:
 
 
 def read_change_log(storage: Storage, paths: Sequence[str]) -> pa.Table:
-    """The change-log rows of these Parquet files, in the order given and each in offset order (tests)."""
-    tables = [pq.read_table(storage.arrow_path(p), filesystem=storage.arrow_fs, schema=CHANGE_LOG_SCHEMA)
-              .sort_by([("offset", "ascending"), ("index", "ascending"), ("deletes", "descending")]) for p in paths]
+    """The change-log rows of these Parquet files, in the order given and each in offset order
+    (tests and tools), every one checked: the file's columns, and each row's change.
+
+    Raises:
+        CorruptArchiveFile: naming the file (and the row's offset, for a change it cannot read).
+    """
+    tables = []
+    for path in paths:
+        where = f"{storage.url}/{path}"
+        table = records.parquet(storage.read(path), CHANGE_LOG_SCHEMA, where, "change log")
+        for offset, index, blob in zip(*(table.column(c).to_pylist() for c in ("offset", "index", "change"))):
+            try:
+                decode_effect(blob)
+            except CorruptChangeValue as exc:
+                raise CorruptArchiveFile(f"{where}: damaged change log: the change at offset {offset} [{index}]: {exc}") from None
+        tables.append(table.sort_by([("offset", "ascending"), ("index", "ascending"), ("deletes", "descending")]))
     return pa.concat_tables(tables) if tables else CHANGE_LOG_SCHEMA.empty_table()

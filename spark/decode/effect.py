@@ -55,7 +55,9 @@ class UnsupportedChangeValue(TidelakeError):
 
 
 class CorruptChangeValue(TidelakeError):
-    """A change-log value this version does not read: an unknown extension, or a retired pickle."""
+    """A change-log value this version does not read: an unknown extension, a retired pickle, bytes
+    no value has (DECIMAL text that is not a number, a TIME or date beyond Python's range, a layout
+    of the wrong length), or a change that is not an operation and a row image (a map)."""
 
 
 def _value(v: Any) -> Any:
@@ -86,7 +88,7 @@ def _value(v: Any) -> Any:
 
 def _ext(code: int, data: memoryview) -> Any:
     if code == _DECIMAL:
-        return Decimal(bytes(data).decode("ascii"))
+        return Decimal(bytes(data).decode("ascii"))  # InvalidOperation (an ArithmeticError) if not a number
     if code == _DATETIME:
         return dt.datetime(*_DATETIME_FIELDS.unpack(data))
     if code == _DATETIME_UTC:
@@ -101,19 +103,22 @@ def _ext(code: int, data: memoryview) -> Any:
         return dt.datetime.fromisoformat(bytes(data).decode("ascii"))
     if code == _TIMEDELTA:
         days, seconds, micros = _TIMEDELTA_FIELDS.unpack(data)
-        return dt.timedelta(days, seconds, micros)
+        return dt.timedelta(days, seconds, micros)  # OverflowError beyond 999999999 days
     if code == _ENUM_INDEX:
         return EnumIndex(bytes(data).decode("utf-8"))
     if code == _SET_MASK:
         return SetMask(bytes(data).decode("utf-8"))
     if code == _LIST:
-        return _decoder.decode(data)
+        return _list_decoder.decode(data)
     if code == _RETIRED_PICKLE:
         raise CorruptChangeValue("a pickled value (extension 6, change-log format <= 4) is never unpickled")
     raise CorruptChangeValue(f"unknown MessagePack extension {code}")
 
 
-_decoder = msgspec.msgpack.Decoder(ext_hook=_ext)
+# A change is an operation and a row image (a map of column names); msgspec checks that shape as
+# it decodes, before any value is used. List values are arrays of values.
+_decoder = msgspec.msgpack.Decoder(tuple[Op, dict[str, Any]], ext_hook=_ext)
+_list_decoder = msgspec.msgpack.Decoder(list[Any], ext_hook=_ext)
 
 
 def encode_effect(op: Op, image: Mapping[str, Any]) -> bytes:
@@ -178,17 +183,15 @@ def image_encoder(column_types: Mapping[str, ColumnType]) -> Callable[[Op, Mappi
     return namespace["encode_image"]
 
 
-_OPS = {op.value: op for op in Op}  # a dict lookup: Op(value) costs ~1 us a row
-
-
 def decode_effect(blob: bytes) -> tuple[Op, dict[str, Any]]:
     """Raises:
         CorruptChangeValue: not a change this version wrote (the caller names where it lies).
     """
     try:
-        op, image = _decoder.decode(blob)
-        return _OPS[op], image
+        return _decoder.decode(blob)
     except CorruptChangeValue:
         raise
-    except (msgspec.DecodeError, ValueError, TypeError, KeyError, struct.error) as exc:
+    except (msgspec.DecodeError, ValueError, TypeError, KeyError, struct.error, ArithmeticError, RecursionError) as exc:
+        # ValueError: msgspec's ValidationError, a date out of range, text that is not ASCII or a number
+        # ArithmeticError: decimal.InvalidOperation, OverflowError (a timedelta beyond Python's)
         raise CorruptChangeValue(f"not a change-log change: {type(exc).__name__}: {exc}") from None

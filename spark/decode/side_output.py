@@ -9,15 +9,18 @@ the decoder state after the segment, from which the next segment is decoded.
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import astuple, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
-from cdc_codecs import DdlChange, DecodeError, RawMessage, SourcePosition, TableSchema, TidelakeError
+from cdc_codecs import DdlChange, DecodeError, RawMessage, SourcePosition, TableSchema, TidelakeError, stored_type
 from cdc_codecs.errors import ClaimCheckError, HandleKeyOnlyError, PendingSchemaError
 from cdc_codecs.events import BinlogPosition
+from spark.archive import records
+from spark.archive.records import Count, CorruptArchiveFile, Int64, Partition
 from spark.decode.clock import BinlogMark
 from spark.archive.storage import Storage
 
@@ -26,8 +29,92 @@ from spark.archive.storage import Storage
 FORMAT = 3
 
 
-class SideOutputError(TidelakeError):
+class SideOutputError(CorruptArchiveFile):
     """A side output cannot be read (unknown format, damaged)."""
+
+
+# Its shape (docs/archive.md, "Side output"), checked before any field is used (spark.archive.records).
+_Position = tuple[str, Partition, Count, Count]
+
+
+class _Column(TypedDict):
+    name: str
+    type: str
+    nullable: bool
+
+
+class _TableSchema(TypedDict):
+    database: str
+    table: str
+    version: Int64 | None
+    key_columns: list[str]
+    columns: list[_Column]
+
+
+class _Binlog(TypedDict):
+    file: str
+    pos: Count
+    row: Int64
+    server: Count
+
+
+class _Ddl(TypedDict):
+    database: str
+    table: str
+    sql: str
+    commit_ts: Count | None
+    position: _Position
+    ddl_type: str | None
+    schema_before: _TableSchema | None
+    schema_after: _TableSchema | None
+    event_time_ms: Int64 | None
+    binlog: _Binlog | None
+
+
+class _Raw(TypedDict):
+    key: str | None
+    value: str | None
+    position: _Position
+    headers: list[tuple[str, str | None]]
+    timestamp_ms: Int64 | None
+
+
+class _Error(TypedDict):
+    kind: str
+    protocol: str
+    position: _Position | None
+    field: str | None
+    reason: str
+    raw: _Raw | None
+
+
+class _State(TypedDict):
+    schemas: list[_TableSchema]
+    clock: Count
+    binlog: tuple[Count, str, Count, Int64, Count] | None
+
+
+class _Schema(TypedDict):
+    key_columns: list[str]
+    columns: list[tuple[str, str]] | None
+
+
+class _SideOutput(TypedDict):
+    format: int
+    decoder: str
+    topic: str
+    partition: Partition
+    start: Count
+    end: Count
+    messages: Count
+    events: Count
+    rows: Count
+    mark: Count | None
+    ddl: list[_Ddl]
+    errors: list[_Error]
+    state: _State
+    schemas: dict[str, _Schema]
+    runs: NotRequired[tuple[Count, Count, Count, Count, Int64] | None]
 
 
 @dataclass(frozen=True)
@@ -117,6 +204,14 @@ def error_from_dict(doc: Mapping[str, Any]) -> DecodeError:
     return kind(doc["protocol"], position, doc["field"], doc["reason"], raw=message)
 
 
+def _checked_schema(doc: Any) -> bytes:
+    """``_schema_blob``, its column types read as the change log's rows will (``changelog.decode_schema``)."""
+    blob = _schema_blob(doc)
+    for _, text in doc["columns"] or ():
+        stored_type(text)  # ColumnValueError (a TidelakeError) for a type no decoder writes
+    return blob
+
+
 def _schema_blob(doc: Any) -> bytes:
     """A schema of the side output, back to the bytes its ``schema_id`` digests."""
     if not isinstance(doc, dict) or set(doc) != {"key_columns", "columns"}:
@@ -181,21 +276,21 @@ class SideOutput:
         """Raises:
             SideOutputError: not a side output of a format this version reads.
         """
+        doc = records.read_record(data, _SideOutput, where, "side output", SideOutputError)
+        if doc["format"] != FORMAT:
+            raise SideOutputError(f"{where}: expected format {FORMAT}, found {doc['format']!r}")
+        if doc["start"] > doc["end"]:
+            raise SideOutputError(f"{where}: damaged side output: its offsets end before they start")
         try:
-            doc = orjson.loads(data)
-            if doc.get("format") != FORMAT:
-                raise SideOutputError(f"{where}: expected format {FORMAT}, found {doc.get('format')!r}")
             return SideOutput(
                 doc["topic"], doc["partition"], doc["start"], doc["end"], doc["decoder"], doc["messages"],
                 doc["events"], doc["rows"], doc["mark"], tuple(ddl_from_dict(d) for d in doc["ddl"]),
                 tuple(error_from_dict(e) for e in doc["errors"]), DecoderState.from_dict(doc["state"]),
-                {int(k): _schema_blob(v) for k, v in doc["schemas"].items()},
+                {int(k): _checked_schema(v) for k, v in doc["schemas"].items()},
                 SegmentRuns(*doc["runs"]) if doc.get("runs") is not None else None,
             )
-        except SideOutputError:
-            raise
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SideOutputError(f"{where}: damaged side output: {type(exc).__name__}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, binascii.Error, TidelakeError) as exc:  # a kind, a type, base64
+            raise SideOutputError(f"{where}: damaged side output: {type(exc).__name__}: {exc}") from None
 
 
 def read_side_output(storage: Storage, path: str) -> SideOutput:

@@ -16,6 +16,7 @@ one task per slice; the local plane folds one slice covering everything.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark.archive import records
+from spark.archive.records import CorruptArchiveFile
 from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.fold.net_change import COUNT, ORDER_COLUMNS, Order, greatest, multiset_net, with_count
@@ -79,19 +82,44 @@ class FoldedSlice:
 
 
 def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part: Slice = EVERYTHING) -> Iterator[pa.Table]:
-    """The selected rows of one slice of these change-log files (runs on an executor)."""
+    """The selected rows of one slice of these change-log files (runs on an executor).
+
+    Raises:
+        CorruptArchiveFile: a file that is not a change log (Arrow refuses it, or other columns),
+        naming it. (An ``OSError`` stays the storage's: it cannot be told from damaged bytes here.)
+    """
     lo, hi = part.bounds
     for path in paths:
-        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
+        where = f"{storage.url}/{path}"
+        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f, _damaged(where, "change log"):
             source = pq.ParquetFile(f)
+            records.check_columns(source.schema_arrow, CHANGE_LOG_SCHEMA, where, "change log")
             groups = slice_row_groups(source.metadata, lo, hi) if part.count > 1 else list(range(source.num_row_groups))
             if not groups:
                 continue
             rows = source.read_row_groups(groups)
+            rows.validate(full=True)  # Arrow reads text without checking it is UTF-8
         if part.count > 1:
             hashes = rows.column("key_hash")
             rows = rows.filter(pc.and_(pc.greater_equal(hashes, lo), pc.less(hashes, hi)))
         yield select(rows, window)
+
+
+@contextlib.contextmanager
+def _damaged(where: str, what: str) -> Iterator[None]:
+    try:
+        yield
+    except pa.ArrowException as exc:
+        raise CorruptArchiveFile(f"{where}: damaged {what}: {type(exc).__name__}: {exc}") from None
+
+
+def read_net_change(storage: Storage, path: str) -> pa.Table:
+    """A slice's net change as the fold left it in the archive for the rewrite job (read whole).
+
+    Raises:
+        CorruptArchiveFile: not a net change (damaged, other columns), naming the file.
+    """
+    return records.parquet(storage.read(path), NET_SCHEMA, f"{storage.url}/{path}", "net change")
 
 
 def slice_row_groups(metadata: pq.FileMetaData, lo: int, hi: int) -> list[int]:

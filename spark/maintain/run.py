@@ -239,8 +239,8 @@ def _plain(report: Any) -> Any:
 def _checkpoints(storage: Storage, config: PipelineConfig) -> list[Any]:
     from spark.archive.checkpoint import Checkpoint, checkpoint_path
 
-    return [Checkpoint.from_json(storage.read(checkpoint_path(config.name, s, e)))
-            for s, e, _ in list_manifests(storage, config.name) if storage.exists(checkpoint_path(config.name, s, e))]
+    paths = [checkpoint_path(config.name, s, e) for s, e, _ in list_manifests(storage, config.name)]
+    return [Checkpoint.from_json(storage.read(p), f"{storage.url}/{p}") for p in paths if storage.exists(p)]
 
 
 def _tables(catalog: Any, config: PipelineConfig) -> dict[str, Any]:

@@ -25,10 +25,14 @@ from pyiceberg.manifest import DataFile
 from cdc_codecs import ColumnType
 from spark.runtime import credentials
 from spark.archive import layout
+from spark.archive.records import CorruptArchiveFile
+from spark.decode.effect import CorruptChangeValue
 from spark.config import PipelineConfig
 from spark.decode.changelog import decode_schema
 from spark.fold.select import FoldWindow
-from spark.fold.slices import EVERYTHING, NetSummary, Slice, add_counts, fold_slice, merge_summaries, net_groups, read_slice
+from spark.fold.slices import (
+    EVERYTHING, NetSummary, Slice, add_counts, fold_slice, merge_summaries, net_groups, read_net_change, read_slice,
+)
 from spark.write.rewrite import FileRewrite, fill_columns
 from spark.write.target import TableTarget
 from spark.write.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
@@ -247,12 +251,14 @@ class SparkFold(_NetSchemas):
 
         def routed(path: str) -> Iterator[tuple[tuple[int, str], bytes]]:
             storage = open_storage(credentials.resolve(config).storage)
-            with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
-                net = pq.read_table(f)
+            net = read_net_change(storage, path)
             with no_cyclic_gc():
-                for packed in _routed(net, index, targets):
-                    yield from zip(zip(packed.column("request").to_pylist(), packed.column("group").to_pylist()),
-                                   packed.column("rows").to_pylist())
+                try:
+                    for packed in _routed(net, index, targets):
+                        yield from zip(zip(packed.column("request").to_pylist(), packed.column("group").to_pylist()),
+                                       packed.column("rows").to_pylist())
+                except CorruptChangeValue as exc:
+                    raise CorruptArchiveFile(f"{storage.url}/{path}: damaged net change: {exc}") from None
 
         def grouped(pairs: Iterator[tuple[tuple[int, str], bytes]]) -> Iterator[pa.RecordBatch]:
             with no_cyclic_gc():

@@ -138,6 +138,8 @@ def test_stored_types_read_back_as_written_a_bare_decimal_unknown() -> None:
                parse_mysql_type("decimal(12,2)"), parse_mysql_type("enum('a','it''s')"), parse_mysql_type("bigint unsigned")):
         assert stored_type(str(ct)) == ct
     assert stored_type("decimal").iceberg_type() == unknown.iceberg_type() == "decimal(38, 10)"
+    scaled = ColumnType(TypeKind.DECIMAL, "decimal", scale=12)  # Debezium's Decimal with a scale, no precision
+    assert stored_type(str(scaled)).iceberg_type() == scaled.iceberg_type() == "decimal(38, 12)"
     assert parse_mysql_type("decimal").iceberg_type() == "decimal(10, 0)"
 
 

@@ -524,6 +524,24 @@ def test_an_exchange_with_an_isolated_table_holds_both_and_the_fixed_version_mov
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("case", ["a decimal beyond its column", "a string in an int column (a DDL edited by hand)"])
+def test_a_value_that_cannot_be_written_on_spark_executors_names_value_column_and_offset(tmp_path: Path, capsys,
+                                                                                        case: str) -> None:  # noqa: ANN001
+    """The same, the rows written by Spark's executors: the driver reads the message out of the
+    executor's traceback, once."""
+    from spark.archive.land import SparkRunner
+    from spark.runtime.session import build_context
+
+    context = build_context("tidelake-isolation-values", "local[2]", **{"spark.ui.enabled": "false",
+                                                                        "spark.ui.showConsoleProgress": "false"})
+    try:
+        test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_offset(tmp_path, capsys, case,
+                                                                                          SparkRunner(context))
+    finally:
+        context.stop()
+
+
+@pytest.mark.slow
 def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
     """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""
     from spark.archive.land import SparkRunner
@@ -711,7 +729,8 @@ def test_a_mirror_built_from_announcements_stays_exact_through_a_catch_up(tmp_pa
 
 
 @pytest.mark.parametrize("case", ["a decimal beyond its column", "a string in an int column (a DDL edited by hand)"])
-def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_offset(tmp_path: Path, capsys, case: str) -> None:
+def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_offset(tmp_path: Path, capsys, case: str,
+                                                                                      runner=None) -> None:  # noqa: ANN001
     """Bad input stays bad input (issue 34, item 5): a value that decodes but that its column cannot
     take holds its own table, the others publish; the record names the value, the column and the
     message's topic/partition@offset, once, and stays so at every run that retries it; ``tidelake
@@ -750,7 +769,7 @@ def test_a_value_that_cannot_be_written_holds_its_table_naming_value_column_and_
     assert where is not None
     storage = open_storage(config.storage)
     for i in range(3):
-        result = _apply(config, i)
+        result = _apply(config, i, runner=runner)
         assert result.outcome == "published"
         if i == 0:
             continue
