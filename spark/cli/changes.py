@@ -53,22 +53,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _at(text: str, flag: str) -> Any:
-    from spark.cli.main import _instant
+    from spark.cli.common import instant
 
     if text.isdigit():
         return int(text)
     if text == "latest":
         return text
-    return _instant(text, flag)
+    return instant(text, flag)
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
     from spark.query.changes import read_changes
     from spark.cli.interval import StepProgress, progress_bars
-    from spark.cli.main import _config
+    from spark.cli.common import pipeline_config
     from spark.cli.report import w_time as _w_time
 
-    config = _config(args)
+    config = pipeline_config(args)
     fmt = args.format or ("parquet" if args.out else "table")
     if args.out and fmt == "table":
         raise ConfigError("--format table prints to stdout; with --out give parquet, json or csv")
@@ -108,15 +108,15 @@ def cmd_changes(args: argparse.Namespace) -> int:
 
 
 def print_changes(changes: Any, fmt: str, out: Any) -> None:
-    from spark.cli.main import _json_value, _print_table, write_result
+    from spark.cli.common import json_value, print_table, write_result
 
     if fmt == "json":
         for (db, table), rows in sorted(changes.items()):
             for row in rows.to_pylist():
-                out.write(orjson.dumps({"database": db, "table": table, "row": row}, default=_json_value).decode() + "\n")
+                out.write(orjson.dumps({"database": db, "table": table, "row": row}, default=json_value).decode() + "\n")
         # A table left out is named in the output itself (not only in a warning -q hides): a mirror must know.
         for (db, table), entry in sorted(changes.isolated.items()):
-            out.write(orjson.dumps({"database": db, "table": table, "left_out": entry}, default=_json_value).decode() + "\n")
+            out.write(orjson.dumps({"database": db, "table": table, "left_out": entry}, default=json_value).decode() + "\n")
         return
     if fmt == "csv":
         if len(changes) != 1:
@@ -127,7 +127,7 @@ def print_changes(changes: Any, fmt: str, out: Any) -> None:
     for name, rows in sorted(changes.items()):
         print(f"{name[0]}.{name[1]}: {_summary(changes.details[name])}", file=out)
         if rows.num_rows:
-            _print_table(rows, out)
+            print_table(rows, out)
     for (db, table), e in sorted(changes.isolated.items()):
         print(f"{db}.{table}: LEFT OUT, isolated at W {e['isolated_at']} (held at W {e['held_at']}): {e['error']}: "
               f"{e['message']}", file=out)
@@ -144,7 +144,7 @@ def write_changes(config: Any, changes: Any, out: str, fmt: str) -> dict[str, An
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from spark.cli.main import _json_value
+    from spark.cli.common import json_value
     from spark.archive.layout import encode_name
     from spark.archive.storage import open_storage
 
@@ -159,7 +159,7 @@ def write_changes(config: Any, changes: Any, out: str, fmt: str) -> dict[str, An
             pcsv.write_csv(rows, buffer)
         else:
             for row in rows.to_pylist():
-                buffer.write(orjson.dumps(row, default=_json_value) + b"\n")
+                buffer.write(orjson.dumps(row, default=json_value) + b"\n")
         storage.write(path, buffer.getvalue())
         files[(db, table)] = path
     manifest = {"pipeline": config.name, "format": fmt, **changes.manifest(files),

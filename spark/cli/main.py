@@ -23,7 +23,6 @@ only), as do the progress bars of ``run`` and ``backfill``. Lags and ages read `
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
 import logging
 import os
@@ -31,9 +30,8 @@ import re
 import sys
 from typing import Any, Sequence
 
-import orjson
-
 from cdc_codecs import ConfigError, TidelakeError
+from spark.cli.common import instant, pipeline_config, write_result
 from spark.cli.interval import StepProgress, intervals, progress_bars, run_interval
 from spark.cli.report import backfill_line, print_report, w_time
 from spark.jobs import human_duration
@@ -42,28 +40,16 @@ UTC = dt.timezone.utc
 log = logging.getLogger("tidelake.cli")
 
 
-def _config(args: argparse.Namespace) -> Any:
-    from spark.config import load_pipeline_config
-
-    return load_pipeline_config(args.config)
-
-
-def _instant(text: str, what: str) -> dt.datetime:
-    from spark.config import parse_instant
-
-    return parse_instant(text, what)
-
-
 def _interval(start: str, end: str, start_flag: str, end_flag: str) -> tuple[dt.datetime, dt.datetime]:
     """The interval the user typed, checked before anything runs; errors echo the text as typed."""
-    a, b = _instant(start, start_flag), _instant(end, end_flag)
+    a, b = instant(start, start_flag), instant(end, end_flag)
     if b <= a:
         raise ConfigError(f"{end_flag} {end!r} is not after {start_flag} {start!r}")
     return a, b
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = pipeline_config(args)
     start, end = _interval(args.start, args.end, "--start", "--end")
     with progress_bars(args.quiet) as bars:
         report = run_interval(config, start, end, args.spark, progress=StepProgress(bars))
@@ -72,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = pipeline_config(args)
     start, end = _interval(args.start, args.end, "FROM", "TO")
     spans = intervals(config.schedule.cron, start, end)
     if not spans:
@@ -91,7 +77,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def cmd_watermarks(args: argparse.Namespace) -> int:
     from spark.query.read import published, published_watermarks, retired_watermarks
 
-    config = _config(args)
+    config = pipeline_config(args)
     marks = published_watermarks(config)
     if not marks:
         print(f"{config.name}: no watermark published yet")
@@ -118,7 +104,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from spark.commit.isolation import held_phrase, release_hint
     from spark.query.read import open_view
 
-    config = _config(args)
+    config = pipeline_config(args)
     view = open_view(config, _at(args.at))
     w = view.watermark
     print(f"{config.name} at W={w} ({w_time(w)}):")
@@ -145,10 +131,10 @@ def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, 
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = pipeline_config(args)
     changes_from = args.changes_from
     if changes_from is not None and not changes_from.isdigit():
-        changes_from = _instant(changes_from, "--changes-from")
+        changes_from = instant(changes_from, "--changes-from")
     if args.no_before_images and changes_from is None:
         raise ConfigError("--no-before-images applies to the changes: give --changes-from W")
     w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from,
@@ -158,49 +144,13 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_result(table: Any, fmt: str, out: Any) -> None:
-    """A query result as an aligned table, JSON lines or CSV (with a header)."""
-    if fmt == "json":
-        for row in table.to_pylist():
-            out.write(orjson.dumps(row, default=_json_value).decode() + "\n")
-    elif fmt == "csv":
-        import pyarrow.csv as pcsv
-
-        out.flush()
-        pcsv.write_csv(table, out.buffer)
-        out.buffer.flush()
-    else:
-        _print_table(table, out)
-
-
-def _json_value(value: Any) -> Any:
-    """A value JSON has no type for, wherever it is (nested in lists and structs too): binary as
-    base64 text (RFC 4648, padded), anything else as its text (a decimal keeps every digit)."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(value).decode("ascii")
-    return str(value)
-
-
-def _print_table(table: Any, out: Any = None) -> None:
-    out = out or sys.stdout
-    rows = table.to_pylist()
-    cols = table.column_names
-    cells = [[str(r[c]) for c in cols] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
-    print("  ".join("-" * w for w in widths), file=out)
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=out)
-    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)
-
-
 def from_watermark(text: str | None) -> int | None:
     """``--from``: a W (TSO), or an ISO time meaning every W from that instant's first TSO on."""
     if text is None:
         return None
     if text.isdigit():
         return int(text)
-    return int(_instant(text, "--from").timestamp() * 1000) << 18
+    return int(instant(text, "--from").timestamp() * 1000) << 18
 
 
 def print_repair(report: Any, out: Any = None) -> None:
@@ -239,7 +189,7 @@ def print_repair(report: Any, out: Any = None) -> None:
 def cmd_repair(args: argparse.Namespace) -> int:
     from spark.repair.run import repair
 
-    config = _config(args)
+    config = pipeline_config(args)
     print_repair(repair(config, from_watermark(args.start), dry_run=args.dry_run))
     return 0
 
@@ -253,7 +203,7 @@ def print_maintenance(report: Any, out: Any = None) -> None:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from spark.maintain.run import maintain
 
-    config = _config(args)
+    config = pipeline_config(args)
     with progress_bars(args.quiet) as bars:
         report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
     print_maintenance(report)
