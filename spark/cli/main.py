@@ -124,8 +124,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def query(config: Any, sql: str, at: Any = "latest", *, metadata: bool = False, changes_from: Any = None,
           before_images: bool = True) -> tuple[int, Any]:
-    """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.read.run_query``."""
-    from spark.query.read import run_query
+    """Run DuckDB SQL over the tables it names, at one consistent W: (W, Arrow result). See ``spark.query.sql.run_query``."""
+    from spark.query.sql import run_query
 
     return run_query(config, sql, at, metadata=metadata, changes_from=changes_from, before_images=before_images)
 
@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TidelakeError as exc:
         if args.debug:
             raise
-        from spark.query.read import QueryError
+        from spark.query.names import QueryError
         from spark.runtime.services import classify
 
         log.error("%s", _one_line(classify(exc) or exc))

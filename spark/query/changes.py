@@ -45,6 +45,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from spark.tables import catalog as cat
 from spark.query import read as query
+from spark.query.names import QueryError
 from spark.commit.plan import ddl_changes
 from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
@@ -86,7 +87,7 @@ __all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "
 TableRef = tuple[str, str]
 
 
-class ChangesRequestError(ChangesError, query.QueryError):
+class ChangesRequestError(ChangesError, QueryError):
     """The request is wrong: ``from_w`` after ``to_w``, or a table the pipeline does not have."""
 
 

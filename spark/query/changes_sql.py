@@ -9,7 +9,7 @@ statement::
 
 ``changes`` is a catalog of its own: a database upstream named ``changes`` stays readable as
 ``changes.t`` (two parts name a database's table), read through a stand-in schema as for any
-database named like one of DuckDB's catalogs (``spark.query.read``). Only the tables the SQL names
+database named like one of DuckDB's catalogs (``spark.query.sql``). Only the tables the SQL names
 under ``changes`` have their changes read (every table's when sqlglot cannot parse it). Names
 are matched as tables are: quoted exactly, unquoted in any case.
 """
@@ -21,6 +21,7 @@ from typing import Any
 from sqlglot import exp
 
 from spark.query import read as query
+from spark.query.names import QueryError, parsed, quote_ident, same_name, sql_name
 from spark.config import PipelineConfig
 from spark.archive.storage import open_storage
 
@@ -33,7 +34,7 @@ def named_tables(sql: str, names: set[TableRef]) -> set[TableRef] | None:
 
     Raises:
         QueryError: such a name is none of ``names``."""
-    statements = query._parsed(sql)
+    statements = parsed(sql)
     if statements is None:
         return None
     out = set()
@@ -42,12 +43,12 @@ def named_tables(sql: str, names: set[TableRef]) -> set[TableRef] | None:
             catalog, db, table = node.args.get("catalog"), node.args.get("db"), node.this
             if not (isinstance(catalog, exp.Identifier) and isinstance(db, exp.Identifier) and isinstance(table, exp.Identifier)):
                 continue
-            if not query._same(CATALOG, catalog):
+            if not same_name(CATALOG, catalog):
                 continue
-            found = {n for n in names if query._same(n[0], db) and query._same(n[1], table)}
+            found = {n for n in names if same_name(n[0], db) and same_name(n[1], table)}
             if not found:
-                known = ", ".join(f"{query._sql_name(a)}.{query._sql_name(b)}" for a, b in sorted(names)[:20])
-                raise query.QueryError(f"unknown table {node.sql('duckdb')}: changes.<database>.<table> names a table "
+                known = ", ".join(f"{sql_name(a)}.{sql_name(b)}" for a, b in sorted(names)[:20])
+                raise QueryError(f"unknown table {node.sql('duckdb')}: changes.<database>.<table> names a table "
                                        f"of the pipeline at either watermark: {known or 'none'}")
             out |= found
     return out
@@ -64,19 +65,19 @@ def attach_changes(con: Any, config: PipelineConfig, sql: str, changes_from: que
     before = query.view_at(config, w1, storage=storage)
     names = {*before.tables, *before.isolated, *view.tables, *view.isolated}
     wanted = named_tables(sql, names)
-    con.execute(f"ATTACH ':memory:' AS {query.quote_ident(CATALOG)}")
+    con.execute(f"ATTACH ':memory:' AS {quote_ident(CATALOG)}")
     if wanted == set():
         return w1
     changes = read_changes(config, w1, view.watermark, wanted, storage=storage, before_images=before_images)
     import duckdb
 
     for i, ((db, table), rows) in enumerate(sorted(changes.items())):
-        schema = f"{query.quote_ident(CATALOG)}.{query.quote_ident(db)}"
+        schema = f"{quote_ident(CATALOG)}.{quote_ident(db)}"
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         con.register(f"__tidelake_changes_{i}", rows)
         try:
-            con.execute(f"CREATE VIEW {schema}.{query.quote_ident(table)} AS SELECT * FROM __tidelake_changes_{i}")
+            con.execute(f"CREATE VIEW {schema}.{quote_ident(table)} AS SELECT * FROM __tidelake_changes_{i}")
         except duckdb.CatalogException:
-            raise query.QueryError(f"the changes of {db}.{table} have the name of another table's but for case, "
+            raise QueryError(f"the changes of {db}.{table} have the name of another table's but for case, "
                                    "which DuckDB cannot tell apart; name one of them") from None
     return w1

@@ -635,7 +635,7 @@ def test_after_images_of_a_table_changed_wholesale(tmp_path: Path) -> None:
 
 def test_after_images_on_the_command_line_and_in_sql(tmp_path: Path, capsys) -> None:
     from spark.cli.main import main
-    from spark.query.read import run_query
+    from spark.query.sql import run_query
 
     lake = Lake(tmp_path, "canal-json")
     t = lake.create("t", [("id", "int"), ("v", "int")])

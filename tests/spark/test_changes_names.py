@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from spark.query.changes import read_changes
-from spark.query.read import quote_ident, run_query
+from spark.query.names import quote_ident
+from spark.query.sql import run_query
 
 from .test_changes import Lake
 

@@ -8,7 +8,9 @@ import pytest
 
 from spark.query import changes as changes_module
 from spark.cli.main import main
-from spark.query.read import IsolatedTable, QueryError, run_query
+from spark.query.read import IsolatedTable
+from spark.query.names import QueryError
+from spark.query.sql import run_query
 
 from .test_changes import Lake
 

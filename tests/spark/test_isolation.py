@@ -25,7 +25,8 @@ from spark.tables.schema_map import UnsupportedValue
 from spark.tables.properties import table_watermark
 from spark.jobs.apply import apply_summary
 from spark.commit.published import read_published
-from spark.query.read import IsolatedTable, read_table, run_query
+from spark.query.read import IsolatedTable, read_table
+from spark.query.sql import run_query
 from spark.archive.storage import open_storage
 from spark.commit.watermark import tag_name
 

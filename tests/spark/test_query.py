@@ -26,7 +26,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType
 
 from spark.cli.main import main, query
-from spark.query.read import QueryError, QueryFailed, TableScan, View, plan_scans, read_pipeline, run_query
+from spark.query.read import TableScan, View, read_pipeline
+from spark.query.names import QueryError
+from spark.query.sql import QueryFailed, plan_scans, run_query
 
 from .test_catalog import ODD_DB, ODD_TABLE, _pipeline
 
