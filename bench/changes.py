@@ -44,7 +44,7 @@ from spark.commit.apply import apply_interval
 from spark.query.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, UPSERT, read_changes
 from spark.tables.properties import table_watermark
 from spark.tables.schema_map import COMMIT_TS, OP, metadata_columns
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 PROTOCOL = "canal-json"
 TABLE = "feed"

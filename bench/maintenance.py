@@ -49,7 +49,7 @@ from spark.maintain.run import maintain as run_maintenance
 from spark.commit.published import published_watermarks
 from spark.query.read import View, open_view
 from spark.archive.storage import Storage, open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -28,7 +28,7 @@ from cdc_codecs.types import parse_mysql_type
 from spark.archive.storage import open_storage
 from spark.commit.apply import apply_interval
 from spark.commit.published import published_watermarks
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 from spark.config import MaintenanceConfig, PipelineConfig
 from spark.maintain.run import maintain
 from spark.tables import catalog as cat

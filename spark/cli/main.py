@@ -34,7 +34,7 @@ from cdc_codecs import ConfigError, TidelakeError
 from spark.cli.common import instant, pipeline_config, write_result
 from spark.cli.interval import StepProgress, intervals, progress_bars, run_interval
 from spark.cli.report import backfill_line, print_report, w_time
-from spark.jobs import human_duration
+from spark.core.text import human_duration
 
 UTC = dt.timezone.utc
 log = logging.getLogger("tidelake.cli")

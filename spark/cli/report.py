@@ -6,7 +6,7 @@ import datetime as dt
 import sys
 from typing import Any
 
-from spark.jobs import human_duration
+from spark.core.text import human_duration
 
 UTC = dt.timezone.utc
 

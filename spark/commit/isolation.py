@@ -59,7 +59,7 @@ from sqlglot.errors import ParseError, TokenError
 from cdc_codecs import DdlChange
 from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan
-from spark.fold.net_change import Order, change_order
+from spark.core.keys import Order, change_order
 from spark.tables.ddl import Change, CreateTable, CreateTableLike, DropTable, RenameTable
 from spark.archive import records
 from spark.archive.records import CorruptArchiveFile

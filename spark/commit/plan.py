@@ -41,7 +41,7 @@ from spark.tables.ddl import (
     RenameTable,
     parse_ddl,
 )
-from spark.fold.net_change import Order, change_order
+from spark.core.keys import Order, change_order
 
 TableRef = tuple[str, str]
 

@@ -18,7 +18,7 @@ from spark.archive import layout
 from spark.archive.storage import Storage
 from spark.commit.isolation import Isolated
 from spark.commit.published import CONFIRMATION_REPORT, CONFIRMED, NOT_CONSISTENT
-from spark.commit.watermark import watermark_time
+from spark.core.watermark import watermark_time
 from spark.tables import catalog as cat
 from spark.tables.properties import DROPPED
 

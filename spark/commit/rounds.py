@@ -22,7 +22,7 @@ from cdc_codecs import DdlChange
 from spark.commit.isolation import ISOLATE, RunIsolation, statement_tables, table_error
 from spark.commit.plan import LINKING, SchemaStep, TablePlan, ddl_changes, linked_tables
 from spark.commit.table import RunContext, TableCommitter
-from spark.runtime.plane import FillRequest, Fold, RewriteRequest
+from spark.write.plane import FillRequest, Fold, RewriteRequest
 from spark.write.rewrite import FileRewrite
 
 # Plans advanced side by side between rewrite rounds: what a plan does between two rewrites is

@@ -52,12 +52,12 @@ from spark.commit.quarantine import quarantine_messages
 from spark.commit.report import applied_report, confirmed_report, write_report
 from spark.commit.rounds import Links, TimedRewrites, commit_plans, ddl_links
 from spark.commit.table import RunContext, TableCommitter, tag_table
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 from spark.config import PipelineConfig
-from spark.fold.net_change import Order, change_order
+from spark.core.keys import Order, change_order
 from spark.fold.window import IntervalWindow, carried_segments
 from spark.runtime import credentials
-from spark.runtime.plane import Fold, LocalPlane, SparkPlane
+from spark.write.plane import Fold, LocalPlane, SparkPlane
 from spark.runtime.tasks import sized
 from spark.tables import catalog as cat
 from spark.tables.properties import CREATED_AT, DROPPED, table_watermark, walk_watermark

@@ -38,9 +38,9 @@ from cdc_codecs import ColumnType, DdlChange, protocol_spec
 from cdc_codecs._base import parse_timezone
 from spark.commit.isolation import the_runs
 from spark.commit.plan import DataStep, SchemaStep, TablePlan
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 from spark.config import PipelineConfig, TopicConfig
-from spark.runtime.plane import FillRequest, RewriteRequest
+from spark.write.plane import FillRequest, RewriteRequest
 from spark.tables import catalog as cat
 from spark.tables import exchange, updates
 from spark.tables.partitioning import MYSQL, upstream_server
@@ -84,7 +84,7 @@ from spark.write.target import TableTarget
 from spark.write.upsert import UpsertTarget
 
 if TYPE_CHECKING:
-    from spark.runtime.plane import Fold
+    from spark.write.plane import Fold
 
 
 @dataclass(frozen=True)

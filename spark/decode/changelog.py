@@ -54,7 +54,7 @@ from spark.archive.records import CorruptArchiveFile
 from spark.decode.effect import CorruptChangeValue, decode_effect, encode_effect, image_encoder
 from spark.archive.manifest import SegmentRef
 from spark.decode.side_output import DecoderState, SegmentRuns, SideOutput, read_side_output
-from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
+from spark.core.keys import change_effects, key_bytes, key_hash, table_seed
 from spark.archive.storage import AlreadyExists, Storage, open_storage
 from spark.runtime.tasks import no_cyclic_gc, sized
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cdc_codecs import Clock, DdlChange, DecodeError, Event, RowChange, Watermark
 from cdc_codecs.events import BinlogPosition
-from spark.commit.watermark import derived_commit_ts, derived_mark
+from spark.core.watermark import derived_commit_ts, derived_mark
 
 
 # (server id, binlog file base name, file number, position, row): ``BinlogPosition`` as compared.

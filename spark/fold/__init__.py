@@ -2,6 +2,6 @@
 
 ``select`` cuts a run's rows out of the change log (offset window per partition, commitTs
 window, the DDL segment of each row); ``slices`` reads one key-hash slice of the change log and
-folds it with ``net_change.greatest``, the fold rule; a plane (``spark.runtime.plane``) runs a
+folds it with ``net_change.greatest``, the fold rule; a plane (``spark.write.plane``) runs a
 task per slice on Spark executors, or one slice holding everything in process.
 """

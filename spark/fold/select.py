@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from spark.decode.side_output import SideOutput
-from spark.fold.net_change import EVERY_CHANGE, Order, transaction_rank
+from spark.core.keys import Order
+from spark.fold.net_change import EVERY_CHANGE, transaction_rank
 
 APPLY, PENDING, SKIPPED = 0, 1, 2
 

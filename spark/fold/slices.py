@@ -28,7 +28,8 @@ from spark.archive import records
 from spark.archive.records import CorruptArchiveFile
 from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
-from spark.fold.net_change import COUNT, ORDER_COLUMNS, Order, greatest, multiset_net, with_count
+from spark.core.keys import Order
+from spark.fold.net_change import COUNT, ORDER_COLUMNS, greatest, multiset_net, with_count
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]

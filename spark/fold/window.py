@@ -27,12 +27,12 @@ from spark.archive import layout
 from spark.archive.checkpoint import Checkpoint
 from spark.archive.manifest import Manifest, SegmentRef, list_manifests, read_manifest
 from spark.archive.storage import Storage
-from spark.commit.watermark import PartitionWatermarks, compute_watermark
+from spark.core.watermark import PartitionWatermarks, compute_watermark
 from spark.config import PipelineConfig
 from spark.decode.changelog import SideOutput, decoder_version, ensure_change_log
-from spark.fold.net_change import Order, change_order
+from spark.core.keys import Order, change_order
 from spark.fold.select import FoldWindow, link_runs
-from spark.maintain.archive_retention import require_replayable
+from spark.archive.floors import require_replayable
 
 PKey = tuple[str, int]
 TableRef = tuple[str, str]

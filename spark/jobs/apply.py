@@ -24,7 +24,8 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
 
 from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
 from spark.cli.report import isolated_lines
-from spark.jobs import emit, human_duration, interval_job, utc_text
+from spark.core.text import human_duration, utc_text
+from spark.jobs import emit, interval_job
 
 
 def apply_summary(result: ApplyResult) -> list[str]:

@@ -18,7 +18,8 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
 
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
-from spark.jobs import emit, human_bytes, interval_job, utc_text
+from spark.core.text import human_bytes, utc_text
+from spark.jobs import emit, interval_job
 from spark.archive.land import LandResult, land_interval
 
 

@@ -19,22 +19,18 @@ prune that crashed half-way is finished by the next one.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
-from cdc_codecs import TidelakeError
 from spark.archive import layout
 from spark.maintain.archive_files import archive_file
 from spark.archive.manifest import list_manifests, read_manifest
+from spark.archive.floors import pruned_floors
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
-
-
-class ArchivePruned(TidelakeError):
-    """A replay needs raw segments that archive retention deleted."""
 
 
 @dataclass(frozen=True)
@@ -62,28 +58,6 @@ def replay_floors(retained_checkpoints: Sequence, partitions: Sequence[PKey]) ->
         pending = [cp.pending.get(key) for cp in retained_checkpoints]
         floors[key] = 0 if not pending or None in pending else min(pending)  # type: ignore[type-var]
     return floors
-
-
-def pruned_floors(storage: Storage, pipeline: str) -> dict[PKey, int]:
-    """The floors recorded by earlier prunes: below them, segments may be gone."""
-    path = layout.pruned_path(pipeline)
-    if not storage.exists(path):
-        return {}
-    doc = orjson.loads(storage.read(path))
-    return {(k.rpartition("/")[0], int(k.rpartition("/")[2])): v for k, v in doc["floors"].items()}
-
-
-def require_replayable(storage: Storage, pipeline: str, starts: Mapping[PKey, int]) -> None:
-    """Raise ``ArchivePruned`` if a replay from ``starts`` (per partition) needs pruned segments."""
-    floors = pruned_floors(storage, pipeline)
-    below = {k: (s, floors[k]) for k, s in starts.items() if s < floors.get(k, 0)}
-    if below:
-        k, (s, f) = min(below.items())
-        raise ArchivePruned(
-            f"pipeline {pipeline}: replaying partition {_ptext(k)} from offset {s} needs raw segments that archive "
-            f"retention deleted (kept from offset {f}); only watermarks whose checkpoints were retained can be "
-            f"replayed from ({len(below)} partition(s) affected)"
-        )
 
 
 def prune_archive(

@@ -41,7 +41,7 @@ from spark.write.files import live_files
 from spark.write.target import TableTarget
 from spark.archive.land import Runner
 from spark.commit.lease import LeaseLostError
-from spark.commit.watermark import tag_name, watermark_tags
+from spark.core.watermark import tag_name, watermark_tags
 from spark.runtime.tasks import sized
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"

@@ -45,7 +45,7 @@ from spark.commit.lease import Lease
 from spark.commit.published import mark_retired, record_retired
 from spark.archive.storage import Storage
 from spark.write import internals
-from spark.commit.watermark import tag_name, tag_watermark
+from spark.core.watermark import tag_name, tag_watermark
 
 UTC = dt.timezone.utc
 

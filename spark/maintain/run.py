@@ -47,7 +47,7 @@ from spark.archive.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
 from spark.commit.published import published_watermarks, record_snapshots, retired_watermarks
 from spark.archive.storage import Storage, open_storage
-from spark.commit.watermark import watermark_tags
+from spark.core.watermark import watermark_tags
 
 UTC = dt.timezone.utc
 
@@ -251,7 +251,7 @@ def _without_tags(table: Any, plan: Any) -> Any:
     """A dry run's stand-in for ``table`` once retention removed its retired tags (metadata only, nothing committed)."""
     from pyiceberg.table import Table
 
-    from spark.commit.watermark import tag_name
+    from spark.core.watermark import tag_name
 
     gone = {tag_name(w) for w in (*plan.retire, *plan.retired_before)}
     refs = {n: r for n, r in table.metadata.refs.items() if n not in gone}
@@ -269,7 +269,7 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
     Columns: snapshots before, tags and snapshots removed, files deleted and bytes freed, then
     every file any snapshot reads (data, delete, manifests, manifest lists) and their bytes, before and after.
     """
-    from spark.jobs import human_bytes
+    from spark.core.text import human_bytes
 
     dry = report.dry_run
     lines = [f"maintain {report.pipeline} at {report.now.isoformat()}" + (" (dry run: nothing was changed)" if dry else "")]
@@ -315,7 +315,7 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
 
 def _orphan_and_archive_lines(report: MaintenanceReport) -> list[str]:
     """Orphan cleanup and archive retention: what went (would go), or why nothing could."""
-    from spark.jobs import human_bytes
+    from spark.core.text import human_bytes
 
     dry, lines = report.dry_run, []
     o = report.orphans

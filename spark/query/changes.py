@@ -78,7 +78,7 @@ from spark.write.keys import key_matches
 from spark.commit.isolation import statement_tables
 from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
 from spark.archive.storage import Storage, open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 __all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError", "ChangesUnavailable",
            "TableChanges",

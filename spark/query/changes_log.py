@@ -42,11 +42,12 @@ from spark.archive.storage import Storage
 from spark.config import PipelineConfig
 from spark.decode.changelog import CHANGE_LOG_SCHEMA, SideOutput, decode_schema, ensure_change_log, undecoded
 from spark.decode.topic_clock import settle_topic_clocks
-from spark.fold.net_change import change_order, greatest
+from spark.core.keys import change_order
+from spark.fold.net_change import greatest
 from spark.fold.select import APPLY, FoldWindow, select
 from spark.fold.slices import EVERYTHING, Slice, slice_row_groups
 from spark.fold.window import IntervalWindow, merged
-from spark.maintain.archive_retention import ArchivePruned
+from spark.archive.floors import ArchivePruned
 from spark.runtime import credentials
 from spark.archive.storage import open_storage
 

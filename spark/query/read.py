@@ -29,7 +29,7 @@ from spark.commit.isolation import held_phrase
 from spark.config import PipelineConfig
 from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import Storage, open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 At = Union[str, int, dt.datetime]
 

@@ -67,7 +67,7 @@ from spark.commit.published import (
     published_watermarks, read_published, repair_records, repair_record_path, retained_watermarks,
 )
 from spark.archive.storage import Storage, open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 REPAIR_BRANCH = "tidelake-repair"
 REPAIRED_BY = "tidelake.repaired-by"  # table property: the repair record that last rewrote the table's tags

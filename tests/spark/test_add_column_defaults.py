@@ -23,7 +23,7 @@ from spark.tables.updates import UnsupportedSchemaChange
 from spark.config import LayoutConfig
 from spark.query.read import read_table
 from spark.archive.storage import open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
 from .test_catalog import duckdb_with_iceberg, jdbc_metadata_location

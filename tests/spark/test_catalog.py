@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cdc_codecs import ConfigError, Op
 from spark.tables import catalog as cat
 from spark.query.read import published_watermarks, read_pipeline, read_table
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from .test_schema_evolution import History, run, schema
 

@@ -301,7 +301,7 @@ def test_only_the_files_that_can_hold_a_touched_key_are_read(tmp_path: Path, mon
                                   ("update_after", t_change, {"id": 250, "v": -1})]
     assert len(opened) <= 3, opened  # W1: the file of 200..299; W2: its rewrite (and the new row's file)
     from spark.tables import catalog as cat
-    from spark.commit.watermark import tag_name
+    from spark.core.watermark import tag_name
 
     table = cat.load_table(cat.open_catalog(lake.config), lake.config, "shop", "t")
     assert len(table.scan(snapshot_id=table.snapshot_by_name(tag_name(w1)).snapshot_id).plan_files()) == 10
@@ -335,7 +335,7 @@ def test_compaction_moving_the_tags_changes_nothing(tmp_path: Path, write_mode: 
 
 def _tag_snapshots(lake: Lake) -> dict[int, int]:
     from spark.tables import catalog as cat
-    from spark.commit.watermark import tag_name
+    from spark.core.watermark import tag_name
 
     table = cat.load_table(cat.open_catalog(lake.config), lake.config, "shop", "t")
     return {w: table.snapshot_by_name(tag_name(w)).snapshot_id for w in lake.ws}

@@ -11,7 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from bench.apply_tables import build_archive
 from bench.archive import HOUR, T0, clone_archive, pipeline_config
 from spark.commit.apply import apply_interval
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 from spark.tables import catalog as cat
 from spark.write.internals import MAIN_BRANCH
 

@@ -471,7 +471,7 @@ def test_schema_after_gives_like_its_columns_and_leaves_other_tables_alone() -> 
 
 
 def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
-    from spark.runtime.plane import NetSummary
+    from spark.write.plane import NetSummary
 
     alter = DdlChange(DB, "t", "ALTER TABLE t ADD PRIMARY KEY (a, b)", 5, P, "ALTER")
     rename = DdlChange(DB, "t", "RENAME TABLE t TO u", 20, P, "RENAME")
@@ -556,7 +556,7 @@ def test_schema_after_keeps_the_statements_default() -> None:
 def test_plans_drop_every_table_a_dropped_database_has_at_that_point() -> None:
     """The lake's tables of the database, one created, one renamed into it and one made by rows
     earlier in the run; not one renamed out of it or dropped before, nor another database's."""
-    from spark.runtime.plane import NetSummary
+    from spark.write.plane import NetSummary
 
     def ddl(sql: str, ts: int, table: str = "") -> DdlChange:
         return DdlChange(DB, table, sql, ts, P, "QUERY")
@@ -598,7 +598,7 @@ def _ddl(sql: str, ts: int) -> DdlChange:
 
 
 def _rows(table: str, ts: int, segment: int = 0):  # noqa: ANN202
-    from spark.runtime.plane import NetSummary
+    from spark.write.plane import NetSummary
 
     return NetSummary(DB, table, segment, keys=1, deletes=0, first=(ts, "topic", 0, ts, 0))
 

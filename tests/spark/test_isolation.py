@@ -28,7 +28,7 @@ from spark.commit.published import read_published
 from spark.query.read import IsolatedTable, read_table
 from spark.query.sql import run_query
 from spark.archive.storage import open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from .archive import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema

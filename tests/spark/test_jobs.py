@@ -12,7 +12,8 @@ import pytest
 import spark.runtime.session
 from spark.commit.apply import ApplyResult
 from spark.jobs import apply as apply_job
-from spark.jobs import human_bytes, human_duration, interval_job
+from spark.core.text import human_bytes, human_duration
+from spark.jobs import interval_job
 from spark.jobs import land as land_job
 from spark.archive.land import LandResult
 from spark.archive.manifest import Gap, Manifest, PartitionRange, Segment

@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark.fold.net_change import _joined, key_bytes
+from spark.core.keys import _joined, key_bytes
 
 
 @given(st.integers())

@@ -27,7 +27,7 @@ from spark.commit.lease import Lease, LeaseHeldError, current_lease
 from spark.commit.published import announcement, published_watermarks, read_published, repair_records
 from spark.query.read import read_pipeline
 from spark.repair.run import REPAIR_BRANCH, RepairError, repair, scratch_config
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from .archive import HOUR, T0, normalise
 from .history import Upstream

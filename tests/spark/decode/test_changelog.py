@@ -50,9 +50,9 @@ from spark.decode.changelog import (
 from spark.archive.manifest import SegmentRef
 from spark.decode.side_output import DecoderState, SideOutput, SideOutputError, read_side_output
 from spark.archive.land import open_segment_writer, segment_table
-from spark.fold.net_change import key_bytes
+from spark.core.keys import key_bytes
 from spark.archive.storage import LocalStorage, Storage, open_storage
-from spark.commit.watermark import derived_commit_ts, derived_mark
+from spark.core.watermark import derived_commit_ts, derived_mark
 from tests.spark.archive import make_config
 from tests.spark.history import GARBAGE
 

@@ -7,7 +7,7 @@ import pytest
 from cdc_codecs import Clock, DdlChange, DecodeError, Op, RowChange, SourcePosition, Watermark
 from cdc_codecs.events import BinlogPosition
 from spark.decode.clock import CommitTsClock, DerivedClock
-from spark.commit.watermark import derived_commit_ts, derived_mark
+from spark.core.watermark import derived_commit_ts, derived_mark
 
 POS = SourcePosition("cdc", 0, 9)
 

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
-from spark.fold.net_change import greatest, greatest_per_key, key_bytes, key_hash, sort_for_fold
+from spark.core.keys import key_bytes, key_hash
+from spark.fold.net_change import greatest, greatest_per_key, sort_for_fold
 
 
 def rows(items: list[tuple]) -> pa.Table:

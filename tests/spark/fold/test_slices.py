@@ -16,7 +16,7 @@ from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
 from spark.decode import changelog
 from spark.fold.select import FoldWindow
 from spark.fold.slices import EVERYTHING, Slice, slice_row_groups, add_counts, fold_slice, merge_summaries, read_slice
-from spark.fold.net_change import key_hash, table_seed
+from spark.core.keys import key_hash, table_seed
 from spark.archive.storage import LocalStorage
 
 TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}

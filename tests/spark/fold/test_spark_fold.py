@@ -101,7 +101,7 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     from cdc_codecs import Op, RowChange, SourcePosition
     from spark.decode import changelog
     from spark.fold.select import FoldWindow
-    from spark.runtime.plane import SparkPlane
+    from spark.write.plane import SparkPlane
     from spark.archive.storage import open_storage
 
     from ..archive import make_config
@@ -133,7 +133,7 @@ def test_a_run_is_cut_into_more_slices_than_slots_when_a_slice_would_hold_over_f
     from cdc_codecs import Op, RowChange, SourcePosition
     from spark.decode import changelog
     from spark.fold.select import FoldWindow
-    from spark.runtime.plane import SparkPlane
+    from spark.write.plane import SparkPlane
     from spark.archive.storage import open_storage
 
     from ..archive import make_config

@@ -9,11 +9,12 @@ from spark.archive.checkpoint import Checkpoint, checkpoint_path
 from spark.commit.apply import apply_interval
 from spark.tables.properties import DROPPED, WATERMARK
 from spark.decode.changelog import decoder_version
-from spark.maintain.archive_retention import ArchivePruned, prune_archive, pruned_floors
+from spark.archive.floors import ArchivePruned, pruned_floors
+from spark.maintain.archive_retention import prune_archive
 from spark.archive.manifest import list_manifests, read_manifest
 from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from ..archive import HOUR, T0, normalise, run_history
 

@@ -31,7 +31,7 @@ from spark.commit.published import published_watermarks, read_published, retaine
 from spark.query.read import RetiredWatermark, read_pipeline, resolve_watermark
 from spark.repair.run import repair
 from spark.archive.storage import open_storage
-from spark.commit.watermark import tag_name
+from spark.core.watermark import tag_name
 
 from ..archive import HOUR, T0, normalise, run_history
 
