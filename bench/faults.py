@@ -26,7 +26,6 @@ import datetime as dt
 import http.client
 import os
 import signal
-import socketserver
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from spark.runtime.embedded import (
-    BIN, _seaweed_ports, free_port, kafka_service, postgres_service, start_process_group, stop_process_group, wait_for_port,
+    BIN, _seaweed_ports, free_port, postgres_service, start_process_group, stop_process_group, wait_for_port,
 )
 
 UTC = dt.timezone.utc

@@ -20,7 +20,7 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
 
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
-from cdc_codecs import ConfigError, TidelakeError
+from cdc_codecs import ConfigError
 from spark.jobs import _configure_logging, emit, failed, log
 
 
