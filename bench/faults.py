@@ -52,8 +52,9 @@ SHORT_BOUNDS = {
     "TIDELAKE_CATALOG_CONNECT_TIMEOUT": "3", "TIDELAKE_CATALOG_STATEMENT_TIMEOUT": "5", "TIDELAKE_CATALOG_CLIENT_GRACE": "3",
     "TIDELAKE_KAFKA_SOCKET_TIMEOUT": "5", "TIDELAKE_KAFKA_CALL_TIMEOUT": "5",
 }
-# What a failing run may take with those bounds: a few calls' timeouts, the lease's release patience (20 s), start-up.
-RUN_BOUND = 90.0
+# What a run may take with those bounds: a few calls' timeouts, the lease's release patience (20 s), start-up -- or,
+# surviving a flaky store, every call's retries with the SDK's backoff (maintenance makes hundreds of calls).
+RUN_BOUND = 180.0
 
 
 # ------------------------------------------------------------------ services that can fail

@@ -236,7 +236,11 @@ def print_maintenance(report: Any, out: Any = None) -> None:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from spark.maintain.run import maintain
 
+    from spark.commit.lease import RUN_ENV
+
     config = _config(args)
+    # Maintenance by hand is one run per pipeline: a rerun after one that died holding the lease takes it over.
+    os.environ.setdefault(RUN_ENV, f"tidelake-maintain:{config.name}")
     with progress_bars(args.quiet) as bars:
         report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
     print_maintenance(report)
