@@ -240,9 +240,14 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     config = _config(args)
     # Maintenance by hand is one run per pipeline: a rerun after one that died holding the lease takes it over.
-    os.environ.setdefault(RUN_ENV, f"tidelake-maintain:{config.name}")
-    with progress_bars(args.quiet) as bars:
-        report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    given = os.environ.get(RUN_ENV)
+    os.environ[RUN_ENV] = given or f"tidelake-maintain:{config.name}"
+    try:
+        with progress_bars(args.quiet) as bars:
+            report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    finally:
+        if given is None:
+            os.environ.pop(RUN_ENV, None)
     print_maintenance(report)
     return 0
 
