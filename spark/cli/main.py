@@ -203,9 +203,18 @@ def print_maintenance(report: Any, out: Any = None) -> None:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from spark.maintain.run import maintain
 
+    from spark.commit.lease import RUN_ENV
+
     config = pipeline_config(args)
-    with progress_bars(args.quiet) as bars:
-        report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    # Maintenance by hand is one run per pipeline: a rerun after one that died holding the lease takes it over.
+    given = os.environ.get(RUN_ENV)
+    os.environ[RUN_ENV] = given or f"tidelake-maintain:{config.name}"
+    try:
+        with progress_bars(args.quiet) as bars:
+            report = maintain(config, dry_run=args.dry_run, progress=StepProgress(bars))
+    finally:
+        if given is None:
+            os.environ.pop(RUN_ENV, None)
     print_maintenance(report)
     return 0
 

@@ -199,7 +199,12 @@ class Lease:
             return False
         self.epoch = epoch
         if self.fence is not None:
-            self.fence.raise_to(epoch)
+            try:
+                self.fence.raise_to(epoch)
+            except LeaseLostError:  # a newer epoch fenced the catalog meanwhile: give this one back at once
+                self.storage.write(_path(self.pipeline, epoch), self._doc(now, released=True))
+                self.epoch = None
+                raise
             self.fence.attach(lambda: self.epoch)
         return True
 

@@ -195,7 +195,13 @@ def _classify_one(exc: BaseException) -> _Match | None:
 
 
 def classify(exc: BaseException) -> ServiceError | None:
-    """The service a failure came from, as a ``ServiceError`` with one line; None if it is not a service's."""
+    """The service a failure came from, as a ``ServiceError`` with one line; None if it is not a service's.
+
+    A tidelake error is its own account (a lost lease caused by a dead connection says the lease was
+    lost): only its own kind is classified (``KafkaHookError``, ``StorageError``), not what caused it."""
+    if isinstance(exc, TidelakeError):
+        match = _classify_one(exc)
+        return None if match is None else exc if isinstance(exc, ServiceError) else ServiceError(match.service, match.what)
     for e in _chain(exc):
         match = _classify_one(e)
         if match is not None:
