@@ -312,19 +312,26 @@ def _raw_messages(storage: Storage, topic: str, partition: int, segment: Segment
                            tuple((h["key"], h["value"]) for h in pairs) if pairs else (), ts))
 
 
-def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState) -> SideOutput:
-    """Decode one raw segment from ``state``: write its change log, return its side output."""
-    topic = next((t for t in task.config.topics if t.name == task.topic), None)
-    if topic is None:
-        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+def segment_decoder(topic: Any, state: DecoderState) -> tuple[Any, CommitTsClock | DerivedClock]:
+    """The decoder and clock a segment of ``topic`` (a ``TopicConfig``) decodes with, from ``state``."""
     spec = protocol_spec(topic.protocol)
     options: dict[str, Any] = dict(topic.options)
-    carries_schemas = _carries_schemas(topic.protocol)
-    if carries_schemas and state.schemas:
+    if _carries_schemas(topic.protocol) and state.schemas:
         options["schemas"] = state.schemas
     decoder = get_decoder(topic.protocol, **options)
     clock = (CommitTsClock(topic.protocol) if spec.carries_commit_ts(topic.options)
              else DerivedClock(topic.protocol, state.clock, state.binlog, spec.binlog_ordered))
+    return decoder, clock
+
+
+def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState,
+                    times: dict[str, float] | None = None) -> SideOutput:
+    """Decode one raw segment from ``state``: write its change log, return its side output."""
+    topic = next((t for t in task.config.topics if t.name == task.topic), None)
+    if topic is None:
+        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+    carries_schemas = _carries_schemas(topic.protocol)
+    decoder, clock = segment_decoder(topic, state)
     version = decoder_version(topic.protocol)
     parquet, _ = layout.changelog_paths(task.config.name, version, task.topic, task.partition, segment.start, segment.end)
     messages = events = 0
@@ -360,7 +367,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
                       writer.runs)
 
 
-def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
+def decode_segments(task: ChangeLogTask, times: dict[str, float] | None = None) -> list[SideOutput]:
     """Decode a partition's segments in order, carrying decoder state (runs on an executor).
 
     A segment whose side output exists is not decoded again: its side output is read and its
@@ -381,7 +388,7 @@ def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
             if storage.exists(side_path):
                 side = read_side_output(storage, side_path)
             else:
-                data = _decode_segment(storage, task, segment, state).to_json()
+                data = _decode_segment(storage, task, segment, state, times).to_json()
                 try:
                     storage.create(side_path, data)
                 except AlreadyExists:
