@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -65,42 +66,63 @@ def _msgpack_str(text: bytes) -> bytes:
     return head + text
 
 
+def _bin_head(n: int) -> bytes:
+    return b"\xc4" + bytes([n]) if n < 256 else b"\xc5" + n.to_bytes(2, "big") if n < 65536 else b"\xc6" + n.to_bytes(4, "big")
+
+
+def _ext_head(code: int, n: int) -> bytes:
+    fixed = {1: b"\xd4", 2: b"\xd5", 4: b"\xd6", 8: b"\xd7", 16: b"\xd8"}.get(n)
+    if fixed is not None:
+        return fixed + bytes([code])
+    return (b"\xc7" + bytes([n]) if n < 256 else b"\xc8" + n.to_bytes(2, "big") if n < 65536
+            else b"\xc9" + n.to_bytes(4, "big")) + bytes([code])
+
+
 def _map_header(n: int) -> bytes:
     return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
 
 
-def _binary(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """Row i: the first ``lengths[i]`` bytes of ``matrix[i]``, as a binary array."""
+# MessagePack's prefix of a value of n bytes, for the usual n, looked up for a whole column at once.
+_HEADS: dict[str, tuple[pa.Array, Any]] = {
+    "str": (pa.array([_msgpack_str(b"\0" * n)[:-n or None] for n in range(256)], pa.binary()),
+            lambda n: _msgpack_str(b"\0" * n)[:-n or None]),
+    "bin": (pa.array([_bin_head(n) for n in range(256)], pa.binary()), _bin_head),
+    "decimal": (pa.array([_ext_head(1, n) for n in range(256)], pa.binary()), lambda n: _ext_head(1, n)),
+}
+
+
+def _headed(kind: str, lengths: np.ndarray, body: pa.Array) -> pa.Array:
+    """``body`` (binary or string) with each value's MessagePack prefix; nulls stay null."""
+    table, slow = _HEADS[kind]
+    small = lengths < len(table)
+    head = table.take(pa.array(np.where(small, lengths, 0)))
+    if not small.all():  # long values are few: their prefixes one by one
+        big = np.flatnonzero(~small)
+        head = pc.replace_with_mask(head, pa.array(~small), pa.array([slow(int(lengths[i])) for i in big], pa.binary()))
+    return pc.binary_join_element_wise(head, body.cast(pa.binary()), b"")
+
+
+def _fixed(matrix: np.ndarray) -> pa.Array:
+    """Each row of ``matrix`` as one binary value of its width."""
     n, width = matrix.shape
-    data = matrix[np.arange(width) < lengths[:, None]]
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _headed(head: np.ndarray, head_lengths: np.ndarray, body: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise(_binary(head, head_lengths), body.cast(pa.binary()), b"")
-
-
-def _length_head(lengths: np.ndarray, small: int | None, codes: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """MessagePack's length prefix: ``small | n`` under 32 (str; None: no such form), else a
-    code and a 1-, 2- or 4-byte big-endian length."""
-    n = len(lengths)
-    head = np.zeros((n, 5), np.uint8)
-    width = np.where(lengths < 256, 2, np.where(lengths < 65536, 3, 5))
-    if small is not None:
-        width = np.where(lengths < 32, 1, width)
-    be = lengths.astype(">u4").view(np.uint8).reshape(n, 4)
-    head[:, 0] = np.where(width == 1, small or 0, np.where(width == 2, codes[0], np.where(width == 3, codes[1], codes[2])))
-    head[:, 0] |= np.where(width == 1, lengths, 0).astype(np.uint8)
-    head[width == 2, 1] = be[width == 2, 3]
-    head[width == 3, 1:3] = be[width == 3, 2:4]
-    head[width == 5, 1:5] = be[width == 5]
-    return head, width
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
 
 
 def _lengths(a: pa.Array) -> np.ndarray:
-    return pc.binary_length(a).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return pc.binary_length(a).fill_null(0).to_numpy(zero_copy_only=False)
+
+
+def _null_as_nil(null: np.ndarray, encoded: pa.Array) -> pa.Array:
+    return pc.if_else(pa.array(null), pa.scalar(None, pa.binary()), encoded) if null.any() else encoded
+
+
+# msgspec's smallest int form, by class (0: a fixint): where the value's bytes start in a 9-byte row
+# (a tag, then the big-endian 64 bits), and the tag. Non-negative: < 2**7, 2**8, 2**16, 2**32, 2**64;
+# negative: >= -32, -2**7, -2**15, -2**31, -2**63.
+_INT_START = np.array([8, 7, 6, 4, 0], np.int64)
+_UINT_TAG = np.array([0, 0xCC, 0xCD, 0xCE, 0xCF], np.uint8)
+_SINT_TAG = np.array([0, 0xD0, 0xD1, 0xD2, 0xD3], np.uint8)
 
 
 class Column:
@@ -117,15 +139,14 @@ class Column:
         self.null = texts.is_null().to_numpy(zero_copy_only=False)
         kind = ct.kind
         if kind is TypeKind.STRING or kind is TypeKind.JSON:
-            head, width = _length_head(_lengths(texts), 0xA0, (0xD9, 0xDA, 0xDB))
-            encoded = _headed(head, width, texts)
+            encoded = _headed("str", _lengths(texts), texts)
         elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
             ok, encoded = self._int(ct, texts, ok)
         elif kind is TypeKind.DECIMAL:
             good = pc.and_(pc.match_substring_regex(texts, _DECIMAL_TEXT),
                            pc.invert(pc.match_substring_regex(texts, _DECIMAL_SMALL)))
             ok &= good.fill_null(True).to_numpy(zero_copy_only=False)
-            encoded = self._ext(1, texts)
+            encoded = _headed("decimal", _lengths(texts), texts)
         elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
             ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3)
         elif kind is TypeKind.DATE:
@@ -135,79 +156,64 @@ class Column:
         else:  # pragma: no cover - plans hold only _FAST_KINDS
             raise AssertionError(kind)
         self.ok = ok
-        self.encoded = encoded.fill_null(_NIL)
+        self.encoded = encoded.fill_null(_NIL) if self.null.any() else encoded
         if key:
             self.key = self._key_part(kind, texts)
 
     def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
         lo, hi = int_range(ct)
-        good = pc.match_substring_regex(texts, _INT_TEXT).fill_null(True).to_numpy(zero_copy_only=False)
+        good = pc.match_substring_regex(texts, _INT_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
         negative = pc.starts_with(texts, "-").fill_null(False).to_numpy(zero_copy_only=False)
         digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
-        digits = pc.if_else(pa.array(good), digits, "0").fill_null("0")
-        # 20 digits may pass 2**64 - 1: compared as text (equal lengths compare as numbers).
-        too_big = pc.and_(pc.equal(pc.utf8_length(digits), 20), pc.greater(digits, _U64_MAX_TEXT))
-        good &= ~too_big.to_numpy(zero_copy_only=False)
-        magnitude = pc.if_else(pa.array(good), digits, "0").cast(pa.uint64()).to_numpy()
+        digits = pc.if_else(pa.array(good), digits, "0")
+        if pc.max(pc.binary_length(digits)).as_py() >= 20:  # 20 digits may pass 2**64 - 1: compared as text
+            too_big = pc.and_(pc.equal(pc.binary_length(digits), 20), pc.greater(digits, _U64_MAX_TEXT))
+            good &= ~too_big.to_numpy(zero_copy_only=False)
+            digits = pc.if_else(pa.array(good), digits, "0")
+        magnitude = digits.cast(pa.uint64()).to_numpy()
         good &= np.where(negative, magnitude <= np.uint64(-lo), magnitude <= np.uint64(hi))
         ok = ok & (good | self.null)
+        magnitude = np.where(good, magnitude, np.uint64(0))
         self.magnitude, self.negative = magnitude, negative & (magnitude > 0)
-        value = np.where(self.negative, np.negative(magnitude), magnitude)  # two's complement as uint64
-        be = value.astype(">u8").view(np.uint8).reshape(len(value), 8)
-        n = len(value)
-        matrix = np.zeros((n, 9), np.uint8)
-        width = np.zeros(n, np.int64)
-        signed = value.view(np.int64)
-        classes = [  # (rows, code, value bytes); msgspec's smallest form
-            (~self.negative & (magnitude < 128), None, 0),
-            (~self.negative & (magnitude >= 128) & (magnitude < 256), 0xCC, 1),
-            (~self.negative & (magnitude >= 256) & (magnitude < 65536), 0xCD, 2),
-            (~self.negative & (magnitude >= 65536) & (magnitude < 1 << 32), 0xCE, 4),
-            (~self.negative & (magnitude >= 1 << 32), 0xCF, 8),
-            (self.negative & (signed >= -32), None, 0),
-            (self.negative & (signed < -32) & (signed >= -128), 0xD0, 1),
-            (self.negative & (signed < -128) & (signed >= -32768), 0xD1, 2),
-            (self.negative & (signed < -32768) & (signed >= -(1 << 31)), 0xD2, 4),
-            (self.negative & (signed < -(1 << 31)), 0xD3, 8),
-        ]
-        for rows, code, size in classes:
-            if code is None:  # a fixint: the value's low byte
-                matrix[rows, 0] = be[rows, 7]
-                width[rows] = 1
-            else:
-                matrix[rows, 0] = code
-                matrix[rows, 1:1 + size] = be[rows, 8 - size:]
-                width[rows] = 1 + size
-        encoded = _binary(matrix, width)
-        return ok, pc.if_else(pa.array(self.null), pa.scalar(None, pa.binary()), encoded)
+        n = len(magnitude)
+        matrix = np.empty((n, 9), np.uint8)
+        if self.negative.any():
+            value = np.where(self.negative, np.negative(magnitude), magnitude)  # two's complement as uint64
+            signed = value.view(np.int64)
+            cls = np.where(self.negative,
+                           (signed < -32).astype(np.int64) + (signed < -128) + (signed < -32768) + (signed < -(1 << 31)),
+                           (magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
+                           + (magnitude >= 1 << 32))
+            tag = np.where(self.negative, _SINT_TAG[cls], _UINT_TAG[cls])
+        else:
+            value = magnitude
+            cls = ((magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
+                   + (magnitude >= 1 << 32))
+            tag = _UINT_TAG[cls]
+        matrix[:, 1:] = value.astype(">u8").view(np.uint8).reshape(n, 8)
+        start = _INT_START[cls]
+        tagged = np.flatnonzero(cls)
+        matrix[tagged, start[tagged]] = tag[tagged]
+        data = matrix[np.arange(9) >= start[:, None]]
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(9 - start, out=offsets[1:])
+        encoded = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return ok, _null_as_nil(self.null, encoded)
 
     @staticmethod
-    def _ext(code: int, texts: pa.Array) -> pa.Array:
-        """``Ext(code, text)``: fixext for 1, 2, 4, 8 and 16 bytes, else ext 8/16/32."""
-        lengths = _lengths(texts)
-        n = len(lengths)
-        head, width = _length_head(lengths, None, (0xC7, 0xC8, 0xC9))
-        fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
-        for size, fix in fixed.items():
-            rows = lengths == size
-            head[rows, 0] = fix
-            width[rows] = 1
-        out = np.zeros((n, 6), np.uint8)
-        out[:, :5] = head
-        out[np.arange(n), width] = code
-        return _headed(out, width + 1, texts)
-
-    def _fields(self, texts: pa.Array, ok: np.ndarray, pattern: str, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of ``texts`` matching ``pattern``, and their first ``size`` characters as digits."""
-        good = pc.match_substring_regex(texts, pattern).fill_null(False).to_numpy(zero_copy_only=False)
-        lengths = _lengths(texts)
-        offsets = np.frombuffer(texts.buffers()[1], np.int32, len(texts) + 1, texts.offset * 4)
-        data = np.frombuffer(texts.buffers()[2], np.uint8) if texts.buffers()[2] is not None else np.zeros(0, np.uint8)
-        index = offsets[:-1, None] + np.arange(size)
-        index = np.where(good[:, None], index, 0)
-        chars = data[np.minimum(index, max(len(data) - 1, 0))] if len(data) else np.zeros((len(texts), size), np.uint8)
-        chars = np.where(np.arange(size) < lengths[:, None], chars, ord("0")).astype(np.int64) - ord("0")
-        return good, chars
+    def _chars(texts: pa.Array, positions: np.ndarray) -> np.ndarray:
+        """The bytes at ``positions`` of each value (0 past its end; garbage for a value not of the
+        pattern, which the caller drops)."""
+        n = len(texts)
+        buffers = texts.buffers()
+        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4)
+        if buffers[2] is None or not len(buffers[2]):
+            return np.zeros((n, len(positions)), np.uint8)
+        data = np.frombuffer(buffers[2], np.uint8)
+        index = np.minimum(offsets[:-1, None] + positions, len(data) - 1)
+        chars = data[index]
+        chars[positions >= np.diff(offsets)[:, None]] = ord("0")
+        return chars
 
     @staticmethod
     def _date_ok(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
@@ -217,58 +223,58 @@ class Column:
         return (year >= 1) & good_month & (day >= 1) & (day <= days)
 
     def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int) -> tuple[np.ndarray, pa.Array]:
-        good, d = self._fields(texts, ok, _DATETIME_TEXT, 26)
+        good = pc.match_substring_regex(texts, _DATETIME_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        d = self._chars(texts, _DATETIME_DIGITS).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-        month, day = d[:, 5] * 10 + d[:, 6], d[:, 8] * 10 + d[:, 9]
-        hour, minute, second = d[:, 11] * 10 + d[:, 12], d[:, 14] * 10 + d[:, 15], d[:, 17] * 10 + d[:, 18]
-        micro = (d[:, 20:26] * np.array([100000, 10000, 1000, 100, 10, 1])).sum(axis=1)
+        month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+        hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
+        micro = d[:, 14:20] @ np.array([100000, 10000, 1000, 100, 10, 1], np.int32)
         good &= self._date_ok(year, month, day) & (hour <= 23) & (minute <= 59) & (second <= 59)
         n = len(year)
-        matrix = np.zeros((n, 14), np.uint8)
+        matrix = np.empty((n, 14), np.uint8)
         matrix[:, 0], matrix[:, 1], matrix[:, 2] = 0xC7, 11, code
-        matrix[:, 3:5] = year.astype("<u2").view(np.uint8).reshape(n, 2)
-        for i, part in enumerate((month, day, hour, minute, second)):
-            matrix[:, 5 + i] = part
+        matrix[:, 3], matrix[:, 4] = year & 0xFF, year >> 8
+        matrix[:, 5], matrix[:, 6], matrix[:, 7], matrix[:, 8], matrix[:, 9] = month, day, hour, minute, second
         matrix[:, 10:14] = micro.astype("<u4").view(np.uint8).reshape(n, 4)
-        encoded = _binary(matrix, np.full(n, 14, np.int64))
-        return ok & (good | self.null), pc.if_else(pa.array(self.null), pa.scalar(None, pa.binary()), encoded)
+        return ok & (good | self.null), _null_as_nil(self.null, _fixed(matrix))
 
     def _date(self, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
-        good, d = self._fields(texts, ok, _DATE_TEXT, 10)
+        good = pc.match_substring_regex(texts, _DATE_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        d = self._chars(texts, _DATETIME_DIGITS[:8]).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-        month, day = d[:, 5] * 10 + d[:, 6], d[:, 8] * 10 + d[:, 9]
+        month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
         good &= self._date_ok(year, month, day)
         n = len(year)
-        matrix = np.zeros((n, 6), np.uint8)
+        matrix = np.empty((n, 6), np.uint8)
         matrix[:, 0], matrix[:, 1] = 0xD6, 4
-        matrix[:, 2:4] = year.astype("<u2").view(np.uint8).reshape(n, 2)
-        matrix[:, 4], matrix[:, 5] = month, day
-        encoded = _binary(matrix, np.full(n, 6, np.int64))
-        return ok & (good | self.null), pc.if_else(pa.array(self.null), pa.scalar(None, pa.binary()), encoded)
+        matrix[:, 2], matrix[:, 3], matrix[:, 4], matrix[:, 5] = year & 0xFF, year >> 8, month, day
+        return ok & (good | self.null), _null_as_nil(self.null, _fixed(matrix))
 
     def _latin1(self, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
         """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
         C2 xx and C3 xx; any character above U+00FF is not a byte (the per-change path errs)."""
         n = len(texts)
-        offsets = np.frombuffer(texts.buffers()[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
-        buffer = texts.buffers()[2]
-        data = np.frombuffer(buffer, np.uint8)[offsets[0]:offsets[-1]] if buffer is not None else np.zeros(0, np.uint8)
+        buffers = texts.buffers()
+        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
+        data = np.frombuffer(buffers[2], np.uint8)[offsets[0]:offsets[-1]] if buffers[2] is not None \
+            else np.zeros(0, np.uint8)
         offsets = offsets - offsets[0]
+        wide = data >= 0xC2
+        if not wide.any():  # ASCII: the text's bytes are the value's
+            return ok, _headed("bin", _lengths(texts), texts)
         row = np.repeat(np.arange(n), np.diff(offsets))
         bad = np.zeros(n, bool)
-        np.logical_or.at(bad, row[data >= 0xC4], True)
+        bad[row[data >= 0xC4]] = True
         lead = (data == 0xC2) | (data == 0xC3)
         out = data.copy()
         follows = np.flatnonzero(data == 0xC3) + 1
         out[follows] = out[follows] + 0x40
         keep = ~lead
-        lengths = np.bincount(row[keep], minlength=n).astype(np.int64) if len(row) else np.zeros(n, np.int64)
+        lengths = np.diff(offsets) - np.bincount(row[lead], minlength=n)
         new_offsets = np.zeros(n + 1, np.int32)
         np.cumsum(lengths, out=new_offsets[1:])
         body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[keep])])
-        head, width = _length_head(lengths, None, (0xC4, 0xC5, 0xC6))
-        encoded = pc.binary_join_element_wise(_binary(head, width), body, b"")
-        return ok & ~bad, pc.if_else(pa.array(self.null), pa.scalar(None, pa.binary()), encoded)
+        return ok & ~bad, _null_as_nil(self.null, _headed("bin", lengths, body))
 
     def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
         """``f"{len(t)}:{t}"`` of ``net_change._canonical``'s text t: ``s`` + the string, ``n`` + the
@@ -278,11 +284,19 @@ class Column:
             size = pc.add(pc.utf8_length(texts), 1)
         else:
             digits = pc.cast(pa.array(self.magnitude), pa.string())
-            tagged = pc.if_else(pa.array(self.negative), pc.binary_join_element_wise("n-", digits, ""),
-                                pc.binary_join_element_wise("n", digits, ""))
-            size = pc.utf8_length(tagged)
+            tagged = pc.binary_join_element_wise("n-", digits, "") if self.negative.all() else \
+                pc.binary_join_element_wise("n", digits, "") if not self.negative.any() else \
+                pc.if_else(pa.array(self.negative), pc.binary_join_element_wise("n-", digits, ""),
+                           pc.binary_join_element_wise("n", digits, ""))
+            size = pc.binary_length(tagged)
         part = pc.binary_join_element_wise(pc.cast(size, pa.string()), ":", tagged, "")
-        return pc.if_else(pa.array(self.null), "1:0", part).cast(pa.binary())
+        if self.null.any():
+            part = pc.if_else(pa.array(self.null), "1:0", part)
+        return part.cast(pa.binary())
+
+
+# Where the digits of 'YYYY-MM-DD HH:MM:SS.ffffff' are.
+_DATETIME_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25], np.int64)
 
 
 class Plan:
@@ -291,6 +305,8 @@ class Plan:
     def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...], schema: int) -> None:
         self.types, self.keys, self.schema = types, keys, schema
         self.names = tuple(types)
+        # A row's values in column order, in one C call (KeyError: another column set).
+        self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
         self.name_bytes = [_msgspec_name(n) for n in self.names]
         self.map_header = _map_header(len(self.names))
         self.key_map_header = _map_header(len(keys))
@@ -320,7 +336,10 @@ class CanalBatch:
         self.decoder = decoder
         self.topic, self.partition = topic, partition
         self.schema_of = schema_of  # (key columns, column types) -> schema_id, noted in the side output
-        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None]] = {}
+        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
+        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
+        self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
+        self._seeds: list[int] = []
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
 
     @staticmethod
@@ -329,25 +348,31 @@ class CanalBatch:
         return (type(decoder) is CanalJsonDecoder and commit_ts_clock and decoder.carries_commit_ts
                 and decoder.options["timezone"] is UTC)
 
-    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> Plan | None:
+    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
         decoder = self.decoder
         try:
             types, _ = decoder._schema(database, table, mysql_type)
             keys = decoder._key_columns(pk_names)
         except Exception:  # noqa: BLE001 - the per-change path raises the message's error
-            return None
+            return None, -1
         # Only a compiled converter (cached by the decoder) yields rows in the types' order.
         if tuple(mysql_type.items()) not in decoder._converters:
-            return None
+            return None, -1
         ident = (id(types), keys)
         if ident not in self._plans:
             if len(self._plans) >= 1024:
                 self._plans.clear()
             self._plans[ident] = plan_for(types, keys, self.schema_of(keys, types))
         plan = self._plans[ident]
-        if len(self._tables) < 1024:
-            self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan)
-        return plan
+        if len(self._names) >= 1 << 16:  # names are cached for the segment; a stream of fresh names is not
+            return None, -1
+        entry = self._tables.get((database, table))
+        index = entry[3] if entry is not None else len(self._names)
+        if entry is None:
+            self._names.append((database, table))
+            self._seeds.append(table_seed(database, table))
+        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index)
+        return plan, index
 
     def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
               ) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
@@ -390,9 +415,9 @@ class CanalBatch:
                 continue
             entry = tables.get((database, table))
             if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
-                plan = entry[2]
+                plan, index = entry[2], entry[3]
             else:
-                plan = self._plan(database, table, mysql_type, pk_names)
+                plan, index = self._plan(database, table, mysql_type, pk_names)
             if plan is None:
                 continue
             row = data[0]
@@ -401,7 +426,7 @@ class CanalBatch:
             group = groups.get(id(plan))
             if group is None:
                 group = groups[id(plan)] = (plan, [])
-            group[1].append((i, op, ts, database, table, row, old[0] if op == UPDATE else None))
+            group[1].append((i, op, ts, index, row, old[0] if op == UPDATE else None))
             fast[i] = True
         if clock:
             now = clock()
@@ -428,23 +453,22 @@ class CanalBatch:
     def _columns(self, plan: Plan, rows: list[Any], offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray]:
         """The change-log rows of one schema's fast messages, and which messages were fast after all."""
         n = len(rows)
-        message = np.fromiter((r[0] for r in rows), np.int64, n)
-        op = np.fromiter((r[1] for r in rows), np.int8, n)
+        at, ops, stamps, indices, datas, olds = zip(*rows)  # transposed in C
+        message, op = np.array(at, np.int64), np.array(ops, np.int8)
         updates = np.flatnonzero(op == UPDATE)
-        olds = [rows[j][6] for j in updates]
+        olds = [olds[j] for j in updates]
         good = np.ones(n, bool)
+        try:
+            columns_values = list(zip(*map(plan.values, datas), *map(plan.values, olds)))
+        except KeyError:  # a row of as many columns but other names: the per-change path
+            columns_values = []
+            for j, r in enumerate(datas):
+                good[j] &= all(name in r for name in plan.names)
+            for j, o in zip(updates, olds):
+                good[j] &= all(name in o for name in plan.names)
+            columns_values = [[r.get(name) for r in datas] + [o.get(name) for o in olds] for name in plan.names]
         columns: dict[str, Column] = {}
-        for name in plan.names:
-            try:
-                values = [r[5][name] for r in rows] + [o[name] for o in olds]
-            except KeyError:  # a row of as many columns but another name: the per-change path
-                values = []
-                for j, r in enumerate(rows):
-                    values.append(r[5].get(name))
-                    good[j] &= name in r[5]
-                for j, o in zip(updates, olds):
-                    values.append(o.get(name))
-                    good[j] &= name in o
+        for name, values in zip(plan.names, columns_values):
             column = columns[name] = Column(plan.types[name], values, name in plan.keys)
             good &= column.ok[:n]
             good[updates] &= column.ok[n:]
@@ -489,24 +513,21 @@ class CanalBatch:
         deletes = np.concatenate([first_deletes, np.zeros(len(second), bool)])
         first = np.concatenate([np.ones(count, bool), np.zeros(len(second), bool)])
         source = np.concatenate([np.arange(count), second])
-        kept_rows = [rows[j] for j in keep]
         at = message[keep][source]
-        databases = [kept_rows[j][3] for j in source]
-        tables = [kept_rows[j][4] for j in source]
-        seed = {name: table_seed(*name) for name in set(zip(databases, tables))}
-        seeds = [seed[name] for name in zip(databases, tables)]
+        tables = np.array(indices, np.int64)[keep][source]
+        seeds = np.array(self._seeds, np.int64)[tables].tolist()
         crc = zlib.crc32
         key_hash = [crc(k, s) for k, s in zip(key.to_pylist(), seeds)]
         total = len(source)
-        commit_ts = np.fromiter((r[2] for r in kept_rows), np.int64, count)[source]
+        commit_ts = np.array(stamps, np.int64)[keep][source]
         table = pa.Table.from_arrays([
             pa.repeat(pa.scalar(self.topic, pa.string()), total),
             pa.repeat(pa.scalar(self.partition, pa.int32()), total),
             pa.array(offsets[at], pa.int64()),
             pa.repeat(pa.scalar(0, pa.int32()), total),
             pa.array(commit_ts, pa.int64()),
-            pa.array(databases, pa.string()),
-            pa.array(tables, pa.string()),
+            pa.array([d for d, _ in self._names], pa.string()).take(pa.array(tables)),
+            pa.array([t for _, t in self._names], pa.string()).take(pa.array(tables)),
             key,
             pa.array(deletes),
             pa.array(first),
