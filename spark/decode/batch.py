@@ -302,8 +302,9 @@ _DATETIME_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20,
 class Plan:
     """What the fast path needs of one table schema (column types and key columns)."""
 
-    def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...], schema: int) -> None:
-        self.types, self.keys, self.schema = types, keys, schema
+    def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...]) -> None:
+        self.types, self.keys = types, keys
+        self.schema: int | None = None  # its ``schema_id``, once it has rows in the segment (side output)
         self.names = tuple(types)
         # A row's values in column order, in one C call (KeyError: another column set).
         self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
@@ -316,7 +317,7 @@ def _msgspec_name(name: str) -> bytes:
     return _msgpack_str(name.encode("utf-8"))
 
 
-def plan_for(types: Mapping[str, ColumnType] | None, keys: tuple[str, ...], schema: int) -> Plan | None:
+def plan_for(types: Mapping[str, ColumnType] | None, keys: tuple[str, ...]) -> Plan | None:
     """A plan when every column has a fast case and the key is one the fast path spells."""
     if not types or not keys or len(set(keys)) != len(keys):
         return None
@@ -324,7 +325,7 @@ def plan_for(types: Mapping[str, ColumnType] | None, keys: tuple[str, ...], sche
         return None
     if any(k not in types or types[k].kind not in _KEY_KINDS for k in keys):
         return None
-    return Plan(types, keys, schema)
+    return Plan(types, keys)
 
 
 class CanalBatch:
@@ -332,10 +333,11 @@ class CanalBatch:
     common messages (an Arrow table in offset order, each row naming its message) and the
     messages left for the per-change path."""
 
-    def __init__(self, decoder: CanalJsonDecoder, topic: str, partition: int, schema_of: Any) -> None:
+    def __init__(self, decoder: CanalJsonDecoder, topic: str, partition: int, schema_id: Any, note_schema: Any) -> None:
         self.decoder = decoder
         self.topic, self.partition = topic, partition
-        self.schema_of = schema_of  # (key columns, column types) -> schema_id, noted in the side output
+        self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
+        self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
@@ -362,7 +364,7 @@ class CanalBatch:
         if ident not in self._plans:
             if len(self._plans) >= 1024:
                 self._plans.clear()
-            self._plans[ident] = plan_for(types, keys, self.schema_of(keys, types))
+            self._plans[ident] = plan_for(types, keys)
         plan = self._plans[ident]
         if len(self._names) >= 1 << 16:  # names are cached for the segment; a stream of fresh names is not
             return None, -1
@@ -433,6 +435,7 @@ class CanalBatch:
             times["parse + check"] = times.get("parse + check", 0.0) + now - started
             started = now
         parts = []
+        self._noted = []
         for plan, rows in groups.values():
             part, good = self._columns(plan, rows, offsets)
             if not good.all():
@@ -448,6 +451,8 @@ class CanalBatch:
         order = np.argsort(table.column("_order").to_numpy(), kind="stable")
         table = table.take(order)
         message = table.column("_message").to_numpy()
+        for plan in self._noted:
+            self.note_schema(plan.keys, plan.types)
         return table.drop_columns(["_order", "_message"]), message, fast
 
     def _columns(self, plan: Plan, rows: list[Any], offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray]:
@@ -475,6 +480,9 @@ class CanalBatch:
         keep = np.flatnonzero(good)
         if not len(keep):
             return None, good
+        if plan.schema is None:  # noted in the side output once the whole batch succeeds (``split``)
+            plan.schema = self.schema_id(plan.keys, plan.types)
+        self._noted.append(plan)
         # The new image's ``change`` (insert/update) and the data's and the old row's keys.
         m = len(updates)
         new_index = pa.array(keep)

@@ -115,6 +115,10 @@ def encode_schema(key_columns: tuple[str, ...], column_types: Mapping[str, Colum
     return orjson.dumps({"key_columns": list(key_columns), "columns": columns})
 
 
+def _schema_id_of(key_columns: tuple[str, ...], column_types: Mapping[str, ColumnType] | None) -> int:
+    return schema_id(encode_schema(key_columns, column_types))
+
+
 def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, ColumnType] | None]:
     """A side output's schema (``SideOutput.schemas``): a change's key columns and column types."""
     doc = orjson.loads(blob)
@@ -394,7 +398,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
     writer = _ChangeLogWriter(storage, parquet)
     # TiCDC's Canal-JSON rows take the column-wise path (spark/decode/batch.py); every other
     # message, in its place, this loop's.
-    fast = CanalBatch(decoder, task.topic, task.partition, writer.note_schema) \
+    fast = CanalBatch(decoder, task.topic, task.partition, _schema_id_of, writer.note_schema) \
         if column_wise and CanalBatch.applies(decoder, isinstance(clock, CommitTsClock)) else None
     cpu = time.process_time if times is not None else None
 
