@@ -210,6 +210,9 @@ class Column:
         if buffers[2] is None or not len(buffers[2]):
             return np.zeros((n, len(positions)), np.uint8)
         data = np.frombuffer(buffers[2], np.uint8)
+        width = int(offsets[1] - offsets[0])
+        if width > positions[-1] and offsets[-1] - offsets[0] == n * width:  # one length (no NULL): a view
+            return data[offsets[0]:offsets[-1]].reshape(n, width)[:, positions]
         index = np.minimum(offsets[:-1, None] + positions, len(data) - 1)
         chars = data[index]
         chars[positions >= np.diff(offsets)[:, None]] = ord("0")
@@ -305,6 +308,7 @@ class Plan:
     def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...]) -> None:
         self.types, self.keys = types, keys
         self.schema: int | None = None  # its ``schema_id``, once it has rows in the segment (side output)
+        self.rows: list[Any] = []  # the fast messages of the batch being split
         self.names = tuple(types)
         # A row's values in column order, in one C call (KeyError: another column set).
         self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
@@ -338,6 +342,7 @@ class CanalBatch:
         self.topic, self.partition = topic, partition
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
+        self._used: list[Plan] = []
         # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
@@ -383,7 +388,10 @@ class CanalBatch:
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
         loads, ops, tables = orjson.loads, _OPS, self._tables
-        groups: dict[int, tuple[Plan, list[Any]]] = {}
+        for plan in self._used:  # a batch that failed half-way left its rows
+            plan.rows = []
+        used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
+        self._used = used
         fast = np.zeros(len(values), bool)
         for i, value in enumerate(values):
             try:
@@ -425,18 +433,27 @@ class CanalBatch:
             row = data[0]
             if len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                 continue
-            group = groups.get(id(plan))
-            if group is None:
-                group = groups[id(plan)] = (plan, [])
-            group[1].append((i, op, ts, index, row, old[0] if op == UPDATE else None))
-            fast[i] = True
+            if not plan.rows:
+                used.append(plan)
+            plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
         if clock:
             now = clock()
             times["parse + check"] = times.get("parse + check", 0.0) + now - started
             started = now
+        try:
+            return self._finish(used, fast, offsets, times, started)
+        finally:
+            for plan in used:  # after a surprise too: the next batch starts afresh
+                plan.rows = []
+
+    def _finish(self, used: list[Plan], fast: np.ndarray, offsets: np.ndarray, times: dict[str, float] | None,
+                started: float) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+        clock = time.process_time if times is not None else None
         parts = []
         self._noted = []
-        for plan, rows in groups.values():
+        for plan in used:
+            rows, plan.rows = plan.rows, []
+            fast[np.fromiter((r[0] for r in rows), np.int64, len(rows))] = True
             part, good = self._columns(plan, rows, offsets)
             if not good.all():
                 fast[np.array([r[0] for r, g in zip(rows, good) if not g], np.int64)] = False

@@ -328,17 +328,39 @@ def _tuple_table(rows: list[tuple[Any, ...]]) -> pa.Table:
 _RAW_COLUMNS = ("offset", "timestamp_ms", "key", "value", "headers")
 
 
-RawBatch = tuple[list[int], list[Any], list[Any], list[Any], list[Any] | None]  # offsets, stamps, keys, values, headers
+class RawBatch:
+    """One read batch of a raw segment: its columns as Python lists, each converted when first
+    asked for (the column-wise path reads only offsets and values; the per-change path's
+    messages the rest)."""
+
+    __slots__ = ("_batch", "_columns")
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self._batch = batch
+        self._columns: dict[str, list[Any] | None] = {}
+
+    def __len__(self) -> int:
+        return self._batch.num_rows
+
+    def column(self, name: str) -> list[Any] | None:
+        """A column as a list (``headers``: None when no message of the batch has any: most have none)."""
+        try:
+            return self._columns[name]
+        except KeyError:
+            array = self._batch.column(name)
+            values = None if name == "headers" and array.null_count == len(array) else array.to_pylist()
+            self._columns[name] = values
+            return values
+
+    def offsets(self) -> np.ndarray:
+        return self._batch.column("offset").to_numpy()
 
 
 def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
-    """A raw segment's messages in offset order, in row-group sized batches of columns
-    (``headers`` None when no message of the batch has any: most have none)."""
+    """A raw segment's messages in offset order, in row-group sized batches."""
     source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
     for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS)):
-        offsets, stamps, keys, values = (batch.column(name).to_pylist() for name in _RAW_COLUMNS[:4])
-        headers = batch.column("headers")
-        yield offsets, stamps, keys, values, None if headers.null_count == batch.num_rows else headers.to_pylist()
+        yield RawBatch(batch)
 
 
 # Built with tuple.__new__ (a NamedTuple's own __new__ is a Python call, ~0.3 us a message each),
@@ -347,22 +369,24 @@ _message, _position = partial(tuple.__new__, RawMessage), partial(tuple.__new__,
 
 
 def _raw_message(topic: str, partition: int, batch: RawBatch, i: int) -> RawMessage:
-    offsets, stamps, keys, values, headers = batch
+    headers = batch.column("headers")
     pairs = headers[i] if headers is not None else None
-    return _message((keys[i], values[i], _position((topic, partition, offsets[i], 0)),
-                     tuple((h["key"], h["value"]) for h in pairs) if pairs else (), stamps[i]))
+    return _message((batch.column("key")[i], batch.column("value")[i],  # type: ignore[index]
+                     _position((topic, partition, batch.column("offset")[i], 0)),  # type: ignore[index]
+                     tuple((h["key"], h["value"]) for h in pairs) if pairs else (),
+                     batch.column("timestamp_ms")[i]))  # type: ignore[index]
 
 
 def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
     """A raw segment's messages in offset order, read in row-group sized batches."""
     message, position = _message, _position
     for batch in _raw_batches(storage, segment):
-        offsets, stamps, keys, values, headers = batch
-        if headers is None:
-            for offset, ts, key, value in zip(offsets, stamps, keys, values):
+        if batch.column("headers") is None:
+            columns = (batch.column(name) for name in _RAW_COLUMNS[:4])
+            for offset, ts, key, value in zip(*columns):  # type: ignore[call-overload]
                 yield message((key, value, position((topic, partition, offset, 0)), (), ts))
             continue
-        for i in range(len(offsets)):
+        for i in range(len(batch)):
             yield _raw_message(topic, partition, batch, i)
 
 
@@ -412,13 +436,13 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
         for batch in _raw_batches(storage, segment):
             if cpu:
                 started = note("raw read", started)
-            n = len(batch[0])
+            n = len(batch)
             messages += n
             table, row_message, done = None, None, 0
             slow: Iterable[int] = range(n)
             if fast is not None:
                 try:
-                    table, row_message, is_fast = fast.split(np.asarray(batch[0], np.int64), batch[3], times)
+                    table, row_message, is_fast = fast.split(batch.offsets(), batch.column("value"), times)
                 except Exception:  # noqa: BLE001 - never a message's error: the per-change path decides
                     table = None
                 else:
