@@ -45,6 +45,7 @@ from bench.archive import (
     pipeline_document,
     segment_paths,
 )
+from bench.decode import archive_stage_vs_parse
 from bench.jobs import JobFailed, JobRun, mib, submit_apply, submit_spark_alone
 from bench.peer import load_averages, run_peer
 from cdc_codecs import RawMessage, RowChange, SourcePosition, get_decoder, get_encoder
@@ -120,6 +121,7 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
           f"{partitions} partitions, key space {key_space:,}/table, layout.buckets={buckets}; archive ready in "
           f"{time.perf_counter() - t:.1f}s ({archive.parent.name}); median of {repeat} interleaved rounds", flush=True)
     bare: list[float] = []
+    decode_cpu: list[dict[str, float]] = []  # the decode stage in process against orjson.loads (issue 37)
     jobs: dict[str, list[JobRun]] = {m: [] for m in MASTERS}
     alone: dict[str, list[float]] = {m: [] for m in MASTERS}
     peer: list[dict[str, Any]] = []
@@ -130,6 +132,7 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
         if decoded != rows:
             raise JobFailed(f"bare decode of {archive} saw {decoded} row changes, the archive holds {rows}")
         bare.append(seconds)
+        decode_cpu.append(archive_stage_vs_parse(archive, workdir / "runs" / "decode", PROTOCOL))
         for master in MASTERS:
             run = run_job(archive, workdir / "runs" / "throughput", master, buckets, conf)
             jobs[master].append(run)
@@ -147,6 +150,12 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     base = rows / statistics.median(bare)
     print(f"    {'':44} {'seconds':>8} {'events/s':>10} {'vs bare':>8}")
     print(f"    {'baseline: bare decode, 1 process':44} {statistics.median(bare):8.2f} {base:10,.0f} {1.0:8.2f}")
+    messages = decode_cpu[0]["messages"]
+    stage_us = statistics.median(d["stage_s"] for d in decode_cpu) / messages * 1e6
+    parse_us = statistics.median(d["parse_s"] for d in decode_cpu) / messages * 1e6
+    print(f"    decode vs parse: {stage_us / parse_us:.2f}x (the decode stage's CPU a message in one process, "
+          f"decode_segments over every segment: {stage_us:.2f} us; orjson.loads of the same {messages:,} messages: "
+          f"{parse_us:.2f} us; target <= 3x)")
     wall: dict[str, float] = {}
     for master in MASTERS:
         wall[master] = statistics.median(j.seconds for j in jobs[master])

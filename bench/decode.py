@@ -205,3 +205,35 @@ def _load() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
+
+
+def archive_stage_vs_parse(archive: Path, run_dir: Path, protocol: str = "canal-json") -> dict[str, float]:
+    """The decode stage over a landed bench archive (``bench.archive``), in this process, against
+    ``orjson.loads`` of the same messages: CPU seconds of each and the messages. The stage is what the
+    apply job's decode tasks run (``decode_segments``, a task per segment of a protocol whose
+    segments carry no state), into a hard-linked clone of the archive."""
+    import pyarrow.parquet as pq
+
+    from bench.archive import TOPIC as BENCH_TOPIC
+    from bench.archive import clone_archive, pipeline_config, segment_paths
+
+    clone_archive(archive, run_dir)
+    config = pipeline_config(run_dir, protocol=protocol)
+    tasks, values = [], []
+    for partition, paths in segment_paths(run_dir):
+        state = DecoderState()
+        for path in paths:
+            start, end = (int(x) for x in path.stem.split("-"))
+            ref = SegmentRef(str(path.relative_to(run_dir)), start, end)
+            tasks.append(changelog.ChangeLogTask(config, BENCH_TOPIC, partition, (ref,), state))
+            values.append(pq.read_table(path, columns=["value"]).column("value").to_pylist())
+    parse = bare_parser(protocol, {})
+
+    def parse_all() -> None:
+        for chunk in values:
+            for v in chunk:
+                parse(None, v)
+    parse_s, _ = _cpu(parse_all)
+    stage_s, _ = _cpu(lambda: [changelog.decode_segments(t) for t in tasks])
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"messages": sum(len(c) for c in values), "parse_s": parse_s, "stage_s": stage_s}

@@ -22,6 +22,7 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
     assert len(re.findall(r"^ {8}(start Spark|decode|fold|commit and tag) +[\d.]+$", out, re.M)) == 8, out
     assert re.search(r"speed-up per stage local\[1\] -> local\[2\]: start Spark [\d.]+x, decode [\d.]+x, fold [\d.]+x, "
                      r"rewrite [\d.]+x, commit and tag [\d.]+x", out), out
+    assert re.search(r"^    decode vs parse: [\d.]+x \(the decode stage's CPU a message", out, re.M), out
     for master in ("local[2]", "local[1]"):
         assert re.search(rf"Spark alone {re.escape(master)}: start, a task per slot, stop +[\d.]+$", out, re.M), out
     assert re.search(r"speed-up local\[1\] -> local\[2\]: [\d.]+x \(target >= 1.7\); beyond Spark alone: -?[\d.]+x; "
