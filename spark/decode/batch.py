@@ -393,35 +393,31 @@ class CanalBatch:
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
         fast = np.zeros(len(values), bool)
+        dict_, list_, str_, int_ = dict, list, str, int
         for i, value in enumerate(values):
             try:
                 doc = loads(value)
-            except (orjson.JSONDecodeError, TypeError):
+                # The common message's fields, each of its usual type; anything else (a KeyError, a
+                # TypeError from indexing another type) is the per-change path's to read.
+                tidb = doc["_tidb"]
+                ts = tidb["commitTs"]
+                kind, database, table, data = doc["type"], doc["database"], doc["table"], doc["data"]
+                mysql_type, pk_names, es, old = doc["mysqlType"], doc["pkNames"], doc["es"], doc["old"]
+            except (orjson.JSONDecodeError, TypeError, KeyError):
                 continue
-            if type(doc) is not dict:
-                continue
-            get = doc.get
-            tidb = get("_tidb")
-            if type(tidb) is not dict or len(tidb) != 1:
-                continue
-            ts = tidb.get("commitTs")
-            if type(ts) is not int or not 0 <= ts < 1 << 63 or get("isDdl") is not False:
-                continue
-            kind = get("type")
-            if type(kind) is not str:
+            if (type(doc) is not dict_ or type(tidb) is not dict_ or len(tidb) != 1 or type(ts) is not int_
+                    or not 0 <= ts < 1 << 63 or doc.get("isDdl") is not False or type(kind) is not str_
+                    or type(database) is not str_ or type(table) is not str_ or (es is not None and type(es) is not int_)
+                    or type(data) is not list_ or len(data) != 1 or type(data[0]) is not dict_
+                    or type(mysql_type) is not dict_ or type(pk_names) is not list_):
                 continue
             op = ops.get(kind)
-            database, table, es, data, old = get("database"), get("table"), get("es"), get("data"), get("old")
-            if (op is None or type(database) is not str or type(table) is not str or (es is not None and type(es) is not int)
-                    or type(data) is not list or len(data) != 1 or type(data[0]) is not dict):
+            if op is None:
                 continue
             if op == UPDATE:
-                if type(old) is not list or len(old) != 1 or type(old[0]) is not dict:
+                if type(old) is not list_ or len(old) != 1 or type(old[0]) is not dict_:
                     continue
-            elif old is not None and type(old) is not list:
-                continue
-            mysql_type, pk_names = get("mysqlType"), get("pkNames")
-            if type(mysql_type) is not dict or type(pk_names) is not list:
+            elif old is not None and type(old) is not list_:
                 continue
             entry = tables.get((database, table))
             if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
