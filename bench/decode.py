@@ -1,13 +1,15 @@
 """The decode stage's CPU per message against a plain parse of the same messages, by stage.
 
 ``python -m bench decode`` (seconds, in process): per protocol, a generated workload of N
-messages (bench/codecs.py's corpus, encoded the way the upstream does) is written as one raw
+messages (bench/codecs.py's corpus, encoded the way the upstream does, over bench apply's key
+space: N / 20 keys a table, so a third of the changes are updates) is written as one raw
 segment of the archive, then timed in CPU time (``time.process_time``, this process only):
 
 - parse: the plain parse of the same messages (``orjson.loads`` of each JSON document; the
   key too for Debezium) -- the reference, what merely reading them costs;
 - stage: ``decode_segments``, the function a Spark decode task runs: read the raw segment,
-  decode, write the change log (Parquet) and the side output;
+  decode, write the change log (Parquet) and the side output; and the same with every message
+  on the per-change path (``column_wise=False``, what the stage was before issue 37);
 - and the stage cut up, each part timed alone on the same messages: raw read (the segment's
   messages as ``RawMessage``s), decoder (``decoder.decode`` + the clock), change-log writer
   (every change's rows written) of which images (``change`` bytes), key bytes (key effects,
@@ -94,13 +96,11 @@ class Subject:
                 parse(k, v)
         return _cpu(run)[0]
 
-    def time_stage(self, times: dict[str, float] | None = None) -> float:
+    def time_stage(self, times: dict[str, float] | None = None, column_wise: bool = True) -> float:
         """``decode_segments`` over the segment into a fresh change-log directory (the task's own work)."""
         shutil.rmtree(self.root / "bench" / "changelog", ignore_errors=True)
         task = changelog.ChangeLogTask(self.config, TOPIC, 0, (self.segment,), DecoderState())
-        if times is not None:
-            return _cpu(lambda: changelog.decode_segments(task, times=times))[0]
-        return _cpu(lambda: changelog.decode_segments(task))[0]
+        return _cpu(lambda: changelog.decode_segments(task, times=times, column_wise=column_wise))[0]
 
     def time_parts(self) -> dict[str, float]:
         """The per-change path cut up: each part timed alone over the same messages."""
@@ -165,15 +165,19 @@ def main(argv: Iterable[str] | None = None) -> int:
           f"events per protocol, median of {args.rounds} interleaved rounds; load {_load()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     try:
-        subjects = [Subject(tmp / p, p, corpus(p, {}, args.messages)) for p in protocols]
+        # The key space of bench apply's archive (events / 20): a third of the changes are updates.
+        subjects = [Subject(tmp / p, p, corpus(p, {}, args.messages, key_space=max(1000, args.messages // 20)))
+                    for p in protocols]
         parse: dict[str, list[float]] = {p: [] for p in protocols}
         stage: dict[str, list[float]] = {p: [] for p in protocols}
+        per_change: dict[str, list[float]] = {p: [] for p in protocols}
         parts: dict[str, list[dict[str, float]]] = {p: [] for p in protocols}
         batch: dict[str, list[dict[str, float]]] = {p: [] for p in protocols}
         for _ in range(args.rounds):
             for s in subjects:
                 parse[s.protocol].append(s.time_parse())
                 stage[s.protocol].append(s.time_stage())
+                per_change[s.protocol].append(s.time_stage(column_wise=False))
                 parts[s.protocol].append(s.time_parts())
                 times: dict[str, float] = {}
                 s.time_stage(times)
@@ -188,6 +192,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             ratio = statistics.median(stage[p]) / statistics.median(parse[p])
             print(f"{p:24} {n:>9,} messages: parse {us(statistics.median(parse[p])):6.2f}  decode stage "
                   f"{us(statistics.median(stage[p])):6.2f}  decode vs parse: {ratio:.2f}x")
+            print(f"{'':24}   the stage with every message on the per-change path: {us(statistics.median(per_change[p])):.2f} "
+                  f"= {statistics.median(per_change[p]) / statistics.median(parse[p]):.2f}x the parse")
             print(f"{'':24}   per-change path, each part alone: " + ", ".join(
                 f"{k} {us(v):.2f}" for k, v in median_parts.items()))
             if batch[p]:

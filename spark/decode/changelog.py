@@ -488,7 +488,8 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
                       writer.runs)
 
 
-def decode_segments(task: ChangeLogTask, times: dict[str, float] | None = None) -> list[SideOutput]:
+def decode_segments(task: ChangeLogTask, times: dict[str, float] | None = None, column_wise: bool = True,
+                    ) -> list[SideOutput]:
     """Decode a partition's segments in order, carrying decoder state (runs on an executor).
 
     A segment whose side output exists is not decoded again: its side output is read and its
@@ -509,7 +510,7 @@ def decode_segments(task: ChangeLogTask, times: dict[str, float] | None = None) 
             if storage.exists(side_path):
                 side = read_side_output(storage, side_path)
             else:
-                data = _decode_segment(storage, task, segment, state, times).to_json()
+                data = _decode_segment(storage, task, segment, state, times, column_wise).to_json()
                 try:
                     storage.create(side_path, data)
                 except AlreadyExists:
