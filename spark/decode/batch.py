@@ -129,7 +129,9 @@ class Column:
     """One column's values of a batch (texts, None for NULL): which are fast, their MessagePack
     bytes, and for a key column the key bytes' part."""
 
-    def __init__(self, ct: ColumnType, values: list[Any], key: bool) -> None:
+    def __init__(self, ct: ColumnType, values: list[Any], key: bool, encode: int) -> None:
+        """``encode``: how many of the values (the first) need their bytes; the rest (old images'
+        values of a column outside the key) are only checked."""
         try:
             texts = pa.array(values, pa.string())
             ok = np.ones(len(values), bool)
@@ -138,29 +140,31 @@ class Column:
             texts = pa.array([v if good else None for v, good in zip(values, ok)], pa.string())
         self.null = texts.is_null().to_numpy(zero_copy_only=False)
         kind = ct.kind
+        head = texts.slice(0, encode)
         if kind is TypeKind.STRING or kind is TypeKind.JSON:
-            encoded = _headed("str", _lengths(texts), texts)
+            encoded = _headed("str", _lengths(head), head)
         elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
-            ok, encoded = self._int(ct, texts, ok)
+            ok, encoded = self._int(ct, texts, ok, encode)
         elif kind is TypeKind.DECIMAL:
             good = pc.and_(pc.match_substring_regex(texts, _DECIMAL_TEXT),
                            pc.invert(pc.match_substring_regex(texts, _DECIMAL_SMALL)))
             ok &= good.fill_null(True).to_numpy(zero_copy_only=False)
-            encoded = _headed("decimal", _lengths(texts), texts)
+            encoded = _headed("decimal", _lengths(head), head)
         elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
-            ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3)
+            ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode)
         elif kind is TypeKind.DATE:
-            ok, encoded = self._date(texts, ok)
+            ok, encoded = self._date(texts, ok, encode)
         elif kind is TypeKind.BINARY:
-            ok, encoded = self._latin1(texts, ok)
+            ok = ok & ~self._not_latin1(texts)
+            encoded = self._latin1(head, self.null[:encode])
         else:  # pragma: no cover - plans hold only _FAST_KINDS
             raise AssertionError(kind)
         self.ok = ok
-        self.encoded = encoded.fill_null(_NIL) if self.null.any() else encoded
+        self.encoded = encoded.fill_null(_NIL) if self.null[:encode].any() else encoded
         if key:
             self.key = self._key_part(kind, texts)
 
-    def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+    def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
         lo, hi = int_range(ct)
         good = pc.match_substring_regex(texts, _INT_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
         negative = pc.starts_with(texts, "-").fill_null(False).to_numpy(zero_copy_only=False)
@@ -175,16 +179,16 @@ class Column:
         ok = ok & (good | self.null)
         magnitude = np.where(good, magnitude, np.uint64(0))
         self.magnitude, self.negative = magnitude, negative & (magnitude > 0)
-        n = len(magnitude)
+        magnitude, negative, n = magnitude[:encode], self.negative[:encode], encode
         matrix = np.empty((n, 9), np.uint8)
-        if self.negative.any():
-            value = np.where(self.negative, np.negative(magnitude), magnitude)  # two's complement as uint64
+        if negative.any():
+            value = np.where(negative, np.negative(magnitude), magnitude)  # two's complement as uint64
             signed = value.view(np.int64)
-            cls = np.where(self.negative,
+            cls = np.where(negative,
                            (signed < -32).astype(np.int64) + (signed < -128) + (signed < -32768) + (signed < -(1 << 31)),
                            (magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
                            + (magnitude >= 1 << 32))
-            tag = np.where(self.negative, _SINT_TAG[cls], _UINT_TAG[cls])
+            tag = np.where(negative, _SINT_TAG[cls], _UINT_TAG[cls])
         else:
             value = magnitude
             cls = ((magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
@@ -198,7 +202,7 @@ class Column:
         offsets = np.zeros(n + 1, np.int32)
         np.cumsum(9 - start, out=offsets[1:])
         encoded = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        return ok, _null_as_nil(self.null, encoded)
+        return ok, _null_as_nil(self.null[:encode], encoded)
 
     @staticmethod
     def _chars(texts: pa.Array, positions: np.ndarray) -> np.ndarray:
@@ -225,7 +229,7 @@ class Column:
         days = _DAYS[np.where(good_month, month, 0)] + (leap & (month == 2))
         return (year >= 1) & good_month & (day >= 1) & (day <= days)
 
-    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int) -> tuple[np.ndarray, pa.Array]:
+    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
         good = pc.match_substring_regex(texts, _DATETIME_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
         d = self._chars(texts, _DATETIME_DIGITS).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
@@ -233,51 +237,66 @@ class Column:
         hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
         micro = d[:, 14:20] @ np.array([100000, 10000, 1000, 100, 10, 1], np.int32)
         good &= self._date_ok(year, month, day) & (hour <= 23) & (minute <= 59) & (second <= 59)
-        n = len(year)
+        n = encode
+        year, month, day, hour, minute, second, micro = (
+            x[:n] for x in (year, month, day, hour, minute, second, micro))
         matrix = np.empty((n, 14), np.uint8)
         matrix[:, 0], matrix[:, 1], matrix[:, 2] = 0xC7, 11, code
         matrix[:, 3], matrix[:, 4] = year & 0xFF, year >> 8
         matrix[:, 5], matrix[:, 6], matrix[:, 7], matrix[:, 8], matrix[:, 9] = month, day, hour, minute, second
         matrix[:, 10:14] = micro.astype("<u4").view(np.uint8).reshape(n, 4)
-        return ok & (good | self.null), _null_as_nil(self.null, _fixed(matrix))
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
 
-    def _date(self, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+    def _date(self, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
         good = pc.match_substring_regex(texts, _DATE_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
         d = self._chars(texts, _DATETIME_DIGITS[:8]).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
         good &= self._date_ok(year, month, day)
-        n = len(year)
+        n = encode
+        year, month, day = year[:n], month[:n], day[:n]
         matrix = np.empty((n, 6), np.uint8)
         matrix[:, 0], matrix[:, 1] = 0xD6, 4
         matrix[:, 2], matrix[:, 3], matrix[:, 4], matrix[:, 5] = year & 0xFF, year >> 8, month, day
-        return ok & (good | self.null), _null_as_nil(self.null, _fixed(matrix))
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
 
-    def _latin1(self, texts: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, pa.Array]:
-        """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
-        C2 xx and C3 xx; any character above U+00FF is not a byte (the per-change path errs)."""
+    @staticmethod
+    def _bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The UTF-8 bytes of the values, and their offsets (from 0)."""
         n = len(texts)
         buffers = texts.buffers()
         offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
         data = np.frombuffer(buffers[2], np.uint8)[offsets[0]:offsets[-1]] if buffers[2] is not None \
             else np.zeros(0, np.uint8)
-        offsets = offsets - offsets[0]
-        wide = data >= 0xC2
-        if not wide.any():  # ASCII: the text's bytes are the value's
-            return ok, _headed("bin", _lengths(texts), texts)
-        row = np.repeat(np.arange(n), np.diff(offsets))
-        bad = np.zeros(n, bool)
-        bad[row[data >= 0xC4]] = True
+        return data, offsets - offsets[0]
+
+    def _not_latin1(self, texts: pa.Array) -> np.ndarray:
+        """Values with a character above U+00FF (a lead byte from C4 on): not bytes, the per-change path errs."""
+        data, offsets = self._bytes(texts)
+        bad = np.zeros(len(texts), bool)
+        wide = np.flatnonzero(data >= 0xC4)
+        if len(wide):
+            bad[np.searchsorted(offsets, wide, side="right") - 1] = True
+        return bad
+
+    def _latin1(self, texts: pa.Array, null: np.ndarray) -> pa.Array:
+        """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
+        C2 xx and C3 xx (values of other characters are dropped by the caller)."""
+        n = len(texts)
+        data, offsets = self._bytes(texts)
+        if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
+            return _headed("bin", _lengths(texts), texts)
         lead = (data == 0xC2) | (data == 0xC3)
         out = data.copy()
         follows = np.flatnonzero(data == 0xC3) + 1
+        follows = follows[follows < len(out)]
         out[follows] = out[follows] + 0x40
-        keep = ~lead
-        lengths = np.diff(offsets) - np.bincount(row[lead], minlength=n)
+        row = np.searchsorted(offsets, np.flatnonzero(lead), side="right") - 1
+        lengths = np.diff(offsets) - np.bincount(row, minlength=n)
         new_offsets = np.zeros(n + 1, np.int32)
         np.cumsum(lengths, out=new_offsets[1:])
-        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[keep])])
-        return ok & ~bad, _null_as_nil(self.null, _headed("bin", lengths, body))
+        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[~lead])])
+        return _null_as_nil(null, _headed("bin", lengths, body))
 
     def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
         """``f"{len(t)}:{t}"`` of ``net_change._canonical``'s text t: ``s`` + the string, ``n`` + the
@@ -461,8 +480,8 @@ class CanalBatch:
         if not parts:
             return None, np.zeros(0, np.int64), fast
         table = pa.concat_tables(parts)
-        order = np.argsort(table.column("_order").to_numpy(), kind="stable")
-        table = table.take(order)
+        if len(parts) > 1:  # each part is in offset order: the parts interleaved
+            table = table.take(np.argsort(table.column("_order").to_numpy(), kind="stable"))
         message = table.column("_message").to_numpy()
         for plan in self._noted:
             self.note_schema(plan.keys, plan.types)
@@ -487,7 +506,8 @@ class CanalBatch:
             columns_values = [[r.get(name) for r in datas] + [o.get(name) for o in olds] for name in plan.names]
         columns: dict[str, Column] = {}
         for name, values in zip(plan.names, columns_values):
-            column = columns[name] = Column(plan.types[name], values, name in plan.keys)
+            key = name in plan.keys
+            column = columns[name] = Column(plan.types[name], values, key, len(values) if key else n)
             good &= column.ok[:n]
             good[updates] &= column.ok[n:]
         keep = np.flatnonzero(good)
@@ -498,49 +518,49 @@ class CanalBatch:
         self._noted.append(plan)
         # The new image's ``change`` (insert/update) and the data's and the old row's keys.
         m = len(updates)
-        new_index = pa.array(keep)
-        old_at = np.full(n, -1, np.int64)
-        old_at[updates] = n + np.arange(m)
-        old_index = pa.array(old_at[keep])  # -1 for rows without an old image: taken, never used
-        old_index = pc.if_else(pc.less(old_index, 0), 0, old_index)
-        op_keep = op[keep]
         count = len(keep)
-        names = plan.names
+        every = count == n
+        new_index = None if every else pa.array(keep)
+        old_at = np.zeros(n, np.int64)  # 0 for rows without an old image: taken, never used
+        old_at[updates] = n + np.arange(m)
+        old_index = pa.array(old_at if every else old_at[keep])
+        op_keep = op if every else op[keep]
+        is_update = op_keep == UPDATE
         pieces: list[Any] = [pa.array([b"\x92" + _OP_TEXT[o] + plan.map_header for o in (INSERT, UPDATE)], pa.binary())
-                             .take(pa.array((op_keep == UPDATE).astype(np.int8)))]
-        for name, name_bytes in zip(names, plan.name_bytes):
-            pieces += [name_bytes, columns[name].encoded.take(new_index)]
+                             .take(pa.array(is_update.astype(np.int8)))]
+        for name, name_bytes in zip(plan.names, plan.name_bytes):
+            encoded = columns[name].encoded
+            pieces += [name_bytes, encoded.slice(0, n) if every else encoded.take(new_index)]
         image = pc.binary_join_element_wise(*pieces, b"")
 
-        def key_and_delete_image(index: pa.Array) -> tuple[pa.Array, pa.Array]:
+        def key_and_delete_image(index: pa.Array | None) -> tuple[pa.Array, pa.Array]:
             key_parts, image_parts = [], [b"\x92" + _OP_TEXT[DELETE] + plan.key_map_header]
             for k in plan.keys:
-                key_parts.append(columns[k].key.take(index))
-                image_parts += [_msgspec_name(k), columns[k].encoded.take(index)]
+                column = columns[k]
+                key_parts.append(column.key.slice(0, n) if index is None else column.key.take(index))
+                image_parts += [_msgspec_name(k), column.encoded.slice(0, n) if index is None else column.encoded.take(index)]
             key = key_parts[0] if len(key_parts) == 1 else pc.binary_join_element_wise(*key_parts, b"")
             return key, pc.binary_join_element_wise(*image_parts, b"")
 
         new_key, new_delete = key_and_delete_image(new_index)
         old_key, old_delete = key_and_delete_image(old_index)
-        is_update = op_keep == UPDATE
         moved = is_update & ~np.asarray(pc.equal(new_key, old_key).to_numpy(zero_copy_only=False), bool)
-        first_deletes = (op_keep == DELETE) | moved
-        first_key = pc.if_else(pa.array(moved), old_key, new_key)
-        first_change = pc.if_else(pa.array(op_keep == DELETE), new_delete, pc.if_else(pa.array(moved), old_delete, image))
-        second = np.flatnonzero(moved)
-        second_index = pa.array(second)
-        key = pa.concat_arrays([first_key, new_key.take(second_index)])
-        change = pa.concat_arrays([first_change, image.take(second_index)])
-        deletes = np.concatenate([first_deletes, np.zeros(len(second), bool)])
-        first = np.concatenate([np.ones(count, bool), np.zeros(len(second), bool)])
-        source = np.concatenate([np.arange(count), second])
-        at = message[keep][source]
-        tables = np.array(indices, np.int64)[keep][source]
+        # The effects in offset order: a moved row's old key deleted, then its new one written.
+        j = np.repeat(np.arange(count), 1 + moved)
+        second = np.zeros(len(j), bool)
+        second[1:] = j[1:] == j[:-1]
+        first_moved = moved[j] & ~second
+        key = pa.chunked_array([new_key, old_key]).take(pa.array(j + count * first_moved)).combine_chunks()
+        change_at = np.where(second, j, np.where(first_moved, 2 * count + j, np.where(op_keep[j] == DELETE, count + j, j)))
+        change = pa.chunked_array([image, new_delete, old_delete]).take(pa.array(change_at)).combine_chunks()
+        deletes = first_moved | (op_keep[j] == DELETE)
+        at = (message if every else message[keep])[j]
+        tables = np.array(indices, np.int64)[j if every else keep[j]]
         seeds = np.array(self._seeds, np.int64)[tables].tolist()
         crc = zlib.crc32
         key_hash = [crc(k, s) for k, s in zip(key.to_pylist(), seeds)]
-        total = len(source)
-        commit_ts = np.array(stamps, np.int64)[keep][source]
+        total = len(j)
+        commit_ts = np.array(stamps, np.int64)[j if every else keep[j]]
         table = pa.Table.from_arrays([
             pa.repeat(pa.scalar(self.topic, pa.string()), total),
             pa.repeat(pa.scalar(self.partition, pa.int32()), total),
@@ -551,12 +571,12 @@ class CanalBatch:
             pa.array([t for _, t in self._names], pa.string()).take(pa.array(tables)),
             key,
             pa.array(deletes),
-            pa.array(first),
+            pa.array(~second),
             change,
             pa.repeat(pa.scalar(plan.schema, pa.int64()), total),
             pa.array(key_hash, pa.int64()),
             pa.repeat(pa.scalar(-1, pa.int64()), total),
-            pa.array(at * 2 + np.concatenate([np.zeros(count, np.int64), np.ones(len(second), np.int64)])),
+            pa.array(at * 2 + second),
             pa.array(at),
         ], names=["topic", "partition", "offset", "index", "commit_ts", "database", "table", "key", "deletes", "first",
                   "change", "schema_id", "key_hash", "run", "_order", "_message"])
