@@ -362,6 +362,7 @@ class CanalBatch:
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
+        self._batch = 0  # messages in the batch being split
         # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
@@ -376,13 +377,22 @@ class CanalBatch:
 
     def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
         decoder = self.decoder
+        # The decoder compiles (and caches) the converter of its first 1,024 mysqlTypes only; an
+        # uncompiled one yields rows in the message's column order, not the types'. The fast path
+        # learns a new mysqlType only while the batch cannot fill that cache: the decoder then
+        # caches the same mysqlTypes, all compiled, in whatever order the two paths meet them.
+        try:
+            cached = tuple(mysql_type.items()) in decoder._converters
+        except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
+            return None, -1
+        if not cached and len(decoder._converters) + self._batch >= 1024:
+            return None, -1
         try:
             types, _ = decoder._schema(database, table, mysql_type)
             keys = decoder._key_columns(pk_names)
         except Exception:  # noqa: BLE001 - the per-change path raises the message's error
             return None, -1
-        # Only a compiled converter (cached by the decoder) yields rows in the types' order.
-        if tuple(mysql_type.items()) not in decoder._converters:
+        if tuple(mysql_type.items()) not in decoder._converters:  # only a compiled converter: the types' order
             return None, -1
         ident = (id(types), keys)
         if ident not in self._plans:
@@ -407,6 +417,7 @@ class CanalBatch:
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
         loads, ops, tables = orjson.loads, _OPS, self._tables
+        self._batch = len(values)
         for plan in self._used:  # a batch that failed half-way left its rows
             plan.rows = []
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)

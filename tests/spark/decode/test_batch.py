@@ -337,3 +337,21 @@ def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
                         kind is TypeKind.UNSIGNED_LONG)
         assert _inline(ct, "x", "c", UTC) is not None, kind
     assert dt.timezone.utc is UTC
+
+
+def test_more_mysql_types_than_the_decoder_compiles_write_the_same_change_log_both_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder compiles the converters of its first 1,024 mysqlTypes; past them a row keeps the
+    message's column order. Rows here list their columns in another order than mysqlType, over
+    1,400 mysqlTypes, read in batches of 100: the fast path must not change which are compiled."""
+    monkeypatch.setattr(changelog, "READ_BATCH", 100)
+    ts = tso(1_700_000_000_000)
+    messages = []
+    for i in range(700):
+        for column, rows in ((f"c{i}", 1), (f"d{i}", 2)):  # one row: the fast path's; two: the per-change path's
+            ts += 1
+            doc = {"database": "db", "table": f"t{i}", "pkNames": ["id"], "isDdl": False, "type": "INSERT", "es": 1,
+                   "mysqlType": {"id": "bigint", column: "int"}, "data": [{column: "5", "id": str(i)}] * rows,
+                   "old": None, "_tidb": {"commitTs": ts}}
+            messages.append((None, orjson.dumps(doc)))
+    assert decode_both(tmp_path, [messages], monkeypatch=monkeypatch) > 400
