@@ -362,7 +362,6 @@ class CanalBatch:
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
-        self._batch = 0  # messages in the batch being split
         # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
@@ -377,16 +376,6 @@ class CanalBatch:
 
     def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
         decoder = self.decoder
-        # The decoder compiles (and caches) the converter of its first 1,024 mysqlTypes only; an
-        # uncompiled one yields rows in the message's column order, not the types'. The fast path
-        # learns a new mysqlType only while the batch cannot fill that cache: the decoder then
-        # caches the same mysqlTypes, all compiled, in whatever order the two paths meet them.
-        try:
-            cached = tuple(mysql_type.items()) in decoder._converters
-        except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
-            return None, -1
-        if not cached and len(decoder._converters) + self._batch >= 1024:
-            return None, -1
         try:
             types, _ = decoder._schema(database, table, mysql_type)
             keys = decoder._key_columns(pk_names)
@@ -417,7 +406,9 @@ class CanalBatch:
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
         loads, ops, tables = orjson.loads, _OPS, self._tables
-        self._batch = len(values)
+        converters = self.decoder._converters
+        pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
+        taken = 0  # messages taken so far
         for plan in self._used:  # a batch that failed half-way left its rows
             plan.rows = []
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
@@ -453,6 +444,13 @@ class CanalBatch:
             if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
                 plan, index = entry[2], entry[3]
             else:
+                try:
+                    known = tuple(mysql_type.items()) in converters
+                except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
+                    continue
+                if not known:  # a mysqlType the decoder has not met: learnt after the loop, or not at all
+                    pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names))
+                    continue
                 plan, index = self._plan(database, table, mysql_type, pk_names)
             if plan is None:
                 continue
@@ -462,6 +460,30 @@ class CanalBatch:
             if not plan.rows:
                 used.append(plan)
             plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+            taken += 1
+        # The decoder compiles (and caches) the converters of its first 1,024 mysqlTypes only; an
+        # uncompiled one yields rows in the message's column order, not the types'. The fast path
+        # learns the batch's new mysqlTypes only if the batch cannot fill that cache, counting every
+        # message it leaves to the per-change path as one more: both paths then leave the decoder the
+        # same mysqlTypes, all compiled, in whatever order they met them.
+        if pending and (len(converters) + len({tuple(p[7].items()) for p in pending})
+                        + len(values) - taken - len(pending) < 1024):
+            touched = set()
+            for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
+                entry = tables.get((database, table))
+                if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+                    plan, index = entry[2], entry[3]
+                else:
+                    plan, index = self._plan(database, table, mysql_type, pk_names)
+                if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
+                    continue
+                if not plan.rows:
+                    used.append(plan)
+                plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+                touched.add(id(plan))
+            for plan in used:
+                if id(plan) in touched:  # back in offset order
+                    plan.rows.sort(key=itemgetter(0))
         if clock:
             now = clock()
             times["parse + check"] = times.get("parse + check", 0.0) + now - started

@@ -348,10 +348,18 @@ def test_more_mysql_types_than_the_decoder_compiles_write_the_same_change_log_bo
     ts = tso(1_700_000_000_000)
     messages = []
     for i in range(700):
-        for column, rows in ((f"c{i}", 1), (f"d{i}", 2)):  # one row: the fast path's; two: the per-change path's
+        for column, count in ((f"c{i}", 1), (f"d{i}", 2)):  # one row: the fast path's; two: the per-change path's
             ts += 1
             doc = {"database": "db", "table": f"t{i}", "pkNames": ["id"], "isDdl": False, "type": "INSERT", "es": 1,
-                   "mysqlType": {"id": "bigint", column: "int"}, "data": [{column: "5", "id": str(i)}] * rows,
+                   "mysqlType": {"id": "bigint", column: "int"}, "data": [{column: "5", "id": str(i)}] * count,
                    "old": None, "_tidb": {"commitTs": ts}}
             messages.append((None, orjson.dumps(doc)))
     assert decode_both(tmp_path, [messages], monkeypatch=monkeypatch) > 400
+
+
+def test_the_first_batch_of_a_segment_takes_the_column_wise_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New mysqlTypes are learnt in the batch that brings them, when it cannot fill the decoder's cache."""
+    monkeypatch.setattr(changelog, "READ_BATCH", 2000)
+    events = list(Workload(WorkloadSpec(tables=10, events=3000, seed=8, watermark_every=1000, key_space=500)).events())
+    records = [(r.key, r.value) for r in encode("canal-json", events)]
+    assert decode_both(tmp_path, [records], monkeypatch=monkeypatch) > len(records) - 30  # DDL and watermarks
