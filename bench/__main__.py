@@ -1,4 +1,4 @@
-"""python -m bench [codecs|land|apply|changes|consistency|maintenance|lag|faults] [suite options]
+"""python -m bench [codecs|decode|land|apply|changes|consistency|maintenance|lag|faults] [suite options]
 
 The suite name is taken from the first argument and everything after it goes to that suite's
 own parser, so ``python -m bench apply --help`` shows the suite's flags. Without a suite every
@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-SUITES = ("apply", "changes", "codecs", "consistency", "faults", "lag", "land", "maintenance")
+SUITES = ("apply", "changes", "codecs", "consistency", "decode", "faults", "lag", "land", "maintenance")
 
 
 def suite_main(name: str) -> Callable[[list[str]], int]:

@@ -27,9 +27,10 @@ from spark.demo.workload import Workload, WorkloadSpec
 VARIANTS: list[tuple[str, dict[str, str]]] = [(p, {}) for p in sorted(PROTOCOLS)] + [("simple", {"encoding": "avro"})]
 
 
-def corpus(protocol: str, options: dict[str, str], events: int, partitions: int = 4) -> list[tuple[bytes | None, bytes | None]]:
+def corpus(protocol: str, options: dict[str, str], events: int, partitions: int = 4,
+           key_space: int = 100_000) -> list[tuple[bytes | None, bytes | None]]:
     encoder = get_encoder(protocol, **options)
-    workload = Workload(WorkloadSpec(tables=10, events=events, seed=1, watermark_every=1000, key_space=100_000))
+    workload = Workload(WorkloadSpec(tables=10, events=events, seed=1, watermark_every=1000, key_space=key_space))
     out: list[tuple[bytes | None, bytes | None]] = []
     chunk = []
     for e in workload.events():

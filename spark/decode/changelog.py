@@ -22,12 +22,13 @@ per copy (``net_change.multiset_net``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,6 +50,7 @@ from cdc_codecs import (
 from spark.runtime import credentials
 from spark.archive import layout, records
 from spark.config import PipelineConfig
+from spark.decode.batch import CanalBatch
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.archive.records import CorruptArchiveFile
 from spark.decode.effect import CorruptChangeValue, decode_effect, encode_effect, image_encoder
@@ -114,6 +116,10 @@ def encode_schema(key_columns: tuple[str, ...], column_types: Mapping[str, Colum
     return orjson.dumps({"key_columns": list(key_columns), "columns": columns})
 
 
+def _schema_id_of(key_columns: tuple[str, ...], column_types: Mapping[str, ColumnType] | None) -> int:
+    return schema_id(encode_schema(key_columns, column_types))
+
+
 def decode_schema(blob: bytes) -> tuple[tuple[str, ...], dict[str, ColumnType] | None]:
     """A side output's schema (``SideOutput.schemas``): a change's key columns and column types."""
     doc = orjson.loads(blob)
@@ -168,6 +174,8 @@ class _ChangeLogWriter:
         self._writer = pq.ParquetWriter(self._out, CHANGE_LOG_SCHEMA, compression="zstd",
                                         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS)
         self._rows: list[tuple[Any, ...]] = []  # a row group's rows, as tuples: one append per row
+        self._chunks: list[pa.Table] = []  # rows before ``_rows``, as Arrow: the column-wise path's, in order
+        self._pending = 0  # rows in ``_chunks``
         self.rows = 0
         # Decoders share one column-types mapping per table schema: encoded once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
@@ -244,44 +252,68 @@ class _ChangeLogWriter:
                          key_hash(kb, seed), run))
             first = False
             self.rows += 1
-            if len(rows) >= ROW_GROUP:
+            if len(rows) + self._pending >= ROW_GROUP:
                 self._flush()
                 rows = self._rows
 
-    def _number_runs(self) -> None:
+    def note_schema(self, key_columns: tuple[str, ...], column_types: Mapping[str, ColumnType]) -> int:
+        """The ``schema_id`` of a table schema the column-wise path writes rows of, kept for the side output."""
+        blob = encode_schema(key_columns, column_types)
+        sid = schema_id(blob)
+        self.schemas.setdefault(sid, blob)
+        return sid
+
+    def add_table(self, table: pa.Table) -> None:
+        """Change-log rows already in columns (``CHANGE_LOG_SCHEMA``, keyed tables', in offset order)
+        after the rows added so far: written exactly as the same rows added one by one."""
+        if self._rows:
+            self._chunks.append(_tuple_table(self._rows))
+            self._pending += len(self._rows)
+            self._rows = []
+        while table.num_rows:
+            take = min(ROW_GROUP - self._pending, table.num_rows)
+            self._chunks.append(table.slice(0, take))
+            self._pending += take
+            self.rows += take
+            table = table.slice(take)
+            if self._pending >= ROW_GROUP:
+                self._flush()
+
+    def _number_runs(self, table: pa.Table) -> pa.Table:
         """Give the buffered key-less rows their ``run`` (they are in offset order), and note the
         last row's: a run goes on while the rows' commitTs stays and their offsets leave no gap
         (a message without rows -- a watermark, a DDL -- ends it)."""
-        rows = self._rows
+        offsets, stamps = table.column("offset").to_numpy(), table.column("commit_ts").to_numpy()
         if self._first is None:
-            self._first = (rows[0][2], rows[0][4])
+            self._first = (int(offsets[0]), int(stamps[0]))
         offset, commit_ts, run = self._last if self._last is not None else (-2, None, -1)
         if not self._keyless:  # keyed rows only: the last row's run is all that is needed
-            i = len(rows) - 1
-            while i > 0 and rows[i - 1][4] == rows[i][4] and rows[i][2] - rows[i - 1][2] <= 1:
-                i -= 1
-            if i > 0 or rows[0][4] != commit_ts or rows[0][2] - offset > 1:
-                run = rows[i][2]
-            self._last = (rows[-1][2], rows[-1][4], run)
-            return
-        for i, row in enumerate(rows):
-            if row[4] != commit_ts or row[2] - offset > 1:
-                run = row[2]
-            offset, commit_ts = row[2], row[4]
-            if row[13] == UNNUMBERED:
-                rows[i] = row[:13] + (run,)
+            breaks = np.flatnonzero((stamps[1:] != stamps[:-1]) | (offsets[1:] - offsets[:-1] > 1))
+            i = int(breaks[-1]) + 1 if len(breaks) else 0
+            if i > 0 or int(stamps[0]) != commit_ts or int(offsets[0]) - offset > 1:
+                run = int(offsets[i])
+            self._last = (int(offsets[-1]), int(stamps[-1]), run)
+            return table
+        runs = table.column("run").to_pylist()
+        for i, (o, ts) in enumerate(zip(offsets.tolist(), stamps.tolist())):
+            if ts != commit_ts or o - offset > 1:
+                run = o
+            offset, commit_ts = o, ts
+            if runs[i] == UNNUMBERED:
+                runs[i] = run
         self._last = (offset, commit_ts, run)  # type: ignore[assignment]
         self._keyless = False
+        return table.set_column(table.schema.get_field_index("run"), "run", pa.array(runs, pa.int64()))
 
     def _flush(self) -> None:
         if self._rows:
-            self._number_runs()
-            self._rows.sort(key=_BY_KEY_HASH)
-            columns = zip(*self._rows)  # transposed in C
-            self._writer.write_table(pa.Table.from_arrays(
-                [pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA),
-                row_group_size=-(-len(self._rows) // HASH_RANGES))
+            self._chunks.append(_tuple_table(self._rows))
             self._rows = []
+        if self._chunks:
+            table = self._number_runs(pa.concat_tables(self._chunks).combine_chunks())
+            self._chunks, self._pending = [], 0
+            table = table.take(np.argsort(table.column("key_hash").to_numpy(), kind="stable"))
+            self._writer.write_table(table, row_group_size=-(-table.num_rows // HASH_RANGES))
 
     def close(self) -> None:
         self._flush()
@@ -289,43 +321,99 @@ class _ChangeLogWriter:
         self._out.close()
 
 
-_BY_KEY_HASH = itemgetter(12)  # a change-log row's key_hash
+def _tuple_table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns = zip(*rows)  # transposed in C
+    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, CHANGE_LOG_SCHEMA)], schema=CHANGE_LOG_SCHEMA)
 
 
 _RAW_COLUMNS = ("offset", "timestamp_ms", "key", "value", "headers")
 
 
+class RawBatch:
+    """One read batch of a raw segment: its columns as Python lists, each converted when first
+    asked for (the column-wise path reads only offsets and values; the per-change path's
+    messages the rest)."""
+
+    __slots__ = ("_batch", "_columns")
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self._batch = batch
+        self._columns: dict[str, list[Any] | None] = {}
+
+    def __len__(self) -> int:
+        return self._batch.num_rows
+
+    def column(self, name: str) -> list[Any] | None:
+        """A column as a list (``headers``: None when no message of the batch has any: most have none)."""
+        try:
+            return self._columns[name]
+        except KeyError:
+            array = self._batch.column(name)
+            values = None if name == "headers" and array.null_count == len(array) else array.to_pylist()
+            self._columns[name] = values
+            return values
+
+    def offsets(self) -> np.ndarray:
+        return self._batch.column("offset").to_numpy()
+
+
+def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
+    """A raw segment's messages in offset order, in row-group sized batches."""
+    source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
+    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS)):
+        yield RawBatch(batch)
+
+
+# Built with tuple.__new__ (a NamedTuple's own __new__ is a Python call, ~0.3 us a message each),
+# and a headers tuple only for the messages that have headers.
+_message, _position = partial(tuple.__new__, RawMessage), partial(tuple.__new__, SourcePosition)
+
+
+def _raw_message(topic: str, partition: int, batch: RawBatch, i: int) -> RawMessage:
+    headers = batch.column("headers")
+    pairs = headers[i] if headers is not None else None
+    return _message((batch.column("key")[i], batch.column("value")[i],  # type: ignore[index]
+                     _position((topic, partition, batch.column("offset")[i], 0)),  # type: ignore[index]
+                     tuple((h["key"], h["value"]) for h in pairs) if pairs else (),
+                     batch.column("timestamp_ms")[i]))  # type: ignore[index]
+
+
 def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
     """A raw segment's messages in offset order, read in row-group sized batches."""
-    source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
-    # Built with tuple.__new__ (a NamedTuple's own __new__ is a Python call, ~0.3 us a message
-    # each), and a headers tuple only for the messages that have headers: most have none.
-    message, position = partial(tuple.__new__, RawMessage), partial(tuple.__new__, SourcePosition)
-    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS)):
-        offsets, stamps, keys, values = (batch.column(name).to_pylist() for name in _RAW_COLUMNS[:4])
-        headers = batch.column("headers")
-        if headers.null_count == batch.num_rows:
-            for offset, ts, key, value in zip(offsets, stamps, keys, values):
+    message, position = _message, _position
+    for batch in _raw_batches(storage, segment):
+        if batch.column("headers") is None:
+            columns = (batch.column(name) for name in _RAW_COLUMNS[:4])
+            for offset, ts, key, value in zip(*columns):  # type: ignore[call-overload]
                 yield message((key, value, position((topic, partition, offset, 0)), (), ts))
             continue
-        for offset, ts, key, value, pairs in zip(offsets, stamps, keys, values, headers.to_pylist()):
-            yield message((key, value, position((topic, partition, offset, 0)),
-                           tuple((h["key"], h["value"]) for h in pairs) if pairs else (), ts))
+        for i in range(len(batch)):
+            yield _raw_message(topic, partition, batch, i)
 
 
-def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState) -> SideOutput:
-    """Decode one raw segment from ``state``: write its change log, return its side output."""
-    topic = next((t for t in task.config.topics if t.name == task.topic), None)
-    if topic is None:
-        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+def segment_decoder(topic: Any, state: DecoderState) -> tuple[Any, CommitTsClock | DerivedClock]:
+    """The decoder and clock a segment of ``topic`` (a ``TopicConfig``) decodes with, from ``state``."""
     spec = protocol_spec(topic.protocol)
     options: dict[str, Any] = dict(topic.options)
-    carries_schemas = _carries_schemas(topic.protocol)
-    if carries_schemas and state.schemas:
+    if _carries_schemas(topic.protocol) and state.schemas:
         options["schemas"] = state.schemas
     decoder = get_decoder(topic.protocol, **options)
     clock = (CommitTsClock(topic.protocol) if spec.carries_commit_ts(topic.options)
              else DerivedClock(topic.protocol, state.clock, state.binlog, spec.binlog_ordered))
+    return decoder, clock
+
+
+def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, state: DecoderState,
+                    times: dict[str, float] | None = None, column_wise: bool = True) -> SideOutput:
+    """Decode one raw segment from ``state``: write its change log, return its side output.
+
+    ``column_wise=False`` decodes every message by the per-change path (the reference the
+    column-wise one is tested against); ``times`` adds CPU seconds per stage (bench decode)."""
+    topic = next((t for t in task.config.topics if t.name == task.topic), None)
+    if topic is None:
+        raise ChangeLogError(f"pipeline {task.config.name}: topic {task.topic!r} is not configured")
+    carries_schemas = _carries_schemas(topic.protocol)
+    decoder, clock = segment_decoder(topic, state)
     version = decoder_version(topic.protocol)
     parquet, _ = layout.changelog_paths(task.config.name, version, task.topic, task.partition, segment.start, segment.end)
     messages = events = 0
@@ -333,35 +421,76 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
     ddl: list[DdlChange] = []
     errors: list[DecodeError] = []
     writer = _ChangeLogWriter(storage, parquet)
+    # TiCDC's Canal-JSON rows take the column-wise path (spark/decode/batch.py); every other
+    # message, in its place, this loop's.
+    fast = CanalBatch(decoder, task.topic, task.partition, _schema_id_of, writer.note_schema) \
+        if column_wise and CanalBatch.applies(decoder, isinstance(clock, CommitTsClock)) else None
+    cpu = time.process_time if times is not None else None
+
+    def note(stage: str, started: float) -> float:
+        now = cpu()  # type: ignore[misc]
+        times[stage] = times.get(stage, 0.0) + now - started  # type: ignore[index]
+        return now
+
     try:
-        for msg in _raw_messages(storage, task.topic, task.partition, segment):
-            messages += 1
-            try:
-                decoded, proved = clock.stamp(decoder.decode(msg))
-            except DecodeError as exc:
-                if exc.raw is None:
-                    exc.raw = msg
-                errors.append(exc)
-                continue
-            events += len(decoded)
-            if proved is not None and (mark is None or proved > mark):
-                mark = proved
-            for e in decoded:
-                if isinstance(e, RowChange):
-                    writer.add(e)
-                elif isinstance(e, DdlChange):
-                    ddl.append(e)
+        started = cpu() if cpu else 0.0
+        for batch in _raw_batches(storage, segment):
+            if cpu:
+                started = note("raw read", started)
+            n = len(batch)
+            messages += n
+            table, row_message, done = None, None, 0
+            slow: Iterable[int] = range(n)
+            if fast is not None:
+                try:
+                    table, row_message, is_fast = fast.split(batch.offsets(), batch.column("value"), times)
+                except Exception:  # noqa: BLE001 - never a message's error: the per-change path decides
+                    table = None
+                else:
+                    slow = np.flatnonzero(~is_fast).tolist()
+                    events += int(is_fast.sum())
+                if cpu:
+                    started = cpu()
+            for i in slow:
+                if table is not None:  # the column-wise rows of the messages before this one
+                    cut = int(np.searchsorted(row_message, i))
+                    if cut > done:
+                        writer.add_table(table.slice(done, cut - done))
+                        done = cut
+                msg = _raw_message(task.topic, task.partition, batch, i)
+                try:
+                    decoded, proved = clock.stamp(decoder.decode(msg))
+                except DecodeError as exc:
+                    if exc.raw is None:
+                        exc.raw = msg
+                    errors.append(exc)
+                    continue
+                events += len(decoded)
+                if proved is not None and (mark is None or proved > mark):
+                    mark = proved
+                for e in decoded:
+                    if isinstance(e, RowChange):
+                        writer.add(e)
+                    elif isinstance(e, DdlChange):
+                        ddl.append(e)
+            if table is not None and done < table.num_rows:
+                writer.add_table(table.slice(done))
+            if cpu:
+                started = note("per-change path, sort, Parquet", started)
         # Messages still waiting for a schema at the segment's end (Simple) are undecodable here.
         errors.extend(decoder.finish())
     finally:
         writer.close()
+    if cpu:
+        note("per-change path, sort, Parquet", started)
     after = DecoderState(tuple(decoder.known_schemas()) if carries_schemas else (), clock.value, clock.binlog)
     return SideOutput(task.topic, task.partition, segment.start, segment.end, version, messages, events,
                       writer.rows, mark, tuple(ddl), tuple(errors), after, dict(sorted(writer.schemas.items())),
                       writer.runs)
 
 
-def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
+def decode_segments(task: ChangeLogTask, times: dict[str, float] | None = None, column_wise: bool = True,
+                    ) -> list[SideOutput]:
     """Decode a partition's segments in order, carrying decoder state (runs on an executor).
 
     A segment whose side output exists is not decoded again: its side output is read and its
@@ -382,7 +511,7 @@ def decode_segments(task: ChangeLogTask) -> list[SideOutput]:
             if storage.exists(side_path):
                 side = read_side_output(storage, side_path)
             else:
-                data = _decode_segment(storage, task, segment, state).to_json()
+                data = _decode_segment(storage, task, segment, state, times, column_wise).to_json()
                 try:
                     storage.create(side_path, data)
                 except AlreadyExists:

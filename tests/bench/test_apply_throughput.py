@@ -22,7 +22,22 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
     assert len(re.findall(r"^ {8}(start Spark|decode|fold|commit and tag) +[\d.]+$", out, re.M)) == 8, out
     assert re.search(r"speed-up per stage local\[1\] -> local\[2\]: start Spark [\d.]+x, decode [\d.]+x, fold [\d.]+x, "
                      r"rewrite [\d.]+x, commit and tag [\d.]+x", out), out
+    assert re.search(r"^    decode vs parse: [\d.]+x \(the decode stage's CPU a message", out, re.M), out
     for master in ("local[2]", "local[1]"):
         assert re.search(rf"Spark alone {re.escape(master)}: start, a task per slot, stop +[\d.]+$", out, re.M), out
     assert re.search(r"speed-up local\[1\] -> local\[2\]: [\d.]+x \(target >= 1.7\); beyond Spark alone: -?[\d.]+x; "
                      r"the bound if all of that scaled perfectly: [\d.]+x", out), out
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_the_peer_table_prints_the_strict_ratio_beside_the_headline_one(capsys, rounds: int) -> None:  # noqa: ANN001
+    """Strict: spark-submit to exit against the peer's session start + table creation + parse + dedup + MERGE."""
+    from bench.jobs import JobRun
+
+    peer = [{"total_s": 20.0, "events_per_s": 50_000, "parse_s": 10.0, "dedup_s": 5.0, "merge_s": 5.0,
+             "strict_s": 30.0}] * rounds
+    ours = [JobRun(15.0, 0, {"seconds": 10.0, "stage_seconds": {"start Spark": 1.0}})] * rounds
+    apply_throughput._print_peer(peer, ours, 1_000_000, ["1.0/1.0/1.0"] * rounds)
+    out = capsys.readouterr().out
+    assert re.search(rf"strict \(spark-submit to exit against the peer's Spark session start \+ table creation \+ parse "
+                     rf"\+ dedup \+ MERGE, median of {rounds}\): 2.00x the peer \(target >= 2x\); headline ratio 2.22x", out), out

@@ -1,0 +1,616 @@
+"""Column-wise decode of TiCDC Canal-JSON row messages into change-log rows.
+
+The per-change path (decoder -> ``RowChange`` -> key effects -> ``image_encoder`` -> a tuple
+per row) spends ~11 us a message in Python objects that live for one row: 5x the cost of
+parsing the message. Here each message is parsed once with ``orjson`` and checked for the
+common shape -- one row (TiCDC), ``_tidb`` holding only ``commitTs``, the table's last
+``mysqlType`` and ``pkNames``, every column of a kind below -- and the rows of a read batch
+become the change log's columns at once, with Arrow compute and numpy: each column's values
+are checked and MessagePack-encoded as one array, an image is the row-wise join of its
+columns' encodings, the key bytes likewise.
+
+Exactness: the bytes are those of the per-change path by construction -- each kind's fast
+case accepts only text whose typed value (``cdc_codecs.rowconv``'s compiled converter) and
+whose stored form (``spark.decode.effect``) it can spell without Python's conversion, e.g. a
+decimal whose ``str(Decimal(text))`` is the text itself. Every other message -- a watermark,
+DDL, several rows, a claim-check, an unusual value, a type without a fast case (float,
+time, enum, bit, ...), a key-less table, anything invalid -- takes the per-change path, in
+its place in offset order, and so does a whole batch on any surprise (an exception here is
+never an error of the message). tests/spark/decode/test_batch.py holds the two paths to the
+same change-log bytes, side outputs and errors, over every protocol, every MySQL type at its
+extremes and the fuzzer's mutations.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Mapping
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_codecs.canal_json import CanalJsonDecoder
+from cdc_codecs.types import UTC, ColumnType, TypeKind, int_range
+from spark.fold.net_change import table_seed
+
+_OPS = {"INSERT": 0, "UPDATE": 1, "DELETE": 2}
+INSERT, UPDATE, DELETE = 0, 1, 2
+_OP_TEXT = (b"\xa6insert", b"\xa6update", b"\xa6delete")  # fixstr of ``Op``'s value, as msgspec writes it
+_NIL = b"\xc0"
+_SIGNED_INTS = frozenset({TypeKind.INT, TypeKind.LONG})
+_FAST_KINDS = frozenset({TypeKind.STRING, TypeKind.JSON, TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG,
+                         TypeKind.DECIMAL, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ, TypeKind.DATE, TypeKind.BINARY})
+_KEY_KINDS = frozenset({TypeKind.STRING, TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG})
+
+# Text whose Python value the fast case spells exactly (anything else: the per-change path).
+_INT_TEXT = r"^-?[0-9]{1,20}$"  # int() also takes '+', spaces, '_', other digits: not here
+# str(Decimal(t)) == t: no sign but '-', no leading zero, no exponent; and a plain (not scientific)
+# str, which needs the adjusted exponent >= -6: below 1, at most five zeros after the point.
+_DECIMAL_TEXT = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"
+_DECIMAL_SMALL = r"^-?0\.0{6}"
+_DATETIME_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?$"
+_DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_U64_MAX_TEXT = "18446744073709551615"
+_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+
+
+def _msgpack_str(text: bytes) -> bytes:
+    n = len(text)
+    head = bytes([0xA0 | n]) if n < 32 else b"\xd9" + bytes([n]) if n < 256 else b"\xda" + n.to_bytes(2, "big") \
+        if n < 65536 else b"\xdb" + n.to_bytes(4, "big")
+    return head + text
+
+
+def _bin_head(n: int) -> bytes:
+    return b"\xc4" + bytes([n]) if n < 256 else b"\xc5" + n.to_bytes(2, "big") if n < 65536 else b"\xc6" + n.to_bytes(4, "big")
+
+
+def _ext_head(code: int, n: int) -> bytes:
+    fixed = {1: b"\xd4", 2: b"\xd5", 4: b"\xd6", 8: b"\xd7", 16: b"\xd8"}.get(n)
+    if fixed is not None:
+        return fixed + bytes([code])
+    return (b"\xc7" + bytes([n]) if n < 256 else b"\xc8" + n.to_bytes(2, "big") if n < 65536
+            else b"\xc9" + n.to_bytes(4, "big")) + bytes([code])
+
+
+def _map_header(n: int) -> bytes:
+    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
+
+
+# MessagePack's prefix of a value of n bytes, for the usual n, looked up for a whole column at once.
+_HEADS: dict[str, tuple[pa.Array, Any]] = {
+    "str": (pa.array([_msgpack_str(b"\0" * n)[:-n or None] for n in range(256)], pa.binary()),
+            lambda n: _msgpack_str(b"\0" * n)[:-n or None]),
+    "bin": (pa.array([_bin_head(n) for n in range(256)], pa.binary()), _bin_head),
+    "decimal": (pa.array([_ext_head(1, n) for n in range(256)], pa.binary()), lambda n: _ext_head(1, n)),
+}
+
+
+def _headed(kind: str, lengths: np.ndarray, body: pa.Array) -> pa.Array:
+    """``body`` (binary or string) with each value's MessagePack prefix; nulls stay null."""
+    table, slow = _HEADS[kind]
+    small = lengths < len(table)
+    head = table.take(pa.array(np.where(small, lengths, 0)))
+    if not small.all():  # long values are few: their prefixes one by one
+        big = np.flatnonzero(~small)
+        head = pc.replace_with_mask(head, pa.array(~small), pa.array([slow(int(lengths[i])) for i in big], pa.binary()))
+    return pc.binary_join_element_wise(head, body.cast(pa.binary()), b"")
+
+
+def _fixed(matrix: np.ndarray) -> pa.Array:
+    """Each row of ``matrix`` as one binary value of its width."""
+    n, width = matrix.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
+
+
+def _lengths(a: pa.Array) -> np.ndarray:
+    return pc.binary_length(a).fill_null(0).to_numpy(zero_copy_only=False)
+
+
+def _null_as_nil(null: np.ndarray, encoded: pa.Array) -> pa.Array:
+    return pc.if_else(pa.array(null), pa.scalar(None, pa.binary()), encoded) if null.any() else encoded
+
+
+# msgspec's smallest int form, by class (0: a fixint): where the value's bytes start in a 9-byte row
+# (a tag, then the big-endian 64 bits), and the tag. Non-negative: < 2**7, 2**8, 2**16, 2**32, 2**64;
+# negative: >= -32, -2**7, -2**15, -2**31, -2**63.
+_INT_START = np.array([8, 7, 6, 4, 0], np.int64)
+_UINT_TAG = np.array([0, 0xCC, 0xCD, 0xCE, 0xCF], np.uint8)
+_SINT_TAG = np.array([0, 0xD0, 0xD1, 0xD2, 0xD3], np.uint8)
+
+
+class Column:
+    """One column's values of a batch (texts, None for NULL): which are fast, their MessagePack
+    bytes, and for a key column the key bytes' part."""
+
+    def __init__(self, ct: ColumnType, values: list[Any], key: bool, encode: int) -> None:
+        """``encode``: how many of the values (the first) need their bytes; the rest (old images'
+        values of a column outside the key) are only checked."""
+        try:
+            texts = pa.array(values, pa.string())
+            ok = np.ones(len(values), bool)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a number, object, ... : the per-change path
+            ok = np.fromiter((v is None or type(v) is str for v in values), bool, len(values))
+            texts = pa.array([v if good else None for v, good in zip(values, ok)], pa.string())
+        self.null = texts.is_null().to_numpy(zero_copy_only=False)
+        kind = ct.kind
+        head = texts.slice(0, encode)
+        if kind is TypeKind.STRING or kind is TypeKind.JSON:
+            encoded = _headed("str", _lengths(head), head)
+        elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
+            ok, encoded = self._int(ct, texts, ok, encode)
+        elif kind is TypeKind.DECIMAL:
+            good = pc.and_(pc.match_substring_regex(texts, _DECIMAL_TEXT),
+                           pc.invert(pc.match_substring_regex(texts, _DECIMAL_SMALL)))
+            ok &= good.fill_null(True).to_numpy(zero_copy_only=False)
+            encoded = _headed("decimal", _lengths(head), head)
+        elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
+            ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode)
+        elif kind is TypeKind.DATE:
+            ok, encoded = self._date(texts, ok, encode)
+        elif kind is TypeKind.BINARY:
+            ok = ok & ~self._not_latin1(texts)
+            encoded = self._latin1(head, self.null[:encode])
+        else:  # pragma: no cover - plans hold only _FAST_KINDS
+            raise AssertionError(kind)
+        self.ok = ok
+        self.encoded = encoded.fill_null(_NIL) if self.null[:encode].any() else encoded
+        if key:
+            self.key = self._key_part(kind, texts)
+
+    def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
+        lo, hi = int_range(ct)
+        good = pc.match_substring_regex(texts, _INT_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        negative = pc.starts_with(texts, "-").fill_null(False).to_numpy(zero_copy_only=False)
+        digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
+        digits = pc.if_else(pa.array(good), digits, "0")
+        if pc.max(pc.binary_length(digits)).as_py() >= 20:  # 20 digits may pass 2**64 - 1: compared as text
+            too_big = pc.and_(pc.equal(pc.binary_length(digits), 20), pc.greater(digits, _U64_MAX_TEXT))
+            good &= ~too_big.to_numpy(zero_copy_only=False)
+            digits = pc.if_else(pa.array(good), digits, "0")
+        magnitude = digits.cast(pa.uint64()).to_numpy()
+        good &= np.where(negative, magnitude <= np.uint64(-lo), magnitude <= np.uint64(hi))
+        ok = ok & (good | self.null)
+        magnitude = np.where(good, magnitude, np.uint64(0))
+        self.magnitude, self.negative = magnitude, negative & (magnitude > 0)
+        magnitude, negative, n = magnitude[:encode], self.negative[:encode], encode
+        matrix = np.empty((n, 9), np.uint8)
+        if negative.any():
+            value = np.where(negative, np.negative(magnitude), magnitude)  # two's complement as uint64
+            signed = value.view(np.int64)
+            cls = np.where(negative,
+                           (signed < -32).astype(np.int64) + (signed < -128) + (signed < -32768) + (signed < -(1 << 31)),
+                           (magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
+                           + (magnitude >= 1 << 32))
+            tag = np.where(negative, _SINT_TAG[cls], _UINT_TAG[cls])
+        else:
+            value = magnitude
+            cls = ((magnitude >= 128).astype(np.int64) + (magnitude >= 256) + (magnitude >= 65536)
+                   + (magnitude >= 1 << 32))
+            tag = _UINT_TAG[cls]
+        matrix[:, 1:] = value.astype(">u8").view(np.uint8).reshape(n, 8)
+        start = _INT_START[cls]
+        tagged = np.flatnonzero(cls)
+        matrix[tagged, start[tagged]] = tag[tagged]
+        data = matrix[np.arange(9) >= start[:, None]]
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(9 - start, out=offsets[1:])
+        encoded = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return ok, _null_as_nil(self.null[:encode], encoded)
+
+    @staticmethod
+    def _chars(texts: pa.Array, positions: np.ndarray) -> np.ndarray:
+        """The bytes at ``positions`` of each value (0 past its end; garbage for a value not of the
+        pattern, which the caller drops)."""
+        n = len(texts)
+        buffers = texts.buffers()
+        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4)
+        if buffers[2] is None or not len(buffers[2]):
+            return np.zeros((n, len(positions)), np.uint8)
+        data = np.frombuffer(buffers[2], np.uint8)
+        width = int(offsets[1] - offsets[0])
+        if width > positions[-1] and offsets[-1] - offsets[0] == n * width:  # one length (no NULL): a view
+            return data[offsets[0]:offsets[-1]].reshape(n, width)[:, positions]
+        index = np.minimum(offsets[:-1, None] + positions, len(data) - 1)
+        chars = data[index]
+        chars[positions >= np.diff(offsets)[:, None]] = ord("0")
+        return chars
+
+    @staticmethod
+    def _date_ok(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
+        leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+        good_month = (month >= 1) & (month <= 12)
+        days = _DAYS[np.where(good_month, month, 0)] + (leap & (month == 2))
+        return (year >= 1) & good_month & (day >= 1) & (day <= days)
+
+    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
+        good = pc.match_substring_regex(texts, _DATETIME_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        d = self._chars(texts, _DATETIME_DIGITS).astype(np.int32) - ord("0")
+        year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+        month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+        hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
+        micro = d[:, 14:20] @ np.array([100000, 10000, 1000, 100, 10, 1], np.int32)
+        good &= self._date_ok(year, month, day) & (hour <= 23) & (minute <= 59) & (second <= 59)
+        n = encode
+        year, month, day, hour, minute, second, micro = (
+            x[:n] for x in (year, month, day, hour, minute, second, micro))
+        matrix = np.empty((n, 14), np.uint8)
+        matrix[:, 0], matrix[:, 1], matrix[:, 2] = 0xC7, 11, code
+        matrix[:, 3], matrix[:, 4] = year & 0xFF, year >> 8
+        matrix[:, 5], matrix[:, 6], matrix[:, 7], matrix[:, 8], matrix[:, 9] = month, day, hour, minute, second
+        matrix[:, 10:14] = micro.astype("<u4").view(np.uint8).reshape(n, 4)
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
+
+    def _date(self, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
+        good = pc.match_substring_regex(texts, _DATE_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        d = self._chars(texts, _DATETIME_DIGITS[:8]).astype(np.int32) - ord("0")
+        year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+        month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+        good &= self._date_ok(year, month, day)
+        n = encode
+        year, month, day = year[:n], month[:n], day[:n]
+        matrix = np.empty((n, 6), np.uint8)
+        matrix[:, 0], matrix[:, 1] = 0xD6, 4
+        matrix[:, 2], matrix[:, 3], matrix[:, 4], matrix[:, 5] = year & 0xFF, year >> 8, month, day
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
+
+    @staticmethod
+    def _bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The UTF-8 bytes of the values, and their offsets (from 0)."""
+        n = len(texts)
+        buffers = texts.buffers()
+        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
+        data = np.frombuffer(buffers[2], np.uint8)[offsets[0]:offsets[-1]] if buffers[2] is not None \
+            else np.zeros(0, np.uint8)
+        return data, offsets - offsets[0]
+
+    def _not_latin1(self, texts: pa.Array) -> np.ndarray:
+        """Values with a character above U+00FF (a lead byte from C4 on): not bytes, the per-change path errs."""
+        data, offsets = self._bytes(texts)
+        bad = np.zeros(len(texts), bool)
+        wide = np.flatnonzero(data >= 0xC4)
+        if len(wide):
+            bad[np.searchsorted(offsets, wide, side="right") - 1] = True
+        return bad
+
+    def _latin1(self, texts: pa.Array, null: np.ndarray) -> pa.Array:
+        """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
+        C2 xx and C3 xx (values of other characters are dropped by the caller)."""
+        n = len(texts)
+        data, offsets = self._bytes(texts)
+        if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
+            return _headed("bin", _lengths(texts), texts)
+        lead = (data == 0xC2) | (data == 0xC3)
+        out = data.copy()
+        follows = np.flatnonzero(data == 0xC3) + 1
+        follows = follows[follows < len(out)]
+        out[follows] = out[follows] + 0x40
+        row = np.searchsorted(offsets, np.flatnonzero(lead), side="right") - 1
+        lengths = np.diff(offsets) - np.bincount(row, minlength=n)
+        new_offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(lengths, out=new_offsets[1:])
+        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[~lead])])
+        return _null_as_nil(null, _headed("bin", lengths, body))
+
+    def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
+        """``f"{len(t)}:{t}"`` of ``net_change._canonical``'s text t: ``s`` + the string, ``n`` + the
+        integer's digits, ``0`` for NULL."""
+        if kind is TypeKind.STRING:
+            tagged = pc.binary_join_element_wise("s", texts, "")
+            size = pc.add(pc.utf8_length(texts), 1)
+        else:
+            digits = pc.cast(pa.array(self.magnitude), pa.string())
+            tagged = pc.binary_join_element_wise("n-", digits, "") if self.negative.all() else \
+                pc.binary_join_element_wise("n", digits, "") if not self.negative.any() else \
+                pc.if_else(pa.array(self.negative), pc.binary_join_element_wise("n-", digits, ""),
+                           pc.binary_join_element_wise("n", digits, ""))
+            size = pc.binary_length(tagged)
+        part = pc.binary_join_element_wise(pc.cast(size, pa.string()), ":", tagged, "")
+        if self.null.any():
+            part = pc.if_else(pa.array(self.null), "1:0", part)
+        return part.cast(pa.binary())
+
+
+# Where the digits of 'YYYY-MM-DD HH:MM:SS.ffffff' are.
+_DATETIME_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25], np.int64)
+
+
+class Plan:
+    """What the fast path needs of one table schema (column types and key columns)."""
+
+    def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...]) -> None:
+        self.types, self.keys = types, keys
+        self.schema: int | None = None  # its ``schema_id``, once it has rows in the segment (side output)
+        self.rows: list[Any] = []  # the fast messages of the batch being split
+        self.names = tuple(types)
+        # A row's values in column order, in one C call (KeyError: another column set).
+        self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
+        self.name_bytes = [_msgspec_name(n) for n in self.names]
+        self.map_header = _map_header(len(self.names))
+        self.key_map_header = _map_header(len(keys))
+
+
+def _msgspec_name(name: str) -> bytes:
+    return _msgpack_str(name.encode("utf-8"))
+
+
+def plan_for(types: Mapping[str, ColumnType] | None, keys: tuple[str, ...]) -> Plan | None:
+    """A plan when every column has a fast case and the key is one the fast path spells."""
+    if not types or not keys or len(set(keys)) != len(keys):
+        return None
+    if any(ct.kind not in _FAST_KINDS for ct in types.values()):
+        return None
+    if any(k not in types or types[k].kind not in _KEY_KINDS for k in keys):
+        return None
+    return Plan(types, keys)
+
+
+class CanalBatch:
+    """The fast path of one segment's decode: ``split`` a read batch into change-log rows of its
+    common messages (an Arrow table in offset order, each row naming its message) and the
+    messages left for the per-change path."""
+
+    def __init__(self, decoder: CanalJsonDecoder, topic: str, partition: int, schema_id: Any, note_schema: Any) -> None:
+        self.decoder = decoder
+        self.topic, self.partition = topic, partition
+        self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
+        self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
+        self._used: list[Plan] = []
+        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
+        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
+        self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
+        self._seeds: list[int] = []
+        self._plans: dict[tuple[Any, ...], Plan | None] = {}
+
+    @staticmethod
+    def applies(decoder: Any, commit_ts_clock: bool) -> bool:
+        """TiCDC's Canal-JSON ordered by its commitTs (the TiDB extension), TIMESTAMP in UTC."""
+        return (type(decoder) is CanalJsonDecoder and commit_ts_clock and decoder.carries_commit_ts
+                and decoder.options["timezone"] is UTC)
+
+    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
+        decoder = self.decoder
+        try:
+            types, _ = decoder._schema(database, table, mysql_type)
+            keys = decoder._key_columns(pk_names)
+        except Exception:  # noqa: BLE001 - the per-change path raises the message's error
+            return None, -1
+        if tuple(mysql_type.items()) not in decoder._converters:  # only a compiled converter: the types' order
+            return None, -1
+        ident = (id(types), keys)
+        if ident not in self._plans:
+            if len(self._plans) >= 1024:
+                self._plans.clear()
+            self._plans[ident] = plan_for(types, keys)
+        plan = self._plans[ident]
+        if len(self._names) >= 1 << 16:  # names are cached for the segment; a stream of fresh names is not
+            return None, -1
+        entry = self._tables.get((database, table))
+        index = entry[3] if entry is not None else len(self._names)
+        if entry is None:
+            self._names.append((database, table))
+            self._seeds.append(table_seed(database, table))
+        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index)
+        return plan, index
+
+    def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
+              ) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+        """(change-log rows of the fast messages in offset order or None, each row's message index
+        in the batch, which messages are fast)."""
+        clock = time.process_time if times is not None else None
+        started = clock() if clock else 0.0
+        loads, ops, tables = orjson.loads, _OPS, self._tables
+        converters = self.decoder._converters
+        pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
+        taken = 0  # messages taken so far
+        for plan in self._used:  # a batch that failed half-way left its rows
+            plan.rows = []
+        used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
+        self._used = used
+        fast = np.zeros(len(values), bool)
+        dict_, list_, str_, int_ = dict, list, str, int
+        for i, value in enumerate(values):
+            try:
+                doc = loads(value)
+                # The common message's fields, each of its usual type; anything else (a KeyError, a
+                # TypeError from indexing another type) is the per-change path's to read.
+                tidb = doc["_tidb"]
+                ts = tidb["commitTs"]
+                kind, database, table, data = doc["type"], doc["database"], doc["table"], doc["data"]
+                mysql_type, pk_names, es, old = doc["mysqlType"], doc["pkNames"], doc["es"], doc["old"]
+            except (orjson.JSONDecodeError, TypeError, KeyError):
+                continue
+            if (type(doc) is not dict_ or type(tidb) is not dict_ or len(tidb) != 1 or type(ts) is not int_
+                    or not 0 <= ts < 1 << 63 or doc.get("isDdl") is not False or type(kind) is not str_
+                    or type(database) is not str_ or type(table) is not str_ or (es is not None and type(es) is not int_)
+                    or type(data) is not list_ or len(data) != 1 or type(data[0]) is not dict_
+                    or type(mysql_type) is not dict_ or type(pk_names) is not list_):
+                continue
+            op = ops.get(kind)
+            if op is None:
+                continue
+            if op == UPDATE:
+                if type(old) is not list_ or len(old) != 1 or type(old[0]) is not dict_:
+                    continue
+            elif old is not None and type(old) is not list_:
+                continue
+            entry = tables.get((database, table))
+            if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+                plan, index = entry[2], entry[3]
+            else:
+                try:
+                    known = tuple(mysql_type.items()) in converters
+                except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
+                    continue
+                if not known:  # a mysqlType the decoder has not met: learnt after the loop, or not at all
+                    pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names))
+                    continue
+                plan, index = self._plan(database, table, mysql_type, pk_names)
+            if plan is None:
+                continue
+            row = data[0]
+            if len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
+                continue
+            if not plan.rows:
+                used.append(plan)
+            plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+            taken += 1
+        # The decoder compiles (and caches) the converters of its first 1,024 mysqlTypes only; an
+        # uncompiled one yields rows in the message's column order, not the types'. The fast path
+        # learns the batch's new mysqlTypes only if the batch cannot fill that cache, counting every
+        # message it leaves to the per-change path as one more: both paths then leave the decoder the
+        # same mysqlTypes, all compiled, in whatever order they met them.
+        if pending and (len(converters) + len({tuple(p[7].items()) for p in pending})
+                        + len(values) - taken - len(pending) < 1024):
+            touched = set()
+            for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
+                entry = tables.get((database, table))
+                if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+                    plan, index = entry[2], entry[3]
+                else:
+                    plan, index = self._plan(database, table, mysql_type, pk_names)
+                if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
+                    continue
+                if not plan.rows:
+                    used.append(plan)
+                plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+                touched.add(id(plan))
+            for plan in used:
+                if id(plan) in touched:  # back in offset order
+                    plan.rows.sort(key=itemgetter(0))
+        if clock:
+            now = clock()
+            times["parse + check"] = times.get("parse + check", 0.0) + now - started
+            started = now
+        try:
+            return self._finish(used, fast, offsets, times, started)
+        finally:
+            for plan in used:  # after a surprise too: the next batch starts afresh
+                plan.rows = []
+
+    def _finish(self, used: list[Plan], fast: np.ndarray, offsets: np.ndarray, times: dict[str, float] | None,
+                started: float) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+        clock = time.process_time if times is not None else None
+        parts = []
+        self._noted = []
+        for plan in used:
+            rows, plan.rows = plan.rows, []
+            fast[np.fromiter((r[0] for r in rows), np.int64, len(rows))] = True
+            part, good = self._columns(plan, rows, offsets)
+            if not good.all():
+                fast[np.array([r[0] for r, g in zip(rows, good) if not g], np.int64)] = False
+            if part is not None:
+                parts.append(part)
+        if clock:
+            now = clock()
+            times["columns, images, keys"] = times.get("columns, images, keys", 0.0) + now - started
+        if not parts:
+            return None, np.zeros(0, np.int64), fast
+        table = pa.concat_tables(parts)
+        if len(parts) > 1:  # each part is in offset order: the parts interleaved
+            table = table.take(np.argsort(table.column("_order").to_numpy(), kind="stable"))
+        message = table.column("_message").to_numpy()
+        for plan in self._noted:
+            self.note_schema(plan.keys, plan.types)
+        return table.drop_columns(["_order", "_message"]), message, fast
+
+    def _columns(self, plan: Plan, rows: list[Any], offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray]:
+        """The change-log rows of one schema's fast messages, and which messages were fast after all."""
+        n = len(rows)
+        at, ops, stamps, indices, datas, olds = zip(*rows)  # transposed in C
+        message, op = np.array(at, np.int64), np.array(ops, np.int8)
+        updates = np.flatnonzero(op == UPDATE)
+        olds = [olds[j] for j in updates]
+        good = np.ones(n, bool)
+        try:
+            columns_values = list(zip(*map(plan.values, datas), *map(plan.values, olds)))
+        except KeyError:  # a row of as many columns but other names: the per-change path
+            columns_values = []
+            for j, r in enumerate(datas):
+                good[j] &= all(name in r for name in plan.names)
+            for j, o in zip(updates, olds):
+                good[j] &= all(name in o for name in plan.names)
+            columns_values = [[r.get(name) for r in datas] + [o.get(name) for o in olds] for name in plan.names]
+        columns: dict[str, Column] = {}
+        for name, values in zip(plan.names, columns_values):
+            key = name in plan.keys
+            column = columns[name] = Column(plan.types[name], values, key, len(values) if key else n)
+            good &= column.ok[:n]
+            good[updates] &= column.ok[n:]
+        keep = np.flatnonzero(good)
+        if not len(keep):
+            return None, good
+        if plan.schema is None:  # noted in the side output once the whole batch succeeds (``split``)
+            plan.schema = self.schema_id(plan.keys, plan.types)
+        self._noted.append(plan)
+        # The new image's ``change`` (insert/update) and the data's and the old row's keys.
+        m = len(updates)
+        count = len(keep)
+        every = count == n
+        new_index = None if every else pa.array(keep)
+        old_at = np.zeros(n, np.int64)  # 0 for rows without an old image: taken, never used
+        old_at[updates] = n + np.arange(m)
+        old_index = pa.array(old_at if every else old_at[keep])
+        op_keep = op if every else op[keep]
+        is_update = op_keep == UPDATE
+        pieces: list[Any] = [pa.array([b"\x92" + _OP_TEXT[o] + plan.map_header for o in (INSERT, UPDATE)], pa.binary())
+                             .take(pa.array(is_update.astype(np.int8)))]
+        for name, name_bytes in zip(plan.names, plan.name_bytes):
+            encoded = columns[name].encoded
+            pieces += [name_bytes, encoded.slice(0, n) if every else encoded.take(new_index)]
+        image = pc.binary_join_element_wise(*pieces, b"")
+
+        def key_and_delete_image(index: pa.Array | None) -> tuple[pa.Array, pa.Array]:
+            key_parts, image_parts = [], [b"\x92" + _OP_TEXT[DELETE] + plan.key_map_header]
+            for k in plan.keys:
+                column = columns[k]
+                key_parts.append(column.key.slice(0, n) if index is None else column.key.take(index))
+                image_parts += [_msgspec_name(k), column.encoded.slice(0, n) if index is None else column.encoded.take(index)]
+            key = key_parts[0] if len(key_parts) == 1 else pc.binary_join_element_wise(*key_parts, b"")
+            return key, pc.binary_join_element_wise(*image_parts, b"")
+
+        new_key, new_delete = key_and_delete_image(new_index)
+        old_key, old_delete = key_and_delete_image(old_index)
+        moved = is_update & ~np.asarray(pc.equal(new_key, old_key).to_numpy(zero_copy_only=False), bool)
+        # The effects in offset order: a moved row's old key deleted, then its new one written.
+        j = np.repeat(np.arange(count), 1 + moved)
+        second = np.zeros(len(j), bool)
+        second[1:] = j[1:] == j[:-1]
+        first_moved = moved[j] & ~second
+        key = pa.chunked_array([new_key, old_key]).take(pa.array(j + count * first_moved)).combine_chunks()
+        change_at = np.where(second, j, np.where(first_moved, 2 * count + j, np.where(op_keep[j] == DELETE, count + j, j)))
+        change = pa.chunked_array([image, new_delete, old_delete]).take(pa.array(change_at)).combine_chunks()
+        deletes = first_moved | (op_keep[j] == DELETE)
+        at = (message if every else message[keep])[j]
+        tables = np.array(indices, np.int64)[j if every else keep[j]]
+        seeds = np.array(self._seeds, np.int64)[tables].tolist()
+        crc = zlib.crc32
+        key_hash = [crc(k, s) for k, s in zip(key.to_pylist(), seeds)]
+        total = len(j)
+        commit_ts = np.array(stamps, np.int64)[j if every else keep[j]]
+        table = pa.Table.from_arrays([
+            pa.repeat(pa.scalar(self.topic, pa.string()), total),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), total),
+            pa.array(offsets[at], pa.int64()),
+            pa.repeat(pa.scalar(0, pa.int32()), total),
+            pa.array(commit_ts, pa.int64()),
+            pa.array([d for d, _ in self._names], pa.string()).take(pa.array(tables)),
+            pa.array([t for _, t in self._names], pa.string()).take(pa.array(tables)),
+            key,
+            pa.array(deletes),
+            pa.array(~second),
+            change,
+            pa.repeat(pa.scalar(plan.schema, pa.int64()), total),
+            pa.array(key_hash, pa.int64()),
+            pa.repeat(pa.scalar(-1, pa.int64()), total),
+            pa.array(at * 2 + second),
+            pa.array(at),
+        ], names=["topic", "partition", "offset", "index", "commit_ts", "database", "table", "key", "deletes", "first",
+                  "change", "schema_id", "key_hash", "run", "_order", "_message"])
+        return table, good

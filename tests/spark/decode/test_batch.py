@@ -1,0 +1,365 @@
+"""The column-wise Canal-JSON path (spark/decode/batch.py) against the per-change path.
+
+Each test writes raw segments, decodes them twice -- ``_decode_segment(..., column_wise=False)``,
+every message through the decoder, and the default, TiCDC Canal-JSON rows column-wise -- and
+asserts the same change-log file, byte for byte, and the same side output (errors, marks,
+schemas, runs). Over every protocol, every MySQL type at its extremes (tests/spark/mysql_values.py),
+texts at the edge of each kind's fast case, and the fuzzer's mutations
+(tests/cdc_codecs/test_fuzz.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_codecs import PROTOCOLS, Column, Op, RowChange, SourcePosition, TableSchema, Watermark, get_encoder
+from cdc_codecs.types import TypeKind
+from spark.archive.storage import open_storage
+from spark.decode import batch as batch_module
+from spark.decode import changelog
+from spark.decode.side_output import DecoderState
+from spark.demo.workload import Workload, WorkloadSpec, tso
+from tests.cdc_codecs import test_fuzz
+from tests.spark.archive import make_config
+from tests.spark.decode.test_changelog import TOPIC, encode, paths, write_segments
+from tests.spark.mysql_values import COLUMN_TYPES, KEY_COLUMNS, OTHER_COLUMNS, VALUE_COLUMNS, rows, values
+
+ORIGIN = SourcePosition("generated", 0, 0)
+
+
+def decode_both(tmp: Path, chunks: list[list[tuple[bytes | None, bytes | None]]], protocol: str = "canal-json",
+                monkeypatch: pytest.MonkeyPatch | None = None, options: dict[str, Any] | None = None) -> int:
+    """Decode the segments both ways; assert equal files and side outputs; the messages that took
+    the column-wise path."""
+    config = make_config(tmp, protocol, options)
+    storage = open_storage(config.storage)
+    from cdc_codecs import ProducerRecord
+    segments = write_segments(storage, config, [[ProducerRecord(0, k, v) for k, v in chunk] for chunk in chunks])
+    fast = [0]
+    split = batch_module.CanalBatch.split
+
+    def counting(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        table, rows, is_fast = split(self, *args, **kwargs)
+        fast[0] += int(is_fast.sum())
+        return table, rows, is_fast
+
+    patch = monkeypatch or pytest.MonkeyPatch()
+    patch.setattr(batch_module.CanalBatch, "split", counting)
+    try:
+        for segment in segments:
+            task = changelog.ChangeLogTask(config, TOPIC, 0, (segment,), DecoderState())
+            out = []
+            for column_wise in (False, True):
+                side = changelog._decode_segment(storage, task, segment, DecoderState(), None, column_wise)
+                out.append((side.to_json(), storage.read(paths(config, segment)[0])))
+            (side_a, file_a), (side_b, file_b) = out
+            assert side_a == side_b
+            assert file_a == file_b, _first_difference(storage, config, segment, out)
+    finally:
+        if monkeypatch is None:
+            patch.undo()
+    return fast[0]
+
+
+def _first_difference(storage: Any, config: Any, segment: Any, out: list[Any]) -> str:
+    import io
+
+    import pyarrow.parquet as pq
+    a, b = (pq.read_table(io.BytesIO(f)) for _, f in out)
+    for name in a.column_names:
+        x, y = a.column(name).to_pylist(), b.column(name).to_pylist()
+        if x != y:
+            i = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), min(len(x), len(y)))
+            return f"column {name} row {i}: {x[i:i + 1]} vs {y[i:i + 1]} ({len(x)} vs {len(y)} rows)"
+    return "same columns, other bytes"
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_every_protocol_writes_the_same_change_log_both_ways(tmp_path: Path, protocol: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    events = list(Workload(WorkloadSpec(tables=3, events=400, seed=3, watermark_every=37, key_space=60)).events())
+    records = [(r.key, r.value) for r in encode(protocol, events, rows_per_message=3)]
+    fast = decode_both(tmp_path, [records[:250], records[250:]], protocol, monkeypatch)
+    assert (fast > 300) == (protocol == "canal-json")
+
+
+def test_canal_json_without_its_tidb_extension_takes_the_per_change_path(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    events = list(Workload(WorkloadSpec(tables=2, events=100, seed=4)).events())
+    records = [(r.key, r.value) for r in get_encoder("canal-json", enable_tidb_extension=False).encode_all(events, 1)]
+    assert decode_both(tmp_path, [records], "canal-json", monkeypatch, {"enable_tidb_extension": False}) == 0
+
+
+# ---------------------------------------------------------------- every MySQL type at its extremes
+
+SINGLE = [(name, t) for name, t in (*VALUE_COLUMNS, *OTHER_COLUMNS) if name not in ("id",)]
+
+
+def _history(key: tuple[str, str], column: tuple[str, str], keys: list[Any], images: list[Any]) -> list[Any]:
+    """Inserts, updates (some moving the key) and deletes of a two-column table."""
+    (kname, _), (vname, _) = key, column
+    schema = TableSchema("db", "t", (Column(kname, COLUMN_TYPES[kname], False), Column(vname, COLUMN_TYPES[vname])), (kname,))
+    types = schema.column_types
+    out: list[Any] = []
+    ts = 1000
+    live: dict[int, Any] = {}
+    for i, image in enumerate(images):
+        ts += 1
+        k = i % len(keys)
+        row = {kname: keys[k], vname: image}
+        if k in live:
+            out.append(RowChange(Op.UPDATE, "db", "t", live[k], row, (kname,), types, tso(ts), ORIGIN, ts))
+        else:
+            out.append(RowChange(Op.INSERT, "db", "t", None, row, (kname,), types, tso(ts), ORIGIN, ts))
+        live[k] = row
+    for k, row in list(live.items())[: len(live) // 2]:
+        ts += 1
+        out.append(RowChange(Op.DELETE, "db", "t", row, None, (kname,), types, tso(ts), ORIGIN, ts))
+    if len(keys) > 1 and live:  # an update that moves a row to another key
+        k, row = next(iter(live.items()))
+        ts += 1
+        moved = {**row, kname: keys[(k + 1) % len(keys)]}
+        out.append(RowChange(Op.UPDATE, "db", "t", row, moved, (kname,), types, tso(ts), ORIGIN, ts))
+    out.append(Watermark(tso(ts + 1), ORIGIN))
+    return out
+
+
+@st.composite
+def single_column_histories(draw: st.DrawFn) -> tuple[list[Any], bool]:
+    column = draw(st.sampled_from(SINGLE), label="column")
+    key = draw(st.sampled_from([("id", "bigint"), ("k_varchar", "varchar(768)"), ("k_bigint_u", "bigint unsigned"),
+                                ("x", "int"), *KEY_COLUMNS]), label="key column")
+    key_pool = draw(st.lists(values(key[0]), min_size=1, max_size=4, unique_by=repr), label="keys")
+    images = draw(st.lists(st.none() | values(column[0]), min_size=1, max_size=6), label="images")
+    compatible = draw(st.booleans(), label="content_compatible")
+    return _history(key, column, key_pool, images), compatible
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(single_column_histories())
+def test_every_mysql_type_at_its_extremes_writes_the_same_change_log_both_ways(tmp_path_factory, drawn) -> None:  # noqa: ANN001
+    history, compatible = drawn
+    encoder = get_encoder("canal-json", content_compatible=compatible)
+    records = [(r.key, r.value) for r in encoder.encode_all(history, 1)]
+    decode_both(tmp_path_factory.mktemp("types"), [records])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(rows(VALUE_COLUMNS), min_size=1, max_size=8))
+def test_a_table_of_every_type_writes_the_same_change_log_both_ways(tmp_path_factory, images) -> None:  # noqa: ANN001
+    """A float, time, enum, bit, ... column sends the table's rows down the per-change path whole."""
+    columns = (("id", "bigint"), *VALUE_COLUMNS)
+    schema = TableSchema("db", "all", tuple(Column(n, COLUMN_TYPES[n]) for n, _ in columns), ("id",))
+    history = [RowChange(Op.INSERT, "db", "all", None, {"id": i, **image}, ("id",), schema.column_types, tso(1000 + i),
+                         ORIGIN, 1000 + i) for i, image in enumerate(images)]
+    records = [(r.key, r.value) for r in get_encoder("canal-json").encode_all(history, 1)]
+    assert decode_both(tmp_path_factory.mktemp("all"), [records]) == 0
+
+
+# ---------------------------------------------------------------- texts at the edge of each fast case
+
+EDGES: dict[str, list[Any]] = {
+    "id": ["0", "-0", "007", "+5", " 5", "5_0", "٣", "9223372036854775807", "9223372036854775808",
+           "-9223372036854775808", "-9223372036854775809", "", "-", "1e3", "1.0", None, 5, 5.0, True, [], {}],
+    "qty": ["127", "128", "-32", "-33", "-128", "-129", "255", "256", "32767", "-32768", "65535", "65536",
+            "2147483647", "2147483648", "-2147483648", "-2147483649", "00000000000000000001", "-00", None, "x"],
+    "big": ["0", "18446744073709551615", "18446744073709551616", "99999999999999999999", "4294967295", "4294967296",
+            "-1", "-0", "000000000000000000018", "100000000000000000000", None],
+    "amount": ["0", "-0", "0.00", "-0.5", ".5", "5.", "1e5", "1E-7", "0.000001", "0.0000001", "0.000000",
+               "0.0000000", "-0.0000001", "12345678901234567890.123456789", "00.1", "+1.5", " 1.5", "1_0.5",
+               "NaN", "Infinity", "-Infinity", "1" * 70, "1." + "0" * 300, None, 1.5],
+    "updated_at": ["2024-01-01 00:00:00", "2024-01-01 00:00:00.1", "2024-01-01 00:00:00.123456",
+                   "2024-01-01 00:00:00.1234567", "2024-01-01T00:00:00", "2024-02-29 12:00:00", "2023-02-29 12:00:00",
+                   "1900-02-29 00:00:00", "2000-02-29 00:00:00", "0000-00-00 00:00:00", "0001-01-01 00:00:00",
+                   "9999-12-31 23:59:59.999999", "2024-13-01 00:00:00", "2024-04-31 00:00:00", "2024-01-01 24:00:00",
+                   "2024-01-01 23:60:00", "2024-01-01 23:59:60", "2024-01-01", "2024-01-01 00:00:00Z",
+                   "2024-01-01 00:00:00+08:00", "２０２４-01-01 00:00:00", None, 0],
+    "created_at": ["1970-01-01 00:00:01", "2038-01-19 03:14:07.999999", "2024-01-01 00:00:00.5",
+                   "2024-01-01 00:00:00.1234567", "0000-00-00 00:00:00", "2024-01-01 00:00:00+00:00", None],
+    "payload": ["", "abc", "\u0000", "\u007f", "\u0080", "\u00bf", "\u00c0", "\u00ff", "\u0100", "é", "€", "🦆",
+                "a" * 255, "b" * 256, "\u00ff" * 70000, "x" * 65536, None, 1],
+    "name": ["", "a" * 31, "a" * 32, "é" * 16, "🦆" * 8, "a" * 255, "a" * 256, "a" * 65535, "a" * 65536,
+             "\u0000", "\ud7ff", "\ue000", None, 1, 1.5, False, ["a"], {"a": 1}],
+    "note": ["", "x", None, "multi\nline"],
+}
+
+
+def _base_doc(ts: int, key: int, op: str = "INSERT") -> dict[str, Any]:
+    with_note = {"note": "text"}
+    row = {"id": str(key), "name": "alice", "amount": "12.50", "qty": "3", "updated_at": "2024-01-01 00:00:00.000001",
+           "created_at": "2023-06-01 12:00:00", "payload": "ab", "big": "18446744073709551615", "note": "n"}
+    types = {"id": "bigint", "name": "varchar", "amount": "decimal", "qty": "int", "updated_at": "datetime",
+             "created_at": "timestamp", "payload": "varbinary", "big": "bigint unsigned", **dict.fromkeys(with_note, "text")}
+    doc = {"id": 0, "database": "shop", "table": "t", "pkNames": ["id"], "isDdl": False, "type": op, "es": ts >> 18,
+           "ts": ts >> 18, "sql": "", "sqlType": None, "mysqlType": types, "data": [row], "old": None, "_tidb": {"commitTs": ts}}
+    if op == "UPDATE":
+        doc["old"] = [dict(row)]
+    return doc
+
+
+def test_texts_at_the_edge_of_each_fast_case_write_the_same_change_log_both_ways(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    records = []
+    ts = tso(1_700_000_000_000)
+    for column, edges in EDGES.items():
+        for i, text in enumerate(edges):
+            for op in ("INSERT", "UPDATE", "DELETE"):
+                ts += 1
+                doc = _base_doc(ts, 1000 + i, op)
+                doc["data"][0][column] = text
+                if op == "UPDATE" and column == "id":  # the old image keeps the plain key: a moved row
+                    doc["data"][0]["id"] = str(2000 + i) if text is None else text
+                records.append((None, orjson.dumps(doc)))
+                if op == "UPDATE":  # and the edge in the old image
+                    old = _base_doc(ts, 1000 + i, op)
+                    old["old"][0][column] = text
+                    records.append((None, orjson.dumps(old)))
+    assert decode_both(tmp_path, [records[: len(records) // 2], records[len(records) // 2:]], monkeypatch=monkeypatch) > 100
+
+
+def test_odd_shapes_write_the_same_change_log_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages next to the common one: several rows, partial old images, extra and missing columns,
+    reordered columns, other pkNames, a changed mysqlType, claim-check, watermark, DDL."""
+    ts = tso(1_700_000_000_000)
+    docs: list[Any] = []
+
+    def add(change: Any) -> None:
+        nonlocal ts
+        ts += 1
+        doc = _base_doc(ts, len(docs) + 1, random.Random(len(docs)).choice(["INSERT", "UPDATE", "DELETE"]))
+        change(doc)
+        docs.append(doc)
+
+    add(lambda d: None)
+    add(lambda d: d["data"].append(dict(d["data"][0], id="77")))
+    add(lambda d: d.update(type="UPDATE", old=[{"name": "bob"}]))
+    add(lambda d: d.update(type="UPDATE", old=None))
+    add(lambda d: d.update(type="UPDATE", old=[{}, {}]))
+    add(lambda d: d["data"][0].update(extra="1"))
+    add(lambda d: d["data"][0].pop("name"))
+    add(lambda d: d["data"][0].update({"extra": d["data"][0].pop("name")}))
+    add(lambda d: d.update(data=[dict(reversed(list(d["data"][0].items())))]))
+    add(lambda d: d.update(mysqlType=dict(reversed(list(d["mysqlType"].items())))))
+    add(lambda d: d.update(pkNames=["id", "name"]))
+    add(lambda d: d.update(pkNames=["name"]))
+    add(lambda d: d.update(pkNames=None))
+    add(lambda d: d.update(pkNames=[]))
+    add(lambda d: d.update(pkNames=["nope"]))
+    add(lambda d: d.update(pkNames="id"))
+    add(lambda d: d["mysqlType"].update(qty="float"))
+    add(lambda d: d["mysqlType"].update(qty="notatype"))
+    add(lambda d: d["mysqlType"].update(qty=5))
+    add(lambda d: d.update(mysqlType=None))
+    add(lambda d: d["_tidb"].update(claimCheckLocation="s3://x"))
+    add(lambda d: d.update(_tidb={"commitTs": -1}))
+    add(lambda d: d.update(_tidb={"commitTs": (1 << 63) - 1}))  # 1 << 63 fails both paths' write (int64)
+    add(lambda d: d.update(_tidb={"commitTs": "5"}))
+    add(lambda d: d.update(_tidb=None))
+    add(lambda d: d.pop("_tidb"))
+    add(lambda d: d.update(isDdl=None))
+    add(lambda d: d.pop("isDdl"))
+    add(lambda d: d.update(isDdl=True, sql="ALTER TABLE t ADD COLUMN z int"))
+    add(lambda d: d.update(type="TIDB_WATERMARK", _tidb={"watermarkTs": ts}))
+    add(lambda d: d.update(type="insert"))
+    add(lambda d: d.update(type=["INSERT"]))
+    add(lambda d: d.update(database=None))
+    add(lambda d: d.pop("table"))
+    add(lambda d: d.update(table="t2"))
+    add(lambda d: d.update(database="other", table="t"))
+    add(lambda d: d.update(es="5"))
+    add(lambda d: d.update(es=None))
+    add(lambda d: d.update(es=True))
+    add(lambda d: d.update(data=[]))
+    add(lambda d: d.update(data=["x"]))
+    add(lambda d: d.update(old="x"))
+    for i in range(30):  # back to the common shape, a table of 20 columns (a map of 16 or more)
+        add(lambda d: None)
+        add(lambda d: (d["data"][0].update({f"c{j}": str(j) for j in range(12)}),
+                       d["mysqlType"].update({f"c{j}": "int" for j in range(12)})))
+    messages = [(None, orjson.dumps(d)) for d in docs] + [(None, b""), (None, None), (None, b"[]"), (None, b"{"),
+                                                           (None, b'{"a": 1}\n{"b": 2}'), (None, b"\xff")]
+    assert decode_both(tmp_path, [messages], monkeypatch=monkeypatch) > 30
+
+
+def test_the_fuzzers_mutations_write_the_same_change_log_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(37)
+    pool = list(test_fuzz.corpus("canal-json"))
+    messages = []
+    for _ in range(3000):
+        item = rng.choice(pool)
+        messages.append(item if rng.random() < 0.3 else test_fuzz.mutate(item, rng, pool))
+    # Mutations inside the row values, where the column-wise path reads.
+    for _ in range(1000):
+        key, value = rng.choice(pool)
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("data"), list) and doc["data"] and isinstance(doc["data"][0], dict):
+            row = doc["data"][0]
+            column = rng.choice(list(row))
+            row[column] = rng.choice([*test_fuzz.WEIRD_JSON, str(rng.randint(-2**70, 2**70)), "1" * rng.randint(1, 30)])
+            messages.append((key, json.dumps(doc).encode()))
+    assert decode_both(tmp_path, [messages[i:i + 700] for i in range(0, len(messages), 700)], monkeypatch=monkeypatch) > 300
+
+
+def test_decimal_texts_the_fast_case_takes_are_their_own_str() -> None:
+    """The decimal pattern accepts only a text ``str(Decimal(text))`` gives back (the stored form)."""
+    import re
+    accept = re.compile(batch_module._DECIMAL_TEXT)
+    small = re.compile(batch_module._DECIMAL_SMALL)
+    rng = random.Random(1)
+    texts = [f"{'-' if rng.random() < 0.3 else ''}{rng.choice(['0', str(rng.randint(1, 10**rng.randint(1, 30)))])}"
+             f"{'.' + ''.join(rng.choice('0000123456789') for _ in range(rng.randint(1, 12))) if rng.random() < 0.8 else ''}"
+             for _ in range(20000)]
+    for text in texts:
+        if accept.search(text) and not small.search(text):
+            assert str(Decimal(text)) == text, text
+
+
+def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
+    """Every kind with a fast case has a compiled (inlined) conversion in cdc_codecs.rowconv, so a
+    row of them converts in column order, as the image encoder expects."""
+    from cdc_codecs.rowconv import _inline
+    from cdc_codecs.types import UTC, ColumnType
+    for kind in batch_module._FAST_KINDS:
+        ct = ColumnType(kind, {TypeKind.INT: "int", TypeKind.LONG: "bigint", TypeKind.UNSIGNED_LONG: "bigint"}.get(kind, "x"),
+                        kind is TypeKind.UNSIGNED_LONG)
+        assert _inline(ct, "x", "c", UTC) is not None, kind
+    assert dt.timezone.utc is UTC
+
+
+def test_more_mysql_types_than_the_decoder_compiles_write_the_same_change_log_both_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder compiles the converters of its first 1,024 mysqlTypes; past them a row keeps the
+    message's column order. Rows here list their columns in another order than mysqlType, over
+    1,400 mysqlTypes, read in batches of 100: the fast path must not change which are compiled."""
+    monkeypatch.setattr(changelog, "READ_BATCH", 100)
+    ts = tso(1_700_000_000_000)
+    messages = []
+    for i in range(700):
+        for column, count in ((f"c{i}", 1), (f"d{i}", 2)):  # one row: the fast path's; two: the per-change path's
+            ts += 1
+            doc = {"database": "db", "table": f"t{i}", "pkNames": ["id"], "isDdl": False, "type": "INSERT", "es": 1,
+                   "mysqlType": {"id": "bigint", column: "int"}, "data": [{column: "5", "id": str(i)}] * count,
+                   "old": None, "_tidb": {"commitTs": ts}}
+            messages.append((None, orjson.dumps(doc)))
+    assert decode_both(tmp_path, [messages], monkeypatch=monkeypatch) > 400
+
+
+def test_the_first_batch_of_a_segment_takes_the_column_wise_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New mysqlTypes are learnt in the batch that brings them, when it cannot fill the decoder's cache."""
+    monkeypatch.setattr(changelog, "READ_BATCH", 2000)
+    events = list(Workload(WorkloadSpec(tables=10, events=3000, seed=8, watermark_every=1000, key_space=500)).events())
+    records = [(r.key, r.value) for r in encode("canal-json", events)]
+    assert decode_both(tmp_path, [records], monkeypatch=monkeypatch) > len(records) - 30  # DDL and watermarks
