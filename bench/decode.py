@@ -42,7 +42,7 @@ from spark.archive.storage import open_storage
 from spark.config import PipelineConfig
 from spark.decode import changelog
 from spark.decode.side_output import DecoderState
-from spark.fold.net_change import change_effects, key_bytes, key_hash, table_seed
+from spark.core.keys import change_effects, key_bytes, key_hash, table_seed
 
 JSON_PROTOCOLS = ("canal-json", "canal", "cloudcanal-canal-json", "cloudcanal-json", "simple", "debezium-mysql")
 DEFAULT_PROTOCOLS = ("canal-json", "canal", "simple", "debezium-mysql")

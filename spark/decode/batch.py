@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from cdc_codecs.canal_json import CanalJsonDecoder
 from cdc_codecs.types import UTC, ColumnType, TypeKind, int_range
-from spark.fold.net_change import table_seed
+from spark.core.keys import table_seed
 
 _OPS = {"INSERT": 0, "UPDATE": 1, "DELETE": 2}
 INSERT, UPDATE, DELETE = 0, 1, 2
@@ -299,7 +299,7 @@ class Column:
         return _null_as_nil(null, _headed("bin", lengths, body))
 
     def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
-        """``f"{len(t)}:{t}"`` of ``net_change._canonical``'s text t: ``s`` + the string, ``n`` + the
+        """``f"{len(t)}:{t}"`` of ``spark.core.keys._canonical``'s text t: ``s`` + the string, ``n`` + the
         integer's digits, ``0`` for NULL."""
         if kind is TypeKind.STRING:
             tagged = pc.binary_join_element_wise("s", texts, "")
