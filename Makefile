@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast bench demo clean
+.PHONY: install test test-fast test-faults bench demo clean
 
 # The editable install: setuptools says "Editable installation." (an InformationOnly warning: mind
 # folders named like the packages), nothing to act on, so it is not printed; any other warning is.
@@ -19,7 +19,11 @@ install: $(STAMP)
 
 ## Everything CI runs (15-25 minutes on 2 cores, plus the first install).
 test: $(STAMP)
-	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 tests
+	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults" tests
+
+## The fault matrix with real services (docs/operating.md, "When a service fails"): ~10 minutes, apart.
+test-faults: $(STAMP)
+	$(PY) -m pytest -m faults tests/bench/test_faults.py
 
 ## The fast part, for the edit-test loop (6-12 minutes on 2 cores).
 test-fast: $(STAMP)

@@ -92,6 +92,7 @@ CELLS = [  # (fault, stage, the outcomes it may have)
 ]
 
 
+@pytest.mark.faults
 def test_part_of_the_fault_matrix_survives_or_fails_clearly_and_the_retry_is_exact(the_lab: Lab) -> None:
     cells = []
     for name, stage, expected in CELLS:
