@@ -159,15 +159,18 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--protocols", default=",".join(DEFAULT_PROTOCOLS),
                         help=f"comma-separated, in order (JSON protocols: {', '.join(JSON_PROTOCOLS)})")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians printed")
+    parser.add_argument("--key-space", type=int, default=0,
+                        help="keys a table (default: bench apply's, messages / 20; 100000 gives mostly inserts)")
     args = parser.parse_args(list(argv or []))
     protocols = [p for p in args.protocols.split(",") if p]
     print(f"decode stage vs plain parse, CPU us a message (process_time, in process), ~{args.messages:,} generated "
-          f"events per protocol, median of {args.rounds} interleaved rounds; load {_load()}", flush=True)
+          f"events per protocol, {args.key_space or max(1000, args.messages // 20):,} keys a table, median of "
+          f"{args.rounds} interleaved rounds; load {_load()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     try:
         # The key space of bench apply's archive (events / 20): a third of the changes are updates.
-        subjects = [Subject(tmp / p, p, corpus(p, {}, args.messages, key_space=max(1000, args.messages // 20)))
-                    for p in protocols]
+        key_space = args.key_space or max(1000, args.messages // 20)
+        subjects = [Subject(tmp / p, p, corpus(p, {}, args.messages, key_space=key_space)) for p in protocols]
         parse: dict[str, list[float]] = {p: [] for p in protocols}
         stage: dict[str, list[float]] = {p: [] for p in protocols}
         per_change: dict[str, list[float]] = {p: [] for p in protocols}

@@ -457,9 +457,14 @@ class CanalBatch:
             row = data[0]
             if len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                 continue
+            try:  # the row's values in column order (and the message's objects freed for the next)
+                row = plan.values(row)
+                old = plan.values(old[0]) if op == UPDATE else None
+            except KeyError:  # as many columns, other names: the per-change path
+                continue
             if not plan.rows:
                 used.append(plan)
-            plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+            plan.rows.append((i, op, ts, index, row, old))
             taken += 1
         # The decoder compiles (and caches) the converters of its first 1,024 mysqlTypes only; an
         # uncompiled one yields rows in the message's column order, not the types'. The fast path
@@ -477,9 +482,14 @@ class CanalBatch:
                     plan, index = self._plan(database, table, mysql_type, pk_names)
                 if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                     continue
+                try:
+                    row = plan.values(row)
+                    old = plan.values(old[0]) if op == UPDATE else None
+                except KeyError:
+                    continue
                 if not plan.rows:
                     used.append(plan)
-                plan.rows.append((i, op, ts, index, row, old[0] if op == UPDATE else None))
+                plan.rows.append((i, op, ts, index, row, old))
                 touched.add(id(plan))
             for plan in used:
                 if id(plan) in touched:  # back in offset order
@@ -528,15 +538,7 @@ class CanalBatch:
         updates = np.flatnonzero(op == UPDATE)
         olds = [olds[j] for j in updates]
         good = np.ones(n, bool)
-        try:
-            columns_values = list(zip(*map(plan.values, datas), *map(plan.values, olds)))
-        except KeyError:  # a row of as many columns but other names: the per-change path
-            columns_values = []
-            for j, r in enumerate(datas):
-                good[j] &= all(name in r for name in plan.names)
-            for j, o in zip(updates, olds):
-                good[j] &= all(name in o for name in plan.names)
-            columns_values = [[r.get(name) for r in datas] + [o.get(name) for o in olds] for name in plan.names]
+        columns_values = list(zip(*datas, *olds))  # per column: the rows' values, then the old images'
         columns: dict[str, Column] = {}
         for name, values in zip(plan.names, columns_values):
             key = name in plan.keys
