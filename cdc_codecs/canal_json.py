@@ -75,6 +75,9 @@ TIDB_EXTENSION_OPTION = "enable_tidb_extension"
 AUTO = "auto"
 
 
+# A TiDB TSO is physical milliseconds << 18 | logical: it fits 63 bits for the next ~278,000 years.
+_TSO_END = 1 << 63
+
 class CanalJsonDecoder(Decoder):
     """TiCDC's Canal-JSON; ``CanalFlatDecoder`` reads official Canal's and CloudCanal's."""
 
@@ -146,7 +149,7 @@ class CanalJsonDecoder(Decoder):
                     )
             if self._commit_ts:
                 commit_ts = tidb.get("commitTs")
-                if type(commit_ts) is not int or commit_ts < 0:
+                if type(commit_ts) is not int or not 0 <= commit_ts < _TSO_END:
                     commit_ts = self._ts(tidb, "commitTs")
         kind = get("type")
         if type(kind) is not str:
@@ -318,6 +321,8 @@ class CanalJsonDecoder(Decoder):
         ts = f.optional(tidb, name, int, "_tidb.")
         if ts is not None and ts < 0:
             raise FieldError(f"_tidb.{name}", f"negative TSO {ts}")
+        if ts is not None and ts >= _TSO_END:  # the change log and every consumer hold a TSO in 64 signed bits
+            raise FieldError(f"_tidb.{name}", f"TSO {ts} is past 2^63 - 1 (physical milliseconds << 18 | logical)")
         return ts
 
     def _decode_claim_check(self, location: str, msg: RawMessage, index: int) -> list[Event]:

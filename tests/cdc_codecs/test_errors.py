@@ -304,3 +304,23 @@ def test_decode_errors_survive_pickling_with_their_raw_message(cls: type[DecodeE
     assert (copy.protocol, copy.position, copy.field, copy.reason, copy.raw) == ("canal-json", POS.with_index(2), "old",
                                                                                  "missing when 'type' is 'UPDATE'", raw)
     assert str(copy) == str(error) == "canal-json orders/2@77[2]: old: missing when 'type' is 'UPDATE'"
+
+
+def test_a_canal_json_commit_ts_past_63_bits_is_a_typed_error_naming_the_field() -> None:
+    """The change log holds a TSO in 64 signed bits: a larger one is bad input, not an OverflowError later."""
+    import json
+
+    from cdc_codecs import DecodeError, RawMessage, SourcePosition, get_decoder
+
+    doc = {"id": 0, "database": "d", "table": "t", "pkNames": ["id"], "isDdl": False, "type": "INSERT", "es": 1, "ts": 1,
+           "sql": "", "sqlType": {"id": 4}, "mysqlType": {"id": "int"}, "data": [{"id": "1"}], "old": None,
+           "_tidb": {"commitTs": 1 << 63}}
+    decoder = get_decoder("canal-json")
+    try:
+        decoder.decode(RawMessage(None, json.dumps(doc).encode(), SourcePosition("t", 0, 5)))
+    except DecodeError as exc:
+        assert "_tidb.commitTs" in str(exc) and "t/0@5" in str(exc)
+    else:
+        raise AssertionError("a TSO past 2^63 - 1 decoded")
+    doc["_tidb"]["commitTs"] = (1 << 63) - 1
+    assert decoder.decode(RawMessage(None, json.dumps(doc).encode(), SourcePosition("t", 0, 6)))[0].commit_ts == (1 << 63) - 1
