@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import datetime as dt
 import http.client
+import dataclasses
 import os
 import signal
 import subprocess
@@ -334,8 +335,8 @@ class Lab:
         from spark.runtime.credentials import from_environment
         from spark.tables.catalog import close_catalogs
 
-        os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
-        conf = from_environment(load_pipeline_config(str(config)))
+        conf = from_environment(load_pipeline_config(str(config)))  # the lab's keys on this config, not os.environ's
+        conf = dataclasses.replace(conf, storage=dataclasses.replace(conf.storage, access_key_id=KEY, secret_access_key=SECRET))
         out = {}
         for w in published_watermarks(conf):
             _, tables = read_pipeline(conf, w)

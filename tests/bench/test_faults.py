@@ -3,6 +3,7 @@ real pause, and a part of the fault matrix (``python -m bench faults`` prints al
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -29,8 +30,10 @@ def _state(the_lab: Lab, config: Path) -> tuple:
     from spark.runtime.credentials import from_environment
     from spark.tables import catalog as cat
 
-    os.environ.update(AWS_ACCESS_KEY_ID="tidelake-bench", AWS_SECRET_ACCESS_KEY="tidelake-bench-secret")
+    # The lab's credentials on this config alone: left in os.environ they would be every later test's in this worker.
     conf = from_environment(load_pipeline_config(str(config)))
+    conf = dataclasses.replace(conf, storage=dataclasses.replace(conf.storage, access_key_id="tidelake-bench",
+                                                                  secret_access_key="tidelake-bench-secret"))
     catalog = cat.open_catalog(conf)
     tables = sorted((t.name(), t.metadata_location) for t in cat.RunTables(catalog, conf).all())
     client = the_lab.s3.client()

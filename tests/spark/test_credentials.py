@@ -67,8 +67,10 @@ class PicklingRunner:
 
 
 def test_land_tasks_pickle_without_secrets_and_resolve_them_from_the_executor_environment(monkeypatch) -> None:
-    # This process's registry alone: an earlier test's pipelines (the fault bench's) registered theirs.
+    # This process's registry and environment alone: an earlier test's pipelines may have registered theirs.
     monkeypatch.setattr(credentials, "_REGISTERED", {})
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
     config = with_inline_secrets(PipelineConfig.from_mapping({
         "name": "secretive", "kafka": {"bootstrap_servers": "broker:9092"},
         "topics": [{"name": "cdc", "protocol": "canal-json"}],
