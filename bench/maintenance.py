@@ -41,8 +41,8 @@ from spark.demo.workload import Workload, WorkloadSpec
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
 from spark.config import MaintenanceConfig, PipelineConfig
-from spark.write.files import live_data_files
-from spark.write.internals import MAIN_BRANCH
+from spark.tables.files import live_data_files
+from spark.tables.internals import MAIN_BRANCH
 from spark.archive.land import LocalRunner
 from spark.maintain.compaction import compact_table
 from spark.maintain.run import maintain as run_maintenance

@@ -341,7 +341,7 @@ def build_dag(config: PipelineConfig, path: Path) -> DAG:
             application_args=["--config", str(path), *INTERVAL_ARGS, "--on-bad-message", "{{ params.on_bad_message }}",
                               "--on-table-error", "{{ params.on_table_error }}",
                               # Its retries are the same run: one takes over the lease an attempt that
-                              # failed on a service could not release (spark.commit.lease).
+                              # failed on a service could not release (spark.archive.lease).
                               "--run-id", "{{ dag.dag_id }}/{{ run_id }}"],
             **spark_args,
         )

@@ -33,7 +33,7 @@ def shared_dir() -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_run_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test inherits another's run identity (``spark.commit.lease.run_identity``): Airflow's
+    """No test inherits another's run identity (``spark.archive.lease.run_identity``): Airflow's
     in-process task runs (``dag.test``) leave AIRFLOW_CTX_* in the worker's environment, which
     would make every later lease of that worker one run's, taking each other's over."""
     for name in ("TIDELAKE_RUN_ID", "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID"):

@@ -213,7 +213,7 @@ class Lease(TypedDict):
     acquired_at: Seconds
     expires_at: Seconds
     released: bool
-    run: NotRequired[str | None]  # the run's identity, the same for its retries (spark.commit.lease.run_identity)
+    run: NotRequired[str | None]  # the run's identity, the same for its retries (spark.archive.lease.run_identity)
 
 
 # ---------------------------------------------------------------- readers of records other modules build

@@ -64,9 +64,9 @@ def _at(text: str, flag: str) -> Any:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     from spark.query.changes import read_changes
-    from spark.cli.interval import StepProgress, progress_bars
+    from spark.cli.progress import StepProgress, progress_bars
     from spark.cli.common import pipeline_config
-    from spark.cli.report import w_time as _w_time
+    from spark.core.watermark import watermark_time
 
     config = pipeline_config(args)
     fmt = args.format or ("parquet" if args.out else "table")
@@ -90,7 +90,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         if context is not None:
             context.stop()
     log.info("-- %s: changes from W=%s (%s) to W=%s (%s)", config.name, changes.from_watermark,
-             _w_time(changes.from_watermark), changes.to_watermark, _w_time(changes.to_watermark))
+             watermark_time(changes.from_watermark), changes.to_watermark, watermark_time(changes.to_watermark))
     from spark.commit.isolation import held_phrase
 
     for (db, table), e in sorted(changes.isolated.items()):

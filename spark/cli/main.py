@@ -32,9 +32,11 @@ from typing import Any, Sequence
 
 from cdc_codecs import ConfigError, TidelakeError
 from spark.cli.common import instant, pipeline_config, write_result
-from spark.cli.interval import StepProgress, intervals, progress_bars, run_interval
-from spark.cli.report import backfill_line, print_report, w_time
+from spark.cli.progress import StepProgress, progress_bars
+from spark.jobs.interval import intervals, run_interval
+from spark.commit.report import backfill_line, print_report
 from spark.core.text import human_duration
+from spark.core.watermark import watermark_seconds, watermark_time
 
 UTC = dt.timezone.utc
 log = logging.getLogger("tidelake.cli")
@@ -91,7 +93,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
         from spark.commit.isolation import held_phrase
 
         held = "".join(f"; isolated: {e['database']}.{e['table']} ({held_phrase(e)})" for e in doc.get("isolated", []))
-        print(f"{w:>20}  {w_time(w):<26} {human_duration(now - (w >> 18) / 1000):>10}  {status:<8}  {doc['interval']}{held}")
+        print(f"{w:>20}  {watermark_time(w):<26} {human_duration(now - watermark_seconds(w)):>10}  {status:<8}  {doc['interval']}{held}")
     print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
     return 0
 
@@ -107,7 +109,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     config = pipeline_config(args)
     view = open_view(config, _at(args.at))
     w = view.watermark
-    print(f"{config.name} at W={w} ({w_time(w)}):")
+    print(f"{config.name} at W={w} ({watermark_time(w)}):")
     for (db, table) in sorted({*view.tables, *view.isolated}):
         if (db, table) in view.isolated:
             e = view.isolated[(db, table)]
@@ -139,7 +141,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         raise ConfigError("--no-before-images applies to the changes: give --changes-from W")
     w, result = query(config, args.sql, _at(args.at), metadata=args.with_metadata, changes_from=changes_from,
                       before_images=not args.no_before_images)
-    log.info("-- %s at W=%s (%s)", config.name, w, w_time(w))
+    log.info("-- %s at W=%s (%s)", config.name, w, watermark_time(w))
     write_result(result, "json" if args.json else args.format, sys.stdout)
     return 0
 
@@ -171,7 +173,7 @@ def print_repair(report: Any, out: Any = None) -> None:
     for d in report.differences:
         move = "would move" if report.dry_run else f"moved to snapshot {d.snapshot_after}"
         before = "tag lost" if d.snapshot_before is None else f"{d.rows_before:>8,} rows published"
-        print(f"  W {d.watermark} ({w_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
+        print(f"  W {d.watermark} ({watermark_time(d.watermark)})  {d.name:<{width}}  {before}, {d.rows_after:>8,} derived; "
               f"tag wm_{d.watermark} {move}", file=out)
     for name in report.main_moved:
         print(f"  main of {name} moved forward to its repaired latest watermark", file=out)
@@ -203,7 +205,7 @@ def print_maintenance(report: Any, out: Any = None) -> None:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from spark.maintain.run import maintain
 
-    from spark.commit.lease import RUN_ENV
+    from spark.archive.lease import RUN_ENV
 
     config = pipeline_config(args)
     # Maintenance by hand is one run per pipeline: a rerun after one that died holding the lease takes it over.

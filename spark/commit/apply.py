@@ -26,7 +26,7 @@ from spark.archive.format import require_format
 from spark.archive.land import LocalRunner, Runner
 from spark.archive.manifest import list_manifests
 from spark.archive.storage import Storage, open_storage
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.commit.run import ApplyError, ApplyResult, BadMessagesError, PipelineRun, TablesAheadError
 from spark.config import PipelineConfig
 from spark.decode.topic_clock import settle_topic_clocks

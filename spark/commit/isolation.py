@@ -68,10 +68,10 @@ from spark.tables.updates import UnsupportedSchemaChange
 from spark.tables.ddl import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
 from spark.tables.schema_map import UnsupportedValue
-from spark.write import internals
+from spark.tables import internals
 from spark.archive.storage import Storage, StorageError
-from spark.commit.lease import LeaseHeldError, LeaseLostError
-from spark.write.errors import CommitConflictError
+from spark.archive.lease import LeaseHeldError, LeaseLostError
+from spark.tables.errors import CommitConflictError
 
 FAIL, ISOLATE = "fail", "isolate"
 DROPPED_AWAY = "(dropped)"  # Isolated.renamed of a table dropped while held

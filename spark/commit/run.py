@@ -42,7 +42,7 @@ from spark.archive.storage import AlreadyExists, Storage
 from spark.commit.isolation import (
     Isolated, RunIsolation, mark_held, published_names, read_isolated, write_isolated,
 )
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.commit.plan import TableRef, UpstreamTables, build_apply_plans
 from spark.commit.published import (
     CONFIRMED, NOT_CONSISTENT, PUBLISHED, PublishedTable, is_retired, publish_watermark, published_path,

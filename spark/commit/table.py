@@ -7,7 +7,7 @@ renames it also tags the table ``wm_<W>`` (``_stage_tag``), so the tag exists ex
 data does, and the table costs one catalog commit. Rows are
 written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
 touched key are rewritten without it, the net rows written as new files); the driver stages
-the removed and added files as one overwrite snapshot per data step (``spark.write.internals``)
+the removed and added files as one overwrite snapshot per data step (``spark.tables.internals``)
 in the table's transaction, next to its schema changes, and commits once. Each DDL change is one
 small update staged in that transaction (``spark.tables.updates``); this module only decides
 their order, the renames (which are catalog operations, not transactional) and the commit. An
@@ -77,8 +77,8 @@ from spark.tables.properties import (
 )
 from spark.tables.schema_map import arrow_table, iceberg_schema, table_columns
 from spark.tables.updates import UnsupportedSchemaChange
-from spark.write import internals
-from spark.write.files import LiveFiles, live_files
+from spark.tables import internals
+from spark.tables.files import LiveFiles, live_files
 from spark.write.rewrite import FileRewrite
 from spark.write.target import TableTarget
 from spark.write.upsert import UpsertTarget

@@ -37,9 +37,20 @@ def compute_watermark(marks: PartitionWatermarks, partitions: Iterable[Partition
     return max(previous, min(marks.marks.get(p, 0) for p in partitions))
 
 
+def watermark_seconds(w: int) -> float:
+    """W's wall-clock time in seconds since the epoch: its TSO's physical milliseconds (the top 46 bits)."""
+    return (w >> 18) / 1000
+
+
+def watermark_datetime(w: int) -> dt.datetime:
+    """W's wall-clock time, in UTC: what retention ages and times given for a W compare."""
+    return dt.datetime.fromtimestamp(watermark_seconds(w), dt.UTC)
+
+
 def watermark_time(w: int) -> str | None:
-    """W's wall-clock time (its TSO's physical milliseconds), ISO 8601 in UTC; None for 0 (before the first W)."""
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
+    """W as time, the one way every report, manifest and command prints it: ISO 8601 in UTC to the
+    millisecond (a TSO's physical part), e.g. ``2026-11-28T21:34:07.123Z``; None for 0 (before the first W)."""
+    return watermark_datetime(w).isoformat(timespec="milliseconds").replace("+00:00", "Z") if w else None
 
 
 TAG_PREFIX = "wm_"

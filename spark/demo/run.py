@@ -22,9 +22,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc_codecs import get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
-from spark.cli.interval import intervals, run_interval
+from spark.jobs.interval import intervals, run_interval
 from spark.query.sql import run_query as query
-from spark.cli.report import print_report
+from spark.commit.report import print_report
 from spark.config import load_pipeline_config
 from spark.runtime.embedded import kafka_service
 

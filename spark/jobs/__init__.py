@@ -73,7 +73,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     if args.run_id:
-        from spark.commit.lease import RUN_ENV
+        from spark.archive.lease import RUN_ENV
 
         os.environ[RUN_ENV] = args.run_id
     try:

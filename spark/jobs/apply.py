@@ -23,7 +23,7 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
 from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
-from spark.cli.report import isolated_lines
+from spark.commit.report import isolated_lines
 from spark.core.text import human_duration, utc_text
 from spark.jobs import emit, interval_job
 

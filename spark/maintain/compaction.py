@@ -35,12 +35,12 @@ from pyiceberg.table.metadata import TableMetadata
 
 from cdc_codecs import TidelakeError
 from spark.tables.catalog import KEY_COLUMNS
-from spark.write import internals
-from spark.write.errors import CommitConflictError
-from spark.write.files import live_files
+from spark.tables import internals
+from spark.tables.errors import CommitConflictError
+from spark.tables.files import live_files
 from spark.write.target import TableTarget
 from spark.archive.land import Runner
-from spark.commit.lease import LeaseLostError
+from spark.archive.lease import LeaseLostError
 from spark.core.watermark import tag_name, watermark_tags
 from spark.runtime.tasks import sized
 

@@ -36,7 +36,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from spark.tables import catalog as cat
 from spark.archive import layout
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.archive.storage import Storage
 
 MANIFEST_LIST, MANIFEST, DATA, DELETE = "manifest-list", "manifest", "data", "delete"

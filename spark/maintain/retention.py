@@ -41,22 +41,17 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from spark.tables import catalog as cat
 from spark.config import MaintenanceConfig, PipelineConfig
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.commit.published import mark_retired, record_retired
 from spark.archive.storage import Storage
-from spark.write import internals
-from spark.core.watermark import tag_name, tag_watermark
+from spark.tables import internals
+from spark.core.watermark import tag_name, tag_watermark, watermark_datetime
 
 UTC = dt.timezone.utc
 
 # Why a W is retained (the first that applies).
 LATEST, KEEP_ALL, KEEP_HOURLY, KEEP_DAILY = "latest", "keep_all", "keep_hourly", "keep_daily"
 ISOLATED = "isolated"
-
-
-def w_time(watermark: int) -> dt.datetime:
-    """W's wall time: its physical milliseconds, (W >> 18)."""
-    return dt.datetime.fromtimestamp((watermark >> 18) / 1000, UTC)
 
 
 @dataclass(frozen=True)
@@ -83,17 +78,17 @@ def plan_retention(published: Sequence[int], retired: Iterable[int], policy: Mai
     last_of_hour: dict[tuple[int, int, int, int], int] = {}
     last_of_day: dict[dt.date, int] = {}
     for w in marks:  # ascending: the last one seen in a bucket wins
-        t = w_time(w)
+        t = watermark_datetime(w)
         last_of_hour[(t.year, t.month, t.day, t.hour)] = w
         last_of_day[t.date()] = w
     hourly, daily = set(last_of_hour.values()), set(last_of_day.values())
-    clock = min(now, w_time(marks[-1])) if marks else now  # the pipeline's clock: its newest W
+    clock = min(now, watermark_datetime(marks[-1])) if marks else now  # the pipeline's clock: its newest W
     retained: dict[int, str] = {}
     retire = []
     for w in marks:
         if w in retired_before:
             continue
-        age = clock - w_time(w)
+        age = clock - watermark_datetime(w)
         if w == marks[-1]:
             why: str | None = LATEST
         elif w in held:

@@ -1,6 +1,6 @@
 """One maintenance run of a pipeline: retire watermarks, expire snapshots, delete their files.
 
-``maintain(config)`` holds the pipeline's lease (``spark.commit.lease``, the one apply holds), so
+``maintain(config)`` holds the pipeline's lease (``spark.archive.lease``, the one apply holds), so
 maintenance and a run never write at once, and every commit checks the lease is still held.
 Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
 
@@ -36,7 +36,7 @@ from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.archive.land import LocalRunner, Runner
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.commit.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
 from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
@@ -47,7 +47,7 @@ from spark.archive.manifest import list_manifests
 from spark.maintain.retention import RetireResult, plan_retention, retire_watermarks
 from spark.commit.published import published_watermarks, record_snapshots, retired_watermarks
 from spark.archive.storage import Storage, open_storage
-from spark.core.watermark import watermark_tags
+from spark.core.watermark import watermark_tags, watermark_time
 
 UTC = dt.timezone.utc
 
@@ -259,10 +259,6 @@ def _without_tags(table: Any, plan: Any) -> Any:
                  table.catalog)
 
 
-def _w_time(w: int) -> str:
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def summary_lines(report: MaintenanceReport) -> list[str]:
     """What a maintenance run did (a dry run: would do): watermarks retired, then a table of tables.
 
@@ -273,7 +269,7 @@ def summary_lines(report: MaintenanceReport) -> list[str]:
 
     dry = report.dry_run
     lines = [f"maintain {report.pipeline} at {report.now.isoformat()}" + (" (dry run: nothing was changed)" if dry else "")]
-    span = f" ({_w_time(report.retired[0])} .. {_w_time(report.retired[-1])})" if report.retired else ""
+    span = f" ({watermark_time(report.retired[0])} .. {watermark_time(report.retired[-1])})" if report.retired else ""
     lines.append(f"  watermarks: {len(report.retained):,} retained, {len(report.retired):,} "
                  f"{'to retire' if dry else 'retired'}{span}, {report.retired_before:,} retired before")
     if report.finished:

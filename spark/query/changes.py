@@ -74,11 +74,11 @@ from spark.tables.ddl import (
     TruncateTable,
 )
 from spark.decode.effect import decode_effect
-from spark.write.keys import key_matches
+from spark.core.key_match import key_matches
 from spark.commit.isolation import statement_tables
 from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
 from spark.archive.storage import Storage, open_storage
-from spark.core.watermark import tag_name
+from spark.core.watermark import tag_name, watermark_time
 
 __all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError", "ChangesUnavailable",
            "TableChanges",
@@ -140,17 +140,13 @@ class ChangeSet(dict):
     def manifest(self, files: Mapping[TableRef, str] | None = None) -> dict[str, Any]:
         """The change set's description (``tidelake changes --out`` writes it as ``manifest.json``)."""
         return {
-            "from_watermark": self.from_watermark, "from_time": _w_time(self.from_watermark),
-            "to_watermark": self.to_watermark, "to_time": _w_time(self.to_watermark),
+            "from_watermark": self.from_watermark, "from_time": watermark_time(self.from_watermark),
+            "to_watermark": self.to_watermark, "to_time": watermark_time(self.to_watermark),
             "before_images": self.before_images,
             "tables": [{**self.details[name].to_dict(), **({"file": files[name]} if files and name in files else {})}
                        for name in sorted(self)],
             "isolated": [{"database": db, "table": t, **entry} for (db, t), entry in sorted(self.isolated.items())],
         }
-
-
-def _w_time(w: int) -> str | None:
-    return dt.datetime.fromtimestamp((w >> 18) / 1000, dt.UTC).isoformat() if w else None
 
 
 # ---------------------------------------------------------------- the watermarks

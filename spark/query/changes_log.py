@@ -226,7 +226,7 @@ def open_window(config: PipelineConfig, storage: Storage, from_doc: Mapping[str,
 def _decoded_under_lease(config: PipelineConfig, storage: Storage, missing: list[tuple[PKey, Any]],
                          from_doc: Mapping[str, Any], to_doc: Mapping[str, Any], decode: Any) -> Any:
     """``decode()`` while holding the pipeline's lease, or ``ChangesNeedDecoding`` saying what to run."""
-    from spark.commit.lease import Lease
+    from spark.archive.lease import Lease
 
     lease = Lease(storage, config.name, ttl_seconds=config.lease_ttl_seconds, wait_seconds=config.lease_wait_seconds,
                   owner=f"tidelake changes {from_doc['watermark']}..{to_doc['watermark']}")

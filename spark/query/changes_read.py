@@ -31,9 +31,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType
 
-from spark.write import internals
-from spark.write.files import key_file_pairs, live_files
-from spark.write.keys import key_mask
+from spark.tables import internals
+from spark.tables.files import key_file_pairs, live_files
+from spark.core.key_match import key_mask
 
 _THREADS = 4
 _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="tidelake-changes-read")

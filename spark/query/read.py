@@ -29,7 +29,7 @@ from spark.commit.isolation import held_phrase
 from spark.config import PipelineConfig
 from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import Storage, open_storage
-from spark.core.watermark import tag_name
+from spark.core.watermark import tag_name, watermark_time
 
 At = Union[str, int, dt.datetime]
 
@@ -72,7 +72,7 @@ def retired_watermarks(config: PipelineConfig, storage: Storage | None = None) -
 
 
 def _w_text(w: int) -> str:
-    return f"{w} ({dt.datetime.fromtimestamp((w >> 18) / 1000, dt.timezone.utc).isoformat()})"
+    return f"{w} ({watermark_time(w)})"
 
 
 def retired_error(config: PipelineConfig, watermark: int, retained: list[int], asked: Any = None) -> RetiredWatermark:

@@ -56,10 +56,10 @@ from spark.commit.apply import apply_interval
 from spark.decode.topic_clock import settle_topic_clocks
 from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
-from spark.write import internals
-from spark.write.internals import writing_with_schema
+from spark.tables import internals
+from spark.tables.internals import writing_with_schema
 from spark.archive.land import LocalRunner, Runner
-from spark.commit.lease import Lease
+from spark.archive.lease import Lease
 from spark.archive.manifest import list_manifests
 from spark.commit.isolation import Isolated, read_isolated
 from spark.commit.published import (

@@ -56,7 +56,7 @@ from pyiceberg.table import Table
 from cdc_codecs import ConfigError
 from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.write.layout import table_layout
+from spark.tables.table_layout import table_layout
 from spark.tables.schema_map import metadata_property
 
 UPSTREAM_DATABASE = "tidelake.upstream.database"
@@ -268,7 +268,7 @@ FENCE_TABLE = "tidelake_lease_fence"
 
 class CatalogFence:
     """The pipeline lease's epoch, kept in the SQL catalog's database and checked *inside* the
-    transaction of every catalog write (``spark.commit.lease`` explains the lease).
+    transaction of every catalog write (``spark.archive.lease`` explains the lease).
 
     A run that takes the lease raises the pipeline's row to its epoch (``raise_to``); while it holds
     the lease every statement writing ``iceberg_tables`` (a commit: snapshots, tags, schema; a
@@ -300,7 +300,7 @@ class CatalogFence:
         """Fence out every epoch below ``epoch``. Raises LeaseLostError if a higher one is there already."""
         from sqlalchemy import text
 
-        from spark.commit.lease import LeaseLostError
+        from spark.archive.lease import LeaseLostError
 
         with self.engine.begin() as conn:
             conn.execute(text(f"INSERT INTO {FENCE_TABLE} (pipeline, epoch) VALUES (:p, 0) ON CONFLICT (pipeline) DO NOTHING"),
@@ -333,7 +333,7 @@ _FENCE_LISTENERS: dict[int, dict[str, Any]] = {}
 def _listen_for_writes(engine: Any, listeners: dict[str, Any]) -> None:
     from sqlalchemy import event
 
-    from spark.commit.lease import LeaseLostError
+    from spark.archive.lease import LeaseLostError
 
     def before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
         if not listeners:

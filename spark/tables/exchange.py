@@ -42,8 +42,8 @@ from spark.tables.partitioning import Partitioning, UnknownPartitionRows
 from spark.tables.properties import PARTITIONING, UPSTREAM_TYPE_PREFIX
 from spark.tables.schema_map import metadata_columns
 from spark.tables.updates import SchemaUpdate, field_name, upstream_fields
-from spark.write import internals
-from spark.write.files import live_files
+from spark.tables import internals
+from spark.tables.files import live_files
 
 EXCHANGED = "tidelake.exchanged"  # {statement: {"snapshot": id | None, "partitioning": JSON | None}}
 FIRST, SECOND = "first", "second"  # SchemaStep.exchange

@@ -72,9 +72,9 @@ from spark.tables.schema_map import (
     metadata_name,
     table_columns,
 )
-from spark.write import internals
-from spark.write.files import LiveFiles, live_files
-from spark.write.layout import lay_out
+from spark.tables import internals
+from spark.tables.files import LiveFiles, live_files
+from spark.tables.table_layout import lay_out
 
 
 class UnsupportedSchemaChange(TidelakeError):

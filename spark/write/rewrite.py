@@ -22,8 +22,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 
 from cdc_codecs import TidelakeError
-from spark.write import internals
-from spark.write.keys import key_mask, key_matches
+from spark.tables import internals
+from spark.core.key_match import key_mask, key_matches
 from spark.write.target import TableTarget
 
 

@@ -41,7 +41,7 @@ from pyiceberg.transforms import IdentityTransform
 from cdc_codecs import Op
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
-from spark.write.files import _transformed, key_file_pairs
+from spark.tables.files import _transformed, key_file_pairs
 from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.write.target import TableTarget
 from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns

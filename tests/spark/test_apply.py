@@ -38,7 +38,7 @@ def test_the_write_mode_decides_delete_files_or_rewrites_and_is_recorded_on_ever
     import dataclasses
 
     from spark.tables import catalog as cat
-    from spark.write.files import live_files
+    from spark.tables.files import live_files
 
     config, checks = run_history(tmp_path, "canal-json", seed=3, intervals=3, partitions=2)
     config = dataclasses.replace(config, layout=dataclasses.replace(config.layout, write_mode=write_mode))

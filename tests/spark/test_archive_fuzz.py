@@ -40,7 +40,7 @@ from spark.archive.records import CorruptArchiveFile, CorruptCheckpoint
 from spark.archive.storage import LocalStorage
 from spark.archive.checkpoint import Checkpoint
 from spark.commit.isolation import CorruptIsolatedTables, Isolated, isolated_path, read_isolated, release_hint, write_isolated
-from spark.commit.lease import CorruptLease, _path as lease_path, _record as read_lease
+from spark.archive.lease import CorruptLease, _path as lease_path, _record as read_lease
 from spark.commit.published import (
     CorruptPublishedRecord, PublishedTable, isolated_at, published_path, published_tables, read_published, read_report,
 )

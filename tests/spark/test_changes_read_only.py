@@ -79,7 +79,7 @@ def test_a_reader_with_read_only_credentials_reads_the_feed_and_writes_nothing(t
     # With the pipeline's own credentials it decodes under the lease, and lets the lease go.
     cat.close_catalogs()
     assert rows(read_changes(lake.config, w1, w2), "t")[1] == ("update_after", t_up, {"id": 1, "v": 10})
-    from spark.commit.lease import Lease
+    from spark.archive.lease import Lease
 
     with Lease(lake.storage, lake.config.name):  # free again
         pass

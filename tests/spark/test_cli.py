@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from cdc_codecs import TidelakeError, get_encoder
 from spark.demo.workload import Workload, WorkloadSpec
-from spark.cli.interval import intervals
+from spark.jobs.interval import intervals
 from spark.cli.main import main, parser, query
 from spark.config import load_pipeline_config
 

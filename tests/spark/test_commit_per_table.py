@@ -13,7 +13,7 @@ from bench.archive import HOUR, T0, clone_archive, pipeline_config
 from spark.commit.apply import apply_interval
 from spark.core.watermark import tag_name
 from spark.tables import catalog as cat
-from spark.write.internals import MAIN_BRANCH
+from spark.tables.internals import MAIN_BRANCH
 
 TABLES = 6
 

@@ -15,7 +15,7 @@ import pytest
 from cdc_codecs import Op, get_encoder
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
-from spark.write.files import live_data_files
+from spark.tables.files import live_data_files
 from spark.query.read import read_table
 from spark.archive.storage import open_storage
 

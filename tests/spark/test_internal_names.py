@@ -20,7 +20,7 @@ from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.slices import NET_SCHEMA
 from spark.query.read import read_table
 from spark.tables.schema_map import METADATA_COLUMNS
-from spark.write.layout import BUCKET_FIELD
+from spark.tables.table_layout import BUCKET_FIELD
 from spark.write.upsert import COPIES, RESULT_SCHEMA, ROUTED_SCHEMA
 
 from .archive import HOUR, T0, ArchiveWriter, make_config

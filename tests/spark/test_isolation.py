@@ -14,10 +14,10 @@ from cdc_codecs import Op, get_encoder
 from spark.commit import plan as apply_plan
 from spark.commit.apply import apply_interval
 from spark.cli.main import main
-from spark.cli.report import print_report
+from spark.commit.report import print_report
 from spark.tables.ddl import DdlParseError, TruncateTable
 from spark.commit.isolation import read_isolated
-from spark.commit.lease import LeaseLostError
+from spark.archive.lease import LeaseLostError
 from spark.archive.storage import StorageError
 from pyiceberg.exceptions import CommitFailedException
 from sqlalchemy import exc as sql_exc

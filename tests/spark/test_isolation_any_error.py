@@ -19,7 +19,7 @@ from pyiceberg.exceptions import CommitFailedException
 from cdc_codecs import Op
 from spark.commit import plan as apply_plan
 from spark.commit.isolation import read_isolated
-from spark.commit.lease import LeaseLostError
+from spark.archive.lease import LeaseLostError
 from spark.commit.published import read_published
 from spark.commit import table as commit_table
 from spark.commit.table import TableCommitter

@@ -360,7 +360,7 @@ def test_driver_max_messages_is_zero_or_positive(kafka) -> None:
 
 def test_tidelake_run_with_a_master_starts_spark_only_for_work_past_driver_max_messages(kafka, make_topic, tmp_path: Path,
                                                                                        monkeypatch) -> None:  # noqa: ANN001
-    from spark.cli.interval import run_interval
+    from spark.jobs.interval import run_interval
     from spark.demo.workload import WorkloadSpec
 
     from .archive import produce_history

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.commit.lease import Lease, LeaseHeldError, LeaseLostError, current_lease, lease_dir
+from spark.archive.lease import Lease, LeaseHeldError, LeaseLostError, current_lease, lease_dir
 from spark.archive.storage import LocalStorage
 
 
@@ -115,7 +115,7 @@ class FailingStorage(LocalStorage):
 def test_a_run_failing_on_the_store_gives_up_its_release_after_a_while_and_keeps_its_own_error(tmp_path: Path, caplog) -> None:
     import logging
 
-    import spark.commit.lease as lease_module
+    import spark.archive.lease as lease_module
 
     caplog.set_level(logging.WARNING, logger="tidelake.lease")  # whatever an earlier test's CLI set it to
     storage, clock = FailingStorage(tmp_path), Clock()

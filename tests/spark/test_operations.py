@@ -53,7 +53,7 @@ from spark.commit import plan as apply_plan
 from spark.tables.properties import DROPPED, RENAME_PENDING, RENAMED_FROM, table_watermark
 from spark.commit.isolation import read_isolated
 from spark.config import WRITE_MODES, LayoutConfig, MaintenanceConfig
-from spark.commit.lease import Lease, LeaseHeldError, current_lease
+from spark.archive.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.run import STEPS as MAINTENANCE_STEPS
 from spark.maintain.run import maintain
 from spark.commit.published import published_watermarks, read_published, retired_watermarks

@@ -23,7 +23,7 @@ from spark.archive import layout
 from spark.commit.apply import ApplyError, apply_interval
 from spark.cli.main import main
 from spark.tables.properties import table_watermark
-from spark.commit.lease import Lease, LeaseHeldError, current_lease
+from spark.archive.lease import Lease, LeaseHeldError, current_lease
 from spark.commit.published import announcement, published_watermarks, read_published, repair_records
 from spark.query.read import read_pipeline
 from spark.repair.run import REPAIR_BRANCH, RepairError, repair, scratch_config

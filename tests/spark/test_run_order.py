@@ -17,7 +17,7 @@ from spark.demo.workload import create_sql, table_schema
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
 from spark.tables.properties import WATERMARK, table_watermark
-from spark.commit.lease import Lease, LeaseLostError
+from spark.archive.lease import Lease, LeaseLostError
 from spark.query.read import read_pipeline, read_table
 from spark.archive.storage import open_storage
 

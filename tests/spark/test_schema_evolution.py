@@ -15,7 +15,7 @@ from spark.demo.workload import quote_ident
 from spark.commit.apply import apply_interval
 from spark.tables.updates import UnsupportedSchemaChange
 from spark.config import WRITE_MODES, LayoutConfig
-from spark.write.files import live_data_files
+from spark.tables.files import live_data_files
 from spark.query.read import NoSuchWatermark, read_pipeline, read_table
 from spark.archive.storage import open_storage
 

@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark.tables.catalog import KEY_COLUMNS
-from spark.write import internals
+from spark.tables import internals
 from spark.write.target import TableTarget
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
@@ -34,7 +34,7 @@ def rows(ids, tag: str = "v0") -> pa.Table:
 def upsert(table: Table, new: pa.Table, merge_on_read: bool = False) -> int:
     """A run in miniature: drop the keys from the files holding them (rewrite them, or position
     deletes with ``merge_on_read``), add the new rows (one snapshot)."""
-    from spark.write.files import LiveFiles, live_files, plan_rewrite
+    from spark.tables.files import LiveFiles, live_files, plan_rewrite
     from spark.write.rewrite import delete_keys, rewrite_file, write_rows
 
     target = TableTarget.of(table)

@@ -10,9 +10,9 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
-from spark.write import internals
-from spark.write.errors import CommitConflictError, DeleteFilesPresent
-from spark.write.files import live_data_files, live_files
+from spark.tables import internals
+from spark.tables.errors import CommitConflictError, DeleteFilesPresent
+from spark.tables.files import live_data_files, live_files
 from spark.archive.land import LocalRunner
 from spark.maintain.compaction import MAINTENANCE, compact_table
 
@@ -181,7 +181,7 @@ def test_a_head_that_moved_while_compacting_is_a_conflict_and_the_written_files_
 
 
 def test_a_lease_check_that_fails_commits_nothing(catalog):
-    from spark.commit.lease import LeaseLostError
+    from spark.archive.lease import LeaseLostError
 
     table = keyed_table(catalog, runs=3)
     head = table.current_snapshot().snapshot_id

@@ -3,15 +3,15 @@
 pyiceberg 0.12's overwrite records the files it removes in a manifest of ``DELETED`` entries and
 carries every manifest of the parent forward, so without ``internals._keep_live_manifests`` a
 head after N runs lists N manifests that hold no live file, which every commit and every scan
-reads and neither compaction nor expiry removes (``spark/write/internals.py``).
+reads and neither compaction nor expiry removes (``spark/tables/internals.py``).
 """
 
 from __future__ import annotations
 
 from pyiceberg.table import Table
 
-from spark.write import internals
-from spark.write.files import live_data_files
+from spark.tables import internals
+from spark.tables.files import live_data_files
 from spark.archive.land import LocalRunner
 from spark.maintain.compaction import compact_table
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.decode.changelog import decoder_version
-from spark.write import internals
+from spark.tables import internals
 from spark.write.target import TableTarget
 from spark.archive.land import LocalRunner
 from spark.maintain.compaction import compact_table

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from spark.config import MaintenanceConfig
-from spark.maintain.retention import KEEP_ALL, KEEP_DAILY, KEEP_HOURLY, LATEST, plan_retention, w_time
+from spark.maintain.retention import KEEP_ALL, KEEP_DAILY, KEEP_HOURLY, LATEST, plan_retention
+from spark.core.watermark import watermark_datetime
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2025, 6, 30, 12, 0, tzinfo=UTC)
@@ -25,9 +26,9 @@ def test_default_policy_keeps_everything_for_two_days_then_hourly_for_30_days_th
     plan = plan_retention(marks, [], MaintenanceConfig(), NOW)
     kept = set(plan.retained)
     assert set(plan.retire) | kept == set(marks) and not set(plan.retire) & kept
-    clock = w_time(marks[-1])  # ages count on the pipeline's clock: its newest W
+    clock = watermark_datetime(marks[-1])  # ages count on the pipeline's clock: its newest W
     for w in marks:
-        age, t = clock - w_time(w), w_time(w)
+        age, t = clock - watermark_datetime(w), watermark_datetime(w)
         last_of_hour = t.minute == 45 or w == marks[-1]
         last_of_day = (t.hour, t.minute) == (23, 45) or w == marks[-1]
         if age < dt.timedelta(days=2):
@@ -71,9 +72,9 @@ def test_ages_count_from_the_newest_w_so_a_replayed_history_keeps_its_tiers() ->
     wall clock every one but the latest would be over a year old and retired at once."""
     replayed = [w - (w_at(NOW) - w_at(dt.datetime(2023, 6, 30, 12, tzinfo=UTC))) for w in every_15_minutes(40)]
     plan = plan_retention(replayed, [], MaintenanceConfig(), NOW)
-    clock = w_time(replayed[-1])
+    clock = watermark_datetime(replayed[-1])
     assert clock.year == 2023
-    assert all(w in plan.retained for w in replayed if clock - w_time(w) < dt.timedelta(days=2))
+    assert all(w in plan.retained for w in replayed if clock - watermark_datetime(w) < dt.timedelta(days=2))
     assert 2 * 96 + 28 * 24 - 5 < len(plan.retained) < 2 * 96 + 40 * 24  # every 15 min for 2 days, then hourly
     # A pipeline that stopped receiving changes stops aging: years later the same Ws stay.
     later = plan_retention(replayed, [], MaintenanceConfig(), clock + dt.timedelta(days=700))

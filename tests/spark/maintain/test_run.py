@@ -21,17 +21,17 @@ from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.commit.apply import apply_interval
 from spark.config import COPY_ON_WRITE, MERGE_ON_READ, MaintenanceConfig
-from spark.write.files import live_files
-from spark.commit.lease import Lease, LeaseHeldError, current_lease
+from spark.tables.files import live_files
+from spark.archive.lease import Lease, LeaseHeldError, current_lease
 from spark.maintain.compaction import MAINTENANCE
 from spark.maintain.expiry import snapshot_files
-from spark.maintain.retention import RetentionPlan, retire_watermarks, w_time
+from spark.maintain.retention import RetentionPlan, retire_watermarks
 from spark.maintain.run import STEPS, maintain
 from spark.commit.published import published_watermarks, read_published, retained_watermarks, retired_watermarks
 from spark.query.read import RetiredWatermark, read_pipeline, resolve_watermark
 from spark.repair.run import repair
 from spark.archive.storage import open_storage
-from spark.core.watermark import tag_name
+from spark.core.watermark import tag_name, watermark_datetime
 
 from ..archive import HOUR, T0, normalise, run_history
 
@@ -54,8 +54,8 @@ class History:
 
         Without ``compact`` the target file size is one byte, so no file is small and compaction
         leaves the tables alone (the counts of retention and expiry stay exact)."""
-        clock = min(now, w_time(self.marks[-1]))  # ages count from the newest published W
-        keep = clock - w_time(self.marks[-2]) + dt.timedelta(milliseconds=1)
+        clock = min(now, watermark_datetime(self.marks[-1]))  # ages count from the newest published W
+        keep = clock - watermark_datetime(self.marks[-2]) + dt.timedelta(milliseconds=1)
         policy = MaintenanceConfig(keep_all=keep, keep_hourly=dt.timedelta(0), keep_daily=dt.timedelta(0), grace_period=grace,
                                    target_file_size=MaintenanceConfig.target_file_size if compact else 1)
         return dataclasses.replace(self.config, maintenance=policy)

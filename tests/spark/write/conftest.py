@@ -9,7 +9,7 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from spark.write import internals
+from spark.tables import internals
 from spark.write.target import TableTarget
 
 

@@ -17,9 +17,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import DateType, DecimalType, DoubleType, LongType, NestedField, StringType
 
-from spark.write import files as planner
-from spark.write import internals
-from spark.write.keys import key_mask
+from spark.tables import files as planner
+from spark.tables import internals
+from spark.core.key_match import key_mask
 from tests.spark.write.conftest import table_with_files
 
 ID = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))

@@ -1,6 +1,6 @@
 """pyiceberg private API that tidelake relies on: names, signatures and behaviour, pinned.
 
-If a pyiceberg upgrade breaks one of these, fix ``spark/write/internals.py`` (only there) and
+If a pyiceberg upgrade breaks one of these, fix ``spark/tables/internals.py`` (only there) and
 bump ``WRITTEN_FOR_PYICEBERG``.
 """
 
@@ -24,8 +24,8 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles, _Sn
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark.write import internals
-from spark.write.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
+from spark.tables import internals
+from spark.tables.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
 from spark.write.target import TableTarget
 from tests.spark.write.conftest import table_with_files
 
@@ -42,7 +42,7 @@ def fields(data_file: DataFile) -> list:
 
 def test_written_for_this_pyiceberg():
     assert pyiceberg.__version__ == internals.WRITTEN_FOR_PYICEBERG, (
-        "pyiceberg changed: re-check every function of spark/write/internals.py against it, then bump WRITTEN_FOR_PYICEBERG"
+        "pyiceberg changed: re-check every function of spark/tables/internals.py against it, then bump WRITTEN_FOR_PYICEBERG"
     )
 
 

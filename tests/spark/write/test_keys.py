@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark.write.keys import KeyColumnsMissing, key_mask
+from spark.core.key_match import KeyColumnsMissing, key_mask
 
 
 def test_one_key_column_with_a_wider_touched_type():

@@ -12,9 +12,9 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 from cdc_codecs import ConfigError
 from spark.tables import catalog as cat
 from spark.config import PipelineConfig
-from spark.write import internals
-from spark.write.errors import LayoutUnavailable
-from spark.write.layout import BUCKET_FIELD, table_layout
+from spark.tables import internals
+from spark.tables.errors import LayoutUnavailable
+from spark.tables.table_layout import BUCKET_FIELD, table_layout
 
 SCHEMA = Schema(NestedField(1, "tenant", StringType(), required=False), NestedField(2, "id", LongType(), required=False),
                 NestedField(3, "score", DoubleType(), required=False))
@@ -73,7 +73,7 @@ def test_a_bucketed_table_is_partitioned_by_the_first_key_column_and_sorted_by_t
 def test_lay_out_moves_a_table_to_a_new_key_and_back_reusing_specs_and_orders(tmp_path):
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from spark.write.layout import lay_out
+    from spark.tables.table_layout import lay_out
 
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "w").as_uri())
     catalog.create_namespace("ns")

@@ -14,7 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from spark.write import files, internals
+from spark.tables import files, internals
 from spark.write.rewrite import RowsDoNotFitTable, delete_keys, rewrite_file, write_rows
 from spark.write.target import TableTarget
 from tests.spark.write.conftest import table_with_files

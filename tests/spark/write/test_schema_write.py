@@ -1,4 +1,4 @@
-"""``writing_with_schema`` (spark/write/internals.py): fails first when a pyiceberg upgrade changes what it relies on."""
+"""``writing_with_schema`` (spark/tables/internals.py): fails first when a pyiceberg upgrade changes what it relies on."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark.tables import catalog as cat
-from spark.write.errors import InternalsChanged
-from spark.write.internals import writing_with_schema
+from spark.tables.errors import InternalsChanged
+from spark.tables.internals import writing_with_schema
 
 from ..archive import make_config
 

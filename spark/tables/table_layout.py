@@ -30,8 +30,8 @@ from pyiceberg.table import Transaction
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 
-from spark.write import internals
-from spark.write.errors import LayoutUnavailable
+from spark.tables import internals
+from spark.tables.errors import LayoutUnavailable
 
 # A fixed partition field name: upstream column names are data and stay out of partition paths.
 # Iceberg refuses a partition field named like a column: where an upstream column has this name,

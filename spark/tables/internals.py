@@ -56,7 +56,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import StringType
 
-from spark.write.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
+from spark.tables.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
 
 WRITTEN_FOR_PYICEBERG = "0.12.0"
 MAIN_BRANCH = "main"
@@ -144,7 +144,7 @@ def _install_bounding_file_statistics() -> None:
     """
     if not callable(getattr(pyiceberg_arrow, "data_file_statistics_from_parquet_metadata", None)):
         raise InternalsChanged("pyiceberg.io.pyarrow has no data_file_statistics_from_parquet_metadata(): "
-                               "spark/write/internals.py needs updating for this pyiceberg")
+                               "spark/tables/internals.py needs updating for this pyiceberg")
     pyiceberg_arrow.data_file_statistics_from_parquet_metadata = _bounding_file_statistics
 
 
@@ -166,7 +166,7 @@ def without_bounds(data_file: DataFile, field_ids: Iterable[int]) -> DataFile:
     copy = DataFile(*(data_file[i] for i in range(len(data_file))))
     copy[_LOWER_BOUNDS], copy[_UPPER_BOUNDS] = lower, upper
     if copy.lower_bounds is not lower or copy.upper_bounds is not upper:
-        raise InternalsChanged("pyiceberg's DataFile moved lower_bounds/upper_bounds: spark/write/internals.py needs updating")
+        raise InternalsChanged("pyiceberg's DataFile moved lower_bounds/upper_bounds: spark/tables/internals.py needs updating")
     if hasattr(data_file, "_spec_id"):
         copy.spec_id = data_file.spec_id
     return copy
@@ -377,7 +377,7 @@ def _keep_live_manifests(producer: _OverwriteFiles, deletes_added: list[DataFile
     """
     if not callable(getattr(producer, "_process_manifests", None)) or not callable(getattr(producer, "_summary", None)):
         raise InternalsChanged("pyiceberg's snapshot producer has no _process_manifests()/_summary(): "
-                               "spark/write/internals.py needs updating for this pyiceberg")
+                               "spark/tables/internals.py needs updating for this pyiceberg")
     own = producer.snapshot_id
     removing = {f.file_path for f in deletes_removed}
 
@@ -659,7 +659,7 @@ def writing_with_schema(tx: Transaction, schema_id: int) -> Iterator[None]:
     """
     stage = getattr(tx, "_stage", None)
     if stage is None:
-        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/write/internals.py needs updating "
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/tables/internals.py needs updating "
                                  "for this pyiceberg version")
     current = tx.table_metadata.current_schema_id
     if tx.table_metadata.schema_by_id(schema_id) is None:
@@ -679,7 +679,7 @@ def _stager(tx: Transaction) -> Callable[..., Any]:
     """
     stage = getattr(tx, "_stage", None)
     if stage is None:
-        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/write/internals.py needs updating "
+        raise InternalsChanged("pyiceberg's Transaction has no _stage(): spark/tables/internals.py needs updating "
                                "for this pyiceberg version")
     return stage
 

@@ -1,59 +1,20 @@
-"""Running intervals from the command line: land and apply one interval in process (or on Spark), the
-schedule's intervals in a range, and progress bars on stderr. ``tidelake run``, ``backfill`` and the demo."""
+"""One interval, landed and applied in this process (or on Spark), and the schedule's intervals in a
+range: what ``tidelake run``, ``backfill`` and the demo call (the DAGs submit ``jobs/land.py`` and
+``jobs/apply.py`` instead)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import os
-import sys
-from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from contextlib import nullcontext
+from typing import Any
 
 log = logging.getLogger("tidelake.cli")
 
 
-class StepProgress:
-    """Progress bars (on stderr) for the long steps of a run: land, then apply's decode, net change,
-    commit (one per table plan) and tag. Pass it as ``apply_interval``'s ``progress`` callback."""
-
-    def __init__(self, bars: Any) -> None:
-        self.bars = bars
-        self.tasks: dict[str, Any] = {}
-
-    @contextmanager
-    def land(self) -> Iterator[None]:
-        task = self._task("land", None)  # one call that reports nothing until done: a pulsing bar
-        yield
-        self.bars.update(task, total=1, completed=1)
-
-    def __call__(self, step: str, done: int, total: int) -> None:
-        self.bars.update(self._task(step, total), total=total, completed=done)
-
-    def _task(self, step: str, total: int | None) -> Any:
-        if step not in self.tasks:
-            self.tasks[step] = self.bars.add_task(step, total=total)
-        return self.tasks[step]
-
-    def clear(self) -> None:
-        """Drop the step bars: the next interval of a backfill starts its own."""
-        for task in self.tasks.values():
-            self.bars.remove_task(task)
-        self.tasks.clear()
-
-
-def progress_bars(quiet: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    # Bars on stderr, results on stdout. When stdout is the same terminal, rich routes print()
-    # above the bars; when it is a pipe or file, results go there untouched.
-    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=quiet, redirect_stdout=sys.stdout.isatty())
-
-
 def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None,
-                 progress: StepProgress | None = None) -> dict[str, Any]:
+                 progress: Any = None) -> dict[str, Any]:
     """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``).
 
     Returns ``{"land": report, "apply": report}``; the land report always says whether the
@@ -74,7 +35,7 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
             landed = land_interval(config, start, end, runner=runner)
         log.debug("landed %s messages (%s); applying", landed.manifest.messages,
                   "manifest reused" if landed.reused else "new manifest")
-        from spark.commit.lease import RUN_ENV
+        from spark.archive.lease import RUN_ENV
         from spark.runtime import faults
 
         faults.at("landed")

@@ -60,9 +60,9 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from spark.write import internals
-from spark.write.errors import DeleteFilesPresent
-from spark.write.keys import KeyColumnsMissing
+from spark.tables import internals
+from spark.tables.errors import DeleteFilesPresent
+from spark.core.key_match import KeyColumnsMissing
 
 # Key types whose bounds order exactly like their Arrow values (floats are left out: NaN).
 _RANGE_TYPES = (IntegerType, LongType, DecimalType, DateType, TimeType, TimestampType, TimestamptzType, StringType,

@@ -33,4 +33,4 @@ class LayoutUnavailable(TidelakeError):
 
 
 class InternalsChanged(TidelakeError):
-    """The installed pyiceberg no longer offers what spark/write/internals.py needs."""
+    """The installed pyiceberg no longer offers what spark/tables/internals.py needs."""
