@@ -36,7 +36,7 @@ from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
 from spark.tables.properties import table_watermark
 from spark.config import LayoutConfig
-from spark.archive.land import SparkRunner
+from spark.runtime.runners import SparkRunner
 from spark.tables.schema_map import COMMIT_TS, OP
 from spark.runtime.session import build_context
 

@@ -34,7 +34,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark.config import PipelineConfig
-from spark.archive.land import LocalRunner, SparkRunner, land_interval
+from spark.archive.land import land_interval
+from spark.runtime.runners import LocalRunner, SparkRunner
 from spark.runtime.session import build_context
 from spark.runtime.tasks import no_cyclic_gc
 

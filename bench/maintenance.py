@@ -43,7 +43,7 @@ from spark.commit.apply import apply_interval
 from spark.config import MaintenanceConfig, PipelineConfig
 from spark.tables.files import live_data_files
 from spark.tables.internals import MAIN_BRANCH
-from spark.archive.land import LocalRunner
+from spark.runtime.runners import LocalRunner
 from spark.maintain.compaction import compact_table
 from spark.maintain.run import maintain as run_maintenance
 from spark.commit.published import published_watermarks

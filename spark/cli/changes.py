@@ -77,7 +77,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     from_w, to_w = _at(args.from_w, "--from"), _at(args.to_w, "--to")
     runner, context = None, None
     if args.spark:
-        from spark.archive.land import SparkRunner
+        from spark.runtime.runners import SparkRunner
         from spark.runtime.session import build_context
 
         context = build_context(f"tidelake-changes-{config.name}", args.spark)

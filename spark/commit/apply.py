@@ -23,7 +23,7 @@ from typing import Any
 from spark.archive import layout
 from spark.archive.checkpoint import checkpoint_path
 from spark.archive.format import require_format
-from spark.archive.land import LocalRunner, Runner
+from spark.runtime.runners import LocalRunner, Runner
 from spark.archive.manifest import list_manifests
 from spark.archive.storage import Storage, open_storage
 from spark.archive.lease import Lease

@@ -36,7 +36,7 @@ from typing import Any
 from cdc_codecs import TidelakeError
 from spark.archive import layout
 from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
-from spark.archive.land import Runner
+from spark.runtime.runners import Runner
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
 from spark.archive.storage import AlreadyExists, Storage
 from spark.commit.isolation import (

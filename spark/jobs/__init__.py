@@ -55,7 +55,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     """
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
-    from spark.archive.land import DriverFirstRunner
+    from spark.runtime.runners import DriverFirstRunner
     from spark.runtime.session import build_context
 
     parser = argparse.ArgumentParser(prog=prog)

@@ -21,7 +21,8 @@ def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master
     interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.
     """
     from spark.commit.apply import apply_interval
-    from spark.archive.land import DriverFirstRunner, LocalRunner, land_interval
+    from spark.archive.land import land_interval
+    from spark.runtime.runners import DriverFirstRunner, LocalRunner
     from spark.runtime.session import build_context
 
     # With a master: one Spark application for both steps, started only if the interval holds

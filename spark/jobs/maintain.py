@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
     from spark.jobs import SPARK_LOG_LEVEL_ENV
-    from spark.archive.land import DriverFirstRunner
+    from spark.runtime.runners import DriverFirstRunner
     from spark.maintain.run import maintain, summary_lines
     from spark.runtime.session import build_context
 

@@ -39,7 +39,7 @@ from spark.tables import internals
 from spark.tables.errors import CommitConflictError
 from spark.tables.files import live_files
 from spark.write.target import TableTarget
-from spark.archive.land import Runner
+from spark.runtime.runners import Runner
 from spark.archive.lease import LeaseLostError
 from spark.core.watermark import tag_name, watermark_tags
 from spark.runtime.tasks import sized

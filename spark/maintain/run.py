@@ -35,7 +35,7 @@ import orjson
 from spark.tables import catalog as cat
 from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.archive.land import LocalRunner, Runner
+from spark.runtime.runners import LocalRunner, Runner
 from spark.archive.lease import Lease
 from spark.commit.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive

@@ -303,7 +303,7 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     Tables either W lists as isolated are left out and named in ``isolated`` (asked for by name,
     they raise ``IsolatedTable``). ``progress(step, done, total)`` is called with step ``"change log"``
     (the window's change log read and folded) and ``"tables"`` (one per table). With ``runner``
-    (``spark.archive.land.SparkRunner``) the window's change log is folded on the executors, a task per
+    (``spark.runtime.runners.SparkRunner``) the window's change log is folded on the executors, a task per
     key-hash slice of ``fold_slice_rows`` rows; without, in this process.
 
     ``before_images=False``: after images and deleted keys only, for consumers that apply changes by

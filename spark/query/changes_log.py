@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from cdc_codecs import DdlChange, TidelakeError
 from spark.archive import layout
 from spark.archive.checkpoint import read_checkpoint
-from spark.archive.land import LocalRunner
+from spark.runtime.runners import LocalRunner
 from spark.archive.manifest import list_manifests, read_manifest
 from spark.archive.storage import Storage
 from spark.config import PipelineConfig

@@ -58,7 +58,7 @@ from spark.tables.properties import INTERVAL, WATERMARK, table_watermark
 from spark.config import PipelineConfig
 from spark.tables import internals
 from spark.tables.internals import writing_with_schema
-from spark.archive.land import LocalRunner, Runner
+from spark.runtime.runners import LocalRunner, Runner
 from spark.archive.lease import Lease
 from spark.archive.manifest import list_manifests
 from spark.commit.isolation import Isolated, read_isolated

@@ -10,7 +10,7 @@ from typing import Any
 
 def sized(runner: Any, work: int) -> Any:
     """The runner for ``work`` messages or change-log rows: a ``DriverFirstRunner``
-    (spark.archive.land) runs small work in this process and the rest on Spark; any other
+    (spark.runtime.runners) runs small work in this process and the rest on Spark; any other
     runner runs everything itself. Each stage asks with its own size once it knows it."""
     pick = getattr(runner, "for_messages", None)
     return pick(work) if pick is not None else runner

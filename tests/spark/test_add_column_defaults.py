@@ -273,7 +273,7 @@ def test_without_commit_ts_current_timestamp_is_the_binlog_event_time(tmp_path: 
 @pytest.mark.slow
 def test_the_fill_runs_on_spark_executors(tmp_path: Path) -> None:
     """The key-less case with every run's fold, rewrite and fill on Spark (local[2])."""
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     context = build_context("tidelake-defaults", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})

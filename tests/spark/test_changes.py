@@ -501,7 +501,7 @@ def test_the_window_folds_alike_in_key_hash_slices(tmp_path: Path, monkeypatch) 
     """With a runner the window's change log is folded a task per key-hash slice (as a run's is):
     every key is in one slice, so the changes are the same as folding it whole in process."""
     from spark.query import changes_log
-    from spark.archive.land import LocalRunner
+    from spark.runtime.runners import LocalRunner
 
     lake = Lake(tmp_path, "canal-json")
     t = lake.create("t", [("id", "int"), ("v", "int")])
@@ -533,7 +533,7 @@ def test_the_window_folds_alike_in_key_hash_slices(tmp_path: Path, monkeypatch) 
 
 @pytest.mark.slow
 def test_the_window_folds_alike_on_spark_executors(tmp_path: Path) -> None:
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     lake = Lake(tmp_path, "canal-json")

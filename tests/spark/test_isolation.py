@@ -530,7 +530,7 @@ def test_a_value_that_cannot_be_written_on_spark_executors_names_value_column_an
                                                                                         case: str) -> None:  # noqa: ANN001
     """The same, the rows written by Spark's executors: the driver reads the message out of the
     executor's traceback, once."""
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     context = build_context("tidelake-isolation-values", "local[2]", **{"spark.ui.enabled": "false",
@@ -545,7 +545,7 @@ def test_a_value_that_cannot_be_written_on_spark_executors_names_value_column_an
 @pytest.mark.slow
 def test_errors_in_spark_executors_isolate_their_table(tmp_path: Path) -> None:
     """On Spark the executors' UnsupportedValue reaches the driver inside a Py4J error: it is still one table's."""
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     context = build_context("tidelake-isolation", "local[2]", **{"spark.ui.enabled": "false",

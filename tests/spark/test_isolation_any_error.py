@@ -177,7 +177,7 @@ def test_a_service_failure_in_one_tables_work_fails_the_run(tmp_path: Path, monk
 
 @pytest.fixture(scope="module")
 def spark_runner():  # noqa: ANN201
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     context = build_context("tidelake-isolation-any-error", "local[2]", **{"spark.ui.enabled": "false",

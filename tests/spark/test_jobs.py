@@ -281,7 +281,7 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
     by the run before (bench lag found every minute's run sized twice over and sent to Spark);
     after a decoder fix nothing is decoded, and a small interval decodes what it reads anew."""
     from cdc_codecs import get_encoder
-    from spark.archive.land import LocalRunner
+    from spark.runtime.runners import LocalRunner
     from spark.archive.storage import open_storage
     from spark.fold import window as window_module
     from spark.archive.checkpoint import Checkpoint, checkpoint_path
@@ -332,7 +332,7 @@ def test_the_report_counts_spark_start_up_apart_from_the_stage_that_started_it(t
     import time
 
     from cdc_codecs import get_encoder
-    from spark.archive.land import LocalRunner
+    from spark.runtime.runners import LocalRunner
     from spark.archive.storage import open_storage
     from spark.commit.apply import apply_interval
     from spark.demo.workload import Workload, WorkloadSpec

@@ -60,7 +60,7 @@ def oracle_bag(events: list) -> list[tuple]:
 
 def sliced():  # noqa: ANN201
     """The Spark plane through a stand-in for Spark's core API: the fold in 6 key-hash slices."""
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
 
     from .fold.test_spark_fold import FakeContext
 

@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 from cdc_codecs import ConfigError
 from spark.archive import layout
 from spark.config import PipelineConfig
-from spark.archive.land import LandResult, LocalRunner, land_chunk, land_interval
+from spark.archive.land import LandResult, land_chunk, land_interval
+from spark.runtime.runners import LocalRunner
 from spark.archive.manifest import ManifestError, list_manifests
 from spark.archive.offsets import OffsetsMissingError
 from spark.archive.storage import LocalStorage, Storage, open_storage
@@ -305,7 +306,7 @@ def test_benchmark_commands_run_on_a_small_corpus(capsys) -> None:
 
 
 def test_a_spark_runner_takes_a_context_or_a_session_and_uses_its_context() -> None:
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
 
     context = object()
     session = type("Session", (), {"sparkContext": context})()
@@ -327,7 +328,7 @@ class CountingContext:
 
 
 def test_an_interval_at_most_driver_max_messages_lands_without_starting_spark(kafka, make_topic, tmp_path: Path) -> None:
-    from spark.archive.land import DriverFirstRunner
+    from spark.runtime.runners import DriverFirstRunner
 
     topic = make_topic(2)
     produce(kafka, topic, [(i % 2, T0 + dt.timedelta(minutes=1), b"m%d" % i) for i in range(6)])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spark.archive.land import SparkRunner, land_interval
+from spark.archive.land import land_interval
+from spark.runtime.runners import SparkRunner
 from spark.archive.storage import open_storage
 
 from .test_land import HOUR, T0, assert_exact, config, produce

@@ -453,7 +453,7 @@ def test_operations_match_the_model_many(protocol: str) -> None:
 
 @pytest.fixture(scope="module")
 def spark_runner():  # noqa: ANN201
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
     from spark.runtime.session import build_context
 
     context = build_context("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
@@ -468,7 +468,7 @@ def test_operations_match_the_model_on_spark_executors(protocol: str, spark_runn
     """The same machine with every run's decode, fold and rewrite on Spark (local[2]): shuffles by
     key and by file group instead of the in-process sort. 8 histories: a derandomized run
     (`make test`) of 3 applied nothing at all for canal-json."""
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
 
     jobs: list[int] = []
 
@@ -490,7 +490,7 @@ def test_operations_match_the_model_with_stages_in_the_driver_and_on_spark_in_tu
     chain, and the stages of one interval, may go either way. Here every sized stage goes, in
     turn, to the driver twice and to Spark once (a period of three over two stages an interval
     gives every combination), whatever its size: the history must not care."""
-    from spark.archive.land import DriverFirstRunner
+    from spark.runtime.runners import DriverFirstRunner
 
     ran: list[str] = []
 

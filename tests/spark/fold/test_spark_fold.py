@@ -66,7 +66,7 @@ class FakeContext:
 
 
 def _machine(protocol: str, parallelism: int):
-    from spark.archive.land import SparkRunner
+    from spark.runtime.runners import SparkRunner
 
     from ..test_operations import machine_for
 

@@ -13,7 +13,7 @@ from pyiceberg.types import LongType
 from spark.tables import internals
 from spark.tables.errors import CommitConflictError, DeleteFilesPresent
 from spark.tables.files import live_data_files, live_files
-from spark.archive.land import LocalRunner
+from spark.runtime.runners import LocalRunner
 from spark.maintain.compaction import MAINTENANCE, compact_table
 
 from .conftest import keyed_table, read_at, rows, upsert
@@ -319,7 +319,7 @@ def test_delete_files_naming_gone_files_go_even_when_no_file_needs_compacting(ca
 
 def test_compaction_runs_bins_of_at_most_driver_max_messages_rows_in_the_driver_and_larger_ones_on_spark(catalog):
     """The maintain job's runner starts Spark only for bins worth it (their input rows)."""
-    from spark.archive.land import DriverFirstRunner
+    from spark.runtime.runners import DriverFirstRunner
 
     from ..test_land import CountingContext
 

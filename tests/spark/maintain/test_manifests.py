@@ -12,7 +12,7 @@ from pyiceberg.table import Table
 
 from spark.tables import internals
 from spark.tables.files import live_data_files
-from spark.archive.land import LocalRunner
+from spark.runtime.runners import LocalRunner
 from spark.maintain.compaction import compact_table
 
 from .conftest import keyed_table, read_at, rows, upsert

@@ -11,7 +11,7 @@ from spark.config import PipelineConfig
 from spark.decode.changelog import decoder_version
 from spark.tables import internals
 from spark.write.target import TableTarget
-from spark.archive.land import LocalRunner
+from spark.runtime.runners import LocalRunner
 from spark.maintain.compaction import compact_table
 from spark.maintain.orphans import referenced_files, remove_orphans
 from spark.archive.storage import open_storage

@@ -1,0 +1,103 @@
+"""Where a stage's tasks run: one after another in this process (``LocalRunner``), one Spark task
+each (``SparkRunner``), or small work here and the rest on a Spark context started when first
+needed (``DriverFirstRunner``). Land, decode, the fold and the rewrite all take a ``Runner``; the
+same task functions run either way."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from spark.runtime import credentials
+
+log = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    where: str  # "driver" or "spark": what a report's ran_in says
+    start_seconds: float  # spent starting Spark so far: a report counts them apart from its stages
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]: ...
+
+
+class LocalRunner:
+    """Runs tasks one after another in this process: tiny runs, tests, the demo."""
+
+    where = "driver"
+    start_seconds = 0.0
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        return [fn(t) for t in tasks]
+
+
+class SparkRunner:
+    """One Spark task per chunk, so landing scales with partitions and executors.
+
+    The secrets of the tasks' pipelines reach the executors as environment variables
+    (``credentials``), set on the context before each job: PySpark hands the context's
+    environment to every Python worker it starts, as it does with ``spark.executorEnv.*``.
+    """
+
+    where = "spark"
+    start_seconds = 0.0  # started by its caller
+
+    def __init__(self, spark: Any) -> None:
+        self.context = getattr(spark, "sparkContext", spark)  # a SparkContext, or a SparkSession's
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        if not tasks:
+            return []
+        self.context.environment.update(credentials.executor_environment_of_registered())
+        return self.context.parallelize(list(tasks), len(tasks)).map(fn).collect()
+
+
+class DriverFirstRunner:
+    """Work of at most ``driver_max_messages`` messages in this process, the rest on Spark, whose
+    context starts the first time it is needed.
+
+    A job is submitted before anyone knows how much its interval holds. Each stage knows its
+    own size once it has planned -- land: the offsets it lands; decode: the messages of the raw
+    segments it must decode; the fold and rewrite: the change-log rows they read -- and asks
+    ``sized(runner, n)`` (``spark.runtime.tasks``): small work runs with ``LocalRunner`` (and the
+    in-process plane), so a small interval never starts a SparkContext -- its start, executors
+    and Python workers are seconds (bench apply --only tiny) that a few hundred messages do not
+    need. The same functions run either way.
+    """
+
+    def __init__(self, start_context: Callable[[], Any], driver_max_messages: int) -> None:
+        self._start_context = start_context
+        self._context: Any = None
+        self.driver_max_messages = driver_max_messages
+        # Seconds spent starting the context: a job's report counts them apart from its stages
+        # (what any Spark job pays first, and what a benchmark beside a warm session leaves out).
+        self.start_seconds = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self._context is not None
+
+    @property
+    def context(self) -> Any:
+        if self._context is None:
+            log.info("starting Spark")
+            clock = time.perf_counter()
+            started = self._start_context()
+            self._context = getattr(started, "sparkContext", started)
+            self.start_seconds += time.perf_counter() - clock
+        return self._context
+
+    def for_messages(self, messages: int) -> LocalRunner | SparkRunner:
+        # 0 sends everything to Spark, an empty interval included: a cluster's settings stay exercised.
+        in_driver = self.driver_max_messages > 0 and messages <= self.driver_max_messages
+        return LocalRunner() if in_driver else SparkRunner(self.context)
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        if not tasks:
+            return []
+        return SparkRunner(self.context).map(fn, tasks)  # work nobody sized: Spark, as before
+
+    def stop(self) -> None:
+        if self._context is not None:
+            self._context.stop()
+            self._context = None
