@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.archive import ArchiveBuilder
 from cdc_codecs import get_encoder
 from cdc_codecs.events import ProducerRecord
 from spark.demo.workload import Workload, WorkloadSpec
@@ -183,11 +184,9 @@ def _compact(data: bytes | None) -> bytes | None:
 def run(root: Path, args: argparse.Namespace, with_maintenance: bool, records: list[ProducerRecord] | None = None,
         runs: int | None = None) -> Arm:
     """Apply the first ``runs`` (default: all) of the history's ``args.runs`` runs into a pipeline at ``root``."""
-    from tests.spark.archive import ArchiveWriter  # the same layout landing writes (as bench/apply.py)
-
     config = _config(root, "with" if with_maintenance else "without")
-    storage = open_storage(config.storage)
-    writer = ArchiveWriter(config, storage, {"cdc": 2})
+    archive = ArchiveBuilder(config, 2)  # the layout landing writes (as bench/apply.py)
+    storage = archive.storage
     records = encode(args) if records is None else records
     per = len(records) // args.runs
     last = min(args.runs, runs or args.runs)
@@ -195,7 +194,8 @@ def run(root: Path, args: argparse.Namespace, with_maintenance: bool, records: l
     for r in range(1, last + 1):
         chunk = records[(r - 1) * per: r * per if r < args.runs else len(records)]
         start, end = T0 + (r - 1) * RUN, T0 + r * RUN
-        writer.interval(start, end, [("cdc", rec) for rec in chunk])
+        archive.add(chunk, start)
+        archive.close_interval(start, end)
         started = time.perf_counter()
         apply_interval(config, start, end, storage=storage)
         arm.apply_seconds.append(time.perf_counter() - started)

@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.archive import ArchiveBuilder
 from cdc_codecs import get_encoder
 from cdc_codecs.events import Column, DdlChange, Op, RowChange, SourcePosition, TableSchema, Watermark
 from cdc_codecs.types import parse_mysql_type
-from spark.archive.storage import open_storage
 from spark.commit.apply import apply_interval
 from spark.commit.published import published_watermarks
 from spark.core.watermark import tag_name
@@ -158,12 +158,10 @@ def row(r: int, m: dict) -> str:
 
 def simulate(runs: int, every: int, measure_every: int, changes: int, ghost_every: int, root: Path | None = None,
              out=sys.stdout) -> list[tuple[int, dict]]:  # noqa: ANN001
-    from tests.spark.archive import ArchiveWriter  # the layout landing writes (as bench/apply.py)
-
     with tempfile.TemporaryDirectory(prefix="tidelake-year-") as tmp:
         config = _config(root or Path(tmp))
-        storage = open_storage(config.storage)
-        writer = ArchiveWriter(config, storage, {"cdc": 2})
+        archive = ArchiveBuilder(config, 2)  # the layout landing writes (as bench/apply.py)
+        storage = archive.storage
         encoder = get_encoder("canal-json")
         history = History()
         rows = []
@@ -172,7 +170,8 @@ def simulate(runs: int, every: int, measure_every: int, changes: int, ghost_ever
         for r in range(runs):
             records = encoder.encode_all(history.run(r, changes, ghost_every), 2)
             start, end = T0 + r * MINUTE, T0 + (r + 1) * MINUTE
-            writer.interval(start, end, [("cdc", rec) for rec in records])
+            archive.add(records, start)
+            archive.close_interval(start, end)
             apply_interval(config, start, end, storage=storage)
             if (r + 1) % every == 0:
                 maintain(config, storage=storage, now=end)

@@ -185,14 +185,6 @@ def _steps_schema(rows: pa.Table) -> pa.Schema:
                       pa.field("index", pa.int64()), pa.field("then", pa.int8()), pa.field("delta", pa.int64())])
 
 
-def greatest_per_key(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The first row of every group of sorted ``batches`` (groups may span batches): ``greatest``'s
-    rule batch by batch, on rows already in ``sort_for_fold``'s order (the tests' reference)."""
-    batches = [b for b in batches if b.num_rows]
-    for batch, first in zip(batches, _group_starts(batches)):
-        yield batch.filter(pa.array(first))
-
-
 def _group_starts(batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
     """Per batch of rows sorted by groups, which rows start a group (groups may span batches)."""
     last: tuple[Any, ...] | None = None

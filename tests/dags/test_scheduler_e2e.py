@@ -9,7 +9,7 @@ scheduled on the pipeline's Asset: it exports each new W's changes since the W b
 
 from __future__ import annotations
 
-from tests.spark.archive import oracle_from_records
+from tests.spark.archives import oracle_from_records
 
 import datetime as dt
 import json
@@ -34,7 +34,7 @@ from spark.config import load_pipeline_config
 from spark.runtime.embedded import free_port, start_process_group, stop_process_group
 from spark.query.changes import read_changes
 from spark.query.read import published_watermarks, read_pipeline
-from tests.spark.archive import normalise, oracle_rows
+from tests.spark.archives import normalise, oracle_rows
 
 from .conftest import AIRFLOW_ENV
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.archive import oracle_from_records
+from tests.spark.archives import oracle_from_records
 
 from .conftest import REPO
 
@@ -386,7 +386,7 @@ def test_dag_test_runs_the_pipeline_on_s3_and_postgres(pipelines: Path, airflow_
     from spark.demo.workload import Workload, WorkloadSpec
     from spark.config import load_pipeline_config
     from spark.query.read import published_watermarks, read_pipeline
-    from tests.spark.archive import normalise, oracle_rows
+    from tests.spark.archives import normalise, oracle_rows
 
     topic = make_topic(2)
     t0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -280,7 +280,7 @@ def within_float64(typed: TypedTables) -> TypedTables:
     """``typed`` as a protocol that writes DECIMAL as a float64 can carry it (TiCDC's Debezium
     protocol: seeds, "For the Decimal data type ... TiCDC uses the float64 type"): a value the
     rounding takes out of its column's range (99...9.9...9 becomes 1E+35) makes the table fail
-    with UnsupportedValue (tests/spark/test_schema_map.py), so such values are not drawn."""
+    with UnsupportedValue (tests/spark/tables/test_schema_map.py), so such values are not drawn."""
     def fits(column: str, value: Any) -> bool:
         ct = COLUMN_TYPES[column]
         if ct.kind is not TypeKind.DECIMAL or value is None:

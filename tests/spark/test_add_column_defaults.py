@@ -25,8 +25,8 @@ from spark.query.read import read_table
 from spark.archive.storage import open_storage
 from spark.core.watermark import tag_name
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
-from .test_catalog import duckdb_with_iceberg, jdbc_metadata_location
+from .archives import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_from_records, oracle_rows
+from tests.spark.tables.test_catalog import duckdb_with_iceberg, jdbc_metadata_location
 from .test_schema_evolution import P, History, schema
 
 PROTOCOLS = ["canal-json", "simple", "debezium"]  # SQL only; and two that carry the schema after each DDL

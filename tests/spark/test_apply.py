@@ -11,7 +11,7 @@ from cdc_codecs import PROTOCOLS
 from spark.commit.apply import apply_interval
 from spark.query.read import published_watermarks, read_pipeline
 
-from .archive import HOUR, T0, normalise, run_history
+from .archives import HOUR, T0, normalise, run_history
 
 TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
 
@@ -73,7 +73,7 @@ def test_a_pickle_planted_in_a_change_log_row_fails_the_run_naming_where_and_nev
     from spark.decode.effect import CorruptChangeValue
     from spark.archive.storage import open_storage
 
-    from .archive import ArchiveWriter, make_config
+    from .archives import ArchiveWriter, make_config
 
     class Boom:
         def __reduce__(self):  # noqa: ANN204

@@ -20,8 +20,8 @@ from spark.commit.apply import apply_interval
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import ArchiveWriter
-from .archive import HOUR, T0, make_config, normalise
+from .archives import ArchiveWriter
+from .archives import HOUR, T0, make_config, normalise
 
 MYSQL_SIDE = sorted(p for p, s in PROTOCOLS.items() if not s.has_commit_ts)
 

@@ -22,7 +22,7 @@ from spark.commit.apply import BadMessagesError, apply_interval
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+from .archives import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 
 OPTIONS = {"enable_tidb_extension": "false"}
 TYPES = {"id": "int", "name": "varchar", "price": "decimal"}

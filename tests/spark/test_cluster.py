@@ -25,7 +25,7 @@ import pytest
 from spark.runtime.embedded import standalone_cluster
 from tests.deploy.submit import build_code_archive, submit_commands
 
-from .archive import normalise, oracle_from_records, oracle_rows, produce_history
+from .archives import normalise, oracle_from_records, oracle_rows, produce_history
 
 pytestmark = pytest.mark.slow
 

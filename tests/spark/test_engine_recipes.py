@@ -19,7 +19,7 @@ from spark.config import PipelineConfig
 from spark.tables import catalog as cat
 from spark.query.read import published_watermarks, read_table
 
-from .archive import HOUR, T0, ArchiveWriter
+from .archives import HOUR, T0, ArchiveWriter
 from .test_schema_evolution import History, schema
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "engines.md"

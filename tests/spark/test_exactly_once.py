@@ -18,7 +18,7 @@ from cdc_codecs import PROTOCOLS
 from spark.commit.apply import apply_interval
 from spark.query.read import published_watermarks, read_pipeline
 
-from .archive import HOUR, T0, build, normalise
+from .archives import HOUR, T0, build, normalise
 
 TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
 CRASH_POINTS = ["decoded", "staged", "committed:0", "tagged", "checkpointed", "published"]

@@ -19,7 +19,7 @@ from spark.tables.files import live_data_files
 from spark.query.read import read_table
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
 LONG = "z" * 5000  # over the 4 KiB Parquet keeps min/max for

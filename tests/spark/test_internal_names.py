@@ -23,7 +23,7 @@ from spark.tables.schema_map import METADATA_COLUMNS
 from spark.tables.table_layout import BUCKET_FIELD
 from spark.write.upsert import COPIES, RESULT_SCHEMA, ROUTED_SCHEMA
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
 # Every name the write path gives a column of its own, now and before (the routed rows' group and

@@ -30,7 +30,7 @@ from spark.query.sql import run_query
 from spark.archive.storage import open_storage
 from spark.core.watermark import tag_name
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
 A = schema("shop", "a", [("id", "int"), ("v", "int")])

@@ -13,7 +13,7 @@ from spark.config import LayoutConfig
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, per_mark, schema
 
 

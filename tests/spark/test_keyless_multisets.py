@@ -18,7 +18,7 @@ from spark.config import WRITE_MODES, LayoutConfig
 from spark.query.read import published_watermarks, read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
 BAG = schema("db", "bag", [("x", "int"), ("s", "varchar(8)")], keys=())

@@ -41,7 +41,7 @@ from spark.commit.published import published_watermarks
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+from .archives import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 
 P = SourcePosition("gen", 0, 0)
 DB = "shop"

@@ -61,7 +61,7 @@ from spark.query.read import IsolatedTable, RetiredWatermark, read_pipeline, rea
 from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
+from .archives import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_rows
 from .changes_invariant import check_changes
 from .history import Changefeed, Upstream
 from .mysql_values import TypedTables, typed_tables, within_float64

@@ -16,7 +16,7 @@ from spark.commit.apply import apply_interval
 from spark.commit.isolation import read_isolated
 from tests.model.oracle import Oracle
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import P, History, per_mark, published, schema
 
 

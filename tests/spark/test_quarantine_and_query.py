@@ -17,8 +17,8 @@ from spark.config import PipelineConfig
 from spark.query.read import NoSuchWatermark, published_watermarks, read_pipeline, resolve_watermark, to_tso
 from spark.archive.storage import open_storage
 
-from .archive import ArchiveWriter
-from .archive import HOUR, T0, make_config
+from .archives import ArchiveWriter
+from .archives import HOUR, T0, make_config
 
 
 def archive_with_garbage(tmp: Path, policy: str) -> PipelineConfig:
@@ -60,7 +60,7 @@ def test_continue_policy_applies_the_rest_and_reports_it(tmp_path: Path) -> None
 
 
 def test_query_at_latest_tso_time_and_an_older_w(tmp_path: Path) -> None:
-    from .archive import run_history
+    from .archives import run_history
 
     config, checks = run_history(tmp_path, "simple", seed=9, intervals=3, partitions=2)
     for i, _, _ in checks:

@@ -21,7 +21,7 @@ from spark.archive.lease import Lease, LeaseLostError
 from spark.query.read import read_pipeline, read_table
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .history import Upstream
 from .test_operations import machine_for
 

@@ -19,7 +19,7 @@ from spark.tables.files import live_data_files
 from spark.query.read import NoSuchWatermark, read_pipeline, read_table
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
+from .archives import HOUR, T0, ArchiveWriter, make_config
 
 P = SourcePosition("gen", 0, 0)
 
@@ -142,7 +142,7 @@ def test_drop_and_rename_table(tmp_path: Path) -> None:
 
 def published(config, w: int) -> dict:  # noqa: ANN001
     """The published record of W: {(database, table): rows}, rows as the reference model keeps them."""
-    from .archive import normalise
+    from .archives import normalise
 
     return {name: normalise(t.to_pylist()) for name, t in read_pipeline(config, w)[1].items()}
 

@@ -18,7 +18,7 @@ from spark.commit.apply import apply_interval
 from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config, oracle_from_records
+from .archives import HOUR, T0, ArchiveWriter, make_config, oracle_from_records
 from .test_schema_evolution import History, schema
 
 ITEMS = schema("shop", "items", [("id", "int"), ("v", "int")])

@@ -30,7 +30,7 @@ from spark.decode import changelog
 from spark.decode.side_output import DecoderState
 from spark.demo.workload import Workload, WorkloadSpec, tso
 from tests.cdc_codecs import test_fuzz
-from tests.spark.archive import make_config
+from tests.spark.archives import make_config
 from tests.spark.decode.test_changelog import TOPIC, encode, paths, write_segments
 from tests.spark.mysql_values import COLUMN_TYPES, KEY_COLUMNS, OTHER_COLUMNS, VALUE_COLUMNS, rows, values
 

@@ -53,7 +53,7 @@ from spark.archive.land import open_segment_writer, segment_table
 from spark.core.keys import key_bytes
 from spark.archive.storage import LocalStorage, Storage, open_storage
 from spark.core.watermark import derived_commit_ts, derived_mark
-from tests.spark.archive import make_config
+from tests.spark.archives import make_config
 from tests.spark.history import GARBAGE
 
 TOPIC = "cdc"

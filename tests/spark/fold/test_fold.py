@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
 from spark.core.keys import key_bytes, key_hash
-from spark.fold.net_change import greatest, greatest_per_key, sort_for_fold
+from spark.fold import net_change
+from spark.fold.net_change import greatest, sort_for_fold
+from tests.model.fold import greatest_per_key
 
 
 def rows(items: list[tuple]) -> pa.Table:
@@ -58,6 +61,9 @@ def test_the_greatest_change_per_key_wins_whatever_the_batches(batch: int) -> No
     selected = select(rows(items), FoldWindow(-1, 10, {("p", 0): (0, 1000), ("p", 1): (0, 1000)}))
     ordered = sort_for_fold(selected)
     folded = pa.Table.from_batches(list(greatest_per_key(ordered.to_batches(max_chunksize=batch))), ordered.schema)
+    # ``greatest``'s own group starts keep the same rows, whatever the batches.
+    starts = list(net_change._group_starts(ordered.select(list(net_change.GROUP_COLUMNS)).to_batches(max_chunksize=batch)))
+    assert ordered.filter(pa.array(np.concatenate(starts))).equals(folded)
     # The reference: per key, the change with the greatest (commitTs, topic, partition, offset, index),
     # a write of the key above a delete of it within one commitTs (one TiDB transaction).
     want: dict[bytes, tuple] = {}

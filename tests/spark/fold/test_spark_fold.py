@@ -104,7 +104,7 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     from spark.write.plane import SparkPlane
     from spark.archive.storage import open_storage
 
-    from ..archive import make_config
+    from tests.spark.archives import make_config
 
     config = make_config(tmp_path, "canal-json")
     storage = open_storage(config.storage)
@@ -136,7 +136,7 @@ def test_a_run_is_cut_into_more_slices_than_slots_when_a_slice_would_hold_over_f
     from spark.write.plane import SparkPlane
     from spark.archive.storage import open_storage
 
-    from ..archive import make_config
+    from tests.spark.archives import make_config
 
     config = dataclasses.replace(make_config(tmp_path, "canal-json"), fold_slice_rows=slice_rows)
     path = "shop/changelog/x.parquet"

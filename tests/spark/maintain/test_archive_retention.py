@@ -16,7 +16,7 @@ from spark.tables.schema_map import metadata_columns
 from spark.archive.storage import open_storage
 from spark.core.watermark import tag_name
 
-from ..archive import HOUR, T0, normalise, run_history
+from tests.spark.archives import HOUR, T0, normalise, run_history
 
 INTERVALS = 6
 NOW = T0 + 1000 * HOUR

@@ -321,7 +321,7 @@ def test_compaction_runs_bins_of_at_most_driver_max_messages_rows_in_the_driver_
     """The maintain job's runner starts Spark only for bins worth it (their input rows)."""
     from spark.runtime.runners import DriverFirstRunner
 
-    from ..test_land import CountingContext
+    from tests.spark.archive.test_land import CountingContext
 
     started: list[CountingContext] = []
 

@@ -16,7 +16,7 @@ from spark.tables import catalog as cat
 from spark.tables.properties import DROPPED
 
 from ..test_online_schema_change import DB, every_w_reads_the_model, gh_ost, model_at_each_w, pt_osc, archive, upstream_with_t
-from ..archive import HOUR, T0, normalise
+from tests.spark.archives import HOUR, T0, normalise
 from spark.commit.apply import apply_interval
 
 UTC = dt.timezone.utc

@@ -16,7 +16,7 @@ from spark.maintain.compaction import compact_table
 from spark.maintain.orphans import referenced_files, remove_orphans
 from spark.archive.storage import open_storage
 
-from ..archive import HOUR, T0, ArchiveWriter
+from tests.spark.archives import HOUR, T0, ArchiveWriter
 from .conftest import all_referenced, keyed_table, read_at, rows
 
 UTC = dt.UTC

@@ -33,7 +33,7 @@ from spark.repair.run import repair
 from spark.archive.storage import open_storage
 from spark.core.watermark import tag_name, watermark_datetime
 
-from ..archive import HOUR, T0, normalise, run_history
+from tests.spark.archives import HOUR, T0, normalise, run_history
 
 UTC = dt.timezone.utc
 

@@ -17,7 +17,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from spark.tables import files, internals
 from spark.write.rewrite import RowsDoNotFitTable, delete_keys, rewrite_file, write_rows
 from spark.write.target import TableTarget
-from tests.spark.write.conftest import table_with_files
+from tests.spark.tables.conftest import table_with_files
 
 KEYED = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 COMPOSITE = Schema(NestedField(1, "a", StringType(), required=False), NestedField(2, "b", IntegerType(), required=False),

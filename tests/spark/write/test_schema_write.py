@@ -15,7 +15,7 @@ from spark.tables import catalog as cat
 from spark.tables.errors import InternalsChanged
 from spark.tables.internals import writing_with_schema
 
-from ..archive import make_config
+from tests.spark.archives import make_config
 
 
 def test_the_wrapped_pyiceberg_is_the_one_it_was_checked_against() -> None:

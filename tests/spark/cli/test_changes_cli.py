@@ -15,7 +15,7 @@ from spark.cli.changes import write_changes
 from spark.cli.main import main
 from spark.config import StorageConfig
 
-from .test_changes import Lake
+from tests.spark.query.test_changes import Lake
 
 ITEMS = [("id", "int"), ("v", "varchar(8)")]
 

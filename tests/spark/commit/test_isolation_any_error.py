@@ -27,8 +27,8 @@ from spark.tables import updates
 from spark.archive.storage import open_storage
 from spark.write.target import TableTarget
 
-from .test_isolation import A, B, _apply, _pipeline, _rows
-from .test_schema_evolution import History, schema
+from tests.spark.test_isolation import A, B, _apply, _pipeline, _rows
+from tests.spark.test_schema_evolution import History, schema
 
 A2 = schema("shop", "a", [("id", "int"), ("v", "bigint")])
 WIDEN = "ALTER TABLE shop.a MODIFY COLUMN v bigint"

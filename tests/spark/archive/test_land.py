@@ -364,7 +364,7 @@ def test_tidelake_run_with_a_master_starts_spark_only_for_work_past_driver_max_m
     from spark.jobs.interval import run_interval
     from spark.demo.workload import WorkloadSpec
 
-    from .archive import produce_history
+    from tests.spark.archives import produce_history
 
     topic = make_topic(1)
     records = produce_history(kafka.bootstrap, topic, 1, WorkloadSpec(tables=1, events=30, seed=6, watermark_every=5))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.spark.archive import oracle_from_records
+from tests.spark.archives import oracle_from_records
 
 import datetime as dt
 import os
@@ -16,9 +16,9 @@ from spark.archive.land import land_interval
 from spark.runtime.runners import SparkRunner
 from spark.archive.storage import open_storage
 
-from .test_land import HOUR, T0, assert_exact, config, produce
+from tests.spark.archive.test_land import HOUR, T0, assert_exact, config, produce
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 
@@ -77,7 +77,7 @@ def test_spark_pipeline_from_kafka_to_iceberg_matches_the_oracle(spark, kafka, m
     from spark.commit.apply import apply_interval
     from spark.query.read import read_pipeline
 
-    from .archive import normalise, oracle_rows, produce_history
+    from tests.spark.archives import normalise, oracle_rows, produce_history
 
     topic = make_topic(3)
     records = produce_history(kafka.bootstrap, topic, 3, WorkloadSpec(tables=2, events=200, seed=1, key_space=40, watermark_every=20))

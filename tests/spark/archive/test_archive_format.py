@@ -42,9 +42,9 @@ from spark.query.read import read_pipeline
 from spark.archive.storage import open_storage
 from tests.fixtures import make_archive
 
-from .archive import normalise, oracle_rows
+from tests.spark.archives import normalise, oracle_rows
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "archive.md"
 FIXTURES = sorted((REPO / "tests" / "fixtures").glob("archive-v*"), key=lambda p: int(p.name.rsplit("v", 1)[1]))
 CURRENT = REPO / "tests" / "fixtures" / f"archive-v{CHANGE_LOG_FORMAT}"

@@ -219,7 +219,7 @@ def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: 
     from spark.jobs import apply as job
     from spark.archive.storage import open_storage
 
-    from .archive import HOUR, T0, ArchiveWriter, make_config
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
 
     config = make_config(tmp_path, "canal-json")
     records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=10, seed=2)).events()), 1)
@@ -246,7 +246,7 @@ def test_the_apply_job_runs_a_small_interval_in_the_driver_and_a_larger_one_on_s
     from spark.jobs import apply as job
     from spark.archive.storage import open_storage
 
-    from .archive import HOUR, T0, ArchiveWriter, make_config
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
 
     config = make_config(tmp_path, "canal-json")
     records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=2, events=40, seed=3)).events()), 1)
@@ -289,7 +289,7 @@ def test_each_stage_is_sized_by_its_own_work(tmp_path: Path, monkeypatch) -> Non
     from spark.decode import changelog
     from spark.demo.workload import Workload, WorkloadSpec
 
-    from .archive import HOUR, T0, ArchiveWriter, make_config
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
 
     events = list(Workload(WorkloadSpec(tables=2, events=80, seed=4, watermark_every=7)).events())
     records = get_encoder("canal-json").encode_all(events, 1)
@@ -337,7 +337,7 @@ def test_the_report_counts_spark_start_up_apart_from_the_stage_that_started_it(t
     from spark.commit.apply import apply_interval
     from spark.demo.workload import Workload, WorkloadSpec
 
-    from .archive import HOUR, T0, ArchiveWriter, make_config
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
 
     records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=2, events=60, seed=5, watermark_every=7)).events()), 1)
     config = make_config(tmp_path, "canal-json")

@@ -1,7 +1,7 @@
 """Build an archive straight from encoder output, exactly as landing lays it out (no broker).
 
 Apply tests need many archives with chosen interval boundaries, duplicates and skew;
-producing them through Kafka would only add minutes. ``tests/spark/test_land.py`` proves
+producing them through Kafka would only add minutes. ``tests/spark/archive/test_land.py`` proves
 landing writes this same layout from a real broker.
 """
 

@@ -17,7 +17,7 @@ from spark.config import CatalogConfig, PipelineConfig
 from spark.archive.land import chunks, land_chunk
 from spark.archive.manifest import PartitionRange
 
-from .archive import HOUR, T0, build, normalise
+from tests.spark.archives import HOUR, T0, build, normalise
 
 S3_KEY_ID = "AKIA-INLINE-KEY-ID-7f3a"
 S3_SECRET = "s3-inline-secret-9c1e"

@@ -23,8 +23,8 @@ from spark.jobs.interval import intervals
 from spark.cli.main import main, parser, query
 from spark.config import load_pipeline_config
 
-from .archive import oracle_from_records
-from .archive import normalise, oracle_rows
+from tests.spark.archives import oracle_from_records
+from tests.spark.archives import normalise, oracle_rows
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -283,7 +283,7 @@ def test_a_pipe_closed_by_the_reader_in_a_real_process(offline_config: Path) -> 
     try:
         run = subprocess.run([sys.executable, "-m", "spark.cli", "watermarks", "--config", str(offline_config)],
                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     finally:
         os.close(write)
     assert run.returncode == 1, run.stderr

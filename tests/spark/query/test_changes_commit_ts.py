@@ -21,9 +21,9 @@ from spark.config import MaintenanceConfig
 from spark.maintain.run import maintain
 from spark.query.changes import read_changes
 
-from .archive import T0
-from .test_changes import Lake, rows
-from .test_schema_evolution import schema
+from tests.spark.archives import T0
+from tests.spark.query.test_changes import Lake, rows
+from tests.spark.test_schema_evolution import schema
 
 T = [("id", "int"), ("v", "int")]
 

@@ -16,7 +16,7 @@ from spark.tables import catalog as cat
 from spark.query.read import published_watermarks, read_pipeline, read_table
 from spark.core.watermark import tag_name
 
-from .test_schema_evolution import History, run, schema
+from tests.spark.test_schema_evolution import History, run, schema
 
 # A database and a table whose names hold a dot, a space, unicode and uppercase letters.
 ODD_DB = "Ops.db ü"

@@ -20,8 +20,8 @@ from spark.query import changes_log
 from spark.query.changes import ChangesNeedDecoding, read_changes
 from spark.tables import catalog as cat
 
-from .archive import ArchiveWriter
-from .test_changes import Lake, rows
+from tests.spark.archives import ArchiveWriter
+from tests.spark.query.test_changes import Lake, rows
 
 
 def _s3_lake(tmp: Path, s3, bucket: str) -> Lake:  # noqa: ANN001

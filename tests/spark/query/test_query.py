@@ -30,7 +30,7 @@ from spark.query.read import TableScan, View, read_pipeline
 from spark.query.names import QueryError
 from spark.query.sql import QueryFailed, plan_scans, run_query
 
-from .test_catalog import ODD_DB, ODD_TABLE, _pipeline
+from tests.spark.tables.test_catalog import ODD_DB, ODD_TABLE, _pipeline
 
 
 def _schema(*cols: tuple[str, object]) -> Schema:
@@ -216,7 +216,7 @@ def test_a_closed_pipe_is_one_line_and_exit_1(pipeline) -> None:
     _, _, _, path = pipeline
     sql = "SELECT i FROM range(200000) t(i)"
     proc = subprocess.Popen([sys.executable, "-m", "spark.cli", "query", "--config", str(path), "--format", "csv", sql],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[3])
     assert proc.stdout is not None and proc.stdout.readline() == b'"i"\n'
     proc.stdout.close()  # the reader goes away, as `| head -1` does
     err = proc.stderr.read().decode()
@@ -235,7 +235,7 @@ def reserved(tmp_path_factory):
     """A table "t" in each of RESERVED_DBS: (id, b varbinary, db) with id 1 and 2."""
     from cdc_codecs import Op
 
-    from .test_schema_evolution import History, run, schema
+    from tests.spark.test_schema_evolution import History, run, schema
 
     tmp = tmp_path_factory.mktemp("reserved")
     h = History()

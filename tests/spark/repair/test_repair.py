@@ -29,9 +29,9 @@ from spark.query.read import read_pipeline
 from spark.repair.run import REPAIR_BRANCH, RepairError, repair, scratch_config
 from spark.core.watermark import tag_name
 
-from .archive import HOUR, T0, normalise
-from .history import Upstream
-from .test_operations import machine_for
+from tests.spark.archives import HOUR, T0, normalise
+from tests.spark.history import Upstream
+from tests.spark.test_operations import machine_for
 
 GARBLED = "garbled by a decoder bug"
 

@@ -12,7 +12,7 @@ from spark.query.read import IsolatedTable
 from spark.query.names import QueryError
 from spark.query.sql import run_query
 
-from .test_changes import Lake
+from tests.spark.query.test_changes import Lake
 
 ITEMS = [("id", "int"), ("v", "varchar(8)")]
 
@@ -86,8 +86,8 @@ def test_cli(tmp_path: Path, capsys) -> None:
 def test_an_isolated_tables_changes_fail_to_read(tmp_path: Path) -> None:
     from spark.commit.apply import apply_interval
 
-    from .archive import HOUR, T0
-    from .test_isolation import _history, _pipeline
+    from tests.spark.archives import HOUR, T0
+    from tests.spark.test_isolation import _history, _pipeline
 
     _, batches, (w1, _, w3) = _history()
     config = _pipeline(tmp_path, "isolate", batches)

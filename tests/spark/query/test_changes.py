@@ -29,9 +29,9 @@ from spark.commit.published import read_published, retired_watermarks
 from spark.query.read import IsolatedTable, NoSuchWatermark, RetiredWatermark, read_table
 from spark.archive.storage import open_storage
 
-from .archive import HOUR, T0, ArchiveWriter, make_config
-from .test_isolation import _fixed
-from .test_schema_evolution import History, schema
+from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
+from tests.spark.test_isolation import _fixed
+from tests.spark.test_schema_evolution import History, schema
 
 
 class Lake:
@@ -384,7 +384,7 @@ def test_watermarks_must_be_published_retained_and_in_order(tmp_path: Path) -> N
 
 
 def test_isolated_tables_are_left_out_and_named(tmp_path: Path, monkeypatch) -> None:
-    from .test_isolation import _history, _pipeline
+    from tests.spark.test_isolation import _history, _pipeline
 
     _, batches, (w1, _, w3) = _history()
     config = _pipeline(tmp_path, "isolate", batches)

@@ -20,7 +20,7 @@ from pyiceberg.types import DateType, DecimalType, DoubleType, LongType, NestedF
 from spark.tables import files as planner
 from spark.tables import internals
 from spark.core.key_match import key_mask
-from tests.spark.write.conftest import table_with_files
+from tests.spark.tables.conftest import table_with_files
 
 ID = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 

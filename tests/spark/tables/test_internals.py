@@ -27,7 +27,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from spark.tables import internals
 from spark.tables.errors import CommitConflictError, LayoutUnavailable, OverwriteRejected
 from spark.write.target import TableTarget
-from tests.spark.write.conftest import table_with_files
+from tests.spark.tables.conftest import table_with_files
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 

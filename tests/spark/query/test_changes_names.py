@@ -20,7 +20,7 @@ from spark.query.changes import read_changes
 from spark.query.names import quote_ident
 from spark.query.sql import run_query
 
-from .test_changes import Lake
+from tests.spark.query.test_changes import Lake
 
 # Column names the feed, the key-less sort and the touched keys used or use internally, and the
 # metadata columns' names: each one is an upstream column of some drawn table.
