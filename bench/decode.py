@@ -105,7 +105,7 @@ class Subject:
     def time_parts(self) -> dict[str, float]:
         """The per-change path cut up: each part timed alone over the same messages."""
         with changelog.no_cyclic_gc():
-            raw_s, messages = _cpu(lambda: list(changelog._raw_messages(self.storage, TOPIC, 0, self.segment)))
+            raw_s, messages = _cpu(lambda: list(changelog.raw_messages(self.storage, TOPIC, 0, self.segment)))
             decoder, clock = changelog.segment_decoder(self.config.topics[0], DecoderState())
 
             def decode() -> list[RowChange]:
@@ -120,7 +120,7 @@ class Subject:
             decoder_s, changes = _cpu(decode)
             out = self.root / "parts"
             shutil.rmtree(out, ignore_errors=True)
-            writer = changelog._ChangeLogWriter(self.storage, "parts/x.parquet")
+            writer = changelog.ChangeLogWriter(self.storage, "parts/x.parquet")
 
             def write() -> None:
                 for c in changes:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from spark.runtime.embedded import (
-    BIN, _seaweed_ports, free_port, postgres_service, start_process_group, stop_process_group, wait_for_port,
+    BIN, seaweed_ports, free_port, postgres_service, start_process_group, stop_process_group, wait_for_port,
 )
 
 UTC = dt.timezone.utc
@@ -66,7 +66,7 @@ class Seaweed:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.ports = _seaweed_ports()
+        self.ports = seaweed_ports()
         self.data = workdir / "seaweed"
         self.data.mkdir(parents=True)
         self.proc: subprocess.Popen | None = None

@@ -166,7 +166,7 @@ class ChangeLogTask:
 # ---------------------------------------------------------------- executors
 
 
-class _ChangeLogWriter:
+class ChangeLogWriter:
     """Streams change-log rows of one segment into Parquet, a row group at a time."""
 
     def __init__(self, storage: Storage, path: str) -> None:
@@ -378,7 +378,7 @@ def _raw_message(topic: str, partition: int, batch: RawBatch, i: int) -> RawMess
                      batch.column("timestamp_ms")[i]))  # type: ignore[index]
 
 
-def _raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
+def raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:
     """A raw segment's messages in offset order, read in row-group sized batches."""
     message, position = _message, _position
     for batch in _raw_batches(storage, segment):
@@ -420,7 +420,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
     mark: int | None = None
     ddl: list[DdlChange] = []
     errors: list[DecodeError] = []
-    writer = _ChangeLogWriter(storage, parquet)
+    writer = ChangeLogWriter(storage, parquet)
     # TiCDC's Canal-JSON rows take the column-wise path (spark/decode/batch.py); every other
     # message, in its place, this loop's.
     fast = CanalBatch(decoder, task.topic, task.partition, _schema_id_of, writer.note_schema) \

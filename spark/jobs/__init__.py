@@ -34,7 +34,7 @@ def emit(lines: Sequence[str]) -> None:
     sys.stdout.flush()
 
 
-def _configure_logging(verbose: bool) -> None:
+def configure_logging(verbose: bool) -> None:
     # Root at WARNING keeps py4j's INFO chatter out; tidelake's own diagnostics stay at INFO.
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -71,7 +71,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     if extra:
         extra(parser)
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     if args.run_id:
         from spark.archive.lease import RUN_ENV
 

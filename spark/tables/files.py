@@ -246,7 +246,7 @@ def _partition_tests(metadata: TableMetadata, key_columns: Sequence[str], touche
             if pfield.source_id not in key_ids or not isinstance(pfield.transform, _PRUNING_TRANSFORMS):
                 continue
             source_type = schema.find_field(pfield.source_id).field_type
-            keys = _transformed(pfield.transform, source_type, _key_column(touched, key_ids[pfield.source_id], source_type))
+            keys = partition_values(pfield.transform, source_type, _key_column(touched, key_ids[pfield.source_id], source_type))
             in_spec = [f.spec_id == spec.spec_id for f in files]
             # Files of other specs are not partitioned by this field: no constraint for them.
             values = [f.partition[position] if s else None for f, s in zip(files, in_spec)]
@@ -260,7 +260,7 @@ def _partition_tests(metadata: TableMetadata, key_columns: Sequence[str], touche
     return tests
 
 
-def _transformed(transform: Any, source_type: IcebergType, keys: pa.Array) -> pa.Array:
+def partition_values(transform: Any, source_type: IcebergType, keys: pa.Array) -> pa.Array:
     """The partition values of ``keys``: pyiceberg-core's vectorised transform when installed,
     else pyiceberg's per-value one over the values' Iceberg representation (days, micros...)."""
     result_type = schema_to_pyarrow(transform.result_type(source_type), include_field_ids=False)

@@ -41,7 +41,7 @@ from pyiceberg.transforms import IdentityTransform
 from cdc_codecs import Op
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
-from spark.tables.files import _transformed, key_file_pairs
+from spark.tables.files import partition_values, key_file_pairs
 from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.write.target import TableTarget
 from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
@@ -175,7 +175,7 @@ def _partition_groups(rows: pa.Table, target: UpsertTarget) -> pa.Array:
     for pfield in spec.fields:
         source = schema.find_field(pfield.source_id)
         if source.name in target.key_columns and not isinstance(pfield.transform, IdentityTransform):
-            values = _transformed(pfield.transform, source.field_type, rows.column(source.name).combine_chunks())
+            values = partition_values(pfield.transform, source.field_type, rows.column(source.name).combine_chunks())
             break
     if values is None or rows.num_rows == 0:
         return pa.array(["p"] * rows.num_rows, pa.string())

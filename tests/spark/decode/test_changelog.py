@@ -542,7 +542,7 @@ def test_key_less_rows_name_their_run_of_offset_contiguous_rows_at_one_commit_ts
     changes = [change(0, 10, True), change(1, 10, False), change(2, 10, True), change(4, 10, True), change(5, 20, True),
                change(6, 10, True), change(7, 30, False), change(8, 30, False), change(9, 30, True)]
     storage = LocalStorage(str(tmp_path))
-    writer = changelog._ChangeLogWriter(storage, "c.parquet")
+    writer = changelog.ChangeLogWriter(storage, "c.parquet")
     for c in changes:
         writer.add(c)
     writer.close()
@@ -575,7 +575,7 @@ def test_raw_messages_keep_each_messages_headers_and_position_across_read_batche
                                      [b"k", None, b"k2", None, b"k4"], [b"v0", b"v1", None, b"v3", b"v4"], headers))
     writer.close()
     out.close()
-    messages = list(changelog._raw_messages(storage, TOPIC, 3, SegmentRef(path, 10, 15)))
+    messages = list(changelog.raw_messages(storage, TOPIC, 3, SegmentRef(path, 10, 15)))
     assert messages == [
         RawMessage(b"k", b"v0", SourcePosition(TOPIC, 3, 10), (), 7),
         RawMessage(None, b"v1", SourcePosition(TOPIC, 3, 11), (("trace", b"\x00\x01"), ("none", None)), None),
@@ -597,7 +597,7 @@ def test_the_writer_compiles_one_image_encoder_per_table_schema_not_per_column_t
     compiled: list[int] = []
     real = changelog.image_encoder
     monkeypatch.setattr(changelog, "image_encoder", lambda types: compiled.append(len(types)) or real(types))
-    writer = changelog._ChangeLogWriter(open_storage(StorageConfig(url=str(tmp_path))), "cl.parquet")
+    writer = changelog.ChangeLogWriter(open_storage(StorageConfig(url=str(tmp_path))), "cl.parquet")
     for i in range(50):
         types = {"id": parse_mysql_type("bigint"), "v": parse_mysql_type("varchar(8)")}  # a fresh mapping each event
         writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": i, "v": "x"}, ("id",), types, 100 + i,

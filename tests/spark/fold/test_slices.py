@@ -42,7 +42,7 @@ def write_change_log(storage: LocalStorage, partitions: list[list[RowChange]]) -
     paths = []
     for partition, changes in enumerate(partitions):
         path = f"changelog/{partition}.parquet"
-        writer = changelog._ChangeLogWriter(storage, path)
+        writer = changelog.ChangeLogWriter(storage, path)
         for change in changes:
             writer.add(change)
         writer.close()
@@ -200,7 +200,7 @@ def test_key_less_copies_add_up_to_the_transactions_however_they_are_re_sent_and
             outputs = []
             for k, part in enumerate((rows[:cut], rows[cut:])):
                 path = f"changelog/{partition}-{k}.parquet"
-                writer = changelog._ChangeLogWriter(storage, path)
+                writer = changelog.ChangeLogWriter(storage, path)
                 for r in part:
                     writer.add(r)
                 writer.close()

@@ -110,7 +110,7 @@ def test_a_fold_with_more_slices_than_row_groups_and_nothing_applied_leaves_no_f
     storage = open_storage(config.storage)
     types = {"id": parse_mysql_type("bigint")}
     path = "shop/changelog/x.parquet"
-    writer = changelog._ChangeLogWriter(storage, path)
+    writer = changelog.ChangeLogWriter(storage, path)
     for offset in range(40):
         ts = 5 if offset % 2 else 500  # skipped (<= W_prev) or pending (> W)
         writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": offset}, ("id",), types, ts, SourcePosition("cdc", 0, offset)))
@@ -140,7 +140,7 @@ def test_a_run_is_cut_into_more_slices_than_slots_when_a_slice_would_hold_over_f
 
     config = dataclasses.replace(make_config(tmp_path, "canal-json"), fold_slice_rows=slice_rows)
     path = "shop/changelog/x.parquet"
-    writer = changelog._ChangeLogWriter(open_storage(config.storage), path)
+    writer = changelog.ChangeLogWriter(open_storage(config.storage), path)
     for offset in range(rows):
         writer.add(RowChange(Op.INSERT, "db", "t", None, {"id": offset}, ("id",), {"id": parse_mysql_type("bigint")}, 50,
                              SourcePosition("cdc", 0, offset)))

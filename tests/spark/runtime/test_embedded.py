@@ -36,4 +36,4 @@ def test_seaweedfs_ports_never_take_another_service_grpc_port(monkeypatch: pytes
                   20001, 31001, 41001, 32001,  # 41001 is 31001's
                   20002, 31002, 30003, 32002])
     monkeypatch.setattr(embedded, "free_port", lambda also_plus=None: next(draws))
-    assert embedded._seaweed_ports() == [20002, 31002, 30003, 32002]
+    assert embedded.seaweed_ports() == [20002, 31002, 30003, 32002]

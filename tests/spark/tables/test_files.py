@@ -99,9 +99,9 @@ def test_bucket_values_of_keys_follow_the_iceberg_spec(monkeypatch):
     # The spec's reference hashes: 34L -> 2017239379, "iceberg" -> 1210000089.
     for available in (False, True) if internals.pyiceberg_core_available() else (False,):
         monkeypatch.setattr(internals, "pyiceberg_core_available", lambda a=available: a)
-        got = planner._transformed(BucketTransform(16), LongType(), pa.array([34, None], pa.int64()))
+        got = planner.partition_values(BucketTransform(16), LongType(), pa.array([34, None], pa.int64()))
         assert got.to_pylist() == [2017239379 % 16, None]
-        got = planner._transformed(BucketTransform(1000), StringType(), pa.array(["iceberg"]))
+        got = planner.partition_values(BucketTransform(1000), StringType(), pa.array(["iceberg"]))
         assert got.to_pylist() == [1210000089 % 1000]
 
 
