@@ -112,8 +112,8 @@ def prune_interval_records(
     cutoff = now - dt.timedelta(seconds=horizon_seconds)
     recorded = pruned_intervals(storage, pipeline)
     prefix = prunable_prefix(storage, pipeline, retained, cutoff)
-    before = max([layout.parse_instant_name(recorded["before"])] if recorded else []
-                 + [end for _, end, _ in prefix], default=None)
+    before = max([*([layout.parse_instant_name(recorded["before"])] if recorded else []), *(end for _, end, _ in prefix)],
+                 default=None)
     if before is None:
         return IntervalReport(pipeline, dry_run)
     # The first W kept: the W of the first checkpoint after the pruned intervals (every W below it is retired).

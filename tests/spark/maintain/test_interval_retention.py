@@ -250,3 +250,14 @@ def test_maintenance_reports_older_than_the_horizon_go_but_the_newest_stays(setu
     assert left == [layout.maintenance_report_path(s.config.name, s.now - dt.timedelta(hours=h)) for h in (10, 0)]
     doc = orjson.loads(s.storage.read(left[-1]))
     assert doc["intervals"]["records"]["maintenance reports"] == 2
+
+
+def test_a_later_run_prunes_further_as_the_oldest_retained_w_moves_on(setup: Setup) -> None:
+    s = setup
+    keep3 = w_time(s.marks[-1]) - w_time(s.marks[-3]) + dt.timedelta(milliseconds=1)
+    wider = dataclasses.replace(s.config, maintenance=dataclasses.replace(s.config.maintenance, keep_all=keep3))
+    first = maintain(wider, now=s.now).intervals
+    second = maintain(s.config, now=s.now).intervals
+    assert second.before is not None and (first.before is None or second.before > first.before)
+    assert second.records.get("manifests") and second.first_watermark > (first.first_watermark or 0)
+    assert retained_watermarks(s.storage, s.config.name) == s.retained
