@@ -267,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                              "time as they go (bench/year.py)")
     parser.add_argument("--measure-every", type=int, default=120, help="with --year: measure every N runs")
     parser.add_argument("--ghost-every", type=int, default=30, help="with --year: gh-ost helper tables every N runs")
+    parser.add_argument("--keep-hours", type=float, default=6.0,
+                        help="with --year: keep the hourly Ws and the archive for this many hours (keep_hourly, archive_horizon)")
     args = parser.parse_args(argv)
     if args.year:
         from bench.year import simulate
 
         runs = args.runs if "--runs" in (argv or sys.argv) else 1440
         every = args.every if "--every" in (argv or sys.argv) else 60
-        simulate(runs, every, args.measure_every, changes=3, ghost_every=args.ghost_every)
+        simulate(runs, every, args.measure_every, changes=3, ghost_every=args.ghost_every, keep_hours=args.keep_hours)
         return 0
     args.baseline = args.baseline or max(1, args.runs // 5)
     without_runs = min(args.runs, args.without_runs or args.runs)

@@ -103,10 +103,10 @@ class History:
         return events
 
 
-def _config(root: Path) -> PipelineConfig:
-    policy = MaintenanceConfig(keep_all=dt.timedelta(minutes=30), keep_hourly=dt.timedelta(hours=6),
+def _config(root: Path, keep_hours: float = 6.0) -> PipelineConfig:
+    policy = MaintenanceConfig(keep_all=dt.timedelta(minutes=30), keep_hourly=dt.timedelta(hours=keep_hours),
                                keep_daily=dt.timedelta(0), grace_period=dt.timedelta(0),
-                               archive_horizon=dt.timedelta(hours=6))
+                               archive_horizon=dt.timedelta(hours=keep_hours))
     config = PipelineConfig.from_mapping({
         "name": "year", "kafka": {"bootstrap_servers": "unused:9092"},
         "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(root)},
@@ -136,36 +136,39 @@ def measure(config: PipelineConfig, storage) -> dict:  # noqa: ANN001
         manifests.append(len(head.manifests(t.io)) if head else 0)
         meta.append(storage.arrow_fs.get_file_info(t.metadata_location.replace("file://", "")).size or 0)
     latest = max(published_watermarks(storage, config.name), default=None)
+    objects = storage.list(config.name)
+    segments = (f"{config.name}/segments/", f"{config.name}/changelog/")
     return {
         "tables": len(tables), "dropped": sum(1 for t in tables if DROPPED in t.properties),
         "manifests_mean": statistics.mean(manifests), "manifests_max": max(manifests),
         "metadata_kib_mean": statistics.mean(meta) / 1024, "metadata_kib_max": max(meta) / 1024,
-        "archive_objects": len(storage.list(config.name)),
+        "archive_objects": len(objects),
+        "archive_records": sum(1 for p in objects if not p.startswith(segments)),  # all but segments and change logs
         "plan_main_ms": _plan_seconds(tables, None) * 1000,
         "plan_tag_ms": _plan_seconds(tables, tag_name(latest) if latest else None) * 1000,
     }
 
 
-HEADER = ("run", "tables", "dropped", "manifests/table", "max", "metadata KiB", "max", "archive objs", "plan main ms",
-          "plan tag ms")
+HEADER = ("run", "tables", "dropped", "manifests/table", "max", "metadata KiB", "max", "archive objs", "records",
+          "plan main ms", "plan tag ms")
 
 
 def row(r: int, m: dict) -> str:
     return (f"{r:>6} {m['tables']:>6} {m['dropped']:>7} {m['manifests_mean']:>15.1f} {m['manifests_max']:>4} "
-            f"{m['metadata_kib_mean']:>12.1f} {m['metadata_kib_max']:>6.1f} {m['archive_objects']:>12} "
+            f"{m['metadata_kib_mean']:>12.1f} {m['metadata_kib_max']:>6.1f} {m['archive_objects']:>12} {m['archive_records']:>7} "
             f"{m['plan_main_ms']:>12.1f} {m['plan_tag_ms']:>11.1f}")
 
 
 def simulate(runs: int, every: int, measure_every: int, changes: int, ghost_every: int, root: Path | None = None,
-             out=sys.stdout) -> list[tuple[int, dict]]:  # noqa: ANN001
+             out=sys.stdout, keep_hours: float = 6.0) -> list[tuple[int, dict]]:  # noqa: ANN001
     with tempfile.TemporaryDirectory(prefix="tidelake-year-") as tmp:
-        config = _config(root or Path(tmp))
+        config = _config(root or Path(tmp), keep_hours)
         archive = ArchiveBuilder(config, 2)  # the layout landing writes (as bench/apply.py)
         storage = archive.storage
         encoder = get_encoder("canal-json")
         history = History()
         rows = []
-        print(" ".join(f"{h:>{w}}" for h, w in zip(HEADER, (6, 6, 7, 15, 4, 12, 6, 12, 12, 11))), file=out, flush=True)
+        print(" ".join(f"{h:>{w}}" for h, w in zip(HEADER, (6, 6, 7, 15, 4, 12, 6, 12, 7, 12, 11))), file=out, flush=True)
         started = time.perf_counter()
         for r in range(runs):
             records = encoder.encode_all(history.run(r, changes, ghost_every), 2)
@@ -179,5 +182,6 @@ def simulate(runs: int, every: int, measure_every: int, changes: int, ghost_ever
                 m = measure(config, storage)
                 rows.append((r + 1, m))
                 print(row(r + 1, m), file=out, flush=True)
-        print(f"{runs} runs in {(time.perf_counter() - started) / 60:.1f} min; maintenance every {every} runs", file=out)
+        print(f"{runs} runs in {(time.perf_counter() - started) / 60:.1f} min; maintenance every {every} runs, hourly Ws "
+              f"and archive kept {keep_hours:g} h", file=out)
         return rows

@@ -33,6 +33,7 @@ from spark.runtime import credentials
 from spark.archive import layout
 from spark.config import PipelineConfig
 from spark.archive.kafka import KafkaHook
+from spark.archive.floors import require_interval_kept
 from spark.archive.manifest import Manifest, PartitionRange, Segment, neighbours, read_manifest
 from spark.archive.offsets import snapshot_offsets
 from spark.archive.storage import AlreadyExists, Storage, open_storage
@@ -222,6 +223,7 @@ def land_interval(
         raise ValueError(f"interval end {interval_end} is not after its start {interval_start}")
     storage = storage or open_storage(config.storage)
     runner = runner or LocalRunner()
+    require_interval_kept(storage, config.name, interval_start, interval_end, "land")  # its offsets are history now
     path = layout.manifest_path(config.name, interval_start, interval_end)
     if storage.exists(path):
         return LandResult(read_manifest(storage, path), reused=True)

@@ -16,6 +16,7 @@ import orjson
 from cdc_codecs import TidelakeError
 from spark.archive import layout
 from spark.config import PipelineConfig
+from spark.archive.floors import require_interval_kept
 from spark.archive.kafka import KafkaHook
 from spark.archive.manifest import Gap, Manifest, PartitionRange, neighbours
 from spark.archive.storage import AlreadyExists, Storage, open_storage
@@ -94,6 +95,7 @@ def snapshot_offsets(
     ranges its first attempt planned even after more messages arrived.
     """
     storage = storage or open_storage(config.storage)
+    require_interval_kept(storage, config.name, interval_start, interval_end, "snapshot the offsets of")
     path = plan_path(config.name, interval_start, interval_end)
     if storage.exists(path):
         return read_plan(storage, path)

@@ -94,7 +94,12 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 
         held = "".join(f"; isolated: {e['database']}.{e['table']} ({held_phrase(e)})" for e in doc.get("isolated", []))
         print(f"{w:>20}  {watermark_time(w):<26} {human_duration(now - watermark_seconds(w)):>10}  {status:<8}  {doc['interval']}{held}")
-    print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)")
+    from spark.archive.floors import pruned_intervals
+    from spark.archive.storage import open_storage
+
+    pruned = (pruned_intervals(open_storage(config.storage), config.name) or {}).get("retired_watermarks_pruned") or 0
+    print(f"{config.name}: {len(marks) - len(retired)} retained, {len(retired)} retired by the retention policy ([maintenance] keep_*)"
+          + (f"; {pruned} older retired W(s) pruned with their intervals' records by archive retention" if pruned else ""))
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from spark.archive import layout
 from spark.archive.checkpoint import checkpoint_path
+from spark.archive.floors import require_interval_kept
 from spark.archive.format import require_format
 from spark.runtime.runners import LocalRunner, Runner
 from spark.archive.manifest import list_manifests
@@ -67,6 +68,7 @@ def apply_interval(
                           fence=cat.catalog_fence(catalog, config.name))
     run = PipelineRun(config, storage, cat.RunTables(catalog, config), runner or LocalRunner(), held,
                       fault or (lambda step: None), progress or (lambda step, done, total: None))
+    require_interval_kept(storage, config.name, interval_start, interval_end, "apply")
     target = run.target(interval_start, interval_end)
     if target is None:
         raise ApplyError(
@@ -85,6 +87,7 @@ def confirm_if_done(config: PipelineConfig, interval_start: dt.datetime, interva
     has work to do (or the interval is not landed). The DAG and the apply job call it first, so
     a rerun of an old interval or a completed backfill costs seconds, not two spark-submits."""
     storage = storage or open_storage(config.storage)
+    require_interval_kept(storage, config.name, interval_start, interval_end, "confirm")
     chain = list_manifests(storage, config.name)
     target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (interval_start, interval_end)), None)
     if target is None:

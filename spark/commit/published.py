@@ -41,6 +41,7 @@ from cdc_codecs import TidelakeError
 from spark.archive import layout, records
 from spark.archive.records import CorruptArchiveFile
 from spark.config import PipelineConfig
+from spark.archive.floors import require_interval_kept
 from spark.archive.storage import AlreadyExists, Storage, open_storage
 
 # What an apply run did to the interval's watermark (the report's "outcome").
@@ -316,6 +317,7 @@ def announcement(config: PipelineConfig, interval_start: dt.datetime, interval_e
     storage = storage or open_storage(config.storage)
     path = layout.report_path(config.name, interval_start, interval_end, "apply")
     if not storage.exists(path):
+        require_interval_kept(storage, config.name, interval_start, interval_end, "announce")
         raise NotPublishedError(f"interval {layout.instant(interval_start)}..{layout.instant(interval_end)} is not applied yet")
     report = read_report(storage, path)
     w = report["watermark"]

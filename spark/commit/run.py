@@ -36,6 +36,7 @@ from typing import Any
 from cdc_codecs import TidelakeError
 from spark.archive import layout
 from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
+from spark.archive.floors import IntervalPruned, pruned_intervals
 from spark.runtime.runners import Runner
 from spark.archive.manifest import Manifest, list_manifests, read_manifest
 from spark.archive.storage import AlreadyExists, Storage
@@ -163,6 +164,12 @@ class PipelineRun:
             cp = checkpoints[i] = self.checkpoint_of(self.chain[i])
             if self.done(cp) and (lowest is None or lowest >= cp.watermark):  # type: ignore[union-attr]
                 return i, checkpoints
+        pruned = pruned_intervals(self.storage, self.pipeline)
+        if pruned is not None:  # the walk would start before the first kept interval, from state that is gone
+            raise IntervalPruned(
+                f"pipeline {self.pipeline}: tables are behind every kept checkpoint (lowest table watermark {lowest}); "
+                f"replaying them needs intervals older than the retained history (maintenance deleted the records "
+                f"of intervals ending at or before {pruned['before']}; the first W kept is {pruned['watermark']})")
         return -1, checkpoints
 
     # ---------------------------------------------------------------- the walk

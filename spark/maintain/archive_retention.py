@@ -27,7 +27,7 @@ import orjson
 from spark.archive import layout
 from spark.maintain.archive_files import archive_file
 from spark.archive.manifest import list_manifests, read_manifest
-from spark.archive.floors import pruned_floors
+from spark.archive.floors import pruned_doc, pruned_floors
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
@@ -104,8 +104,9 @@ def prune_archive(
     recorded = pruned_floors(storage, pipeline)  # raised to the end of what this prune deletes
     for topic, partition, _, end in pruned:
         recorded[(topic, partition)] = max(recorded.get((topic, partition), 0), end)
-    storage.write(layout.pruned_path(pipeline), orjson.dumps({"floors": {_ptext(k): v for k, v in sorted(recorded.items())}},
-                                                             option=orjson.OPT_INDENT_2))
+    doc = pruned_doc(storage, pipeline)  # the other keys (the pruned intervals) stay
+    doc["floors"] = {_ptext(k): v for k, v in sorted(recorded.items())}
+    storage.write(layout.pruned_path(pipeline), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     for path in [*segments, *(f.path for f in doomed)]:
         storage.delete(path)
     return report

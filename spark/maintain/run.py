@@ -15,7 +15,10 @@ Steps, each crash-safe on its own (a rerun finishes what a crashed run started):
    archive, older than the grace period.
 5. **archive** (``archive_retention``, only with ``archive_horizon``): raw and change-log
    segments no retained W needs for a replay. The W an isolated table is held at is retained
-   (step 1), so the segments its replay reads stay.
+   (step 1), so the segments its replay reads stay. Then (``interval_retention``) the records of
+   the oldest intervals no retained W, replay or change feed reads any more -- manifests, plans,
+   checkpoints, reports, the published records and markers of their (retired) Ws -- and
+   maintenance reports older than the horizon.
 
 The report (files and bytes before/after per table, snapshots and tags expired, files deleted)
 is written to ``<pipeline>/reports/maintenance/<now>.json`` and returned. A dry run takes the
@@ -40,6 +43,7 @@ from spark.archive.lease import Lease
 from spark.commit.isolation import held_watermarks
 from spark.maintain.archive_retention import ArchiveReport, prune_archive
 from spark.maintain.compaction import MAINTENANCE, CompactionReport, compact_table
+from spark.maintain.interval_retention import IntervalReport, prune_interval_records
 from spark.maintain.dropped import DroppedReport, remove_dropped_tables
 from spark.maintain.expiry import Footprint, TableExpiry, expire_table, footprint
 from spark.maintain.orphans import OrphanReport, remove_orphans
@@ -53,7 +57,7 @@ UTC = dt.timezone.utc
 
 # The step boundaries ``fault`` is called at, in order (per table for the expiry ones).
 STEPS = ("leased", "retire:marked", "retire:recorded", "retire:untagged", "expiry:journaled", "expiry:committed",
-         "expiry:deleted", "expired", "compaction:committed", "compacted", "orphans", "archive", "reported")
+         "expiry:deleted", "expired", "compaction:committed", "compacted", "orphans", "archive", "intervals", "reported")
 
 
 @dataclass
@@ -90,6 +94,7 @@ class MaintenanceReport:
     path: str | None = None  # where the report was written (None in a dry run)
     orphans: OrphanReport | None = None
     archive: ArchiveReport | None = None
+    intervals: IntervalReport | None = None  # the per-interval records archive retention deleted
     dropped: DroppedReport | None = None
     archive_kept: str | None = None  # why archive retention pruned nothing without running (None: it ran)
 
@@ -97,7 +102,8 @@ class MaintenanceReport:
         return {"step": "maintenance", "pipeline": self.pipeline, "now": self.now.isoformat(), "dry_run": self.dry_run,
                 "retained": self.retained, "retired": self.retired, "finished": self.finished,
                 "retired_before": self.retired_before, "tables": [t.to_dict() for t in self.tables],
-                "orphans": _plain(self.orphans), "archive": _plain(self.archive), "dropped": _plain(self.dropped),
+                "orphans": _plain(self.orphans), "archive": _plain(self.archive),
+                "intervals": _plain(self.intervals), "dropped": _plain(self.dropped),
                 "seconds": self.seconds}
 
 
@@ -192,6 +198,12 @@ def maintain(
             archive = prune_archive(storage, config.name, retained_checkpoints=kept,
                                     horizon_seconds=policy.archive_horizon.total_seconds(), now=now, dry_run=dry_run)
         step("archive")
+        intervals = None
+        if archive is not None:
+            intervals = prune_interval_records(storage, config.name, retained=plan.retained_watermarks,
+                                               horizon_seconds=policy.archive_horizon.total_seconds(), now=now,
+                                               dry_run=dry_run, check=lease.check)
+        step("intervals")
 
         for uuid, table in _tables(catalog, config).items():
             if uuid in reports:
@@ -200,7 +212,7 @@ def maintain(
         result = MaintenanceReport(config.name, now, dry_run, retained, list(plan.retire), retired.finished,
                                    len(plan.retired_before),
                                    sorted(reports.values(), key=lambda r: r.name), orphans=orphans, archive=archive,
-                                   dropped=dropped, archive_kept=archive_kept)
+                                   dropped=dropped, archive_kept=archive_kept, intervals=intervals)
         result.seconds = round(time.perf_counter() - started, 3)
         if not dry_run:
             lease.check()
@@ -332,4 +344,11 @@ def _orphan_and_archive_lines(report: MaintenanceReport) -> list[str]:
                  + (f"; {a.side_outputs_kept:,} last side output(s) kept" if a.side_outputs_kept else ""))
     for path in a.paths[:3]:
         lines.append(f"  would delete {path}")
+    r = report.intervals
+    if r is not None and r.before is not None:
+        kinds = ", ".join(f"{n:,} {k}" for k, n in r.records.items()) or "nothing left to delete"
+        lines.append(f"  interval records: {'would delete' if dry else 'deleted'} {r.objects:,} object(s) of intervals ending "
+                     f"at or before {r.before} and Ws below {r.first_watermark} ({kinds})")
+        for path in r.paths[:3]:
+            lines.append(f"  would delete {path}")
     return lines

@@ -23,6 +23,7 @@ from pyiceberg.expressions import (
 from pyiceberg.schema import Schema
 
 from cdc_codecs import TidelakeError
+from spark.archive.floors import pruned_intervals
 from spark.tables import catalog as cat
 from spark.commit import published as publish
 from spark.commit.isolation import held_phrase
@@ -118,6 +119,13 @@ def resolve_watermark(config: PipelineConfig, at: At = "latest", storage: Storag
     candidates = marks if at == "latest" else [w for w in marks if w <= at]  # type: ignore[operator]
     if not candidates:
         first = f"; the first retained is {_w_text(retained[0])}" if retained else ""
+        pruned = pruned_intervals(storage, config.name) or {}
+        if at != "latest" and pruned.get("first_pruned_watermark") and at >= pruned["first_pruned_watermark"]:  # type: ignore[operator]
+            raise RetiredWatermark(
+                f"pipeline {config.name}: {asked} is before the retained history: the Ws published from "
+                f"{_w_text(pruned['first_pruned_watermark'])} to {_w_text(pruned['last_pruned_watermark'])} were retired by "
+                f"the retention policy ([maintenance] keep_*) and their records pruned by archive retention; the nearest "
+                f"retained: after it {_w_text(retained[0]) if retained else 'none'}")
         raise NoSuchWatermark(f"pipeline {config.name}: no watermark is published at or before {asked}{first}")
     # The state at ``at`` is that of the greatest W <= it: if that W is retired, an older
     # retained W would be a different state, so it fails rather than answer with that.
