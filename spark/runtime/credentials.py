@@ -17,9 +17,12 @@ to executors; a secret inside would travel (and be logged on a failure) with it.
 - the executor calls ``resolve(task.config)``, which puts the secrets back from where the
   driver left them: this process's registry when the task runs in the driver's own process
   (``LocalRunner``), else the executor's environment;
-- ``executor_environment()`` is what the driver gives Spark for its executors' environment
-  (``SparkRunner`` sets it on the context, which PySpark hands to every Python worker, the way
-  ``spark.executorEnv.*`` reaches them).
+- ``executor_environment_of_registered()`` is what the driver gives Spark for its executors'
+  environment (``SparkRunner`` sets it on the context, which PySpark hands to every Python worker,
+  the way ``spark.executorEnv.*`` reaches them): each pipeline's secrets under names of its own
+  (``pipeline_env_name``), so two pipelines run from one driver process never hand their tasks
+  each other's keys. An executor without them (a cluster that provides keys itself) falls back to
+  the plain names above.
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ def task_config(config: PipelineConfig) -> PipelineConfig:
 
 def resolve(config: PipelineConfig) -> PipelineConfig:
     """On an executor: a task's config with its secrets back (this process's registry, else the environment)."""
-    environ = _REGISTERED.get(config.name, os.environ)
+    environ = _REGISTERED.get(config.name) or _ExecutorEnvironment(config.name, os.environ)
     storage = dataclasses.replace(
         config.storage,
         access_key_id=config.storage.access_key_id or environ.get(AWS_ACCESS_KEY_ID),
@@ -129,9 +132,33 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(config, storage=storage, kafka_options=options)
 
 
+def pipeline_env_name(pipeline: str, name: str) -> str:
+    """The executor variable carrying ``name`` (``AWS_ACCESS_KEY_ID``, ``TIDELAKE_KAFKA_...``) for one
+    pipeline: ``TIDELAKE_P_<pipeline, hex>__<name>`` (a pipeline name may hold characters a variable
+    name may not)."""
+    return f"TIDELAKE_P_{pipeline.encode().hex()}__{name}"
+
+
 def executor_environment_of_registered() -> dict[str, str]:
-    """The secrets of every pipeline whose tasks this process built, for executors' environment."""
-    env: dict[str, str] = {}
-    for pipeline_env in _REGISTERED.values():
-        env.update(pipeline_env)
-    return env
+    """The secrets of every pipeline whose tasks this process built, for executors' environment,
+    each pipeline's under its own names: the last registered never overwrites another's."""
+    return {pipeline_env_name(pipeline, k): v for pipeline, env in _REGISTERED.items() for k, v in env.items()}
+
+
+class _ExecutorEnvironment(Mapping[str, str]):
+    """An executor's environment as one pipeline's secrets: its own variables, else the plain ones."""
+
+    def __init__(self, pipeline: str, environ: Mapping[str, str]) -> None:
+        self.pipeline, self.environ = pipeline, environ
+
+    def __getitem__(self, name: str) -> str:
+        scoped = self.environ.get(pipeline_env_name(self.pipeline, name))
+        if scoped is not None:
+            return scoped
+        return self.environ[name]
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.environ)
+
+    def __len__(self) -> int:
+        return len(self.environ)

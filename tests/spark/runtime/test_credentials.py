@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -87,16 +88,28 @@ def test_land_tasks_pickle_without_secrets_and_resolve_them_from_the_executor_en
     resolved = credentials.resolve(carried)
     assert (resolved.storage.access_key_id, resolved.storage.secret_access_key) == (S3_KEY_ID, S3_SECRET)
     assert resolved.kafka_options["sasl.password"] == KAFKA_PASSWORD
-    # What SparkRunner hands the executors' environment.
+    # What SparkRunner hands the executors' environment: the pipeline's secrets under its own names.
+    scoped = functools.partial(credentials.pipeline_env_name, "secretive")
     assert credentials.executor_environment_of_registered().items() >= {
-        "AWS_ACCESS_KEY_ID": S3_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "TIDELAKE_KAFKA_SASL_USERNAME": KAFKA_USER, "TIDELAKE_KAFKA_SASL_PASSWORD": KAFKA_PASSWORD}.items()
+        scoped("AWS_ACCESS_KEY_ID"): S3_KEY_ID, scoped("AWS_SECRET_ACCESS_KEY"): S3_SECRET,
+        scoped("TIDELAKE_KAFKA_SASL_USERNAME"): KAFKA_USER, scoped("TIDELAKE_KAFKA_SASL_PASSWORD"): KAFKA_PASSWORD}.items()
 
     # A stripped config passed on (a task's config handed to the next stage) keeps them registered:
     # stripping it again must not erase what the executors are given.
     assert credentials.task_config(carried) == carried
-    assert credentials.executor_environment_of_registered()["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    assert credentials.executor_environment_of_registered()[scoped("AWS_SECRET_ACCESS_KEY")] == S3_SECRET
     assert credentials.resolve(carried).storage.secret_access_key == S3_SECRET
+
+    # On an executor given the driver's environment: the pipeline's own names win over plain ones.
+    shipped = credentials.executor_environment_of_registered()
+    monkeypatch.setattr(credentials, "_REGISTERED", {})
+    monkeypatch.setattr(credentials.os, "environ", {**shipped, "AWS_ACCESS_KEY_ID": "someone-else"})
+    given = credentials.resolve(pickle.loads(cloudpickle.dumps(carried)))
+    assert (given.storage.access_key_id, given.kafka_options["sasl.password"]) == (S3_KEY_ID, KAFKA_PASSWORD)
+    monkeypatch.undo()
+    monkeypatch.setattr(credentials, "_REGISTERED", {})
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
 
     # On an executor (another process: no registry) they come from its environment.
     monkeypatch.setattr(credentials, "_REGISTERED", {})
@@ -107,6 +120,30 @@ def test_land_tasks_pickle_without_secrets_and_resolve_them_from_the_executor_en
     on_executor = credentials.resolve(pickle.loads(cloudpickle.dumps(carried)))
     assert (on_executor.storage.access_key_id, on_executor.storage.secret_access_key) == ("executor-key", "executor-secret")
     assert (on_executor.kafka_options["sasl.username"], on_executor.kafka_options["sasl.password"]) == ("executor-user", "executor-password")
+
+
+def test_two_pipelines_of_one_driver_hand_their_tasks_their_own_keys(monkeypatch) -> None:
+    """Two pipelines with different S3 keys and Kafka passwords, their tasks built in one driver
+    process (a backfill of two pipelines, a test session): each task, resolved on an executor that
+    got the driver's environment, gets its own pipeline's secrets -- the last registered does not win."""
+    monkeypatch.setattr(credentials, "_REGISTERED", {})
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "TIDELAKE_KAFKA_SASL_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+
+    def pipeline(name: str, key: str) -> PipelineConfig:
+        return PipelineConfig.from_mapping({
+            "name": name, "kafka": {"bootstrap_servers": "broker:9092", "options": {"sasl.password": f"{key}-kafka"}},
+            "topics": [{"name": "cdc", "protocol": "canal-json"}],
+            "storage": {"url": f"s3://archive/{name}", "access_key_id": f"{key}-id", "secret_access_key": f"{key}-secret"}}, "test")
+
+    # "." and "-" may be in a pipeline name, not in a variable name.
+    carried = [credentials.task_config(pipeline(n, k)) for n, k in (("orders", "a"), ("cdc.billing-eu", "b"))]
+    shipped = credentials.executor_environment_of_registered()
+    monkeypatch.setattr(credentials, "_REGISTERED", {})
+    monkeypatch.setattr(credentials.os, "environ", dict(shipped))
+    got = [credentials.resolve(pickle.loads(cloudpickle.dumps(c))) for c in carried]
+    assert [(g.storage.access_key_id, g.storage.secret_access_key, g.kafka_options["sasl.password"]) for g in got] == [
+        ("a-id", "a-secret", "a-kafka"), ("b-id", "b-secret", "b-kafka")]
 
 
 def test_apply_decode_tasks_pickle_without_secrets_and_still_apply_exactly(tmp_path: Path) -> None:
