@@ -74,6 +74,19 @@ def _checked(doc: Any, key: str, value: Any, expected: type | tuple[type, ...], 
     return value
 
 
+# A TiDB TSO is physical milliseconds << 18 | logical: it fits 63 bits for the next ~278,000 years.
+TSO_END = 1 << 63
+
+
+def tso(value: int | None, field: str) -> int | None:
+    """A decoded TSO (commitTs, a watermark's ts): the change log and every consumer hold one in 64
+    signed bits, so a negative one or one past 2^63 - 1 is bad input, named here, not an overflow later."""
+    if value is not None and not 0 <= value < TSO_END:
+        raise FieldError(field, f"TSO {value} is {'negative' if value < 0 else 'past 2^63 - 1'} "
+                                "(physical milliseconds << 18 | logical)")
+    return value
+
+
 def as_object(value: Any, field: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise FieldError(field, f"expected an object, found {_kind(value)} {_short(value)}")

@@ -75,9 +75,6 @@ TIDB_EXTENSION_OPTION = "enable_tidb_extension"
 AUTO = "auto"
 
 
-# A TiDB TSO is physical milliseconds << 18 | logical: it fits 63 bits for the next ~278,000 years.
-_TSO_END = 1 << 63
-
 class CanalJsonDecoder(Decoder):
     """TiCDC's Canal-JSON; ``CanalFlatDecoder`` reads official Canal's and CloudCanal's."""
 
@@ -149,7 +146,7 @@ class CanalJsonDecoder(Decoder):
                     )
             if self._commit_ts:
                 commit_ts = tidb.get("commitTs")
-                if type(commit_ts) is not int or not 0 <= commit_ts < _TSO_END:
+                if type(commit_ts) is not int or not 0 <= commit_ts < f.TSO_END:
                     commit_ts = self._ts(tidb, "commitTs")
         kind = get("type")
         if type(kind) is not str:
@@ -318,12 +315,7 @@ class CanalJsonDecoder(Decoder):
     def _ts(tidb: Mapping[str, Any] | None, name: str) -> int | None:
         if tidb is None:
             return None
-        ts = f.optional(tidb, name, int, "_tidb.")
-        if ts is not None and ts < 0:
-            raise FieldError(f"_tidb.{name}", f"negative TSO {ts}")
-        if ts is not None and ts >= _TSO_END:  # the change log and every consumer hold a TSO in 64 signed bits
-            raise FieldError(f"_tidb.{name}", f"TSO {ts} is past 2^63 - 1 (physical milliseconds << 18 | logical)")
-        return ts
+        return f.tso(f.optional(tidb, name, int, "_tidb."), f"_tidb.{name}")
 
     def _decode_claim_check(self, location: str, msg: RawMessage, index: int) -> list[Event]:
         reader = self.options["claim_check_reader"]

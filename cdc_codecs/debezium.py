@@ -113,7 +113,7 @@ class DebeziumDecoder(Decoder):
         payload, schema = _envelope(msg.value)
         pos = msg.position
         source = f.optional(payload, "source", dict, "payload.", {})
-        commit_ts = f.optional(source, "commit_ts", int, "payload.source.")
+        commit_ts = f.tso(f.optional(source, "commit_ts", int, "payload.source."), "payload.source.commit_ts")
         binlog = None
         file = f.optional(source, "file", str, "payload.source.")
         # A snapshot read (op "r") is no binlog event: every one carries the snapshot's start.

@@ -338,7 +338,7 @@ class OpenProtocolDecoder(Decoder):
     def _event(self, key: Any, value: bytes, msg: RawMessage, index: int) -> Event:
         key = f.as_object(key, "key")
         kind = f.require(key, "t", int, "key.")
-        ts = f.require(key, "ts", int, "key.")
+        ts = f.tso(f.require(key, "ts", int, "key."), "key.ts")
         if ts < 0:
             raise FieldError("key.ts", f"negative TSO {ts}")
         pos = msg.position.with_index(index)

@@ -139,7 +139,7 @@ class SimpleDecoder(Decoder):
         kind = f.require(doc, "type", str)
         pos = msg.position
         if kind == "WATERMARK":
-            return [Watermark(f.require(doc, "commitTs", int), pos)]
+            return [Watermark(f.tso(f.require(doc, "commitTs", int), "commitTs"), pos)]
         if kind == "BOOTSTRAP":
             schema = self._table_schema(f.require(doc, "tableSchema", dict), "tableSchema.")
             return [SchemaSnapshot(schema, pos, None)] + self._learn(schema)
@@ -151,7 +151,7 @@ class SimpleDecoder(Decoder):
             ref = after or before
             event: DdlChange = DdlChange(
                 ref.database if ref else "", ref.table if ref else "", f.require(doc, "sql", str),
-                f.require(doc, "commitTs", int), pos, kind, before, after, f.optional(doc, "buildTs", int),
+                f.tso(f.require(doc, "commitTs", int), "commitTs"), pos, kind, before, after, f.optional(doc, "buildTs", int),
             )
             released: list[Event] = []
             for s in (before, after):
@@ -202,8 +202,8 @@ class SimpleDecoder(Decoder):
         if op is Op.DELETE and old is None:
             raise FieldError("old", "missing when 'type' is 'DELETE'")
         commit_ts, build_ts = get("commitTs"), get("buildTs")
-        if type(commit_ts) is not int:
-            commit_ts = f.require(doc, "commitTs", int)
+        if type(commit_ts) is not int or not 0 <= commit_ts < f.TSO_END:
+            commit_ts = f.tso(f.require(doc, "commitTs", int), "commitTs")
         if build_ts is not None and type(build_ts) is not int:
             build_ts = f.optional(doc, "buildTs", int)
         return [new_row_change((

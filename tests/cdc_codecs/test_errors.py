@@ -85,7 +85,7 @@ class TestCanalJson:
         expect("canal-json", b'{"id": 0, "type": "INSE', "invalid JSON")
 
     def test_negative_tso(self) -> None:
-        expect("canal-json", canal(_tidb={"commitTs": -3}), "_tidb.commitTs: negative TSO -3")
+        expect("canal-json", canal(_tidb={"commitTs": -3}), "_tidb.commitTs: TSO -3 is negative (physical milliseconds << 18 | logical)")
 
     def test_index_inside_a_batch_is_reported(self) -> None:
         good = canal().decode()
@@ -324,3 +324,31 @@ def test_a_canal_json_commit_ts_past_63_bits_is_a_typed_error_naming_the_field()
         raise AssertionError("a TSO past 2^63 - 1 decoded")
     doc["_tidb"]["commitTs"] = (1 << 63) - 1
     assert decoder.decode(RawMessage(None, json.dumps(doc).encode(), SourcePosition("t", 0, 6)))[0].commit_ts == (1 << 63) - 1
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol", "debezium", "simple"])
+@pytest.mark.parametrize("what", ["row", "watermark"])
+def test_a_tso_past_63_bits_is_a_typed_error_in_every_protocol_that_carries_one(protocol: str, what: str) -> None:
+    """Every protocol with a commitTs: a TSO of 2^63 (as the encoder writes it) decodes to a DecodeError
+    naming the field, and 2^63 - 1 decodes -- not an OverflowError in the change-log write."""
+    from cdc_codecs import DecodeError, RawMessage, RowChange, SourcePosition, Watermark, get_decoder, get_encoder
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    workload = Workload(WorkloadSpec())
+    creates = list(workload.creates())  # a protocol that sends a table's schema apart (simple) needs it first
+    change = next(e for e in workload.events() if isinstance(e, RowChange))
+    for ts, decodes in (((1 << 63) - 1, True), (1 << 63, False)):
+        event = change._replace(commit_ts=ts) if what == "row" else Watermark(ts, change.position)
+        encoder, decoder = get_encoder(protocol), get_decoder(protocol)
+        for r in encoder.encode_all(creates, 1):
+            decoder.decode(RawMessage(r.key, r.value, SourcePosition("t", 0, 0)))
+        records = encoder.encode(event, 1)
+        seen = []
+        for i, r in enumerate(records):
+            try:
+                seen += [e.ts if isinstance(e, Watermark) else e.commit_ts
+                         for e in decoder.decode(RawMessage(r.key, r.value, SourcePosition("t", 0, i)))]
+            except DecodeError as exc:
+                assert not decodes and "TSO 9223372036854775808 is past 2^63 - 1" in str(exc), str(exc)
+                seen.append("error")
+        assert (ts in seen) if decodes else (seen[-1:] == ["error"]), (ts, seen)
