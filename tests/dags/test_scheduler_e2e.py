@@ -624,6 +624,10 @@ def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, 
         # a table a window leaves out (isolated) keeps its rows of the W it was held at.
         windows = wait_for("the downstream DAG's fourth export", lambda: exported(4), progress)
         assert [(m["from_watermark"], m["to_watermark"]) for m in windows] == list(zip([0, *final[:-1]], final))
+        # Each file is what its manifest says: the table's changes from its from_watermark -- for a, caught up in
+        # the last window, the W it was held at -- to the window's W.
+        assert [{t["table"]: t["from_watermark"] for t in m["tables"]} for m in windows] == [
+            {"a": 0, "b": 0}, {"b": marks[0]}, {"b": marks[1]}, {"a": marks[0], "b": marks[2]}]
         mirror: dict[tuple, dict] = {}
         for m in windows:
             left_out = {(t["database"], t["table"]) for t in m["isolated"]}
@@ -632,6 +636,8 @@ def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, 
                 assert name not in left_out
                 table = mirror.setdefault(name, {})
                 got = pq.read_table(exports / f"{m['from_watermark']:020d}-{m['to_watermark']:020d}" / t["file"])
+                assert got.equals(read_changes(config, t["from_watermark"], m["to_watermark"], [name])[name]), (m, t)
+                assert dict(Counter(got.column("_change_type").to_pylist())) == {k: n for k, n in t["rows"].items() if n}, (m, t)
                 for r in got.to_pylist():
                     if r["_change_type"] in ("delete", "update_before"):
                         table.pop(r["id"], None)
