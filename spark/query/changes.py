@@ -136,6 +136,26 @@ class ChangeSet(dict):
         self.before_images = before_images
         self.details: dict[TableRef, TableChanges] = {}
         self.isolated: dict[TableRef, dict[str, Any]] = {}
+        # Tables whose changes start at an earlier W than from_watermark (``take``): the W they start at.
+        self.from_watermarks: dict[TableRef, int] = {}
+
+    def take(self, other: ChangeSet) -> None:
+        """Put ``other``'s tables in this set, in place of its own, with what was done for them:
+        for a table an Asset event names under ``caught_up``, its changes since the W it was held
+        at (``read_changes(config, from_watermark, to_watermark, [name])``), which the window from
+        ``from_watermark`` left out while it was held or lacks before it. ``manifest()`` then gives
+        that table its own ``from_watermark``. Assigning ``changes[name]`` instead would keep this
+        window's description of the table (its counts, its first W) beside the other window's rows."""
+        if (other.to_watermark, other.before_images) != (self.to_watermark, self.before_images):
+            raise ChangesRequestError(
+                f"cannot take changes to W {other.to_watermark} (before_images={other.before_images}) into changes to W "
+                f"{self.to_watermark} (before_images={self.before_images}): a table's changes must end at the same W, "
+                "read the same way")
+        for name, rows in other.items():
+            self[name] = rows
+            self.details[name] = other.details[name]
+            self.isolated.pop(name, None)
+            self.from_watermarks[name] = other.from_watermarks.get(name, other.from_watermark)
 
     def manifest(self, files: Mapping[TableRef, str] | None = None) -> dict[str, Any]:
         """The change set's description (``tidelake changes --out`` writes it as ``manifest.json``)."""
@@ -143,8 +163,9 @@ class ChangeSet(dict):
             "from_watermark": self.from_watermark, "from_time": watermark_time(self.from_watermark),
             "to_watermark": self.to_watermark, "to_time": watermark_time(self.to_watermark),
             "before_images": self.before_images,
-            "tables": [{**self.details[name].to_dict(), **({"file": files[name]} if files and name in files else {})}
-                       for name in sorted(self)],
+            # Each table's changes start at from_watermark, or at its own (a table caught up: ``take``).
+            "tables": [{**self.details[name].to_dict(), "from_watermark": self.from_watermarks.get(name, self.from_watermark),
+                        **({"file": files[name]} if files and name in files else {})} for name in sorted(self)],
             "isolated": [{"database": db, "table": t, **entry} for (db, t), entry in sorted(self.isolated.items())],
         }
 

@@ -439,3 +439,216 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
             stop_process_group(p)
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         admin.close()
+
+
+# A tidelake version that applies the statement the running one cannot (as the truncate it is to the
+# rows; tests/spark/test_isolation.py's ``_fixed``): the tasks' Python processes -- the spark-submit
+# drivers too, which keep PYTHONPATH -- load it from PYTHONPATH, and it takes effect once the test
+# creates the flag file: the operator deploying the fix.
+FIXED_VERSION = '''
+import importlib.abc, importlib.util, os, sys
+
+FLAG, BAD = os.environ["TIDELAKE_TEST_FIXED"], "ALTER TABLE shop.a DISCARD TABLESPACE"
+
+
+class _Fixed(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "spark.commit.plan":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            parse = module.parse_ddl
+
+            def handles(sql, database):
+                if sql == BAD and os.path.exists(FLAG):
+                    from spark.tables.ddl import TruncateTable
+
+                    return [(("shop", "a"), TruncateTable())]
+                return parse(sql, database)
+
+            module.parse_ddl = handles
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _Fixed())
+'''
+
+
+def isolation_history() -> list[list]:
+    """tests/spark/test_isolation.py's history: a and b; a statement tidelake cannot apply on a in the
+    second interval, rows of both around it and in the third and fourth."""
+    from cdc_codecs import Op
+    from tests.spark.test_schema_evolution import History, schema
+
+    a = schema("shop", "a", [("id", "int"), ("v", "int")])
+    b = schema("shop", "b", [("id", "int"), ("v", "int")])
+    h, batches = History(), []
+
+    def interval(*changes) -> None:
+        for change in changes:
+            change(h)
+        h.mark()
+        batches.append(h.events)
+        h.events = []
+
+    interval(lambda h: h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", a, kind="CREATE"),
+             lambda h: h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", b, kind="CREATE"),
+             lambda h: h.row(Op.INSERT, a, None, {"id": 1, "v": 1}), lambda h: h.row(Op.INSERT, b, None, {"id": 1, "v": 1}))
+    interval(lambda h: h.row(Op.INSERT, a, None, {"id": 2, "v": 2}), lambda h: h.row(Op.INSERT, b, None, {"id": 2, "v": 2}),
+             lambda h: h.ddl("shop", "a", "ALTER TABLE shop.a DISCARD TABLESPACE", kind="ALTER"),
+             lambda h: h.row(Op.INSERT, a, None, {"id": 3, "v": 3}),
+             lambda h: h.row(Op.UPDATE, b, {"id": 1, "v": 1}, {"id": 1, "v": 10}))
+    interval(lambda h: h.row(Op.INSERT, a, None, {"id": 4, "v": 4}), lambda h: h.row(Op.INSERT, b, None, {"id": 3, "v": 3}))
+    interval(lambda h: h.row(Op.INSERT, a, None, {"id": 5, "v": 5}),
+             lambda h: h.row(Op.UPDATE, b, {"id": 2, "v": 2}, {"id": 2, "v": 20}))
+    return batches
+
+
+def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, make_topic, tmp_path: Path) -> None:
+    """Issue 33: shop.a is isolated for two intervals (a statement this version cannot apply), then a
+    fixed version is deployed and the next scheduled run catches it up. The downstream DAG of
+    docs/operating.md, scheduled on the Asset, exports each event's window (and for a table the event
+    names under ``caught_up``, its changes since the W it was held at); the mirror built from those
+    exports alone ends equal to every table at the last W."""
+    from spark.archive.storage import open_storage
+    from spark.commit.isolation import read_isolated
+
+    db = f"airflow_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    home, pipelines, fixed = tmp_path / "airflow", tmp_path / "pipelines", tmp_path / "fixed-version"
+    pipelines.mkdir()
+    fixed.mkdir()
+    (fixed / "sitecustomize.py").write_text(FIXED_VERSION)
+    flag = tmp_path / "fixed-version-deployed"
+    env = {
+        **os.environ,
+        **AIRFLOW_ENV,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "TIDELAKE_PIPELINES": str(pipelines),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(fixed), os.environ.get("PYTHONPATH")) if p),
+        "TIDELAKE_TEST_FIXED": str(flag),
+    }
+    api_port = free_port()
+    env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
+
+    topic = make_topic(2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    encoder = get_encoder("canal-json")
+    for i, batch in enumerate(isolation_history()):  # interval i's changes in hour i
+        records = encoder.encode_all(batch, 2)
+        for j, r in enumerate(records):
+            ms = int((T0 + dt.timedelta(hours=i, minutes=10)).timestamp() * 1000) + j * 1000
+            producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=ms)
+    assert producer.flush(30) == 0
+    path = pipelines / "mirror.toml"
+    text = (f'name = "mirror"\n[kafka]\nbootstrap_servers = "{kafka.bootstrap}"\n[[topics]]\nname = "{topic}"\n'
+            f'protocol = "canal-json"\n[storage]\nurl = "{tmp_path / "archive"}"\n[schedule]\ncron = "0 * * * *"\n'
+            'start_date = "2024-01-01T00:00:00Z"\nend_date = "2024-01-01T03:00:00Z"\ncatchup = true\nretries = 1\n')
+    path.write_text(text)
+    (tmp_path / "dags").mkdir()
+    shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
+    exports = tmp_path / "mart"
+    (tmp_path / "dags" / "shop_changes.py").write_text(downstream_dag("mirror", path, exports))
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    procs = []
+    try:
+        for component in (["api-server", "--port", str(api_port)], ["scheduler"], ["dag-processor"]):
+            procs.append(start_process_group([AIRFLOW, *component], tmp_path / f"{component[0]}.log", env))
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
+
+        dag_id = "tidelake_mirror"
+
+        def progress():
+            return scheduler_progress(db)
+
+        wait_for("the DAGs to be parsed", lambda: {dag_id, "shop_changes"} <= {d["dag_id"] for d in
+                                                                           json_out(cli("dags", "list", "-o", "json")) or []},
+                 progress)
+        assert cli("dags", "unpause", "shop_changes").returncode == 0  # first: it hears every event
+        assert cli("dags", "unpause", dag_id).returncode == 0
+
+        def all_done(expected: int):
+            rs = json_out(cli("dags", "list-runs", dag_id, "-o", "json")) or []
+            failed = [r for r in rs if r["state"] == "failed"]
+            assert not failed, f"runs failed: {failed}; scheduler log tail: {(tmp_path / 'scheduler.log').read_text()[-3000:]}"
+            return len([r for r in rs if r["state"] == "success"]) >= expected
+
+        def exported(n: int):
+            windows = exported_windows(exports)
+            return windows if len(windows) == n else None
+
+        # Three scheduled intervals with the version that cannot apply a's statement: a is held at W1.
+        wait_for("three scheduled runs", lambda: all_done(3), progress)
+        config = load_pipeline_config(str(path))
+        marks = published_watermarks(config)
+        assert len(marks) == 3
+        held = read_isolated(open_storage(config.storage), config.name)
+        assert list(held) == [("shop", "a")] and held[("shop", "a")].held_at == marks[0], held
+        windows = wait_for("the downstream DAG's three exports", lambda: exported(3), progress)
+        assert [[(t["database"], t["table"]) for t in m["isolated"]] for m in windows] == [[], [("shop", "a")], [("shop", "a")]]
+        assert [e["caught_up"] for e in asset_events(db, "tidelake://mirror/watermark")] == [[], [], []]
+
+        # The fixed version is deployed, and the schedule goes on: the fourth interval's run catches a up.
+        flag.touch()
+        path.write_text(text.replace('end_date = "2024-01-01T03:00:00Z"', 'end_date = "2024-01-01T04:00:00Z"'))
+        wait_for("the fourth run", lambda: all_done(4), progress)
+        final = published_watermarks(config)
+        assert final[:3] == marks and len(final) == 4
+        assert read_isolated(open_storage(config.storage), config.name) == {}
+        events = asset_events(db, "tidelake://mirror/watermark")
+        assert [e["watermark"] for e in events] == final
+        assert [e["caught_up"] for e in events[:3]] == [[], [], []]
+        assert events[3]["caught_up"] == [{"database": "shop", "table": "a", "from_watermark": marks[0],
+                                           "from_watermark_str": str(marks[0])}]
+
+        # The mirror, from the downstream DAG's exports alone: each window's files applied in order by key;
+        # a table a window leaves out (isolated) keeps its rows of the W it was held at.
+        windows = wait_for("the downstream DAG's fourth export", lambda: exported(4), progress)
+        assert [(m["from_watermark"], m["to_watermark"]) for m in windows] == list(zip([0, *final[:-1]], final))
+        # Each file is what its manifest says: the table's changes from its from_watermark -- for a, caught up in
+        # the last window, the W it was held at -- to the window's W.
+        assert [{t["table"]: t["from_watermark"] for t in m["tables"]} for m in windows] == [
+            {"a": 0, "b": 0}, {"b": marks[0]}, {"b": marks[1]}, {"a": marks[0], "b": marks[2]}]
+        mirror: dict[tuple, dict] = {}
+        for m in windows:
+            left_out = {(t["database"], t["table"]) for t in m["isolated"]}
+            for t in m["tables"]:
+                name = (t["database"], t["table"])
+                assert name not in left_out
+                table = mirror.setdefault(name, {})
+                got = pq.read_table(exports / f"{m['from_watermark']:020d}-{m['to_watermark']:020d}" / t["file"])
+                assert got.equals(read_changes(config, t["from_watermark"], m["to_watermark"], [name])[name]), (m, t)
+                assert dict(Counter(got.column("_change_type").to_pylist())) == {k: n for k, n in t["rows"].items() if n}, (m, t)
+                for r in got.to_pylist():
+                    if r["_change_type"] in ("delete", "update_before"):
+                        table.pop(r["id"], None)
+                    else:
+                        table[r["id"]] = (r["id"], r["v"])
+        at_last = {name: sorted((r["id"], r["v"]) for r in rows.to_pylist())
+                   for name, rows in read_pipeline(config, final[-1])[1].items()}
+        assert at_last == {("shop", "a"): [(3, 3), (4, 4), (5, 5)], ("shop", "b"): [(1, 10), (2, 20), (3, 3)]}
+        assert {name: sorted(rows.values()) for name, rows in mirror.items()} == at_last
+    finally:
+        for p in procs:
+            stop_process_group(p)
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()

@@ -688,11 +688,11 @@ def test_a_mirror_built_from_announcements_stays_exact_through_a_catch_up(tmp_pa
         event = asset_event_extra(config.name, announcement(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
         events.append(event)
         previous, new = int(event["previous_watermark_str"]), int(event["watermark_str"])
-        changes = dict(read_changes(config, previous, new))
-        left_out = read_changes(config, previous, new).isolated
-        for c in event["caught_up"]:  # the Ws it missed: from its held W
+        changes = read_changes(config, previous, new)
+        left_out = dict(changes.isolated)
+        for c in event["caught_up"]:  # the Ws it missed: from its held W (docs/operating.md's recipe)
             name = (c["database"], c["table"])
-            changes[name] = read_changes(config, int(c["from_watermark_str"]), new, [name])[name]
+            changes.take(read_changes(config, int(c["from_watermark_str"]), new, [name]))
         for name, rows in changes.items():
             if name in left_out:
                 continue

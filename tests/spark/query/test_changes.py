@@ -418,6 +418,35 @@ def test_isolated_tables_are_left_out_and_named(tmp_path: Path, monkeypatch) -> 
     assert sorted((r["id"], r["v"]) for r in read_table(config, "shop", "a", w3).to_pylist()) == [(3, 3), (4, 4)]
 
 
+def test_a_caught_up_tables_changes_since_its_held_w_replace_the_windows_with_their_description(tmp_path: Path, monkeypatch) -> None:
+    """The recipe of docs/operating.md for an Asset event's ``caught_up``: ``changes.take`` puts the table's
+    changes since its held W in the window's set with what was done for them, and the manifest gives the
+    table that W; a plain assignment left the window's description (its counts) beside the other rows."""
+    from spark.query.changes import ChangesRequestError
+
+    from .test_isolation import _fixed, _history, _pipeline
+
+    _, batches, (w1, w2, w3) = _history()
+    config = _pipeline(tmp_path, "isolate", batches)
+    for i in range(2):
+        apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR)
+    _fixed(monkeypatch)
+    apply_interval(config, T0 + 2 * HOUR, T0 + 3 * HOUR)  # catches a up: held at W1
+    changes = read_changes(config, w2, w3)
+    since_held = read_changes(config, w1, w3, [("shop", "a")])
+    changes.take(since_held)
+    assert changes[("shop", "a")] is since_held[("shop", "a")] and changes.details[("shop", "a")] is since_held.details[("shop", "a")]
+    assert sorted((r["_change_type"], r["id"]) for r in changes[("shop", "a")].to_pylist()) == [
+        ("delete", 1), ("insert", 3), ("insert", 4)]
+    tables = {t["table"]: t for t in changes.manifest()["tables"]}
+    assert (tables["a"]["from_watermark"], tables["a"]["rows"]["delete"], tables["a"]["rows"]["insert"]) == (w1, 1, 2)
+    assert tables["b"]["from_watermark"] == w2 == changes.manifest()["from_watermark"]
+    with pytest.raises(ChangesRequestError, match="must end at the same W"):
+        changes.take(read_changes(config, w1, w2, [("shop", "b")]))
+    with pytest.raises(ChangesRequestError, match="must end at the same W"):
+        changes.take(read_changes(config, w1, w3, [("shop", "a")], before_images=False))
+
+
 def test_a_window_whose_change_log_retention_deleted_fails_naming_it(tmp_path: Path) -> None:
     lake = Lake(tmp_path, "canal-json")
     t = lake.create("t", [("id", "int"), ("v", "int")])
