@@ -424,7 +424,7 @@ def test_a_caught_up_tables_changes_since_its_held_w_replace_the_windows_with_th
     table that W; a plain assignment left the window's description (its counts) beside the other rows."""
     from spark.query.changes import ChangesRequestError
 
-    from .test_isolation import _fixed, _history, _pipeline
+    from tests.spark.test_isolation import _fixed, _history, _pipeline
 
     _, batches, (w1, w2, w3) = _history()
     config = _pipeline(tmp_path, "isolate", batches)
