@@ -28,6 +28,7 @@ CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
 
 
 def output_schema(shown: list[NestedField], dropped_out: list[NestedField], change_col: str, ts_col: str) -> pa.Schema:
+    """The change rows' columns: the change type, the commitTs, W2's columns, then the dropped ones."""
     columns = arrow_schema(Schema(*shown, *dropped_out))
     return pa.schema([pa.field(change_col, pa.string()), pa.field(ts_col, pa.int64()), *columns])
 
@@ -40,7 +41,7 @@ def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str]) -
     if n1 + n2 == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     both = pa.table({f"c{i}": comparable(pa.chunked_array([*before.column(c).chunks, *after.column(c).chunks],
-                                                           before.column(c).type))
+                                                          before.column(c).type))
                      for i, c in enumerate(columns)}) if columns else pa.table({"c": pa.nulls(n1 + n2, pa.int8())})
     order = pc.sort_indices(both, sort_keys=[(c, "ascending") for c in both.column_names]).to_numpy()
     new_group = np.zeros(len(order), bool)
@@ -96,6 +97,9 @@ def assemble(rows1: pa.Table, removed: np.ndarray, before_ts: np.ndarray, before
              added: np.ndarray, after_ts: np.ndarray, after_pair: np.ndarray, shown: list[NestedField],
              dropped_out: list[NestedField], change_col: str, ts_col: str, key: tuple[str, ...],
              ) -> tuple[pa.Table, dict[str, int]]:
+    """The change rows of one table: the rows ``removed`` of ``rows1`` (``delete``, or ``update_before``
+    at ``before_pair``) and ``added`` of ``rows2`` (``insert``, or ``update_after`` at ``after_pair``),
+    with their commitTs, in key order; and the rows per change type."""
     schema = output_schema(shown, dropped_out, change_col, ts_col)
     before_type = np.full(len(removed), DELETE, object)
     before_type[before_pair] = UPDATE_BEFORE
