@@ -93,3 +93,46 @@ def test_every_make_and_tidelake_command_exists(page: Path) -> None:
     assert not wrong, wrong
     if page.name == "README.md":
         assert seen >= 8  # the two commands and the tour's are checked, not skipped by a too narrow pattern
+
+
+# ---------------------------------------------------------------- module names in prose
+
+ROOMS = {p.name for p in (REPO / "spark").iterdir() if (p / "__init__.py").exists()}
+# Where prose names modules: the docs, the deployment, the DAGs and every docstring and comment of spark/.
+PROSE = [*PAGES, *sorted(p for p in (REPO / "deploy").rglob("*") if p.is_file() and p.suffix in (".md", ".toml", ".yaml", ".conf")),
+         *sorted((REPO / "dags").rglob("*.py")), *sorted((REPO / "spark").rglob("*.py"))]
+SPARK_PATH = re.compile(r"(?<![\w/.-])(spark/(?:\w+/)*\w+\.py|spark/\w+/)")
+ROOM_PATH = re.compile(r"(?<![\w/.-])((\w+)/\w+\.py)\b")
+DOTTED = re.compile(r"(?<![\w.])spark((?:\.\w+)+)(?![\w-])")
+
+
+def stale_module_names(path: Path) -> list[str]:
+    """Paths (``spark/x/y.py``, ``x/y.py`` of a spark room) and dotted names (``spark.x.y[.name]``)
+    in ``path``'s text that name no module (or no name of it) of the tree: prose left behind by a
+    move. Dotted names whose room is not a spark room (``spark.sql.catalog``: Spark settings) are not
+    names of ours; test paths may be given from tests/ (``spark/query/test_changes.py``)."""
+    text, out = path.read_text(), []
+    for m in SPARK_PATH.findall(text):
+        if not ((REPO / m).exists() or (REPO / "tests" / m).exists()):
+            out.append(m)
+    for m, room in ROOM_PATH.findall(text):
+        if room in ROOMS and not any((base / m).exists() for base in (REPO / "spark", REPO / "tests" / "spark")):
+            out.append(m)
+    for m in DOTTED.findall(text):
+        parts = m.strip(".").split(".")
+        if parts[0] not in ROOMS:
+            continue
+        for i in range(len(parts), 0, -1):  # the longest prefix that is a module
+            base = REPO.joinpath("spark", *parts[:i])
+            module = next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.exists()), None)
+            if module is not None:
+                break
+        rest = parts[i:]
+        if rest and not rest[0].startswith("__") and not re.search(rf"\b{re.escape(rest[0])}\b", module.read_text()):
+            out.append("spark." + m.strip("."))
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: str(p.relative_to(REPO)))
+def test_prose_names_only_modules_that_exist(path: Path) -> None:
+    assert not stale_module_names(path), f"{path.relative_to(REPO)} names what no longer exists"

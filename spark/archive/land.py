@@ -1,4 +1,4 @@
-"""Step 2 of a run: copy every planned offset range into raw Parquet segments, then publish.
+"""Stage 1, landing: copy every planned offset range into raw Parquet segments, then publish.
 
 ``land_interval`` is idempotent: an interval whose manifest exists is returned as it is;
 otherwise offsets are planned, each range is split into chunks of at most
@@ -218,7 +218,7 @@ def land_interval(
     runner: Runner | None = None,
     storage: Storage | None = None,
 ) -> LandResult:
-    """Land one data interval [start, end) and publish its manifest (steps 1 and 2 of a run)."""
+    """Land one data interval [start, end) and publish its manifest (stage 1 of a run)."""
     if interval_end <= interval_start:
         raise ValueError(f"interval end {interval_end} is not after its start {interval_start}")
     storage = storage or open_storage(config.storage)

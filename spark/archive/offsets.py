@@ -1,4 +1,4 @@
-"""Step 1 of a run: the offset range of every partition for one data interval [s, e).
+"""Stage 1, first: the offset range of every partition for one data interval [s, e).
 
 start = the previous manifest's end (first run: the configured earliest / latest /
 timestamp; a partition added since: earliest); end = the first offset whose broker
@@ -89,7 +89,7 @@ def plan_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
 def snapshot_offsets(
     config: PipelineConfig, interval_start: dt.datetime, interval_end: dt.datetime, storage: Storage | None = None,
 ) -> list[PartitionRange]:
-    """Step 1 of a run as its own task: fix the interval's offset ranges once (create-only).
+    """Stage 1's offsets as their own task: fix the interval's offset ranges once (create-only).
 
     A plan that already exists is reused, so a retried or backfilled run lands exactly the
     ranges its first attempt planned even after more messages arrived.

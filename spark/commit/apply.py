@@ -1,4 +1,4 @@
-"""Steps 3 and 4 of a run: decode, cut at the pipeline watermark, commit, tag, publish.
+"""The run's entry: stages 2 to 5 of an interval (decode, fold, rewrite, commit), then publish W.
 
 ``apply_interval(config, start, end)`` leaves the pipeline published at the watermark W of
 the interval's end, whatever happened before and in whatever order runs come (contract §5),

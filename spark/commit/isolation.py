@@ -11,7 +11,7 @@ the run and goes on with the others:
 - ``<pipeline>/isolated.json`` records it (the error's type and message, the DDL and where it
   came from, the W it is held at, the interval that isolated it); every later published
   record lists it under ``isolated`` (``spark.commit.published``), and reading it at such a W fails
-  with ``query.IsolatedTable`` naming the held W;
+  with ``spark.query.read.IsolatedTable`` naming the held W;
 - every later run tries it again from its held W (``spark.commit.apply`` walks forward from the
   archive as for a table behind): a version of tidelake that handles it, or ``tidelake
   repair``, replays it to the pipeline's W, and the published records of the Ws it missed

@@ -1,4 +1,4 @@
-"""Step 4 of a run: a watermark W is published once every table of the pipeline carries ``wm_<W>``.
+"""Publish, after stage 5: a watermark W is published once every table of the pipeline carries ``wm_<W>``.
 
 The published record ``<pipeline>/published/<W>.json`` is what readers trust: a query "at W"
 reads every table at tag ``wm_<W>`` only if the record exists. It is created once, by the

@@ -71,7 +71,7 @@ def applied_report(*, pipeline: str, outcome: str, start: dt.datetime, end: dt.d
         # Tables this run brought to a W that was published while they were isolated.
         "caught_up": caught_up,
         "seconds": round(seconds, 3),
-        # Where the run's time went: decode (stage 1), fold (3), the tables' rewrites and commits (4);
+        # Where the run's time went: decode (stage 2), fold (3), the tables' rewrites (4) and commits (5);
         # "start Spark" apart, when this interval started it.
         "stage_seconds": {name: round(v, 3) for name, v in stages.items()},
         "ran_in": ran_in,  # "driver": without Spark (driver_max_messages)

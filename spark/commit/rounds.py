@@ -1,4 +1,4 @@
-"""Stage 4's driver side: every table's plan committed, in rounds, one table's failure holding that table.
+"""Stages 4 and 5 from the driver: every table's plan committed, in rounds, one table's failure holding that table.
 
 A round advances every unfinished plan to its next data step (schema changes staged, catalog
 I/O, side by side in threads), then the executors rewrite all of those tables in one job

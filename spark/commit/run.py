@@ -9,20 +9,20 @@ and whose W is published is skipped -- or, for the target, *confirmed* without w
 table's held W) makes the walk replay every interval since, each committing only to the tables
 still below its W.
 
-``IntervalRun`` applies one interval through the stages of docs/data-plane.md, one method per
-step, over the interval's window (``spark.fold.window.IntervalWindow``, the one the change feed
-reads back):
+``IntervalRun`` applies one interval (landed by stage 1) through stages 2 to 5 of
+docs/architecture.md and publishes it, one method per step, over the interval's window
+(``spark.fold.window.IntervalWindow``, the one the change feed reads back):
 
-1. ``decode``: each partition's raw segments from its pending offset to the manifest's end are
-   decoded once into the change log on the executors; the driver reads only their side outputs.
-2. ``quarantine``: undecodable messages are recorded once; ``on_bad_message`` fails or goes on.
-3. ``select``: W = min over every partition of its greatest watermark; the DDL in (W_prev, W].
-4. ``fold``: the changes with W_prev < commitTs <= W folded on the executors into one net change
-   per table, DDL segment and key (``spark.fold``, the one rule in ``net_change``).
-5. ``commit``: per table, executors rewrite the files holding touched keys; the driver commits
-   one transaction per table (``spark.commit.rounds``); a table's own failure holds it.
-6. ``tag``, ``checkpoint``, ``publish``: every table tagged ``wm_<W>``, the checkpoint written,
-   W published last; then the report (``spark.commit.report``).
+- ``decode`` (stage 2): each partition's raw segments from its pending offset to the manifest's end
+  are decoded once into the change log on the executors; the driver reads only their side outputs.
+- ``quarantine``: undecodable messages are recorded once; ``on_bad_message`` fails or goes on.
+- ``select``: W = min over every partition of its greatest watermark; the DDL in (W_prev, W].
+- ``fold`` (stage 3): the changes with W_prev < commitTs <= W folded on the executors into one net
+  change per table, DDL segment and key (``spark.fold``, the one rule in ``net_change``).
+- ``commit`` (stages 4 and 5): per table, executors rewrite the files holding touched keys; the
+  driver commits one transaction per table (``spark.commit.rounds``); a table's own failure holds it.
+- ``tag``, ``checkpoint``, ``publish``: every table tagged ``wm_<W>``, the checkpoint written,
+  W published last; then the report (``spark.commit.report``).
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ class IntervalRun:
         finally:
             fold.close()
 
-    # Stage 1 on the executors: every raw segment is decoded once into the change log; the
+    # Stage 2 on the executors: every raw segment is decoded once into the change log; the
     # driver gets the side outputs (watermarks, DDL, bad messages) and nothing per row.
     def decode(self) -> None:
         needed = len(self.window.needed)
@@ -370,7 +370,7 @@ class IntervalRun:
             self.pending.setdefault((part.topic, part.partition), part.end)
         return fold
 
-    # Stage 4: every table's plan, committed in rounds (spark.commit.rounds).
+    # Stages 4 and 5: every table's plan, rewritten on the executors and committed in rounds (spark.commit.rounds).
     def commit(self, fold: Fold) -> None:
         w = self.w
         # A table past W while W is not published would need rewriting behind main's head: the

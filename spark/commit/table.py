@@ -5,8 +5,9 @@ Progress is recorded with the data: the transaction sets the table property
 interval, so a table is either fully at the new watermark or untouched; in a run without
 renames it also tags the table ``wm_<W>`` (``_stage_tag``), so the tag exists exactly when the
 data does, and the table costs one catalog commit. Rows are
-written copy-on-write by the executors (``Fold.rewrite``: the data files that can hold a
-touched key are rewritten without it, the net rows written as new files); the driver stages
+written by the executors (``Fold.rewrite``: the data files that can hold a touched key get a
+position delete file naming its rows -- merge-on-read, the default -- or are rewritten without it
+-- copy-on-write --, the net rows written as new files); the driver stages
 the removed and added files as one overwrite snapshot per data step (``spark.tables.internals``)
 in the table's transaction, next to its schema changes, and commits once. Each DDL change is one
 small update staged in that transaction (``spark.tables.updates``); this module only decides

@@ -1,1 +1,1 @@
-"""Stage 1 of the data plane: each raw segment decoded once into the change log and a side output."""
+"""Stage 2: each raw segment decoded once into the change log and a side output."""

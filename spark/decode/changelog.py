@@ -4,7 +4,7 @@ Each raw segment is decoded exactly once per decoder version, in offset order wi
 partition; the decoder starts every segment from the ``DecoderState`` the segment before it
 left (announced schemas, the derived clock), so a segment decodes the same whether it follows
 its predecessor in one task or is derived again alone. Executors write the rows; the driver
-(``ensure_change_log``) sees only side outputs. See docs/data-plane.md, section 1.
+(``ensure_change_log``) sees only side outputs. See docs/data-plane.md, section 2.
 
 Change-log rows: one per *key effect* of a row change (an update that changes the key has
 two: the old key deleted, the new one written), each with its ``key_hash``; a file holds

@@ -1,4 +1,4 @@
-"""spark-submit entry point for steps 3 and 4: apply the interval's changes and publish W.
+"""spark-submit entry point for stages 2 to 5: apply the interval's changes and publish W.
 
     spark-submit spark/jobs/apply.py --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
 

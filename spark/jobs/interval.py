@@ -15,7 +15,7 @@ log = logging.getLogger("tidelake.cli")
 
 def run_interval(config: Any, start: dt.datetime, end: dt.datetime, spark_master: str | None = None,
                  progress: Any = None) -> dict[str, Any]:
-    """Steps 1-4 for one interval, in-process (or on Spark with ``spark_master``).
+    """Stages 1 to 5 and publish for one interval, in-process (or on Spark with ``spark_master``).
 
     Returns ``{"land": report, "apply": report}``; the land report always says whether the
     interval's manifest was ``reused`` (landed by an earlier run) and how many ``messages`` it holds.

@@ -1,4 +1,4 @@
-"""spark-submit entry point for steps 1 and 2: snapshot offsets and land raw segments.
+"""spark-submit entry point for stage 1: snapshot offsets and land raw segments.
 
     spark-submit spark/jobs/land.py --config pipeline.toml --start 2024-01-01T00:00:00Z --end 2024-01-01T01:00:00Z
 

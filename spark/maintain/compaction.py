@@ -1,6 +1,6 @@
 """Compaction: bin-pack a table's small data files, per partition (bucket), into target-size files.
 
-Every copy-on-write run leaves a few small files per table; planning and reading cost grows
+Every run leaves a few small files per table (and, merge-on-read, the default, delete files); planning and reading cost grows
 with their number. Compaction uses the data plane's mechanism (``spark.write``): the driver
 plans bins from the branch head's manifests (metadata only), the executors read each bin's
 files and write its rows sorted by key as new files (one task per bin, ``DataFile`` metadata

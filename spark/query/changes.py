@@ -10,14 +10,17 @@ row's columns. Every table's changes span the same two published Ws, so the chan
 How (cost grows with the keys the window changed, not with the tables' sizes):
 
 1. The keys: the window's runs and their change log (``spark.query.changes_log``): the rows each run
-   applied, folded by the one fold rule (``net_change.greatest``) into the last change per key.
+   applied, folded by the one fold rule (``net_change.greatest``) into the last change per key, in
+   the table's own types (``spark.query.changes_keys``); and what the window's DDL did to each
+   table (``spark.query.changes_ddl``).
 2. The images: the rows of those keys only, read at tag ``wm_<W1>`` (before) and ``wm_<W2>``
    (after) with the key-bounded file planning (``spark.query.changes_read``).
-3. The difference: before and after compared as multisets of rows in W2's columns; rows equal on
+3. The difference (``spark.query.changes_diff``): before and after compared as multisets of rows
+   in W2's columns, each change row dated by ``spark.query.changes_ts``; rows equal on
    both sides are no change (a key changed and changed back has no row), a key with one row on
    each side that differs is an ``update_before``/``update_after`` pair, the rest are deletes and
    inserts. A key-less table is a multiset: a row held n times more (or fewer) at W2 is n inserts
-   (deletes).
+   (deletes). Without before images, ``spark.query.changes_after`` instead.
 
 Tables are matched by upstream name: ``db.t``'s changes turn ``db.t`` at W1 into ``db.t`` at W2.
 A table is read whole on both sides (and its changes are still only the rows that differ) when the
@@ -33,75 +36,55 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+from pyiceberg.types import NestedField
 
-from spark.tables import catalog as cat
+from spark.archive.storage import Storage, open_storage
+from spark.config import PipelineConfig
+from spark.core.watermark import tag_name, watermark_time
 from spark.query import read as query
-from spark.query.names import QueryError
-from spark.commit.plan import ddl_changes
+from spark.query.changes_after import after_images, key_fields_at
+from spark.query.changes_ddl import TableDdl, TableRef, ddl_by_table
+from spark.query.changes_diff import (
+    AFTER_IMAGE_TYPES,
+    CHANGE_TYPE,
+    CHANGE_TYPES,
+    COMMIT_TS,
+    DELETE,
+    INSERT,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    UPSERT,
+    assemble,
+    multiset_difference,
+    output_schema,
+    update_pairs,
+)
+from spark.query.changes_keys import typed_keys
 from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
+from spark.query.changes_ts import image_ts
+from spark.query.names import QueryError
+from spark.tables import catalog as cat
 from spark.tables.properties import upstream_schema_at
-from spark.config import PipelineConfig
-from spark.tables.ddl import (
-    AddColumn,
-    AddPartitions,
-    CoalescePartitions,
-    MoveColumn,
-    ReorganizePartitions,
-    SetPartitioning,
-    ChangeColumnType,
-    CreateTable,
-    CreateTableLike,
-    DdlParseError,
-    DropColumn,
-    DropDatabase,
-    DropPartitions,
-    DropTable,
-    ExchangePartition,
-    RenameColumn,
-    RenameTable,
-    SetKeyColumns,
-    TruncatePartitions,
-    TruncateTable,
-)
-from spark.decode.effect import decode_effect
-from spark.core.key_match import key_matches
-from spark.commit.isolation import statement_tables
-from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
-from spark.archive.storage import Storage, open_storage
-from spark.core.watermark import tag_name, watermark_time
+from spark.tables.schema_map import metadata_columns
 
-__all__ = ["CHANGE_TYPES", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError", "ChangesUnavailable",
-           "TableChanges",
-           "read_changes"]
-
-TableRef = tuple[str, str]
+__all__ = ["AFTER_IMAGE_TYPES", "CHANGE_TYPES", "DELETE", "INSERT", "KEYS", "NOTHING", "UPDATE_AFTER", "UPDATE_BEFORE",
+           "UPSERT", "WHOLE", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError",
+           "ChangesUnavailable", "TableChanges", "multiset_difference", "read_changes"]
 
 
 class ChangesRequestError(ChangesError, QueryError):
     """The request is wrong: ``from_w`` after ``to_w``, or a table the pipeline does not have."""
 
 
-INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
-CHANGE_TYPES = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
-# Without before images (``before_images=False``): a touched key's row at W2, or its deletion (the
-# key's columns, the others NULL). What a MERGE, a cache or a search index applies, idempotently.
-UPSERT = "upsert"
-AFTER_IMAGE_TYPES = (UPSERT, DELETE)
-CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
 KEYS, WHOLE, NOTHING = "keys", "whole", "nothing"  # how a table's images were read
-# DDL that keeps every row as it is (none is read whole for them): the partitioning's layout and
-# the columns' order. Any other change not handled by name reads its table whole.
-ROW_PRESERVING = (SetPartitioning, AddPartitions, CoalescePartitions, ReorganizePartitions, MoveColumn)
 
 
 @dataclass(frozen=True)
@@ -216,99 +199,6 @@ def _names(wanted: Iterable[str | TableRef], known: set[TableRef]) -> set[TableR
     return out
 
 
-# ---------------------------------------------------------------- the window's DDL, per table
-
-
-@dataclass
-class _Ddl:
-    """What the window's DDL did to one table name."""
-
-    whole: list[str] = field(default_factory=list)  # why its images must be read whole
-    columns: set[str] = field(default_factory=set)  # columns a column DDL named (casefolded)
-    last_ts: int = 0  # commitTs of the last DDL naming it
-    rows_ts: int = 0  # ... of the last one that changed its rows wholesale (a reason in ``whole``)
-    # CommitTs of the DDL that changed rows under the name without row events: that filled a column
-    # for the existing rows (ADD COLUMN ... DEFAULT), that brought rows to the name (a rename onto
-    # it), that took rows from it (TRUNCATE, DROP TABLE / DATABASE / PARTITION, a rename away).
-    filled: list[int] = field(default_factory=list)
-    arrived: list[int] = field(default_factory=list)
-    removed: list[int] = field(default_factory=list)
-
-    def merged(self, other: _Ddl) -> _Ddl:
-        return _Ddl([*self.whole, *other.whole], self.columns | other.columns, max(self.last_ts, other.last_ts),
-                    max(self.rows_ts, other.rows_ts), sorted([*self.filled, *other.filled]),
-                    sorted([*self.arrived, *other.arrived]), sorted([*self.removed, *other.removed]))
-
-
-def _ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef, _Ddl], dict[str, _Ddl], list[str]]:
-    """Per table name and per database (DROP DATABASE), what the window's DDL did; and reasons that
-    hold for every table (a DDL that names no table tidelake can tell)."""
-    tables: dict[TableRef, _Ddl] = {}
-    databases: dict[str, _Ddl] = {}
-    everywhere: list[str] = []
-
-    def note(ref: TableRef, ts: int, whole: str | None = None, column: str | None = None, filled: bool = False,
-             arrived: bool = False, removed: bool = False) -> None:
-        d = tables.setdefault(ref, _Ddl())
-        d.last_ts = max(d.last_ts, ts)
-        if whole:
-            d.whole.append(whole)
-            d.rows_ts = max(d.rows_ts, ts)
-        if column is not None:
-            d.columns.add(column.casefold())
-        if filled:
-            d.filled.append(ts)
-        if arrived:
-            d.arrived.append(ts)
-        if removed:
-            d.removed.append(ts)
-
-    for e in window.ddls():
-        ts, sql = e.commit_ts or 0, e.sql
-        try:
-            changes = ddl_changes(e)
-        except DdlParseError:
-            refs = statement_tables(e)
-            if not refs:
-                everywhere.append(f"a DDL tidelake cannot parse, naming no table: {sql!r}")
-            for ref in sorted(refs):
-                note(ref, ts, f"a DDL tidelake cannot parse: {sql!r}")
-            continue
-        for ref, change in changes:
-            if isinstance(change, RenameTable):
-                note(ref, ts, f"renamed in the window: {sql!r}", removed=True)
-                note((change.database, change.table), ts, f"renamed in the window: {sql!r}", arrived=True)
-            elif isinstance(change, DropDatabase):
-                d = databases.setdefault(change.database, _Ddl())
-                d.whole.append(f"its database was dropped in the window: {sql!r}")
-                d.last_ts = d.rows_ts = max(d.last_ts, ts)
-                d.removed.append(ts)
-            elif isinstance(change, (CreateTable, CreateTableLike, DropTable, TruncateTable, DropPartitions,
-                                     TruncatePartitions, SetKeyColumns)):
-                what = type(change).__name__
-                takes = isinstance(change, (DropTable, TruncateTable, DropPartitions, TruncatePartitions))
-                note(change.table if isinstance(change, CreateTableLike) else ref, ts, f"{what} in the window: {sql!r}",
-                     removed=takes)
-            elif isinstance(change, AddColumn):
-                fills = change.default is not None or not change.column.nullable
-                note(ref, ts, f"a column added with a value for the existing rows: {sql!r}" if fills else None,
-                     change.column.name, filled=fills)
-            elif isinstance(change, DropColumn):
-                note(ref, ts, column=change.name)
-            elif isinstance(change, RenameColumn):
-                note(ref, ts, column=change.old)
-                note(ref, ts, column=change.new)
-            elif isinstance(change, ChangeColumnType):
-                note(ref, ts, column=change.name)
-            elif isinstance(change, ExchangePartition):  # rows move both ways without row events
-                note(ref, ts, f"a partition exchanged in the window: {sql!r}", arrived=True, removed=True)
-            elif isinstance(change, ROW_PRESERVING):
-                note(ref, ts)
-            else:  # a change not known to keep the rows: read whole rather than miss rows it moved
-                note(ref, ts, f"{type(change).__name__} in the window: {sql!r}")
-    return tables, databases, everywhere
-
-
 # ---------------------------------------------------------------- the change feed
 
 
@@ -368,11 +258,11 @@ def read_changes(config: PipelineConfig, from_w: query.At, to_w: query.At = "lat
     else:
         window = open_window(config, storage, query.published(config, w1, storage), query.published(config, w2, storage))
     touched = window.touched(None if tables is None else names, runner) if window is not None else None
-    by_table, by_database, everywhere = _ddl_by_table(window, config) if window is not None else ({}, {}, [])
+    by_table, by_database, everywhere = ddl_by_table(window, config) if window is not None else ({}, {}, [])
     progress("change log", 1, 1)
     progress("tables", 0, len(names))
     for i, name in enumerate(sorted(names)):
-        ddl = by_table.get(name, _Ddl())
+        ddl = by_table.get(name, TableDdl())
         dropped_db = by_database.get(name[0])
         if dropped_db is not None:
             ddl = ddl.merged(dropped_db)
@@ -407,7 +297,7 @@ def _upstream(view: query.View, name: TableRef) -> tuple[Schema, list[NestedFiel
     return schema, upstream, commit
 
 
-def _table_changes(name: TableRef, before: query.View, after: query.View, touched: pa.Table | None, ddl: _Ddl,
+def _table_changes(name: TableRef, before: query.View, after: query.View, touched: pa.Table | None, ddl: TableDdl,
                    everywhere: list[str], window: Window | None, before_images: bool = True,
                    ) -> tuple[pa.Table, TableChanges]:
     t1, t2 = before.tables.get(name), after.tables.get(name)
@@ -464,15 +354,15 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
 
     fields2 = {f.name: f for f in shown}
     match = list(key) if key else [f.name for f in shown]
-    typed = _typed_keys(touched, Schema(*[fields2[m] for m in match]), upstream_types, bool(key)) if keys_touched else None
+    typed = typed_keys(touched, Schema(*[fields2[m] for m in match]), upstream_types, bool(key)) if keys_touched else None
     if typed is None and not reasons:
         reasons.append("a touched key's values do not fit the table's columns")
     whole = bool(reasons)
     if not before_images and key:
-        w1_keys = _key_fields_at(key, fields2, up1, same) if whole and t1 is not None else []
+        w1_keys = key_fields_at(key, fields2, up1, same) if whole and t1 is not None else []
         if not whole or t1 is None or w1_keys is not None:
-            table, counts = _after_images(t1, t2, w1, w2, key, shown, dropped_out, change_col, ts_col, commit_field,
-                                          typed, None if whole else typed.keys, w1_keys, ddl)  # type: ignore[union-attr]
+            table, counts = after_images(t1, t2, w1, w2, key, shown, dropped_out, change_col, ts_col, commit_field,
+                                         typed, None if whole else typed.keys, w1_keys, ddl)  # type: ignore[union-attr]
             return table, TableChanges(*name, WHOLE if whole else KEYS, "; ".join(dict.fromkeys(reasons)) or None,
                                        keys_touched, counts, change_col, ts_col, tuple(f.name for f in dropped_out))
 
@@ -501,240 +391,22 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     compare = [f.name for f in shown]
     removed, added = multiset_difference(rows1.select(compare), after_rows, compare)
     pair_key = key if key and all(k in compare for k in key) else ()
-    pairs = _pairs(rows1.take(pa.array(removed, pa.int64())), after_rows.take(pa.array(added, pa.int64())), pair_key)
+    pairs = update_pairs(rows1.take(pa.array(removed, pa.int64())), after_rows.take(pa.array(added, pa.int64())), pair_key)
 
-    # _commit_ts, the commitTs of what produced the row: an after image's own (its last change) when
-    # the window wrote it, else its key's last change in the change log (a key-less table's image),
-    # else the table's last DDL in the window -- but a column filled for the existing rows (ADD
-    # COLUMN ... DEFAULT) after that produced the image, and a rename onto the name after it produced
-    # an insert. An update's before image has its after image's. A row deleted whose key's last
-    # change wrote it was taken by a DDL (TRUNCATE, a DROP, a rename away): the first after that write.
-    fallback = ddl.rows_ts or ddl.last_ts or w2
+    # _commit_ts (``spark.query.changes_ts``): an after image's own when the window wrote it.
     before_pair, after_pair = pairs
-    after_ts = np.zeros(len(added), np.int64)
+    own_ts = np.zeros(len(added), np.int64)
     if rows2 is not None and len(added):
         own = pc.fill_null(rows2.column(commit_field.name).take(pa.array(added, pa.int64())), 0)  # type: ignore[union-attr]
-        after_ts = own.to_numpy().astype(np.int64)
-    older = np.flatnonzero(after_ts <= w1)
-    after_ts[older] = _logged(after_rows, added[older], typed, match, fallback)[0]
-    after_ts = np.maximum(after_ts, max(ddl.filled, default=0))
-    inserts = np.setdiff1d(np.arange(len(added)), after_pair)
-    after_ts[inserts] = np.maximum(after_ts[inserts], max(ddl.arrived, default=0))
-    before_ts = np.zeros(len(removed), np.int64)
-    before_ts[before_pair] = after_ts[after_pair]  # an update's before image: the update's commitTs
-    alone = np.setdiff1d(np.arange(len(removed)), before_pair)
-    before_ts[alone] = _deleted_ts(rows1, removed[alone], typed, match, fallback, ddl.removed, w1)
+        own_ts = own.to_numpy().astype(np.int64)
+    before_ts, after_ts = image_ts(rows1, removed, before_pair, after_rows, added, after_pair, own_ts, typed, match,
+                                   ddl, w1, w2)
 
-    table, counts = _assemble(rows1, removed, before_ts, before_pair, after_rows, added, after_ts, after_pair, shown,
-                              dropped_out, change_col, ts_col, pair_key)
+    table, counts = assemble(rows1, removed, before_ts, before_pair, after_rows, added, after_ts, after_pair, shown,
+                             dropped_out, change_col, ts_col, pair_key)
     details = TableChanges(*name, WHOLE if whole else KEYS, "; ".join(dict.fromkeys(reasons)) or None, keys_touched, counts,
                            change_col, ts_col, tuple(f.name for f in dropped_out))
     return table, details
-
-
-@dataclass(frozen=True)
-class _TouchedKeys:
-    """The window's touched keys in the table's own types (``keys``: the key columns, or a key-less
-    table's whole rows), with per key the commitTs of its last change and whether that change
-    deleted it -- beside the keys, not as columns among them: an upstream column may have any name."""
-
-    keys: pa.Table
-    ts: np.ndarray
-    deleted: np.ndarray
-
-
-def _key_fields_at(key: tuple[str, ...], fields2: Mapping[str, NestedField], up1: list[NestedField],
-                   same: bool) -> list[NestedField] | None:
-    """W1's fields of W2's key columns, in W2's types (by field id in the same table, else by name);
-    None if one is not a column at W1."""
-    ids1, names1 = {f.field_id for f in up1}, {f.name: f for f in up1}
-    out = []
-    for k in key:
-        f = fields2[k]
-        if same and f.field_id in ids1:
-            out.append(f)
-        elif not same and k in names1:
-            out.append(NestedField(names1[k].field_id, k, f.field_type, required=False))
-        else:
-            return None
-    return out
-
-
-def _after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown: list[NestedField],
-                  dropped_out: list[NestedField], change_col: str, ts_col: str, commit_field: NestedField | None,
-                  typed: _TouchedKeys | None, keys_arg: pa.Table | None, w1_keys: list[NestedField],
-                  ddl: _Ddl) -> tuple[pa.Table, dict[str, int]]:
-    """``read_changes(before_images=False)`` for one keyed table: ``upsert`` each touched key's row at
-    W2 (every row, ``keys_arg`` None: a table the window changed wholesale), ``delete`` each touched
-    key without one (wholesale: each key of W1, read alone, without one at W2)."""
-    match = list(key)
-    fallback = ddl.rows_ts or ddl.last_ts or w2
-    if t2 is not None:
-        # Only files written after W1 can hold a touched key's row at W2 (its change came after W1).
-        recent = (commit_field.field_id, w1) if keys_arg is not None and commit_field is not None else None
-        rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, Schema(*shown, commit_field), match,
-                          keys_arg, recent)
-    else:
-        rows2 = arrow_schema(Schema(*shown)).empty_table()
-    after = rows2.select([f.name for f in shown])
-    after_ts = np.zeros(after.num_rows, np.int64)
-    if t2 is not None and after.num_rows:
-        after_ts = pc.fill_null(rows2.column(commit_field.name), 0).to_numpy().astype(np.int64)  # type: ignore[union-attr]
-    older = np.flatnonzero(after_ts <= w1)
-    after_ts[older] = _logged(after, older, typed, match, fallback)[0]
-    after_ts = np.maximum(after_ts, max([*ddl.filled, *ddl.arrived], default=0))
-    if keys_arg is not None:  # the touched keys without a row at W2
-        gone_keys = keys_arg.select(match)
-        _, present = key_matches(after.select(match), gone_keys, match) if after.num_rows else (None, np.zeros(0, np.int64))
-        gone = np.setdiff1d(np.arange(gone_keys.num_rows), present)
-        gone_ts = typed.ts[gone] if typed is not None else np.full(len(gone), fallback, np.int64)
-    else:  # W1's keys (their columns alone) without a row at W2
-        keys1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, Schema(*w1_keys)) if t1 is not None \
-            else arrow_schema(Schema(*w1_keys)).empty_table()
-        gone_keys = keys1.rename_columns(match)
-        matched = key_matches(gone_keys, after.select(match), match)[0] if gone_keys.num_rows and after.num_rows \
-            else np.zeros(0, np.int64)
-        gone = np.setdiff1d(np.arange(gone_keys.num_rows), matched)
-        gone_ts = _deleted_ts(gone_keys, gone, typed, match, fallback, ddl.removed, w1)
-    schema = _output_schema(shown, dropped_out, change_col, ts_col)
-    columns = arrow_schema(Schema(*shown, *dropped_out))
-    deleted = gone_keys.take(pa.array(gone, pa.int64()))
-    upserts = pa.Table.from_arrays(
-        [pa.array(np.full(after.num_rows, UPSERT, object), pa.string()), pa.array(after_ts, pa.int64()),
-         *after.columns, *(pa.nulls(after.num_rows, columns.field(f.name).type) for f in dropped_out)], schema=schema)
-    deletes = pa.Table.from_arrays(
-        [pa.array(np.full(len(gone), DELETE, object), pa.string()), pa.array(gone_ts, pa.int64()),
-         *(deleted.column(f.name).cast(columns.field(f.name).type) if f.name in match
-           else pa.nulls(len(gone), columns.field(f.name).type) for f in [*shown, *dropped_out])], schema=schema)
-    table = pa.concat_tables([deletes, upserts])
-    order = pa.table({**{f"c{i}": _comparable(table.column(k)) for i, k in enumerate(match)},
-                      "side": np.concatenate([np.zeros(len(gone), np.int8), np.ones(after.num_rows, np.int8)])})
-    table = table.take(pc.sort_indices(order, sort_keys=[(c, "ascending") for c in order.column_names]))
-    return table, {UPSERT: after.num_rows, DELETE: len(gone)}
-
-
-def _logged(rows: pa.Table, taken: np.ndarray, typed: _TouchedKeys | None, match: list[str],
-            default: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row ``taken`` of ``rows``: the commitTs of its key's last change in the change log (or
-    ``default`` where the change log has none), and whether the change log has one."""
-    out, found = np.full(len(taken), default, np.int64), np.zeros(len(taken), bool)
-    if typed is None or not len(taken) or typed.keys.num_rows == 0:
-        return out, found
-    row, hit = key_matches(rows.take(pa.array(taken, pa.int64())).select(match), typed.keys.select(match), match)
-    if not len(row):
-        return out, found
-    latest = np.zeros(len(taken), np.int64)
-    np.maximum.at(latest, row, typed.ts[hit])
-    found[row] = True
-    return np.where(found, latest, out), found
-
-
-def _deleted_ts(rows: pa.Table, taken: np.ndarray, typed: _TouchedKeys | None, match: list[str], default: int,
-                removals: list[int], w1: int) -> np.ndarray:
-    """The commitTs of what deleted each row ``taken`` of ``rows`` (rows of W1 not at W2, no update's
-    before image): its key's last change when that deleted it, else the first DDL that took rows from
-    the table after that change (after W1 when the change log has none); else ``default``."""
-    ts, found = _logged(rows, taken, typed, match, default)
-    if not removals or not len(taken):
-        return ts
-    wrote = np.ones(len(taken), bool)  # without a change in the log, the row was last written at or before W1
-    if typed is not None and found.any():
-        row, hit = key_matches(rows.take(pa.array(taken, pa.int64())).select(match), typed.keys.select(match), match)
-        last = np.full(len(taken), -1, np.int64)
-        np.maximum.at(last, row, typed.ts[hit])
-        deleted = np.zeros(len(taken), bool)
-        newest = typed.ts[hit] == last[row]
-        deleted[row[newest]] = typed.deleted[hit][newest]
-        wrote = ~deleted
-    since = np.where(found, ts, w1)
-    ordered = np.sort(np.asarray(removals, np.int64))
-    at = np.searchsorted(ordered, since, side="right")  # the first removal after the key's last write
-    taken_by_ddl = wrote & (at < len(ordered))
-    return np.where(taken_by_ddl, ordered[np.minimum(at, len(ordered) - 1)], ts)
-
-
-def _typed_keys(touched: pa.Table, schema: Schema, upstream_types: Mapping[str, str], keyed: bool) -> _TouchedKeys | None:
-    """The touched keys in the table's own types (as ``spark.write.upsert`` types a run's net
-    rows); None if a value does not fit.
-
-    Integer and string keys are read back from the change log's canonical key bytes
-    (``net_change.key_bytes``); other keys, and a key-less table's images, from the change."""
-    typed = _key_column_from_bytes(touched.column("key"), schema, upstream_types) if keyed else None
-    if typed is None:
-        images = _keys_from_bytes(touched.column("key").to_pylist(), schema, upstream_types) if keyed else None
-        if images is None:
-            images = [decode_effect(blob)[1] for blob in touched.column("change").to_pylist()]
-        try:
-            typed = arrow_table(schema, images, upstream_types)
-        except UnsupportedValue:
-            return None
-    return _TouchedKeys(typed, touched.column("ts").to_numpy().astype(np.int64),
-                        touched.column("deletes").to_numpy(zero_copy_only=False).astype(bool))
-
-
-def _key_column_from_bytes(keys: pa.ChunkedArray, schema: Schema, upstream_types: Mapping[str, str]) -> pa.Table | None:
-    """``_keys_from_bytes`` for a one-column key, in Arrow: ``<length>:<tag><value>`` per key."""
-    if len(schema.fields) != 1 or not len(keys):
-        return None
-    field = schema.fields[0]
-    tag = _KEY_TAGS.get(type(field.field_type))
-    if tag is None or upstream_types.get(field.name, "").lower().startswith(("enum", "set")):
-        return None
-    try:
-        text = pc.cast(keys, pa.string())
-    except pa.ArrowInvalid:
-        return None  # a lone surrogate (key_bytes keeps it): the Python path reads it
-    parts = pc.split_pattern(text, ":", max_splits=1)
-    length, value = pc.list_element(parts, 0), pc.list_element(parts, 1)
-    if not pc.all(pc.equal(pc.cast(length, pa.int64()), pc.utf8_length(value).cast(pa.int64()))).as_py():
-        return None  # more than one key part
-    null = pc.equal(value, "0")
-    body = pc.utf8_slice_codeunits(value, 1)
-    tagged = pc.or_(null, pc.starts_with(value, tag))
-    if tag == "n":
-        tagged = pc.and_(tagged, pc.or_(null, pc.match_substring_regex(body, r"^-?[0-9]+$")))
-    if not pc.all(tagged).as_py():
-        return None
-    values = pc.if_else(null, pa.scalar(None, pa.string()), body)
-    target = arrow_schema(schema).field(0).type
-    try:
-        column = pc.cast(values, target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None  # out of the column's range: the rows decide
-    return pa.table({field.name: column})
-
-
-_KEY_TAGS = {IntegerType: "n", LongType: "n", StringType: "s"}
-
-
-def _keys_from_bytes(keys: list[bytes], schema: Schema, upstream_types: Mapping[str, str]) -> list[dict[str, Any]] | None:
-    """Key values parsed from ``key_bytes`` (length-prefixed tagged texts), when every key column is
-    an integer or a string (not an ENUM or SET, which some protocols send as an index or a mask)
-    and every key reads as such; else None."""
-    tags = [_KEY_TAGS.get(type(f.field_type)) for f in schema.fields]
-    if None in tags or any(upstream_types.get(f.name, "").lower().startswith(("enum", "set")) for f in schema.fields):
-        return None
-    names = [f.name for f in schema.fields]
-    out = []
-    for raw in keys:
-        text, at, values = raw.decode("utf-8", "surrogatepass"), 0, []
-        while at < len(text):
-            colon = text.index(":", at)
-            end = colon + 1 + int(text[at:colon])
-            values.append(text[colon + 1:end])
-            at = end
-        if len(values) != len(tags):
-            return None
-        row = {}
-        for name, tag, value in zip(names, tags, values):
-            if value == "0":
-                row[name] = None
-            elif value[:1] != tag or (tag == "n" and not value[1:].lstrip("-").isdigit()):
-                return None
-            else:
-                row[name] = int(value[1:]) if tag == "n" else value[1:]
-        out.append(row)
-    return out
 
 
 def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField], dropped_out: list[NestedField]) -> pa.Table:
@@ -752,102 +424,4 @@ def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField
 
 
 def _empty(shown: list[NestedField], dropped_out: list[NestedField], change_col: str, ts_col: str) -> pa.Table:
-    return _output_schema(shown, dropped_out, change_col, ts_col).empty_table()
-
-
-def _output_schema(shown: list[NestedField], dropped_out: list[NestedField], change_col: str, ts_col: str) -> pa.Schema:
-    columns = arrow_schema(Schema(*shown, *dropped_out))
-    return pa.schema([pa.field(change_col, pa.string()), pa.field(ts_col, pa.int64()), *columns])
-
-
-# ---------------------------------------------------------------- comparing images
-
-
-def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Which rows of ``before`` are not in ``after`` and the other way round, as multisets of rows
-    over ``columns``: (indices of ``before`` removed, indices of ``after`` added). Of k equal rows
-    that lose n copies, the first n go; NULL equals NULL, NaN equals NaN."""
-    n1, n2 = before.num_rows, after.num_rows
-    if n1 + n2 == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    both = pa.table({f"c{i}": _comparable(pa.chunked_array([*before.column(c).chunks, *after.column(c).chunks],
-                                                           before.column(c).type))
-                     for i, c in enumerate(columns)}) if columns else pa.table({"c": pa.nulls(n1 + n2, pa.int8())})
-    order = pc.sort_indices(both, sort_keys=[(c, "ascending") for c in both.column_names]).to_numpy()
-    new_group = np.zeros(len(order), bool)
-    new_group[0] = True
-    for name in both.column_names:
-        values = both.column(name).take(pa.array(order)).combine_chunks()
-        if len(values) > 1:
-            new_group[1:] |= ~_same(values.slice(1), values.slice(0, len(values) - 1))
-    group = np.empty(len(order), np.int64)
-    group[order] = np.cumsum(new_group) - 1
-    g1, g2 = group[:n1], group[n1:]
-    groups = int(group.max()) + 1
-    c1, c2 = np.bincount(g1, minlength=groups), np.bincount(g2, minlength=groups)
-    return _first_copies(g1, np.maximum(c1 - c2, 0)), _first_copies(g2, np.maximum(c2 - c1, 0))
-
-
-def _first_copies(group: np.ndarray, excess: np.ndarray) -> np.ndarray:
-    """Indices of the first ``excess[g]`` rows of each group g (in index order)."""
-    order = np.argsort(group, kind="stable")
-    ordered = group[order]
-    rank = np.arange(len(order)) - np.searchsorted(ordered, ordered, "left")
-    return np.sort(order[rank < excess[ordered]]).astype(np.int64)
-
-
-def _comparable(column: pa.ChunkedArray) -> pa.Array:
-    """A column Arrow can sort and compare: nested values as their JSON text."""
-    t = column.type
-    if pa.types.is_nested(t) or pa.types.is_dictionary(t):
-        return pa.array([None if v is None else orjson.dumps(v, default=str).decode() for v in column.to_pylist()], pa.string())
-    return column.combine_chunks()
-
-
-def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
-    equal = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
-    both_null = pc.and_(pc.is_null(a), pc.is_null(b)).to_numpy(zero_copy_only=False)
-    out = equal | both_null
-    if pa.types.is_floating(a.type):
-        out |= pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(zero_copy_only=False)
-    return out
-
-
-def _pairs(removed: pa.Table, added: pa.Table, key: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(positions in ``removed``, positions in ``added``) of rows sharing a key with exactly one row
-    on each side: an update's before and after images."""
-    if not key or not removed.num_rows or not added.num_rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    row, other = key_matches(removed.select(list(key)), added.select(list(key)), list(key))
-    once = (np.bincount(row, minlength=removed.num_rows)[row] == 1) & (np.bincount(other, minlength=added.num_rows)[other] == 1)
-    return row[once], other[once]
-
-
-def _assemble(rows1: pa.Table, removed: np.ndarray, before_ts: np.ndarray, before_pair: np.ndarray, rows2: pa.Table,
-              added: np.ndarray, after_ts: np.ndarray, after_pair: np.ndarray, shown: list[NestedField],
-              dropped_out: list[NestedField], change_col: str, ts_col: str, key: tuple[str, ...],
-              ) -> tuple[pa.Table, dict[str, int]]:
-    schema = _output_schema(shown, dropped_out, change_col, ts_col)
-    before_type = np.full(len(removed), DELETE, object)
-    before_type[before_pair] = UPDATE_BEFORE
-    after_type = np.full(len(added), INSERT, object)
-    after_type[after_pair] = UPDATE_AFTER
-    b = rows1.take(pa.array(removed, pa.int64()))
-    a = rows2.take(pa.array(added, pa.int64()))
-    a = pa.Table.from_arrays([*a.columns, *(pa.nulls(a.num_rows, arrow_schema(Schema(f)).field(0).type) for f in dropped_out)],
-                             schema=arrow_schema(Schema(*shown, *dropped_out)))
-    b = b.select([f.name for f in [*shown, *dropped_out]])
-    parts = [pa.Table.from_arrays([pa.array(before_type, pa.string()), pa.array(before_ts, pa.int64()), *b.columns], schema=schema),
-             pa.Table.from_arrays([pa.array(after_type, pa.string()), pa.array(after_ts, pa.int64()), *a.columns], schema=schema)]
-    table = pa.concat_tables(parts)
-    # Each update's two images together, in key order, before images first; a key-less table's rows
-    # in the order of their values: the same bytes whatever order the data files hold the rows in.
-    # The sort's columns are a table of their own: an upstream column may have any name.
-    by = list(key) or [f.name for f in shown]
-    order = pa.table({**{f"c{i}": _comparable(table.column(c)) for i, c in enumerate(by)},
-                      "side": np.concatenate([np.zeros(len(removed), np.int8), np.ones(len(added), np.int8)]),
-                      "ts": np.concatenate([before_ts, after_ts]).astype(np.int64)})
-    table = table.take(pc.sort_indices(order, sort_keys=[(c, "ascending") for c in order.column_names]))
-    counts = {t: int(n) for t, n in zip(CHANGE_TYPES, (np.sum(after_type == INSERT), np.sum(before_type == DELETE),
-                                                       len(before_pair), len(after_pair)))}
-    return table, counts
+    return output_schema(shown, dropped_out, change_col, ts_col).empty_table()

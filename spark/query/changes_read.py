@@ -5,7 +5,7 @@ widened or added since a file was written read as the table reads them; a column
 is NULL) and applies the file's position deletes.
 
 With touched keys it reads only what can hold them: the files the key-bounded plan keeps
-(``iceberg.files.key_file_pairs``: key bounds and partition values of each file), in each of those
+(``spark.tables.files.key_file_pairs``: key bounds and partition values of each file), in each of those
 the row groups whose key statistics meet a key, of those the key columns first, and the other
 columns only of the row groups where a touched key is live. Files are written sorted by key, so
 the keys a window changes find their rows in few row groups when the changes are clustered

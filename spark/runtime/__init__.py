@@ -1,3 +1,4 @@
 """Where a run executes: Spark sessions (``session``), the embedded Kafka/S3 of a first run (``embedded``),
-object-store credentials (``credentials``), the Spark or in-process plane for row work (``plane``) and
-what every task body shares (``tasks``)."""
+object-store credentials (``credentials``), where a stage's tasks run (``runners``: in process, on
+Spark, or Spark started when first needed) and what every task body shares (``tasks``); the plane
+for row work is ``spark.write.plane``."""

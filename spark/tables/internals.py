@@ -3,7 +3,7 @@
 Written for pyiceberg 0.12.0. pyiceberg has no public "write these rows to data files and give me
 their ``DataFile``s" nor "commit this set of removed and added files as one snapshot"; both exist
 inside it (``Transaction.append``/``overwrite`` use them). Every private name tidelake relies on is
-used here, once, in a small function; ``tests/spark/write/test_internals.py`` asserts the names,
+used here, once, in a small function; ``tests/spark/tables/test_internals.py`` asserts the names,
 signatures and round-trip behaviour, so an upgrade that changes them fails there, loudly, and not
 in a pipeline.
 """

@@ -17,7 +17,7 @@ out again for the new key (``lay_out``): new files follow the new spec and sort 
 already written keep theirs. Caveat: Iceberg refuses to drop a column the default partition spec
 or sort order uses, and pyiceberg 0.12 cannot read manifests of a spec whose source column is gone
 while they hold live files: dropping a column a bucket spec of live files uses is refused
-(``commit._stop_laying_out_by``).
+(``updates._stop_laying_out_by``).
 """
 
 from __future__ import annotations

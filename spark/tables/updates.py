@@ -231,7 +231,7 @@ def _add_column(change: AddColumn, u: SchemaUpdate) -> None:
 def _not_a_partition_field(u: SchemaUpdate, column: str, what: str) -> None:
     """Iceberg (pyiceberg) refuses a column named like a partition field of any of the table's
     specs, old ones too, and a spec's field names cannot change: a table is laid out under a name
-    none of its columns has (``layout.bucket_field_name``), but a later column may take it."""
+    none of its columns has (``table_layout.bucket_field_name``), but a later column may take it."""
     taken = {f.name.casefold(): f.name for spec in u.tx.table_metadata.partition_specs for f in spec.fields}
     if column.casefold() in taken:
         raise u.fail(f"{what} {column!r}, the name of the table's partition field {taken[column.casefold()]!r} "

@@ -1,7 +1,7 @@
 """Where a run's row work happens: Spark executors (``SparkPlane``) or this process (``LocalPlane``).
 
 Both run the same functions on Arrow data -- ``fold.slices.read_slice`` / ``fold_slice`` (the
-window, the counts, the one fold rule), ``iceberg.upsert.route`` / ``run_groups`` -- and differ
+window, the counts, the one fold rule), ``write.upsert.route`` / ``run_groups`` -- and differ
 only in how rows get to them. On Spark the fold is cut into key-hash slices, one Python task
 each: a slice reads only its row groups of the change log, folds them in Arrow and leaves its
 net change in the archive (``layout.net_change_path``) for the rewrite job, which routes it and
