@@ -76,7 +76,8 @@ def main():
     shutil.rmtree(warehouse, ignore_errors=True)
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)
-    segments = [line for line in open(args.segments).read().splitlines() if line]
+    with open(args.segments) as f:
+        segments = [line for line in f.read().splitlines() if line]
     with open(args.columns) as f:
         tables = json.load(f)
 

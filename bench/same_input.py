@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MASK = (1 << 64) - 1
 NULL = None
 
@@ -172,6 +172,7 @@ class TableDiff:
     unexplained_peer: list[bytes]  # any other row only the peer has
     unexplained_ours: list[bytes]  # rows only tidelake has
     rest_equal: bool  # the peer's checksum less the explained rows equals tidelake's
+    columns: Sequence[str] = ()
 
     @property
     def unexplained(self) -> int:
@@ -197,7 +198,7 @@ def compare_table(table: str, peer: Sequence[Mapping[str, Any]], ours: Sequence[
     peer_sum, ours_sum = checksum(peer_r), checksum(ours_r)
     rest = (peer_sum - checksum(explained)) & MASK
     return TableDiff(table, len(peer_r), len(ours_r), peer_sum, ours_sum, explained, unexplained_peer, unexplained_ours,
-                     rest == ours_sum)
+                     rest == ours_sum, tuple(columns))
 
 
 def table_columns(*schemas: Iterable[str], order: Sequence[str] = ()) -> list[str]:
@@ -219,6 +220,10 @@ def print_diffs(diffs: Sequence[TableDiff], show: int = 5) -> None:
                 print(f"      UNEXPLAINED {d.table}: {label} {r.decode()}")
             if len(rows) > show:
                 print(f"      ... and {len(rows) - show:,} more rows {label} in {d.table}")
+    example = next((d for d in diffs if d.explained), None)
+    if example is not None:
+        print(f"      e.g. a row only the peer has in {example.table} (an old key a key-changing UPDATE moved away): "
+              f"{example.explained[0].decode()} ({', '.join(example.columns)})")
     explained = sum(len(d.explained) for d in diffs)
     unexplained = sum(d.unexplained for d in diffs)
     per_table = explained / len(diffs) if diffs else 0
