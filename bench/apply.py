@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--peer-home", type=Path, default=None,
                         help="(a), (d): the peer benchmark's PEER_HOME (../shared/peer/README.md): its end-to-end section "
                              "(MERGE INTO per table) over as many events and tables runs in each round")
+    parser.add_argument("--same-input", action="store_true",
+                        help="(a), with --peer-home: once after the rounds, the peer's pipeline over tidelake's own messages "
+                             "(the same archive), both final tables compared row by row (bench/same_input.py); fails on "
+                             "any difference but the peer's key-change leftovers")
     e = parser.add_argument_group("(e) tiny")
     e.add_argument("--tiny-sizes", type=_sizes, default="100,10000,50000",
                    help="row changes of the measured intervals, increasing (default %(default)s)")
@@ -99,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.repeat < 1:
         build_parser().error(f"--repeat: expected at least 1, found {args.repeat}")
+    if args.same_input and args.peer_home is None:
+        build_parser().error("--same-input needs --peer-home")
     args.workdir.mkdir(parents=True, exist_ok=True)
     conf = dict(args.spark_conf)
     # Imported here: --help stays fast and needs no Spark.
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import apply_throughput
 
         apply_throughput.main(args.events, args.tables, args.partitions, args.key_space, args.repeat, args.buckets, args.workdir,
-                              conf, args.peer_home)
+                              conf, args.peer_home, args.same_input)
     if "growth" in args.only:
         from bench import apply_growth
 

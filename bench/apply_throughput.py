@@ -22,7 +22,10 @@ job starts its context inside the interval, on first need): that pair is the lik
 ``apply_interval`` whole and spark-submit to exit are printed beside it. Target (issue 26): tidelake >= 1.5x the peer's events/s on a quiet
 machine (>= 1.2x busy). The strict ratio (issue 37, target >= 2x) is spark-submit to exit against the peer's
 Spark session start + table creation + parse + dedup + MERGE (its results' ``session_start_s`` + ``preload_s`` +
-``total_s``). Every round also prints ``decode vs parse``: the decode stage's CPU a message in one process
+``total_s``). With ``--same-input`` too, once after the rounds, the peer's pipeline runs over this archive's own raw
+messages and both sides' final tables are compared (``bench/same_input.py``): the peer's known difference
+(the old keys of key-changing UPDATEs its MERGE leaves behind) is printed; any other fails the bench.
+Every round also prints ``decode vs parse``: the decode stage's CPU a message in one process
 (``decode_segments`` over every segment of the archive) over ``orjson.loads`` of the same messages (target <= 3x).
 """
 
@@ -96,7 +99,8 @@ def bare_decode(archive: Path) -> tuple[float, int]:
     return time.perf_counter() - started, rows
 
 
-def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str]) -> JobRun:
+def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str], keep: bool = False) -> JobRun:
+    """The apply job over a fresh clone of ``archive`` in ``run_dir``; removed afterwards unless ``keep``."""
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
     pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets, driver_max_messages=0)))
@@ -104,7 +108,8 @@ def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[
     if run.returncode or not run.report.get("watermark"):
         raise JobFailed(f"apply on {master} over {run_dir} exited {run.returncode} "
                         f"(watermark {run.report.get('watermark')}):\n{run.tail}")
-    shutil.rmtree(run_dir)
+    if not keep:
+        shutil.rmtree(run_dir)
     return run
 
 
@@ -114,7 +119,7 @@ def _stage_seconds(runs: list[JobRun], stage: str) -> float:
 
 
 def main(events: int, tables: int, partitions: int, key_space: int | None, repeat: int, buckets: int, workdir: Path,
-         conf: dict[str, str], peer_home: Path | None = None) -> None:
+         conf: dict[str, str], peer_home: Path | None = None, same_input: bool = False) -> None:
     key_space = key_space or max(1000, events // 20)
     params = {"events": events, "tables": tables, "partitions": partitions, "key_space": key_space, "protocol": PROTOCOL}
     t = time.perf_counter()
@@ -188,6 +193,10 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
         _print_peer(peer, jobs[PEER_MASTER], rows, loads)
     else:
         print(f"    load averages (1/5/15 min) at each round's start: {', '.join(loads)}", flush=True)
+    if same_input and peer_home is not None:
+        from bench import same_input as same
+
+        same.run(archive, workdir, peer_home, PROTOCOL, conf)
 
 
 def _print_peer(peer: list[dict[str, Any]], ours: list[JobRun], rows: int, loads: list[str]) -> None:

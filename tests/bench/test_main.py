@@ -72,3 +72,11 @@ def test_apply_flags_parse_lists_and_refuse_bad_ones(capsys: pytest.CaptureFixtu
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
     assert "choose from throughput, growth, memory, tables, tiny" in capsys.readouterr().err
+
+
+def test_same_input_needs_the_peer_home(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_parser().parse_args([]).same_input is False
+    with pytest.raises(SystemExit) as exit_:
+        main(["apply", "--only", "throughput", "--same-input"])
+    assert exit_.value.code == 2
+    assert "--same-input needs --peer-home" in capsys.readouterr().err
