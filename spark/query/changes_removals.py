@@ -48,10 +48,7 @@ class Removals:
 
     at: list[Removal] = field(default_factory=list)
     inexact: str | None = None
-
-    def first_after(self) -> Removals:
-        """The same removals, each taking every row (the rule when ``inexact``)."""
-        return Removals([Removal(r.ts) for r in self.at], self.inexact)
+    arrived: list[int] = field(default_factory=list)  # commitTs of the DDL that brought rows to the name
 
 
 def removals(ddl: TableDdl, properties: dict[str, str] | None, w1: int, fields: Iterable[str],
@@ -60,12 +57,12 @@ def removals(ddl: TableDdl, properties: dict[str, str] | None, w1: int, fields: 
     (the table that held the name at W1; None: none did), over rows with columns ``fields`` whose
     upstream types are ``types``."""
     if not ddl.steps:
-        return Removals([Removal(ts) for ts in ddl.removed])
+        return Removals([Removal(ts) for ts in ddl.removed], arrived=list(ddl.arrived))
     known, text = partitioning_at(properties, w1) if properties is not None else (True, None)
     state: Any = (Partitioning.from_json(text) if text is not None else None) if known else _UNKNOWN
     why = None if known else f"its partitioning at W {w1} is not recorded (a table made before tidelake kept it)"
     fields = list(fields)
-    out = Removals()
+    out = Removals(arrived=list(ddl.arrived))
     for ts, change, server in ddl.steps:
         if change == EVERY_ROW or (isinstance(change, TruncatePartitions) and change.names is None):
             out.at.append(Removal(ts))
@@ -84,7 +81,8 @@ def removals(ddl: TableDdl, properties: dict[str, str] | None, w1: int, fields: 
                 out.at.append(Removal(ts, held_rows(state, names, fields, types, server)))
             except UnknownPartitionRows as exc:
                 return Removals([Removal(t) for t in ddl.removed],
-                                f"which rows {type(change).__name__} at commitTs {ts} took cannot be told: {exc}")
+                                f"which rows {type(change).__name__} at commitTs {ts} took cannot be told: {exc}",
+                                list(ddl.arrived))
         if state is not _UNKNOWN or isinstance(change, SetPartitioning):  # PARTITION BY: known again, whatever it was
             state = partitioning_after(None if state is _UNKNOWN else state, change)
     return out

@@ -64,27 +64,44 @@ def deleted_ts(rows: pa.Table, taken: np.ndarray, typed: TouchedKeys | None, mat
             return _removed_by(rows.take(pa.array(taken, pa.int64())), since, wrote, ts, removals)
         except UnknownPartitionRows as exc:
             removals.inexact = f"which rows a partition removal took cannot be told: {exc}"
+        except _NotTold as exc:
+            removals.inexact = str(exc)
     ordered = np.sort(np.asarray([r.ts for r in removals.at], np.int64))
     at = np.searchsorted(ordered, since, side="right")  # the first removal after the key's last write
     taken_by_ddl = wrote & (at < len(ordered))
     return np.where(taken_by_ddl, ordered[np.minimum(at, len(ordered) - 1)], ts)
 
 
+class _NotTold(Exception):
+    """Which removal took a row cannot be told (why in the message)."""
+
+
 def _removed_by(rows: pa.Table, since: np.ndarray, wrote: np.ndarray, ts: np.ndarray, removals: Removals) -> np.ndarray:
     """Per row of ``rows`` last written at ``since`` (where ``wrote``): the commitTs of the first
-    removal after that which took it (else its ``ts``)."""
+    removal after that which took it (else its ``ts``).
+
+    Raises:
+        UnknownPartitionRows: a partition's rows cannot be computed for these rows.
+        _NotTold: a row no removal after its last write took, or one that may have come back (an
+            EXCHANGE PARTITION, a rename onto the name) after the removal that took it, and been
+            taken again by a later one.
+    """
     out, pending = ts.copy(), wrote.copy()
+    took = {}
     for removal in sorted(removals.at, key=lambda r: r.ts):
-        hit = pending & (since < removal.ts)
-        if removal.holds is not None and hit.any():
-            hit &= pc.fill_null(removal.holds(rows), False).to_numpy(zero_copy_only=False).astype(bool)
+        took[removal.ts] = np.ones(len(out), bool) if removal.holds is None else \
+            pc.fill_null(removal.holds(rows), False).to_numpy(zero_copy_only=False).astype(bool)
+        hit = pending & (since < removal.ts) & took[removal.ts]
         out[hit] = removal.ts
         pending &= ~hit
     if pending.any() and any(since[pending] < r.ts for r in removals.at):
-        # A row no removal after its last write held: the rows the partitions held are not what the
-        # apply removed (an exchange brought it back, ...). Not a guess: which removal took it is unknown.
-        raise UnknownPartitionRows(f"{int(pending.sum())} removed row(s) that no partition removal after their last "
-                                   "write held")
+        raise _NotTold(f"{int(pending.sum())} removed row(s) that no removal after their last write held")
+    for arrival in removals.arrived:
+        gone = wrote & (out < arrival)  # taken before rows came to the name: back, and taken again?
+        again = [t for t, held in took.items() if t > arrival and (held & gone).any()]
+        if again:
+            raise _NotTold(f"rows came to the table at commitTs {arrival} (an EXCHANGE PARTITION, a rename onto it), "
+                           f"after the removal that took a row, and a later one (at {again[0]}) may have taken it again")
     return out
 
 
