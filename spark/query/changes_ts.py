@@ -87,18 +87,22 @@ def _removed_by(rows: pa.Table, since: np.ndarray, wrote: np.ndarray, ts: np.nda
             taken again by a later one.
     """
     out, pending = ts.copy(), wrote.copy()
-    took = {}
+    written = np.flatnonzero(wrote)  # the rows a removal may have taken: a partition's rows computed for them only
+    candidates = rows.take(pa.array(written, pa.int64()))
+    took = []  # (commitTs, the rows it took)
     for removal in sorted(removals.at, key=lambda r: r.ts):
-        took[removal.ts] = np.ones(len(out), bool) if removal.holds is None else \
-            pc.fill_null(removal.holds(rows), False).to_numpy(zero_copy_only=False).astype(bool)
-        hit = pending & (since < removal.ts) & took[removal.ts]
+        held = np.ones(len(out), bool)
+        if removal.holds is not None:
+            held[written] = pc.fill_null(removal.holds(candidates), False).to_numpy(zero_copy_only=False)
+        took.append((removal.ts, held))
+        hit = pending & (since < removal.ts) & held
         out[hit] = removal.ts
         pending &= ~hit
     if pending.any() and any(since[pending] < r.ts for r in removals.at):
         raise _NotTold(f"{int(pending.sum())} removed row(s) that no removal after their last write held")
     for arrival in removals.arrived:
-        gone = wrote & (out < arrival)  # taken before rows came to the name: back, and taken again?
-        again = [t for t, held in took.items() if t > arrival and (held & gone).any()]
+        gone = wrote & ~pending & (out < arrival)  # taken before rows came to the name: back, and taken again?
+        again = [t for t, held in took if t > arrival and (held & gone).any()]
         if again:
             raise _NotTold(f"rows came to the table at commitTs {arrival} (an EXCHANGE PARTITION, a rename onto it), "
                            f"after the removal that took a row, and a later one (at {again[0]}) may have taken it again")

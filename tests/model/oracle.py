@@ -43,6 +43,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   (so ``a TO tmp, b TO a, tmp TO b`` swaps), and takes effect as one statement;
   ``ALTER TABLE a ... RENAME TO b`` renames after its other changes (15.1.9);
   ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
+- every removal of a keyed row from a table name is kept with its commitTs (``removals``): a
+  DELETE's, or the DDL's that took it without row events -- TRUNCATE, DROP, DROP DATABASE, a
+  rename away, a partition's TRUNCATE / DROP / EXCHANGE (the rows that partition held then). A
+  row the table held at W1 and not at W2 was removed by the last of them in the window
+  (``removed_at``): what the change feed's ``delete`` of it must carry as ``_commit_ts``.
 """
 
 from __future__ import annotations
