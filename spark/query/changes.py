@@ -95,7 +95,7 @@ class TableChanges:
     database: str
     table: str
     read: str  # KEYS: the touched keys' rows only; WHOLE: every row at both Ws; NOTHING: no change in the window
-    reason: str | None  # why WHOLE
+    reason: str | None  # why WHOLE; and why a removed row's _commit_ts may not be the removal that took it
     keys_touched: int  # keys the window's change log touched
     counts: dict[str, int]  # rows per change type
     change_type_column: str = CHANGE_TYPE
