@@ -69,6 +69,7 @@ from spark.query.changes_diff import (
 from spark.query.changes_keys import typed_keys
 from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
 from spark.query.changes_read import arrow_schema, read_rows
+from spark.query.changes_removals import Removals, removals
 from spark.query.changes_ts import image_ts
 from spark.query.names import QueryError
 from spark.tables import catalog as cat
@@ -94,7 +95,7 @@ class TableChanges:
     database: str
     table: str
     read: str  # KEYS: the touched keys' rows only; WHOLE: every row at both Ws; NOTHING: no change in the window
-    reason: str | None  # why WHOLE
+    reason: str | None  # why WHOLE; and why a removed row's _commit_ts may not be the removal that took it
     keys_touched: int  # keys the window's change log touched
     counts: dict[str, int]  # rows per change type
     change_type_column: str = CHANGE_TYPE
@@ -361,8 +362,10 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     if not before_images and key:
         w1_keys = key_fields_at(key, fields2, up1, same) if whole and t1 is not None else []
         if not whole or t1 is None or w1_keys is not None:
+            gone = _removals(ddl, t1, w1, key, (t2 or t1).properties, w2)  # type: ignore[union-attr]
             table, counts = after_images(t1, t2, w1, w2, key, shown, dropped_out, change_col, ts_col, commit_field,
-                                         typed, None if whole else typed.keys, w1_keys, ddl)  # type: ignore[union-attr]
+                                         typed, None if whole else typed.keys, w1_keys, ddl, gone)  # type: ignore[union-attr]
+            _inexact(reasons, gone)
             return table, TableChanges(*name, WHOLE if whole else KEYS, "; ".join(dict.fromkeys(reasons)) or None,
                                        keys_touched, counts, change_col, ts_col, tuple(f.name for f in dropped_out))
 
@@ -399,14 +402,33 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     if rows2 is not None and len(added):
         own = pc.fill_null(rows2.column(commit_field.name).take(pa.array(added, pa.int64())), 0)  # type: ignore[union-attr]
         own_ts = own.to_numpy().astype(np.int64)
+    gone = _removals(ddl, t1, w1, rows1.column_names, (t2 or t1).properties, w2)  # type: ignore[union-attr]
     before_ts, after_ts = image_ts(rows1, removed, before_pair, after_rows, added, after_pair, own_ts, typed, match,
-                                   ddl, w1, w2)
+                                   ddl, gone, w1, w2)
+    _inexact(reasons, gone)
 
     table, counts = assemble(rows1, removed, before_ts, before_pair, after_rows, added, after_ts, after_pair, shown,
                              dropped_out, change_col, ts_col, pair_key)
     details = TableChanges(*name, WHOLE if whole else KEYS, "; ".join(dict.fromkeys(reasons)) or None, keys_touched, counts,
                            change_col, ts_col, tuple(f.name for f in dropped_out))
     return table, details
+
+
+def _removals(ddl: TableDdl, t1: Any, w1: int, fields: list[str], properties2: dict[str, str], w2: int) -> Removals:
+    """The window's removals from the table, over W1's rows in W2's column names (``fields``): the
+    upstream types of W1, and W2's for a column W1 did not have."""
+    if not ddl.removed:
+        return Removals()
+    types = {**upstream_schema_at(properties2, w2)[1], **(upstream_schema_at(t1.properties, w1)[1] if t1 is not None else {})}
+    return removals(ddl, t1.properties if t1 is not None else None, w1, fields, types)
+
+
+def _inexact(reasons: list[str], gone: Removals) -> None:
+    """Say where the ``_commit_ts`` of a row a DDL removed is the first removal after its last write,
+    not necessarily the one that took it (``Removals.inexact``)."""
+    if gone.inexact is not None:
+        reasons.append(f"_commit_ts of a removed row: the first removal after its last write, which may not be the "
+                       f"one that took it ({gone.inexact})")
 
 
 def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField], dropped_out: list[NestedField]) -> pa.Table:

@@ -19,6 +19,7 @@ from spark.query.changes_ddl import TableDdl
 from spark.query.changes_diff import DELETE, UPSERT, comparable, output_schema
 from spark.query.changes_keys import TouchedKeys
 from spark.query.changes_read import arrow_schema, read_rows
+from spark.query.changes_removals import Removals
 from spark.query.changes_ts import deleted_ts, fallback_ts, logged_ts
 
 
@@ -42,7 +43,7 @@ def key_fields_at(key: tuple[str, ...], fields2: Mapping[str, NestedField], up1:
 def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown: list[NestedField],
                  dropped_out: list[NestedField], change_col: str, ts_col: str, commit_field: NestedField | None,
                  typed: TouchedKeys | None, keys_arg: pa.Table | None, w1_keys: list[NestedField],
-                 ddl: TableDdl) -> tuple[pa.Table, dict[str, int]]:
+                 ddl: TableDdl, removals: Removals) -> tuple[pa.Table, dict[str, int]]:
     """``read_changes(before_images=False)`` for one keyed table: ``upsert`` each touched key's row at
     W2 (every row, ``keys_arg`` None: a table the window changed wholesale), ``delete`` each touched
     key without one (wholesale: each key of W1, read alone, without one at W2)."""
@@ -74,7 +75,7 @@ def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown
         matched = key_matches(gone_keys, after.select(match), match)[0] if gone_keys.num_rows and after.num_rows \
             else np.zeros(0, np.int64)
         gone = np.setdiff1d(np.arange(gone_keys.num_rows), matched)
-        gone_ts = deleted_ts(gone_keys, gone, typed, match, fallback, ddl.removed, w1)
+        gone_ts = deleted_ts(gone_keys, gone, typed, match, fallback, removals, w1)
     schema = output_schema(shown, dropped_out, change_col, ts_col)
     columns = arrow_schema(Schema(*shown, *dropped_out))
     deleted = gone_keys.take(pa.array(gone, pa.int64()))

@@ -8,6 +8,7 @@ makes the feed read the table whole, and dates the images it produced (``spark.q
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from spark.commit.isolation import statement_tables
 from spark.commit.plan import ddl_changes
@@ -35,6 +36,8 @@ from spark.tables.ddl import (
     TruncatePartitions,
     TruncateTable,
 )
+from spark.tables.partitioning import MYSQL, upstream_server
+from spark.tables.updates import PARTITION_CHANGES
 
 TableRef = tuple[str, str]
 # DDL that keeps every row as it is (none is read whole for them): the partitioning's layout and
@@ -56,11 +59,21 @@ class TableDdl:
     filled: list[int] = field(default_factory=list)
     arrived: list[int] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
+    # In commit order, what decides which rows each removal took (``spark.query.changes_removals``):
+    # (commitTs, the change, the server upstream of its topic). A change is a partition DDL
+    # (``PARTITION_CHANGES``), an ``ExchangePartition`` of this partitioned table, or one of
+    # ``EVERY_ROW`` (its rows all went), ``NEW_TABLE`` (CREATE: none known yet), ``ANOTHER_TABLE``
+    # (a table whose partitioning the feed does not follow took the name: CREATE ... LIKE, a rename onto it).
+    steps: list[tuple[int, Any, str]] = field(default_factory=list)
 
     def merged(self, other: TableDdl) -> TableDdl:
         return TableDdl([*self.whole, *other.whole], self.columns | other.columns, max(self.last_ts, other.last_ts),
                     max(self.rows_ts, other.rows_ts), sorted([*self.filled, *other.filled]),
-                    sorted([*self.arrived, *other.arrived]), sorted([*self.removed, *other.removed]))
+                    sorted([*self.arrived, *other.arrived]), sorted([*self.removed, *other.removed]),
+                    sorted([*self.steps, *other.steps], key=lambda s: s[0]))
+
+
+EVERY_ROW, NEW_TABLE, ANOTHER_TABLE = "every row", "new table", "another table"
 
 
 def ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef, TableDdl], dict[str, TableDdl], list[str]]:
@@ -70,9 +83,13 @@ def ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef,
     databases: dict[str, TableDdl] = {}
     everywhere: list[str] = []
 
+    servers = {t.name: upstream_server(t.protocol) for t in config.topics}
+
     def note(ref: TableRef, ts: int, whole: str | None = None, column: str | None = None, filled: bool = False,
-             arrived: bool = False, removed: bool = False) -> None:
+             arrived: bool = False, removed: bool = False, step: Any = None) -> None:
         d = tables.setdefault(ref, TableDdl())
+        if step is not None:
+            d.steps.append((ts, step, server))
         d.last_ts = max(d.last_ts, ts)
         if whole:
             d.whole.append(whole)
@@ -88,6 +105,7 @@ def ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef,
 
     for e in window.ddls():
         ts, sql = e.commit_ts or 0, e.sql
+        server = servers.get(e.position.topic, MYSQL)
         try:
             changes = ddl_changes(e)
         except DdlParseError:
@@ -95,23 +113,29 @@ def ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef,
             if not refs:
                 everywhere.append(f"a DDL tidelake cannot parse, naming no table: {sql!r}")
             for ref in sorted(refs):
-                note(ref, ts, f"a DDL tidelake cannot parse: {sql!r}")
+                note(ref, ts, f"a DDL tidelake cannot parse: {sql!r}", step=ANOTHER_TABLE)
             continue
         for ref, change in changes:
             if isinstance(change, RenameTable):
-                note(ref, ts, f"renamed in the window: {sql!r}", removed=True)
-                note((change.database, change.table), ts, f"renamed in the window: {sql!r}", arrived=True)
+                note(ref, ts, f"renamed in the window: {sql!r}", removed=True, step=EVERY_ROW)
+                note((change.database, change.table), ts, f"renamed in the window: {sql!r}", arrived=True,
+                     step=ANOTHER_TABLE)
             elif isinstance(change, DropDatabase):
                 d = databases.setdefault(change.database, TableDdl())
                 d.whole.append(f"its database was dropped in the window: {sql!r}")
                 d.last_ts = d.rows_ts = max(d.last_ts, ts)
                 d.removed.append(ts)
+                d.steps.append((ts, EVERY_ROW, server))
             elif isinstance(change, (CreateTable, CreateTableLike, DropTable, TruncateTable, DropPartitions,
                                      TruncatePartitions, SetKeyColumns)):
                 what = type(change).__name__
                 takes = isinstance(change, (DropTable, TruncateTable, DropPartitions, TruncatePartitions))
+                step = (EVERY_ROW if isinstance(change, (DropTable, TruncateTable)) else
+                        change if isinstance(change, PARTITION_CHANGES) else
+                        NEW_TABLE if isinstance(change, CreateTable) and not change.if_not_exists else
+                        ANOTHER_TABLE if isinstance(change, (CreateTable, CreateTableLike)) else None)
                 note(change.table if isinstance(change, CreateTableLike) else ref, ts, f"{what} in the window: {sql!r}",
-                     removed=takes)
+                     removed=takes, step=step)
             elif isinstance(change, AddColumn):
                 fills = change.default is not None or not change.column.nullable
                 note(ref, ts, f"a column added with a value for the existing rows: {sql!r}" if fills else None,
@@ -124,9 +148,11 @@ def ddl_by_table(window: Window, config: PipelineConfig) -> tuple[dict[TableRef,
             elif isinstance(change, ChangeColumnType):
                 note(ref, ts, column=change.name)
             elif isinstance(change, ExchangePartition):  # rows move both ways without row events
-                note(ref, ts, f"a partition exchanged in the window: {sql!r}", arrived=True, removed=True)
+                # The partitioned table loses the partition's rows, the other table every row.
+                note(ref, ts, f"a partition exchanged in the window: {sql!r}", arrived=True, removed=True,
+                     step=change if ref == change.partitioned else EVERY_ROW)
             elif isinstance(change, ROW_PRESERVING):
-                note(ref, ts)
+                note(ref, ts, step=change if isinstance(change, PARTITION_CHANGES) else None)
             else:  # a change not known to keep the rows: read whole rather than miss rows it moved
                 note(ref, ts, f"{type(change).__name__} in the window: {sql!r}")
     return tables, databases, everywhere

@@ -59,12 +59,15 @@ def upstream_types(properties: dict[str, str]) -> dict[str, str]:
     return {k[len(UPSTREAM_TYPE_PREFIX):]: v for k, v in properties.items() if k.startswith(UPSTREAM_TYPE_PREFIX)}
 
 
-# What upstream said of the table's key and column types, by the W it took effect at: the current
-# ``KEY_COLUMNS`` and ``UPSTREAM_TYPE_PREFIX`` properties are today's, but a reader of an older W
-# (the change feed's window) needs that W's. A run whose DDL changed them records the new ones
-# under its W (``tidelake.upstream-schema.<W, 20 digits>``, JSON {"key": [...], "types": {...}}):
-# one entry per change, bounded by the table's DDL, not by its runs.
+# What upstream said of the table's key, column types and partitioning, by the W it took effect at:
+# the current ``KEY_COLUMNS``, ``UPSTREAM_TYPE_PREFIX`` and ``PARTITIONING`` properties are today's,
+# but a reader of an older W (the change feed's window) needs that W's. A run whose DDL changed them
+# records the new ones under its W (``tidelake.upstream-schema.<W, 20 digits>``, JSON {"key": [...],
+# "types": {...}, "partitioning": <PARTITIONING's JSON text, or null: none known>}): one entry per
+# change, bounded by the table's DDL, not by its runs. Records made before the partitioning was kept
+# lack "partitioning": the partitioning at their W is not known (``partitioning_at``).
 UPSTREAM_SCHEMA_PREFIX = "tidelake.upstream-schema."
+_UNRECORDED = object()  # a record without "partitioning" (made before it was kept)
 
 
 def upstream_schema(properties: dict[str, str]) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -74,13 +77,15 @@ def upstream_schema(properties: dict[str, str]) -> tuple[tuple[str, ...], dict[s
 
 def upstream_schema_record(properties: dict[str, str], watermark: int) -> dict[str, str]:
     """The property to set for a run at ``watermark`` that leaves ``properties``: none if the upstream
-    schema in force at that W already says the same."""
+    schema (key, types, partitioning) in force at that W already says the same."""
     key, types = upstream_schema(properties)
+    partitioning = properties.get(PARTITIONING)
     recorded = _recorded(properties)
     at = [w for w in recorded if w <= watermark]
-    if at and recorded[max(at)] == (key, types):
+    if at and recorded[max(at)] == (key, types, partitioning):
         return {}
-    return {f"{UPSTREAM_SCHEMA_PREFIX}{watermark:020d}": json.dumps({"key": list(key), "types": types}, sort_keys=True)}
+    return {f"{UPSTREAM_SCHEMA_PREFIX}{watermark:020d}": json.dumps(
+        {"key": list(key), "types": types, "partitioning": partitioning}, sort_keys=True)}
 
 
 def upstream_schema_at(properties: dict[str, str], watermark: int) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -88,13 +93,25 @@ def upstream_schema_at(properties: dict[str, str], watermark: int) -> tuple[tupl
     for a table with no record that old (made before records were kept)."""
     recorded = _recorded(properties)
     at = [w for w in recorded if w <= watermark]
-    return recorded[max(at)] if at else upstream_schema(properties)
+    return recorded[max(at)][:2] if at else upstream_schema(properties)
 
 
-def _recorded(properties: dict[str, str]) -> dict[int, tuple[tuple[str, ...], dict[str, str]]]:
+def partitioning_at(properties: dict[str, str], watermark: int) -> tuple[bool, str | None]:
+    """(known, the table's partitioning at W as ``PARTITIONING`` holds it, None: none the stream
+    defined): the last record at or before W. Not known (False, None) for a table with no record
+    that old, or whose record predates the partitioning's: today's partitioning may not be W's
+    (partition DDL since), so none is guessed."""
+    recorded = _recorded(properties)
+    at = [w for w in recorded if w <= watermark]
+    partitioning = recorded[max(at)][2] if at else _UNRECORDED
+    return (False, None) if partitioning is _UNRECORDED else (True, partitioning)  # type: ignore[return-value]
+
+
+def _recorded(properties: dict[str, str]) -> dict[int, tuple[tuple[str, ...], dict[str, str], object]]:
     out = {}
     for name, value in properties.items():
         if name.startswith(UPSTREAM_SCHEMA_PREFIX) and name[len(UPSTREAM_SCHEMA_PREFIX):].isdigit():
             doc = json.loads(value)
-            out[int(name[len(UPSTREAM_SCHEMA_PREFIX):])] = (tuple(doc["key"]), dict(doc["types"]))
+            out[int(name[len(UPSTREAM_SCHEMA_PREFIX):])] = (
+                tuple(doc["key"]), dict(doc["types"]), doc.get("partitioning", _UNRECORDED))
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,43 +319,59 @@ def _drop_table(change: DropTable, u: SchemaUpdate) -> None:
 
 
 def _partitions(change: Any, u: SchemaUpdate) -> None:
-    """Keep the table's partitioning as the stream defines it; delete the rows of a truncated or
-    dropped partition by its bounds (upstream sends no row events for them)."""
+    """Keep the table's partitioning as the stream defines it (``partitioning_after``); delete the
+    rows of a truncated or dropped partition by its bounds (upstream sends no row events for them)."""
     tx, props = u.tx, u.properties
     if isinstance(change, TruncatePartitions) and change.names is None:
         remove_all_rows(u.table, tx)  # TRUNCATE PARTITION ALL
         return
     known = Partitioning.from_json(props[PARTITIONING]) if PARTITIONING in props else None
-    if isinstance(change, SetPartitioning):
-        if change.partitioning is not None:
-            tx.set_properties({PARTITIONING: change.partitioning.to_json()})
-        elif known is not None:
-            tx.remove_properties(PARTITIONING)
-        return
-    if isinstance(change, (AddPartitions, ReorganizePartitions, CoalescePartitions)):
-        if known is None:
-            return  # still unknown: a later TRUNCATE / DROP PARTITION says so
+    if isinstance(change, (DropPartitions, TruncatePartitions)):
+        names = change.names
+        what = (f"deletes the rows of partition(s) {', '.join(names)} without row events, and tidelake cannot tell "
+                "which rows those are")
         try:
-            if isinstance(change, AddPartitions):
-                known = known.with_added(change.partitions).with_more(change.count)
-            elif isinstance(change, CoalescePartitions):
-                known = known.coalesced(change.count)
-            else:
-                known = known.reorganized(change.names, change.into)
-        except UnknownPartitionRows:
-            tx.remove_properties(PARTITIONING)  # the stream and the lake disagree: forget the bounds
-            return
-        tx.set_properties({PARTITIONING: known.to_json()})
+            _remove_partition_rows(u.table, tx, partition_rows(u, names))
+        except UnknownPartitionRows as exc:
+            raise u.fail(f"{what}: {exc}. Re-create the table from a snapshot") from None
+    after = partitioning_after(known, change)
+    if after == known:
         return
-    names = change.names
-    what = (f"deletes the rows of partition(s) {', '.join(names)} without row events, and tidelake cannot tell which "
-            "rows those are")
+    if after is not None:
+        tx.set_properties({PARTITIONING: after.to_json()})
+    elif known is not None:
+        tx.remove_properties(PARTITIONING)  # REMOVE PARTITIONING, or the stream and the lake disagree: forget the bounds
+
+
+# The partition DDL that changes which rows a partition holds, or removes them (``partitioning_after``).
+PARTITION_CHANGES = (SetPartitioning, AddPartitions, ReorganizePartitions, CoalescePartitions, DropPartitions,
+                     TruncatePartitions)
+
+
+def partitioning_after(known: Partitioning | None, change: Any) -> Partitioning | None:
+    """The table's partitioning after partition DDL ``change`` (one of ``PARTITION_CHANGES``, or
+    ``ExchangePartition``, which changes none), from ``known`` (None: the stream never defined it, or
+    it was forgotten): the one rule the apply keeps the ``PARTITIONING`` property by, and the change
+    feed follows a window's DDL by (MySQL 8 manual, 26.3). ``PARTITION BY`` sets it, ``REMOVE
+    PARTITIONING`` ends it; ADD, COALESCE, REORGANIZE and DROP PARTITION change the partitions (None
+    when the definition does not have what they name: the stream and the lake disagree);
+    TRUNCATE and EXCHANGE PARTITION leave it."""
+    if isinstance(change, SetPartitioning):
+        return change.partitioning
+    if known is None:
+        return None  # still unknown: a later TRUNCATE / DROP PARTITION says so
     try:
-        _remove_partition_rows(u.table, tx, partition_rows(u, names))
-    except UnknownPartitionRows as exc:
-        raise u.fail(f"{what}: {exc}. Re-create the table from a snapshot") from None
+        if isinstance(change, AddPartitions):
+            return known.with_added(change.partitions).with_more(change.count)
+        if isinstance(change, CoalescePartitions):
+            return known.coalesced(change.count)
+        if isinstance(change, ReorganizePartitions):
+            return known.reorganized(change.names, change.into)
+    except UnknownPartitionRows:
+        return None
     if isinstance(change, DropPartitions):
-        tx.set_properties({PARTITIONING: known.without(names).to_json()})  # type: ignore[union-attr]
+        return known.without(change.names)
+    return known
 
 
 def partition_rows(u: SchemaUpdate, names: tuple[str, ...]) -> Callable[[pa.Table], pa.Array]:
@@ -365,15 +381,26 @@ def partition_rows(u: SchemaUpdate, names: tuple[str, ...]) -> Callable[[pa.Tabl
         UnknownPartitionRows: which rows those are cannot be told (why in the message).
     """
     props = u.properties
-    if PARTITIONING not in props:
+    known = Partitioning.from_json(props[PARTITIONING]) if PARTITIONING in props else None
+    return held_rows(known, names, u.fields(), upstream_types(props), u.server)
+
+
+def held_rows(known: Partitioning | None, names: tuple[str, ...], fields: Iterable[str], types: dict[str, str],
+              server: str = MYSQL) -> Callable[[pa.Table], pa.Array]:
+    """The mask of the rows partitions ``names`` hold under partitioning ``known`` (None: the stream
+    never defined it), over rows whose columns are ``fields`` (upstream columns, matched as MySQL
+    matches names), with upstream types ``types`` ({column: MySQL type}), on ``server``.
+
+    Raises:
+        UnknownPartitionRows: which rows those are cannot be told (why in the message).
+    """
+    if known is None:
         raise UnknownPartitionRows("the stream never defined the table's partitioning (CREATE TABLE or ALTER TABLE ... "
                                    "PARTITION BY after the pipeline's start)")
-    known = Partitioning.from_json(props[PARTITIONING])
-    fields = u.fields()
-    columns = {c: f for c in known.columns if (f := field_name(fields, c)) is not None}
-    types = {c: stored_type(props[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
-             if f"{UPSTREAM_TYPE_PREFIX}{f}" in props}
-    return known.holding(names, columns, types, u.server)
+    by_name = dict.fromkeys(fields)
+    columns = {c: f for c in known.columns if (f := field_name(by_name, c)) is not None}
+    typed = {c: stored_type(types[f]) for c, f in columns.items() if f in types}
+    return known.holding(names, columns, typed, server)
 
 
 _STAGERS: dict[type, Callable[[Any, SchemaUpdate], None]] = {

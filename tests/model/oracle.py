@@ -43,6 +43,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   (so ``a TO tmp, b TO a, tmp TO b`` swaps), and takes effect as one statement;
   ``ALTER TABLE a ... RENAME TO b`` renames after its other changes (15.1.9);
   ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
+- every removal of a keyed row from a table name is kept with its commitTs (``removals``): a
+  DELETE's, or the DDL's that took it without row events -- TRUNCATE, DROP, DROP DATABASE, a
+  rename away, a partition's TRUNCATE / DROP / EXCHANGE (the rows that partition held then). A
+  row the table held at W1 and not at W2 was removed by the last of them in the window
+  (``removed_at``): what the change feed's ``delete`` of it must carry as ``_commit_ts``.
 """
 
 from __future__ import annotations
@@ -252,6 +257,19 @@ class Oracle:
     timezone: dt.tzinfo = dt.timezone.utc  # upstream's time zone: what DATETIME DEFAULT CURRENT_TIMESTAMP reads in
     _pending: list[RowChange | DdlChange] = field(default_factory=list)
     _partition_marks: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Every removal of a keyed row from a table name, in the order applied: (commitTs, name, key) --
+    # a row event's (a DELETE, an UPDATE's before image), or a DDL's that took rows without row
+    # events (TRUNCATE, DROP, DROP DATABASE, a rename away, a partition's TRUNCATE / DROP / EXCHANGE).
+    removals: list[tuple[int, TableName, Key]] = field(default_factory=list)
+    _ts: int | None = None  # the commitTs of the DDL being applied
+
+    def removed_at(self, name: TableName, key: Key, w1: int, w2: int) -> int | None:
+        """The commitTs of the last removal of ``key`` from ``name`` in (w1, w2]: what removed a row
+        the table held at w1 and not at w2 (the change feed's ``_commit_ts`` of its ``delete``)."""
+        return max((ts for ts, n, k in self.removals if n == name and k == key and w1 < ts <= w2), default=None)
+
+    def _took(self, ts: int | None, name: TableName, keys: Iterable[Key]) -> None:
+        self.removals.extend((ts or 0, name, k) for k in keys if not isinstance(k, _Copy))
 
     def add(self, events: Iterable[Event]) -> None:
         for e in events:
@@ -301,6 +319,7 @@ class Oracle:
 
     def _apply_ddl(self, e: DdlChange) -> None:
         sql = e.sql.strip()
+        self._ts = e.commit_ts
         partition_ddl = _PARTITION_DDL.match(sql)
         if partition_ddl:
             self._partition_ddl(_name(*partition_ddl.group(1, 2)), partition_ddl.group(3))
@@ -310,10 +329,12 @@ class Oracle:
             database = drop_database.group(2) or _name(drop_database.group(1) or "", "")[0]
             for name in self.tables:
                 if name[0] == database:
+                    self._took(e.commit_ts, name, self.tables[name])
                     self.tables[name] = {}
             return
         discard = _DISCARD.match(sql)
         if discard:
+            self._took(e.commit_ts, _name(*discard.group(1, 2)), self.tables.get(_name(*discard.group(1, 2)), {}))
             self.tables[_name(*discard.group(1, 2))] = {}
             return
         statement = _table_statement(e.sql, e.database)
@@ -324,6 +345,7 @@ class Oracle:
             return
         if verb in ("DROP", "TRUNCATE"):
             for name in names:
+                self._took(e.commit_ts, name, self.tables.get(name, {}))
                 self.tables[name] = {}
             return
         name = names[0] if verb == "CREATE" else (e.database, e.table)
@@ -357,6 +379,7 @@ class Oracle:
             self._rename(*names)
 
     def _rename(self, old: TableName, new: TableName) -> None:
+        self._took(self._ts, old, self.tables.get(old, {}))
         self.tables[new] = self.tables.pop(old, {})
         if old in self.schemas:
             self.schemas[new] = self.schemas.pop(old)
@@ -435,6 +458,8 @@ class Oracle:
             assert m, clause
             other = _name(*m.group(2, 3))
             moving = {k: row for k, row in table.items() if by.partition_of(row, self.server) == m.group(1).lower()}
+            self._took(self._ts, name, moving)
+            self._took(self._ts, other, self.tables.get(other, {}))
             for k in moving:
                 del table[k]
             table.update(self.tables.get(other, {}))
@@ -456,7 +481,9 @@ class Oracle:
         else:  # TRUNCATE | DROP PARTITION names: their rows go, without row events
             names = {n.strip().strip("`").lower() for n in rest.split(",")}
             every = names == {"all"} and verb == "TRUNCATE"  # TRUNCATE PARTITION ALL
-            for key in [k for k, row in table.items() if every or by.partition_of(row, self.server) in names]:
+            gone = [k for k, row in table.items() if every or by.partition_of(row, self.server) in names]
+            self._took(self._ts, name, gone)
+            for key in gone:
                 del table[key]
             if verb == "DROP":
                 by.partitions[:] = [p for p in by.partitions if p[0].lower() not in names]
@@ -470,7 +497,8 @@ class Oracle:
         if e.op is not Op.INSERT and e.before is not None:
             key = row_key(e.key_columns, dict(e.before))
             if e.key_columns:
-                table.pop(key, None)
+                if table.pop(key, None) is not None:
+                    self._took(e.commit_ts, (e.database, e.table), [key])
             elif copies := _copies(table, key):  # one row of a key-less table: one copy of its image
                 del table[_Copy(key, copies - 1)]
 

@@ -7,7 +7,10 @@ W2 (``tests/model/oracle.py``, which shares no code with tidelake):
 - the model's rows at W1 without the before images, in W2's columns, plus the after images
   (``insert``, ``update_after``), are the model's rows at W2 (applied: the table at W2);
 - minimal: as many changes as rows differ between W1 (in W2's columns) and W2, counting copies;
-- an update's images share the key and differ; every ``_commit_ts`` is in (W1, W2];
+- an update's images share the key and differ; every ``_commit_ts`` is in (W1, W2]; given the
+  model's removals (``removed_at``), a ``delete``'s is the commitTs of the last removal of its row
+  in the window -- its DELETE, or the DDL that took it (a partition's: the one that held it) --
+  unless the table's reason says it cannot be told;
 - a table either W lists as isolated is left out and named in ``isolated``; a retired W fails
   naming the nearest retained ones.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -47,8 +51,10 @@ def _project(row: tuple, columns: set[str]) -> tuple:
     return tuple((k, v) for k, v in row if k in columns)
 
 
-def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage: Any) -> None:
-    """``read_changes(w1, w2)`` against the model at both Ws (see the module doc)."""
+def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage: Any,
+               removed_at: Callable[[tuple[str, str], dict[str, Any], int, int], int | None] | None = None) -> None:
+    """``read_changes(w1, w2)`` against the model at both Ws (see the module doc); ``removed_at(name,
+    row, w1, w2)``: the model's commitTs of what removed ``row`` of W1 in the window (None: not told)."""
     changes = read_changes(config, w1, w2)
     assert (changes.from_watermark, changes.to_watermark) == (w1, w2)
     held = set()
@@ -88,6 +94,11 @@ def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage
                 assert kinds[i + 1] == UPDATE_AFTER, where
                 assert _project(_canon(image[i]), columns2) != _project(_canon(image[i + 1]), columns2), where
         assert kinds.count(UPDATE_BEFORE) == kinds.count(UPDATE_AFTER), where
+        if removed_at is not None and "_commit_ts of a removed row" not in (detail.reason or ""):  # else: it says why not
+            got = [(i, r[detail.commit_ts_column]) for i, r, k in zip(image, rows, kinds) if k == DELETE]
+            want = [(i, removed_at(name, i, w1, w2)) for i, _ in got]
+            assert [g for g, w in zip(got, want) if w[1] is not None] == [w for w in want if w[1] is not None], \
+                f"{where}: a delete's _commit_ts is not what removed the row"
 
 
 def check_changes(machine: Any) -> None:
