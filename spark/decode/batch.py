@@ -215,11 +215,12 @@ class Column:
             return np.zeros((n, len(positions)), np.uint8)
         data = np.frombuffer(buffers[2], np.uint8)
         width = int(offsets[1] - offsets[0])
-        if width > positions[-1] and offsets[-1] - offsets[0] == n * width:  # one length (no NULL): a view
+        lengths = np.diff(offsets)
+        if width > positions[-1] and (lengths == width).all():  # one length (no NULL): a view
             return data[offsets[0]:offsets[-1]].reshape(n, width)[:, positions]
         index = np.minimum(offsets[:-1, None] + positions, len(data) - 1)
         chars = data[index]
-        chars[positions >= np.diff(offsets)[:, None]] = ord("0")
+        chars[positions >= lengths[:, None]] = ord("0")
         return chars
 
     @staticmethod

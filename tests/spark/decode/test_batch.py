@@ -227,6 +227,24 @@ def test_texts_at_the_edge_of_each_fast_case_write_the_same_change_log_both_ways
     assert decode_both(tmp_path, [records[: len(records) // 2], records[len(records) // 2:]], monkeypatch=monkeypatch) > 100
 
 
+def test_datetimes_of_other_lengths_adding_up_to_one_length_write_the_same_change_log_both_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts of 26, 21 and 31 bytes: as many bytes as three of the first one's length, yet each is read
+    at its own offsets (a fixed-width view of them read the 21-byte one's fraction out of place)."""
+    records = []
+    ts = tso(1_700_000_000_000)
+    for i, text in enumerate(("2024-01-01 00:00:00.123456", "2024-01-01 00:00:00.1", "2024-01-01 00:00:00.1234567890a")):
+        ts += 1
+        doc = _base_doc(ts, 1000 + i, "INSERT")
+        doc["data"][0]["updated_at"] = text
+        records.append((None, orjson.dumps(doc)))
+    assert decode_both(tmp_path, [records], monkeypatch=monkeypatch) == 2
+    col = batch_module.Column(batch_module.CanalJsonDecoder()._schema("d", "t", {"x": "datetime"})[0]["x"],
+                              ["2024-01-01 00:00:00.123456", "2024-01-01 00:00:00.1", "2024-01-01 00:00:00.1234567890a"],
+                              False, 3)
+    assert col.encoded[1].as_py()[-4:] == (100000).to_bytes(4, "little")
+
+
 def test_odd_shapes_write_the_same_change_log_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Messages next to the common one: several rows, partial old images, extra and missing columns,
     reordered columns, other pkNames, a changed mysqlType, claim-check, watermark, DDL."""
