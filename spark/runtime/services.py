@@ -26,9 +26,10 @@ Spark         ``spark.network.timeout`` 120 s; a lost     Spark's task retries (
               cancelled (``session.watch_executors``)
 ============  ==========================================  ============================================
 
-The run also writes to local disk: PySpark writes each job's tasks to the Python temp dir
-(``TMPDIR``) before handing them to the JVM, and Spark its shuffle and spilled blocks to
-``spark.local.dir`` (``SPARK_LOCAL_DIRS`` on a standalone worker). A full one (``ENOSPC``,
+The run also writes to local disk on Spark: PySpark writes each job's tasks (``parallelize``'s data,
+broadcasts) to a folder in ``spark.local.dir`` before handing them to the JVM, Spark its shuffle and
+spilled blocks there too (``SPARK_LOCAL_DIRS``, which wins, on a standalone worker), and PySpark's
+start a file in the Python temp dir (``TMPDIR``). A full one (``ENOSPC``,
 ``EDQUOT``) is the "service" ``LOCAL_DISK``: not retried (freeing space takes an operator).
 
 Past those bounds a run fails, and ``describe(exc)`` turns what the client library raised (a
@@ -70,8 +71,8 @@ SPARK_NO_EXECUTOR_TIMEOUT = _setting("SPARK_NO_EXECUTOR_TIMEOUT", 180.0)
 spark_stalled: str | None = None
 
 S3, CATALOG, KAFKA, SPARK = "object storage (S3)", "Iceberg catalog", "Kafka", "Spark"
-# The run's local scratch space: the Python temp dir (TMPDIR; PySpark writes each job's tasks there) and
-# Spark's spark.local.dir / SPARK_LOCAL_DIRS (shuffle and spilled blocks, on the driver and the workers).
+# The run's local scratch space: Spark's spark.local.dir / SPARK_LOCAL_DIRS (PySpark's job data, shuffle and
+# spilled blocks, on the driver and the workers) and the Python temp dir (TMPDIR).
 LOCAL_DISK = "local disk"
 
 
@@ -184,22 +185,23 @@ _JAVA_PATH = re.compile(r"(/[^\s:()'\"]+)\s*\((?:No space left on device|Disk qu
 
 
 def scratch_dirs() -> list[str]:
-    """This process's local scratch space: the Python temp dir and Spark's local dirs (``SPARK_LOCAL_DIRS``,
-    else ``spark.local.dir`` of the running SparkContext, else Java's temp dir, ``/tmp``)."""
-    import tempfile
+    """This process's local scratch space: Spark's local dir in use (the running SparkContext's, where PySpark
+    writes each job's tasks; else ``SPARK_LOCAL_DIRS``, else Java's temp dir ``/tmp``), then the Python temp
+    dir (``TMPDIR``: as set, since ``tempfile`` skips a directory it cannot write to, a full one)."""
+    dirs: list[str] = []
+    local = None
+    try:
+        from pyspark import SparkContext
 
-    dirs = [tempfile.gettempdir()]
-    spark_dirs = os.environ.get("SPARK_LOCAL_DIRS")
-    if not spark_dirs:
-        try:
-            from pyspark import SparkContext
-
-            active = SparkContext._active_spark_context
-            spark_dirs = active.getConf().get("spark.local.dir") if active is not None else None
-        except Exception:  # noqa: BLE001 - no pyspark, or a context stopping: the temp dir is what is known
-            spark_dirs = None
-    for d in (spark_dirs or "/tmp").split(","):
-        if d.strip() and d.strip() not in dirs:
+        active = SparkContext._active_spark_context
+        if active is not None and getattr(active, "_temp_dir", None):
+            local = os.path.dirname(active._temp_dir)  # <spark.local.dir>/spark-<uuid>/pyspark-<uuid>
+            local = os.path.dirname(local)
+    except Exception:  # noqa: BLE001 - no pyspark, or a context stopping: the settings are what is known
+        local = None
+    for d in ([local] if local else (os.environ.get("SPARK_LOCAL_DIRS") or "/tmp").split(",")) + [
+            os.environ.get("TMPDIR") or os.environ.get("TEMP") or os.environ.get("TMP") or "/tmp"]:
+        if d and d.strip() and d.strip() not in dirs:
             dirs.append(d.strip())
     return dirs
 

@@ -92,7 +92,7 @@ def test_the_cli_ends_a_broker_outage_with_one_line_not_librdkafkas_hundreds(tmp
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: Kafka unavailable: "), done.stderr
 
 
-def test_a_full_local_disk_is_one_line_naming_the_path_and_what_to_do() -> None:
+def test_a_full_local_disk_is_one_line_naming_the_path_and_what_to_do(monkeypatch) -> None:
     import errno
     import os
 
@@ -113,10 +113,13 @@ def test_a_full_local_disk_is_one_line_naming_the_path_and_what_to_do() -> None:
             raise RuntimeError("job failed") from inner
     except RuntimeError as outer:
         found = classify(outer)
-    import tempfile
-
     assert found is not None and found.service == LOCAL_DISK
-    assert str(found).startswith(f"local disk full: Disk quota exceeded writing to the run's scratch space ({tempfile.gettempdir()}")
+    assert str(found).startswith("local disk full: Disk quota exceeded writing to the run's scratch space (")
+    # The directories as set: tempfile.gettempdir() skips a full TMPDIR (it cannot write its probe there).
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/scratch/spark")
+    monkeypatch.setenv("TMPDIR", "/scratch/tmp")
+    assert "scratch space (/scratch/spark, /scratch/tmp; on a Spark cluster also the workers' SPARK_LOCAL_DIRS)" in str(
+        classify(OSError(errno.ENOSPC, "No space left on device")))
     # Other OSErrors are not a full disk.
     assert classify(OSError(errno.EACCES, "Permission denied", "/x")) is None
 
