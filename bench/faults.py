@@ -624,6 +624,7 @@ def run_cell(the_lab: Lab, fault: Fault, stage: str) -> Cell:
             return cell
         baseline.update(_stderr_lines(done.stderr))
     restored = False
+    proc: subprocess.Popen | None = None
     started = time.monotonic()
     try:
         if stop_at is None:
@@ -674,6 +675,10 @@ def run_cell(the_lab: Lab, fault: Fault, stage: str) -> Cell:
                 cell.outcome, cell.detail = "WRONG: output differs from the clean pipeline's", again.stdout[:200]
         return cell
     finally:
+        if proc is not None and proc.poll() is None:  # the bench failed while the run was paused: not left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
         if not restored:
             fault.restore(the_lab)
 
