@@ -1,14 +1,19 @@
 """python -m bench faults: the fault matrix -- real services failing under real ``tidelake`` runs.
 
 Services: Kafka (noida-db), S3 (SeaweedFS, directly or through a small fault-injecting proxy), the
-Iceberg SQL catalog in a PostgreSQL of the bench's own (``initdb`` + ``pg_ctl``). Each fault is
-injected at each stage of a run: the run is paused at the stage's step (``TIDELAKE_STOP_AT``,
+Iceberg SQL catalog in a PostgreSQL of the bench's own (``initdb`` + ``pg_ctl``), and for the Spark faults
+a Spark standalone master and worker (the pipeline's ``driver_max_messages = 0`` sends every stage to it)
+with the run's local scratch space (``TMPDIR``, ``SPARK_LOCAL_DIRS`` of the driver and the worker) on a
+tmpfs of its own (mounting it takes root). Each fault is injected at each stage of a run where it makes
+sense (the Spark executor only where Spark runs): the run is paused at the stage's step (``TIDELAKE_STOP_AT``,
 SIGSTOP), the fault is injected, the run resumes. Then the service comes back and the same
 command runs again (the retry, as Airflow would run it). Each cell reads
 
 - ``survived``       the run completed, and the pipeline reads exactly what a clean pipeline does;
 - ``failed clearly`` the run ended within its bound, exit code 1, its last stderr line naming the
-                     service ("... unavailable: ...; check ..."), at most 3 lines on stderr; the retry
+                     service ("... unavailable: ...; check ...", "local disk full: ...; free space ..."),
+                     at most 3 lines on stderr (besides what a clean run prints there too: on Spark,
+                     the JVM's and Spark's start-up warnings); the retry
                      then completed at once (no lease to wait for) and the pipeline is exact;
 - ``WRONG: ...``     anything else (a traceback, a hang past the bound, a retry refused, data that
                      differ from the clean pipeline's).
@@ -26,19 +31,22 @@ import datetime as dt
 import http.client
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from spark.runtime.embedded import (
-    BIN, seaweed_ports, free_port, postgres_service, start_process_group, stop_process_group, wait_for_port,
+    BIN, StandaloneCluster, seaweed_ports, free_port, postgres_service, standalone_cluster, start_process_group,
+    stop_process_group, wait_for_port,
 )
 
 UTC = dt.timezone.utc
@@ -265,6 +273,105 @@ class FaultProxy:
         self.server.shutdown()
 
 
+def _executor_backends(cluster: StandaloneCluster) -> dict[str, int]:
+    """The executor JVMs (``CoarseGrainedExecutorBackend``) the cluster's worker started: executor id -> pid.
+    The worker starts them in its own process group; other Spark clusters on the machine are not touched."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != cluster.worker_pid:
+                continue
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and b"--executor-id" in argv:
+            out[argv[argv.index(b"--executor-id") + 1].decode()] = int(entry)
+    return out
+
+
+class ExecutorKiller:
+    """Kills (SIGKILL) the executor JVM of the standalone worker as soon as it runs a task of the run, while the
+    worker stays up: the tasks in flight are lost, and Spark must run them again on an executor the master
+    relaunches. Tasks are seen on the driver's status API (``spark.ui.port``, which the lab sets per run)."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.done = threading.Event()
+        self.killed = ""
+
+    def start(self, the_lab: Lab) -> None:
+        assert the_lab.cluster is not None and the_lab.ui_port
+        self.done.clear()
+        self.killed = ""
+        cluster, api = the_lab.cluster, f"http://127.0.0.1:{the_lab.ui_port}/api/v1/applications"
+
+        def get(url: str) -> Any:
+            import orjson
+
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return orjson.loads(answer.read())
+
+        def watch() -> None:
+            while not self.done.is_set():
+                try:
+                    for app in get(api):
+                        for e in get(f"{api}/{app['id']}/executors"):
+                            if e["id"] != "driver" and e.get("isActive") and e.get("activeTasks", 0) > 0:
+                                pid = _executor_backends(cluster).get(e["id"])
+                                if pid is not None:
+                                    os.kill(pid, signal.SIGKILL)
+                                    self.killed = f"executor {e['id']} killed with {e['activeTasks']} task(s) running"
+                                    return
+                except (OSError, ValueError, KeyError):
+                    pass  # the UI not up yet, or the run between jobs
+                time.sleep(0.05)
+
+        self.thread = threading.Thread(target=watch, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(10)
+
+
+class Scratch:
+    """The run's local scratch space on a tmpfs of its own: ``fill`` writes a file until the filesystem is full
+    (ENOSPC), ``free`` removes it. Mounting takes root (``mount -t tmpfs``); unmounted at the end."""
+
+    SIZE = "64m"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.SIZE}", "tmpfs", str(path)], check=True,
+                       capture_output=True)
+        self.tmp, self.driver, self.worker = path / "tmp", path / "spark-driver", path / "spark-worker"
+        for d in (self.tmp, self.driver, self.worker):
+            d.mkdir()
+        self.filler = path / "filler"
+
+    def fill(self) -> None:
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (1 << 20, 4096):  # then the last partial pages
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * size)
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.filler.unlink()
+
+    def unmount(self) -> None:
+        if subprocess.run(["umount", str(self.path)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
+
+
 # ------------------------------------------------------------------ the lab
 
 
@@ -288,9 +395,36 @@ class Lab:
     reference: dict[int, Any] = field(default_factory=dict)
     reference_outputs: dict[str, str] = field(default_factory=dict)
     made: int = 0
+    # The Spark faults' part, started by ``with_spark`` the first time a cell needs it.
+    stack: contextlib.ExitStack | None = None
+    cluster: StandaloneCluster | None = None
+    scratch: Scratch | None = None
+    on_spark: set[Path] = field(default_factory=set)
+    ui_port: int = 0
+    killer: ExecutorKiller = field(default_factory=ExecutorKiller)
 
-    def pipeline(self, *, proxied: bool = False, name: str | None = None, top: str = "") -> Path:
-        """A pipeline file of a fresh pipeline over the lab's topic (``top``: more top-level settings)."""
+    def with_spark(self) -> None:
+        """A Spark standalone master and worker whose local dirs (``SPARK_LOCAL_DIRS``), like the driver's and
+        its temp dir, are on the scratch tmpfs."""
+        if self.cluster is not None:
+            return
+        assert self.stack is not None
+        if os.geteuid() != 0:
+            raise RuntimeError("the Spark faults mount a tmpfs for the run's scratch space: run as root")
+        self.scratch = Scratch(self.workdir / "scratch")
+        self.stack.callback(self.scratch.unmount)
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               "SPARK_LOCAL_DIRS": str(self.scratch.worker)}
+        for k in ("TIDELAKE_STOP_AT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            env.pop(k, None)
+        self.cluster = self.stack.enter_context(standalone_cluster(self.workdir / "cluster", env=env))
+
+    def pipeline(self, *, proxied: bool = False, name: str | None = None, top: str = "", spark: bool = False) -> Path:
+        """A pipeline file of a fresh pipeline over the lab's topic (``top``: more top-level settings); ``spark``:
+        every stage on the lab's standalone cluster (``driver_max_messages = 0``, ``--spark <master>``)."""
+        if spark:
+            self.with_spark()
+            top = "driver_max_messages = 0\n" + top
         self.made += 1
         name = name or f"f{self.made}"
         endpoint = self.proxy.endpoint if proxied else self.s3.endpoint
@@ -301,21 +435,30 @@ class Lab:
             f'[storage]\nurl = "s3://lake/{name}"\nendpoint_url = "{endpoint}"\n'
             f'[catalog]\ntype = "sql"\nproperties = {{ uri = "postgresql+psycopg2://root@127.0.0.1:{self.pg.port}/postgres" }}\n'
             f'[schedule]\ncron = "* * * * *"\nstart_date = "{T0.isoformat()}"\n')
+        if spark:
+            self.on_spark.add(path)
         return path
 
-    def env(self, stop_at: str | None = None) -> dict[str, str]:
+    def env(self, stop_at: str | None = None, config: Path | None = None) -> dict[str, str]:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, **SHORT_BOUNDS}
         env.pop("TIDELAKE_STOP_AT", None)
         env.pop("TIDELAKE_RUN_ID", None)
         if stop_at:
             env["TIDELAKE_STOP_AT"] = stop_at
+        if config in self.on_spark and self.scratch is not None:
+            # The driver's scratch space on the tmpfs: Python's temp dir (PySpark writes each job's tasks there)
+            # and Spark's local dirs; the status API on a port of the run's own (ExecutorKiller reads it).
+            self.ui_port = free_port()
+            env.update(TMPDIR=str(self.scratch.tmp), SPARK_LOCAL_DIRS=str(self.scratch.driver),
+                       PYSPARK_SUBMIT_ARGS=f"--conf spark.ui.port={self.ui_port} pyspark-shell")
         return env
 
     def command(self, config: Path, what: str, i: int = 0) -> list[str]:
         exe = [str(BIN / "tidelake"), "-q"]
         if what == "run":
             a = T0 + i * MINUTE
-            return [*exe, "run", "--config", str(config), "--start", a.isoformat(), "--end", (a + MINUTE).isoformat()]
+            on = ["--spark", self.cluster.master_url] if config in self.on_spark and self.cluster is not None else []
+            return [*exe, "run", "--config", str(config), "--start", a.isoformat(), "--end", (a + MINUTE).isoformat(), *on]
         if what == "maintain":
             return [*exe, "maintain", "--config", str(config)]
         if what == "changes":
@@ -325,8 +468,8 @@ class Lab:
         raise ValueError(what)
 
     def run(self, config: Path, what: str, i: int = 0, timeout: float = RUN_BOUND) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(config, what, i), env=self.env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return subprocess.run(self.command(config, what, i), env=self.env(config=config), capture_output=True, text=True,
+                              timeout=timeout, check=False)
 
     def snapshot(self, config: Path) -> dict[int, Any]:
         """Every published W and the rows of every table at it, read with the library (the checked state)."""
@@ -364,7 +507,7 @@ def lab(workdir: Path) -> Iterator[Lab]:
         pg = stack.enter_context(postgres_service(workdir / "pg"))
         proxy = FaultProxy(s3.endpoint)
         stack.callback(proxy.stop)
-        the_lab = Lab(workdir, s3, broker, pg, proxy)
+        the_lab = Lab(workdir, s3, broker, pg, proxy, stack=stack)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for f in admin.create_topics([NewTopic(the_lab.topic, 2, 1, config={"retention.ms": "-1"})]).values():
             f.result(30)
@@ -397,6 +540,10 @@ class Fault:
     inject: Callable[[Lab], None]
     restore: Callable[[Lab], None]
     proxied: bool = False
+    state: str = "unavailable"  # what the line says of the service: "<service> <state>: ..."
+    spark: bool = False  # the cell's pipeline runs every stage on the lab's standalone cluster
+    stages: tuple[str, ...] | None = None  # the stages where the fault makes sense (None: all)
+    happened: Callable[[Lab], str] | None = None  # what the fault did ("": it did not happen); None: it always does
 
 
 FAULTS = [
@@ -411,6 +558,12 @@ FAULTS = [
     Fault("catalog hung (SIGSTOP)", "Iceberg catalog", lambda lab: signal_postgres(lab.pg, signal.SIGSTOP),
           lambda lab: signal_postgres(lab.pg, signal.SIGCONT)),
     Fault("broker killed", "Kafka", lambda lab: lab.broker.kill(), lambda lab: lab.broker.start()),
+    # The executor JVM killed mid-task (the worker stays): Spark reruns the tasks on a relaunched executor.
+    Fault("Spark executor lost (kill -9)", "Spark", lambda lab: lab.killer.start(lab), lambda lab: lab.killer.stop(),
+          spark=True, stages=("decode+fold", "rewrite+commit"), happened=lambda lab: lab.killer.killed),
+    # TMPDIR and the driver's and the worker's SPARK_LOCAL_DIRS on a full filesystem, freed for the retry.
+    Fault("local disk full (ENOSPC)", "local disk", lambda lab: lab.scratch.fill(), lambda lab: lab.scratch.free(),
+          state="full", spark=True, stages=("snapshot+land", "decode+fold", "rewrite+commit")),
 ]
 
 # stage -> (command, the step the run is paused at before the fault; None: the fault is there from the start)
@@ -436,14 +589,23 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _judge(cell: Cell, fault: Fault, proc_rc: int | None, err: str, seconds: float) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
+_LOG4J_TIME = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")
+
+
+def _stderr_lines(err: str) -> list[str]:
+    return [_LOG4J_TIME.sub("", line) for line in err.splitlines() if line.strip()]
+
+
+def _judge(cell: Cell, fault: Fault, proc_rc: int | None, err: str, seconds: float, baseline: frozenset[str] = frozenset()) -> None:
+    # ``baseline``: what a clean run of the cell's pipeline prints on stderr too (on Spark: the JVM's and Spark's
+    # start-up warnings, timestamps aside), not part of the failure's account.
+    lines = [line for line in _stderr_lines(err) if line not in baseline]
     cell.seconds = round(seconds, 1)
     if proc_rc is None:
         cell.outcome, cell.detail = "WRONG: hung", f"still running after {RUN_BOUND:.0f}s"
     elif proc_rc == 0:
         cell.outcome = "survived"
-    elif lines and fault.service in lines[-1] and "unavailable" in lines[-1] and len(lines) <= 3 and "Traceback" not in err:
+    elif lines and f"{fault.service} {fault.state}:" in lines[-1] and len(lines) <= 3 and "Traceback" not in err:
         cell.outcome, cell.detail = "failed clearly", lines[-1][:160]
     else:
         cell.outcome, cell.detail = "WRONG: unclear failure", " | ".join(lines[-3:])[:300] + f" ({len(lines)} lines)"
@@ -452,19 +614,22 @@ def _judge(cell: Cell, fault: Fault, proc_rc: int | None, err: str, seconds: flo
 def run_cell(the_lab: Lab, fault: Fault, stage: str) -> Cell:
     cell = Cell(fault.name, stage)
     what, stop_at = STAGES[stage]
-    config = the_lab.pipeline(proxied=fault.proxied)
+    config = the_lab.pipeline(proxied=fault.proxied, spark=fault.spark)
     target = INTERVALS - 2  # the interval the fault hits; the ones before are applied cleanly
+    baseline: set[str] = set()
     for i in range(target if what == "run" else INTERVALS):
         done = the_lab.run(config, "run", i)
         if done.returncode != 0:
             cell.outcome, cell.detail = "WRONG: clean run failed", done.stderr[-300:]
             return cell
+        baseline.update(_stderr_lines(done.stderr))
     restored = False
+    proc: subprocess.Popen | None = None
     started = time.monotonic()
     try:
         if stop_at is None:
             fault.inject(the_lab)
-        proc = subprocess.Popen(the_lab.command(config, what, target), env=the_lab.env(stop_at), stdout=subprocess.PIPE,
+        proc = subprocess.Popen(the_lab.command(config, what, target), env=the_lab.env(stop_at, config), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         if stop_at is not None:
             while proc.poll() is None and not _stopped(proc.pid):
@@ -480,9 +645,15 @@ def run_cell(the_lab: Lab, fault: Fault, stage: str) -> Cell:
             proc.kill()
             out, err = proc.communicate()
             rc = None
-        _judge(cell, fault, rc, err, time.monotonic() - started)
+        _judge(cell, fault, rc, err, time.monotonic() - started, frozenset(baseline))
         fault.restore(the_lab)
         restored = True
+        if fault.happened is not None:
+            note = fault.happened(the_lab)
+            if not note:  # e.g. the stage's tasks ended before one was seen running: the fault never happened
+                cell.outcome, cell.detail = "WRONG: the fault did not happen", cell.detail
+                return cell
+            cell.detail = f"{note}; {cell.detail}".strip("; ")
         # The retry, once the service is back: at once (no lease left to wait for), and exact.
         again = the_lab.run(config, what, target)
         if again.returncode != 0:
@@ -504,6 +675,10 @@ def run_cell(the_lab: Lab, fault: Fault, stage: str) -> Cell:
                 cell.outcome, cell.detail = "WRONG: output differs from the clean pipeline's", again.stdout[:200]
         return cell
     finally:
+        if proc is not None and proc.poll() is None:  # the bench failed while the run was paused: not left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
         if not restored:
             fault.restore(the_lab)
 
@@ -515,13 +690,13 @@ def print_matrix(cells: list[Cell], out: Any = None) -> None:
     by = {(c.fault, c.stage): c for c in cells}
     width = max(len(s) for s in stages)
     short = {"survived": "survived", "failed clearly": "failed clearly"}
-    print(f"{'stage':<{width}}  " + "  ".join(f"{f[:24]:<24}" for f in faults), file=out)
+    print(f"{'stage':<{width}}  " + "  ".join(f"{f[:30]:<30}" for f in faults), file=out)
     for s in stages:
         row = []
         for f in faults:
             c = by.get((f, s))
-            text = "" if c is None else short.get(c.outcome, "WRONG") + f" {c.seconds:.0f}s"
-            row.append(f"{text:<24}")
+            text = "-" if c is None else short.get(c.outcome, "WRONG") + f" {c.seconds:.0f}s"
+            row.append(f"{text:<30}")
         print(f"{s:<{width}}  " + "  ".join(row), file=out)
     for c in cells:
         if c.outcome.startswith("WRONG"):
@@ -539,6 +714,8 @@ def matrix(faults: list[Fault], stages: list[str], workdir: Path | None = None,
         cells = []
         for fault in faults:
             for stage in stages:
+                if fault.stages is not None and stage not in fault.stages:
+                    continue
                 cell = run_cell(the_lab, fault, stage)
                 cells.append(cell)
                 if progress:

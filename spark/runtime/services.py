@@ -26,16 +26,23 @@ Spark         ``spark.network.timeout`` 120 s; a lost     Spark's task retries (
               cancelled (``session.watch_executors``)
 ============  ==========================================  ============================================
 
+The run also writes to local disk on Spark: PySpark writes each job's tasks (``parallelize``'s data,
+broadcasts) to a folder in ``spark.local.dir`` before handing them to the JVM, Spark its shuffle and
+spilled blocks there too (``SPARK_LOCAL_DIRS``, which wins, on a standalone worker), and PySpark's
+start a file in the Python temp dir (``TMPDIR``). A full one (``ENOSPC``,
+``EDQUOT``) is the "service" ``LOCAL_DISK``: not retried (freeing space takes an operator).
+
 Past those bounds a run fails, and ``describe(exc)`` turns what the client library raised (a
 pyarrow ``OSError`` quoting the AWS SDK, a SQLAlchemy ``OperationalError`` quoting the
-connection URL, a ``KafkaException``, a ``Py4JJavaError``) into **one line** naming the service,
-what failed and what to do -- never a credential: URLs lose their passwords, keys are masked.
+connection URL, a ``KafkaException``, a ``Py4JJavaError``, an ``OSError`` with ``ENOSPC``) into
+**one line** naming the service (the local disk: "local disk full: ... <path>"), what failed and what to do -- never a credential: URLs lose their passwords, keys are masked.
 The CLI and the spark-submit jobs print that line and exit 1, so Airflow's retry runs the
 task again once the service is back (a run is exact when repeated: contract §5).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -64,6 +71,9 @@ SPARK_NO_EXECUTOR_TIMEOUT = _setting("SPARK_NO_EXECUTOR_TIMEOUT", 180.0)
 spark_stalled: str | None = None
 
 S3, CATALOG, KAFKA, SPARK = "object storage (S3)", "Iceberg catalog", "Kafka", "Spark"
+# The run's local scratch space: Spark's spark.local.dir / SPARK_LOCAL_DIRS (PySpark's job data, shuffle and
+# spilled blocks, on the driver and the workers) and the Python temp dir (TMPDIR).
+LOCAL_DISK = "local disk"
 
 
 
@@ -112,7 +122,11 @@ _ADVICE = {
     CATALOG: "check that the catalog's database is up and accepting connections; the task's retry resumes exactly",
     KAFKA: "check that the brokers in kafka.bootstrap_servers are up and reachable; the task's retry resumes exactly",
     SPARK: "check the Spark cluster (master, workers, executor logs); the task's retry resumes exactly",
+    LOCAL_DISK: "free space there, or point TMPDIR and spark.local.dir (SPARK_LOCAL_DIRS on the Spark workers) at a "
+                "larger volume; the task's retry resumes exactly",
 }
+# How a service's failure reads: "<service> unavailable: ...", the local disk "local disk full: ...".
+_STATE = {LOCAL_DISK: "full"}
 
 
 class ServiceError(TidelakeError):
@@ -120,7 +134,7 @@ class ServiceError(TidelakeError):
 
     def __init__(self, service: str, what: str) -> None:
         self.service, self.what = service, what
-        super().__init__(f"{service} unavailable: {what}; {_ADVICE[service]}")
+        super().__init__(f"{service} {_STATE.get(service, 'unavailable')}: {what}; {_ADVICE[service]}")
 
 
 @dataclass(frozen=True)
@@ -164,12 +178,72 @@ _S3_HINTS = ("AWS Error", "curlCode", "S3 ", "s3://", "HeadObject", "GetObject",
              "When uploading", "When deleting", "When creating")
 
 
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
+# A Java exception's path: "/spark/blockmgr-.../temp_shuffle_... (No space left on device)".
+_JAVA_PATH = re.compile(r"(/[^\s:()'\"]+)\s*\((?:No space left on device|Disk quota exceeded)\)")
+
+
+def scratch_dirs() -> list[str]:
+    """This process's local scratch space: Spark's local dir in use (the running SparkContext's, where PySpark
+    writes each job's tasks; else ``SPARK_LOCAL_DIRS``, else Java's temp dir ``/tmp``), then the Python temp
+    dir (``TMPDIR``: as set, since ``tempfile`` skips a directory it cannot write to, a full one)."""
+    dirs: list[str] = []
+    local = None
+    try:
+        from pyspark import SparkContext
+
+        active = SparkContext._active_spark_context
+        if active is not None and getattr(active, "_temp_dir", None):
+            local = os.path.dirname(active._temp_dir)  # <spark.local.dir>/spark-<uuid>/pyspark-<uuid>
+            local = os.path.dirname(local)
+    except Exception:  # noqa: BLE001 - no pyspark, or a context stopping: the settings are what is known
+        local = None
+    for d in ([local] if local else (os.environ.get("SPARK_LOCAL_DIRS") or "/tmp").split(",")) + [
+            os.environ.get("TMPDIR") or os.environ.get("TEMP") or os.environ.get("TMP") or "/tmp"]:
+        if d and d.strip() and d.strip() not in dirs:
+            dirs.append(d.strip())
+    return dirs
+
+
+def _mount_point(path: str) -> str:
+    p = os.path.abspath(path)
+    while not os.path.ismount(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    return p
+
+
+def _disk_full(exc: BaseException, text: str) -> _Match | None:
+    """ENOSPC / EDQUOT: an ``OSError`` of Python's (PySpark writing a job's tasks to the temp dir, a local
+    archive) or the text of Spark's (an executor's shuffle or block write), as "local disk full: <where>"."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+        cause = os.strerror(exc.errno)
+        path = exc.filename
+    elif any(t in text for t in _DISK_FULL_TEXTS):
+        cause = next(t for t in _DISK_FULL_TEXTS if t in text)
+        found = _JAVA_PATH.search(text)
+        path = found[1] if found else None
+    else:
+        return None
+    if path:
+        where = f"writing {path} (the filesystem mounted at {_mount_point(str(path))})"
+    else:
+        where = "writing to the run's scratch space (" + ", ".join(scratch_dirs()) + \
+                "; on a Spark cluster also the workers' SPARK_LOCAL_DIRS)"
+    return _Match(LOCAL_DISK, f"{cause} {where}")
+
+
 def _classify_one(exc: BaseException) -> _Match | None:
     module = type(exc).__module__ or ""
     name = type(exc).__name__
     text = str(exc)
     if isinstance(exc, ServiceError):
         return _Match(exc.service, exc.what)
+    if isinstance(exc, OSError) or module.startswith("py4j") or name in (
+            "Py4JJavaError", "SparkException", "PythonException", "StorageError"):
+        full = _disk_full(exc, text)
+        if full is not None:
+            return full
     if module.startswith(("sqlalchemy", "psycopg2", "psycopg", "sqlite3")) and name in (
             "OperationalError", "InterfaceError", "DatabaseError", "DisconnectionError", "TimeoutError", "InternalError"):
         return _Match(CATALOG, _first_line(text))

@@ -20,6 +20,9 @@ DEFAULTS = {
     # measured 0.14 s -> 0.06 s for a job of 4 one-line Python tasks on local[2], which
     # is most of a landing task's overhead (one task per chunk).
     "spark.python.unix.domain.socket.enabled": "true",
+    # Spark's console progress bar ("[Stage 0:> (0 + 1) / 2]", on stderr, redrawn with carriage returns)
+    # garbles a task log and stands before a failure's one line; tidelake reports its own progress.
+    "spark.ui.showConsoleProgress": "false",
 }
 
 # On a local master the Python daemon imports PySpark from its installed package, not Spark's

@@ -104,3 +104,23 @@ def test_part_of_the_fault_matrix_survives_or_fails_clearly_and_the_retry_is_exa
         cells.append((run_cell(the_lab, fault, stage), expected))
     print_matrix([c for c, _ in cells])
     assert [(c.fault, c.stage, c.outcome, c.detail) for c, e in cells if c.outcome not in e] == []
+
+
+SPARK_CELLS = [  # on the lab's standalone master + worker (driver_max_messages = 0)
+    ("Spark executor lost", "rewrite+commit", {"survived"}),  # the tasks rerun on the executor the master relaunches
+    ("local disk full", "decode+fold", {"failed clearly"}),  # "local disk full: ... <path>; free space ...", then exact
+]
+
+
+@pytest.mark.faults
+@pytest.mark.skipif(os.geteuid() != 0, reason="the local disk fault mounts a tmpfs (root)")
+def test_spark_faults_an_executor_lost_is_survived_and_a_full_local_disk_fails_clearly(the_lab: Lab) -> None:
+    cells = []
+    for name, stage, expected in SPARK_CELLS:
+        fault = next(f for f in FAULTS if f.name.startswith(name))
+        assert fault.stages is not None and stage in fault.stages
+        cells.append((run_cell(the_lab, fault, stage), expected))
+    print_matrix([c for c, _ in cells])
+    assert [(c.fault, c.stage, c.outcome, c.detail) for c, e in cells if c.outcome not in e] == []
+    assert "killed with" in cells[0][0].detail  # a task was in flight when its executor died
+    assert the_lab.scratch is not None and str(the_lab.scratch.path) in cells[1][0].detail  # the line names the disk

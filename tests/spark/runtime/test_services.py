@@ -90,3 +90,56 @@ def test_the_cli_ends_a_broker_outage_with_one_line_not_librdkafkas_hundreds(tmp
                 env={"TIDELAKE_KAFKA_CALL_TIMEOUT": "3"})
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: Kafka unavailable: "), done.stderr
+
+
+def test_a_full_local_disk_is_one_line_naming_the_path_and_what_to_do(monkeypatch) -> None:
+    import errno
+    import os
+
+    from spark.runtime.services import LOCAL_DISK
+
+    # Python's own (PySpark writing a job's tasks to the temp dir; a file it names).
+    found = classify(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/scratch/tmp/pyspark-1/tmpab"))
+    assert found is not None and found.service == LOCAL_DISK
+    line = str(found)
+    assert line.startswith("local disk full: No space left on device writing /scratch/tmp/pyspark-1/tmpab "
+                           "(the filesystem mounted at /)"), line
+    assert "TMPDIR" in line and "spark.local.dir" in line and "retry resumes exactly" in line and "\n" not in line
+    # A quota counts the same; without a file name the line names the scratch directories.
+    try:
+        try:
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        except OSError as inner:
+            raise RuntimeError("job failed") from inner
+    except RuntimeError as outer:
+        found = classify(outer)
+    assert found is not None and found.service == LOCAL_DISK
+    assert str(found).startswith("local disk full: Disk quota exceeded writing to the run's scratch space (")
+    # The directories as set: tempfile.gettempdir() skips a full TMPDIR (it cannot write its probe there).
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/scratch/spark")
+    monkeypatch.setenv("TMPDIR", "/scratch/tmp")
+    assert "scratch space (/scratch/spark, /scratch/tmp; on a Spark cluster also the workers' SPARK_LOCAL_DIRS)" in str(
+        classify(OSError(errno.ENOSPC, "No space left on device")))
+    # Other OSErrors are not a full disk.
+    assert classify(OSError(errno.EACCES, "Permission denied", "/x")) is None
+
+
+def test_a_spark_task_failing_on_a_full_local_dir_is_the_local_disks_line() -> None:
+    from spark.runtime.services import LOCAL_DISK
+
+    class Py4JJavaError(Exception):  # the shape of py4j's: a class of that name whose text quotes Java's
+        pass
+
+    text = ("An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 4 times, "
+            "most recent failure: Lost task 0.3 in stage 1.0 (TID 5) (127.0.0.1 executor 1): java.io.FileNotFoundException: "
+            "/spark/blockmgr-8a/02/temp_shuffle_5d (No space left on device)\n\tat java.io.FileOutputStream.open0(Native Method)")
+    found = classify(Py4JJavaError(text))
+    assert found is not None and found.service == LOCAL_DISK
+    assert str(found).startswith("local disk full: No space left on device writing /spark/blockmgr-8a/02/temp_shuffle_5d")
+    bare = classify(Py4JJavaError(text.replace("java.io.FileNotFoundException: /spark/blockmgr-8a/02/temp_shuffle_5d "
+                                               "(No space left on device)", "java.io.IOException: No space left on device")))
+    assert bare is not None and "scratch space" in str(bare) and "SPARK_LOCAL_DIRS" in str(bare)
+    # An executor lost stays Spark's.
+    lost = classify(Py4JJavaError(text.replace("(No space left on device)", "ExecutorLostFailure (executor 1 exited)")))
+    assert lost is not None and lost.service != LOCAL_DISK
