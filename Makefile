@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-faults bench demo clean
+.PHONY: install test test-fast test-faults test-e2e bench demo clean
 
 # The editable install: setuptools says "Editable installation." (an InformationOnly warning: mind
 # folders named like the packages), nothing to act on, so it is not printed; any other warning is.
@@ -17,9 +17,13 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-## Everything CI runs (15-25 minutes on 2 cores, plus the first install).
+## Everything CI runs (20-25 minutes on 2 cores, plus the first install).
 test: $(STAMP)
-	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults" tests
+	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults and not mirror_e2e" tests
+
+## The change-feed mirror built from a real scheduler's Asset events through a catch-up (~5 minutes), apart.
+test-e2e: $(STAMP)
+	$(PY) -m pytest -m mirror_e2e tests/dags/test_scheduler_e2e.py
 
 ## The fault matrix with real services (docs/operating.md, "When a service fails"): ~10 minutes, apart.
 test-faults: $(STAMP)

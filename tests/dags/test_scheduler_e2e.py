@@ -513,6 +513,7 @@ def isolation_history() -> list[list]:
     return batches
 
 
+@pytest.mark.mirror_e2e
 def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, make_topic, tmp_path: Path) -> None:
     """Issue 33: shop.a is isolated for two intervals (a statement this version cannot apply), then a
     fixed version is deployed and the next scheduled run catches it up. The downstream DAG of
