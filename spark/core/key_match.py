@@ -58,6 +58,13 @@ def key_matches(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -
     right = [_comparable(_column(touched, k, "touched keys").cast(col.type)) for k, col in zip(key_columns, left)]
     if rows.num_rows == 0 or touched.num_rows == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(left) == 1 and _hashable(left[0].type) and pc.count_distinct(right[0], mode="all").as_py() == len(right[0]):
+        # One key column, each touched key once (the fold's output): a hash lookup per row, no join.
+        found = pc.index_in(left[0], value_set=right[0], skip_nulls=False)
+        row = np.flatnonzero(found.is_valid().to_numpy(zero_copy_only=False))
+        hit = pc.drop_null(found).to_numpy().astype(np.int64)
+        order = np.argsort(hit, kind="stable")  # by touched row, then row (rows ascend already)
+        return row[order], hit[order]
     left_cols, right_cols = _joinable(left, right)
     join_keys = list(left_cols)
     left_cols["row"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
@@ -65,6 +72,20 @@ def key_matches(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -
     pairs = pa.table(left_cols).join(pa.table(right_cols), keys=join_keys, join_type="inner") \
         .select(["touched", "row"]).sort_by([("touched", "ascending"), ("row", "ascending")])
     return pairs.column("row").to_numpy(), pairs.column("touched").to_numpy()
+
+
+def unmatched(n: int, matched: np.ndarray) -> np.ndarray:
+    """The positions of ``0..n-1`` not in ``matched``, ascending (``np.setdiff1d`` of a range, by a
+    mask instead of sorting both sides)."""
+    mask = np.ones(n, dtype=bool)
+    mask[matched] = False
+    return np.flatnonzero(mask)
+
+
+def _hashable(kind: pa.DataType) -> bool:
+    """Types whose values Arrow's hash lookup (``index_in``) tells apart exactly as upstream equality does."""
+    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind) \
+        or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
 
 
 def _joinable(left: list[pa.Array], right: list[pa.Array]) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:

@@ -373,17 +373,19 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     read1 = Schema(*shown, *dropped_out) if same else Schema(*up1)
     read2 = Schema(*up2, commit_field) if t2 is not None else None
     keys_arg = None if whole else typed.keys  # type: ignore[union-attr]
+    manifests: dict[str, list] = {}  # W1's and W2's snapshots share most: each read once
     if t1 is None:
         rows1 = arrow_schema(Schema(*shown, *dropped_out)).empty_table()
     else:
-        rows1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, read1, match, keys_arg)
+        rows1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, read1, match, keys_arg,
+                          manifests_read=manifests)
         if not same:
             rows1 = _by_name(rows1, shown, dropped, dropped_out)
     # A touched key's row at W2 was written in the window (its change was applied after W1, with
     # its commitTs): files whose commitTs bound is at most W1 hold none of them. Not so for a
     # key-less table's copies, nor for rows a DDL changed (read whole anyway).
     recent = (commit_field.field_id, w1) if key and not whole and commit_field is not None else None
-    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent) \
+    rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent, manifests) \
         if t2 is not None else None
     if rows2 is not None and rows2.num_rows:
         # Newest first: of a key-less table's equal rows, the copies the window added are its newest

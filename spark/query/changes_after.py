@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
-from spark.core.key_match import key_matches
+from spark.core.key_match import key_matches, unmatched
 from spark.core.watermark import tag_name
 from spark.query.changes_ddl import TableDdl
 from spark.query.changes_diff import DELETE, UPSERT, comparable, output_schema
@@ -66,7 +66,7 @@ def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown
     if keys_arg is not None:  # the touched keys without a row at W2
         gone_keys = keys_arg.select(match)
         _, present = key_matches(after.select(match), gone_keys, match) if after.num_rows else (None, np.zeros(0, np.int64))
-        gone = np.setdiff1d(np.arange(gone_keys.num_rows), present)
+        gone = unmatched(gone_keys.num_rows, present)
         gone_ts = typed.ts[gone] if typed is not None else np.full(len(gone), fallback, np.int64)
     else:  # W1's keys (their columns alone) without a row at W2
         keys1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, Schema(*w1_keys)) if t1 is not None \
@@ -74,7 +74,7 @@ def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown
         gone_keys = keys1.rename_columns(match)
         matched = key_matches(gone_keys, after.select(match), match)[0] if gone_keys.num_rows and after.num_rows \
             else np.zeros(0, np.int64)
-        gone = np.setdiff1d(np.arange(gone_keys.num_rows), matched)
+        gone = unmatched(gone_keys.num_rows, matched)
         gone_ts = deleted_ts(gone_keys, gone, typed, match, fallback, removals, w1)
     schema = output_schema(shown, dropped_out, change_col, ts_col)
     columns = arrow_schema(Schema(*shown, *dropped_out))

@@ -25,6 +25,7 @@ CHANGE_TYPES = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
 UPSERT = "upsert"
 AFTER_IMAGE_TYPES = (UPSERT, DELETE)
 CHANGE_TYPE, COMMIT_TS = "_change_type", "_commit_ts"
+_CHANGE_TYPE_TEXT = pa.array(CHANGE_TYPES, pa.string())
 
 
 def output_schema(shown: list[NestedField], dropped_out: list[NestedField], change_col: str, ts_col: str) -> pa.Schema:
@@ -101,17 +102,17 @@ def assemble(rows1: pa.Table, removed: np.ndarray, before_ts: np.ndarray, before
     at ``before_pair``) and ``added`` of ``rows2`` (``insert``, or ``update_after`` at ``after_pair``),
     with their commitTs, in key order; and the rows per change type."""
     schema = output_schema(shown, dropped_out, change_col, ts_col)
-    before_type = np.full(len(removed), DELETE, object)
-    before_type[before_pair] = UPDATE_BEFORE
-    after_type = np.full(len(added), INSERT, object)
-    after_type[after_pair] = UPDATE_AFTER
+    before_type = np.full(len(removed), CHANGE_TYPES.index(DELETE), np.int8)  # codes: CHANGE_TYPES' positions
+    before_type[before_pair] = CHANGE_TYPES.index(UPDATE_BEFORE)
+    after_type = np.full(len(added), CHANGE_TYPES.index(INSERT), np.int8)
+    after_type[after_pair] = CHANGE_TYPES.index(UPDATE_AFTER)
     b = rows1.take(pa.array(removed, pa.int64()))
     a = rows2.take(pa.array(added, pa.int64()))
     a = pa.Table.from_arrays([*a.columns, *(pa.nulls(a.num_rows, arrow_schema(Schema(f)).field(0).type) for f in dropped_out)],
                              schema=arrow_schema(Schema(*shown, *dropped_out)))
     b = b.select([f.name for f in [*shown, *dropped_out]])
-    parts = [pa.Table.from_arrays([pa.array(before_type, pa.string()), pa.array(before_ts, pa.int64()), *b.columns], schema=schema),
-             pa.Table.from_arrays([pa.array(after_type, pa.string()), pa.array(after_ts, pa.int64()), *a.columns], schema=schema)]
+    parts = [pa.Table.from_arrays([_CHANGE_TYPE_TEXT.take(before_type), pa.array(before_ts, pa.int64()), *b.columns], schema=schema),
+             pa.Table.from_arrays([_CHANGE_TYPE_TEXT.take(after_type), pa.array(after_ts, pa.int64()), *a.columns], schema=schema)]
     table = pa.concat_tables(parts)
     # Each update's two images together, in key order, before images first; a key-less table's rows
     # in the order of their values: the same bytes whatever order the data files hold the rows in.
@@ -121,7 +122,7 @@ def assemble(rows1: pa.Table, removed: np.ndarray, before_ts: np.ndarray, before
                       "side": np.concatenate([np.zeros(len(removed), np.int8), np.ones(len(added), np.int8)]),
                       "ts": np.concatenate([before_ts, after_ts]).astype(np.int64)})
     table = table.take(pc.sort_indices(order, sort_keys=[(c, "ascending") for c in order.column_names]))
-    counts = {t: int(n) for t, n in zip(CHANGE_TYPES, (np.sum(after_type == INSERT), np.sum(before_type == DELETE),
-                                                       len(before_pair), len(after_pair)))}
+    counts = {t: int(n) for t, n in zip(CHANGE_TYPES, np.bincount(before_type, minlength=len(CHANGE_TYPES))
+                                                      + np.bincount(after_type, minlength=len(CHANGE_TYPES)))}
     return table, counts
 

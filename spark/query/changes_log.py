@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -140,7 +141,7 @@ def touched_slice(task: TouchedTask) -> pa.Table:
     on an executor, or in process)."""
     storage = open_storage(credentials.resolve(task.config).storage)
     lo, hi = task.part.bounds
-    applied = []
+    applied, changes = [], []
     for path in task.paths:
         with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
             source = pq.ParquetFile(f)
@@ -148,6 +149,11 @@ def touched_slice(task: TouchedTask) -> pa.Table:
             if not groups:
                 continue
             rows = source.read_row_groups(groups).cast(CHANGE_LOG_SCHEMA)
+        # ``change`` (the row's image: most of its bytes) stays aside, named by its position, and is
+        # taken once for the rows the fold keeps, not copied by every filter on the way.
+        first = sum(len(c) for c in changes)
+        changes.append(rows.column(_CHANGE))
+        rows = rows.drop_columns([_CHANGE]).append_column(_AT, pa.array(np.arange(first, first + rows.num_rows)))
         if task.part.count > 1:
             hashes = rows.column("key_hash")
             rows = rows.filter(pc.and_(pc.greater_equal(hashes, lo), pc.less(hashes, hi)))
@@ -162,7 +168,12 @@ def touched_slice(task: TouchedTask) -> pa.Table:
                 applied.append(selected)
     if not applied:
         return select(CHANGE_LOG_SCHEMA.empty_table(), FoldWindow(0, 0, {}))
-    return greatest(pa.concat_tables(applied))
+    kept = greatest(pa.concat_tables(applied))
+    change = pa.chunked_array([c for column in changes for c in column.chunks], pa.binary()).take(kept.column(_AT))
+    return kept.drop_columns([_AT]).add_column(CHANGE_LOG_SCHEMA.get_field_index(_CHANGE), _CHANGE, change)
+
+
+_CHANGE, _AT = "change", "_change_at"
 
 
 def _in_tables(rows: pa.Table, tables: Iterable[TableRef]) -> pa.Array:

@@ -44,19 +44,22 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 
 def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[str] = (),
-              touched: pa.Table | None = None, newer_than: tuple[int, int] | None = None) -> pa.Table:
+              touched: pa.Table | None = None, newer_than: tuple[int, int] | None = None,
+              manifests_read: dict[str, list] | None = None) -> pa.Table:
     """The rows of ``table`` at snapshot ``snapshot_id`` in ``schema``'s columns (by field id);
     with ``touched``, only those whose ``match`` columns equal one of its rows (NULL equals NULL).
 
     ``match`` names columns of the snapshot's own schema (and of ``schema``); ``touched`` has one
     column per ``match`` column. ``newer_than`` (field id, value): leave out the files whose
-    upper bound of that long column is at most the value (the caller knows no row it wants is)."""
+    upper bound of that long column is at most the value (the caller knows no row it wants is).
+    ``manifests_read``: manifests read before, shared between the reads of one table's two Ws
+    (``spark.tables.files.live_files``)."""
     metadata, io = table.metadata, table.io
     snapshot = metadata.snapshot_by_id(snapshot_id)
     out_schema = arrow_schema(schema)
     if snapshot is None or (touched is not None and touched.num_rows == 0):
         return out_schema.empty_table()
-    live = live_files(io, snapshot)
+    live = live_files(io, snapshot, manifests_read)
     files = list(live.data)
     if newer_than is not None:
         field_id, value = newer_than
@@ -67,7 +70,7 @@ def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[st
         at = metadata.model_copy(update={"current_schema_id": snapshot.schema_id}) \
             if snapshot.schema_id is not None else metadata
         _, hit = key_file_pairs(at, list(match), touched, files)
-        files = [files[i] for i in np.unique(hit)]
+        files = [files[i] for i in np.flatnonzero(np.bincount(hit, minlength=len(files)))]
     if not files:
         return out_schema.empty_table()
     parts = list(_POOL.map(lambda f: _read_file(io, f, live.deletes_of(f), schema, out_schema, match, touched), files))
@@ -83,25 +86,36 @@ def _read_file(io: FileIO, data_file: DataFile, deletes: Sequence[DataFile], sch
         starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         deleted = internals.deleted_positions(io, data_file, deletes) if deletes else np.zeros(0, np.int64)
         groups = list(range(source.num_row_groups))
-        wanted = None
+        wanted, rows = None, None
         if touched is not None:
             fields = {f.name: f for f in schema.fields}
             key_schema = Schema(*[fields[m] for m in match])
             groups = _groups_meeting(source, by_id, key_schema.fields[0], touched.column(match[0]), groups)
             if not groups:
                 return out_schema.empty_table()
-            keys = _project(source.read_row_groups(groups, columns=_names(by_id, key_schema)), key_schema, by_id)
+            # One row group to look in: its other columns are read with the keys (reading the keys
+            # first saves a read only when the group holds no touched key, which its statistics
+            # just said it may).
+            first = source.read_row_groups(groups, columns=_names(by_id, schema if len(groups) == 1 else key_schema))
+            keys = _project(first, key_schema, by_id)
             positions = _positions(groups, starts, sizes)
-            live = ~np.isin(positions, deleted)
+            live = _outside(positions, deleted)
             keys, positions = keys.filter(pa.array(live)), positions[live]
             wanted = positions[key_mask(keys, touched.select(list(match)), list(match)).to_numpy(zero_copy_only=False)]
             if not len(wanted):
                 return out_schema.empty_table()
-            groups = sorted({int(g) for g in np.searchsorted(starts, wanted, "right") - 1})
-        rows = source.read_row_groups(groups, columns=_names(by_id, schema))
+            if len(groups) == 1:
+                rows = first
+            else:
+                groups = sorted({int(g) for g in np.searchsorted(starts, wanted, "right") - 1})
+        if rows is None:
+            rows = source.read_row_groups(groups, columns=_names(by_id, schema))
     positions = _positions(groups, starts, sizes)
-    keep = np.isin(positions, wanted) if wanted is not None else ~np.isin(positions, deleted)
-    return _project(rows.filter(pa.array(keep)), schema, by_id).cast(out_schema)
+    if wanted is not None:  # ascending, and each one of ``positions``
+        rows = rows.take(pa.array(np.searchsorted(positions, wanted), pa.int64()))
+    elif len(deleted):
+        rows = rows.filter(pa.array(_outside(positions, deleted)))
+    return _project(rows, schema, by_id).cast(out_schema)
 
 
 def _columns_by_field_id(arrow: pa.Schema) -> dict[int, str]:
@@ -121,6 +135,18 @@ def _positions(groups: Sequence[int], starts: np.ndarray, sizes: Sequence[int]) 
     if not groups:
         return np.zeros(0, np.int64)
     return np.concatenate([np.arange(starts[g], starts[g] + sizes[g], dtype=np.int64) for g in groups])
+
+
+def _outside(positions: np.ndarray, deleted: np.ndarray) -> np.ndarray:
+    """True for each of ``positions`` (ascending, unique) not in ``deleted`` (ascending, unique):
+    ``~np.isin`` by a binary search of the few deleted, not a sort of every position."""
+    out = np.ones(len(positions), dtype=bool)
+    if len(deleted) and len(positions):
+        at = np.searchsorted(positions, deleted)
+        inside = at < len(positions)
+        at = at[inside]
+        out[at[positions[at] == deleted[inside]]] = False
+    return out
 
 
 def _project(rows: pa.Table, schema: Schema, by_id: dict[int, str]) -> pa.Table:

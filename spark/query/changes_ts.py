@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark.core.key_match import key_matches
+from spark.core.key_match import key_matches, unmatched
 from spark.query.changes_ddl import TableDdl
 from spark.query.changes_keys import TouchedKeys
 from spark.query.changes_removals import Removals
@@ -126,10 +126,10 @@ def image_ts(rows1: pa.Table, removed: np.ndarray, before_pair: np.ndarray, rows
     older = np.flatnonzero(after_ts <= w1)
     after_ts[older] = logged_ts(rows2, added[older], typed, match, fallback)[0]
     after_ts = np.maximum(after_ts, max(ddl.filled, default=0))
-    inserts = np.setdiff1d(np.arange(len(added)), after_pair)
+    inserts = unmatched(len(added), after_pair)
     after_ts[inserts] = np.maximum(after_ts[inserts], max(ddl.arrived, default=0))
     before_ts = np.zeros(len(removed), np.int64)
     before_ts[before_pair] = after_ts[after_pair]  # an update's before image: the update's commitTs
-    alone = np.setdiff1d(np.arange(len(removed)), before_pair)
+    alone = unmatched(len(removed), before_pair)
     before_ts[alone] = deleted_ts(rows1, removed[alone], typed, match, fallback, removals, w1)
     return before_ts, after_ts

@@ -103,9 +103,11 @@ class LiveFiles:
         return tuple(d for ds in self.deletes.values() for d in ds)
 
 
-def live_files(io: FileIO, snapshot: Snapshot) -> LiveFiles:
+def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[Any]] | None = None) -> LiveFiles:
     """The data files of ``snapshot`` and their position delete files, read from its manifests
-    (in parallel: each is one object read).
+    (in parallel: each is one object read). ``manifests_read``: the live entries of manifests
+    already read, by path, taken from and added to (a manifest file never changes: two snapshots
+    of a table share most of theirs, e.g. the change feed's W1 and W2).
 
     Raises:
         DeleteFilesPresent: the snapshot has equality deletes, or position deletes that do not
@@ -113,8 +115,13 @@ def live_files(io: FileIO, snapshot: Snapshot) -> LiveFiles:
             a file they delete without reading every one.
     """
     manifests = snapshot.manifests(io)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        entries = list(pool.map(lambda m: m.fetch_manifest_entry(io, discard_deleted=True), manifests))
+    known = {} if manifests_read is None else manifests_read
+    unread = [m for m in manifests if m.manifest_path not in known]
+    if unread:
+        with ThreadPoolExecutor(max_workers=min(8, len(unread))) as pool:
+            known.update(zip((m.manifest_path for m in unread),
+                             pool.map(lambda m: m.fetch_manifest_entry(io, discard_deleted=True), unread)))
+    entries = [known[m.manifest_path] for m in manifests]
     files: list[DataFile] = []
     deletes: dict[str, list[DataFile]] = {}
     for manifest, live in zip(manifests, entries):

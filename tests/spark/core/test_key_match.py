@@ -1,4 +1,4 @@
-"""key_mask: which rows carry a touched key, for one, several and whole-row keys with NULLs."""
+"""key_mask and key_matches: which rows carry a touched key, for one, several and whole-row keys with NULLs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark.core.key_match import KeyColumnsMissing, key_mask
+import numpy as np
+
+from spark.core.key_match import KeyColumnsMissing, key_mask, key_matches, unmatched
 
 
 def test_one_key_column_with_a_wider_touched_type():
@@ -71,3 +73,35 @@ def test_minus_zero_and_zero_are_one_key_as_in_mysql_and_the_fold(type_):
     assert key_mask(rows, pa.table({"id": pa.array([0.0], type_)}), ["id"]).to_pylist() == [True, True, False]
     whole = pa.table({"id": pa.array([-0.0], type_), "v": pa.array([0.0], type_)})
     assert key_mask(rows, whole, ["id", "v"]).to_pylist() == [True, False, False]
+
+
+def _pairs_by_python(row_keys, touched_keys):
+    """(row, touched row) for every equal pair, NULL equal to NULL: sorted by touched row, then row."""
+    pairs = sorted((t, r) for r, rk in enumerate(row_keys) for t, tk in enumerate(touched_keys) if rk == tk)
+    return [r for _, r in pairs], [t for t, _ in pairs]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(values, max_size=30), st.lists(values, max_size=30, unique=True), st.lists(values, max_size=30),
+       st.sampled_from([pa.int64(), pa.string()]))
+def test_key_matches_pairs_every_equal_key(row_keys, unique_touched, repeated_touched, type_):
+    """One column with each touched key once (the lookup without a join), with repeated touched keys
+    (the join), and two columns: the same pairs as comparing every row with every touched key."""
+    def column(keys):
+        return pa.array([None if k is None else (k if type_ == pa.int64() else f"k{k}") for k in keys], type_)
+    rows = pa.table({"id": column(row_keys)})
+    for touched_keys in (unique_touched, repeated_touched):
+        row, hit = key_matches(rows, pa.table({"id": column(touched_keys)}), ["id"])
+        assert (row.tolist(), hit.tolist()) == _pairs_by_python(row_keys, touched_keys)
+    two = pa.table({"a": column(row_keys), "b": column(row_keys[::-1])})
+    touched = [(k, k) for k in repeated_touched]
+    row, hit = key_matches(two, pa.table({"a": column([t[0] for t in touched]), "b": column([t[1] for t in touched])}),
+                           ["a", "b"])
+    assert (row.tolist(), hit.tolist()) == _pairs_by_python(list(zip(row_keys, row_keys[::-1])), touched)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 40), st.lists(st.integers(0, 39), max_size=60))
+def test_unmatched_is_the_rest_of_the_range(n, matched):
+    matched = np.array([m for m in matched if m < n], np.int64)
+    assert unmatched(n, matched).tolist() == np.setdiff1d(np.arange(n), matched).tolist()
