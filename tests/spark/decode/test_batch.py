@@ -4,8 +4,8 @@ Each test writes raw segments, decodes them twice -- ``_decode_segment(..., colu
 every message through the decoder, and the default, TiCDC Canal-JSON rows column-wise -- and
 asserts the same change-log file, byte for byte, and the same side output (errors, marks,
 schemas, runs). Over every protocol, every MySQL type at its extremes (tests/spark/mysql_values.py),
-texts at the edge of each kind's fast case, and the fuzzer's mutations
-(tests/cdc_codecs/test_fuzz.py).
+texts at the edge of each kind's fast case, texts other JSON readers read otherwise than orjson,
+and the fuzzer's mutations (tests/cdc_codecs/test_fuzz.py).
 """
 
 from __future__ import annotations
