@@ -4,8 +4,8 @@ Each test writes raw segments, decodes them twice -- ``_decode_segment(..., colu
 every message through the decoder, and the default, TiCDC Canal-JSON rows column-wise -- and
 asserts the same change-log file, byte for byte, and the same side output (errors, marks,
 schemas, runs). Over every protocol, every MySQL type at its extremes (tests/spark/mysql_values.py),
-texts at the edge of each kind's fast case, and the fuzzer's mutations
-(tests/cdc_codecs/test_fuzz.py).
+texts at the edge of each kind's fast case, texts other JSON readers read otherwise than orjson,
+and the fuzzer's mutations (tests/cdc_codecs/test_fuzz.py).
 """
 
 from __future__ import annotations
@@ -381,3 +381,73 @@ def test_the_first_batch_of_a_segment_takes_the_column_wise_path(tmp_path: Path,
     events = list(Workload(WorkloadSpec(tables=10, events=3000, seed=8, watermark_every=1000, key_space=500)).events())
     records = [(r.key, r.value) for r in encode("canal-json", events)]
     assert decode_both(tmp_path, [records], monkeypatch=monkeypatch) > len(records) - 30  # DDL and watermarks
+
+
+def _reading_differences(ts: int, key: int, op: str) -> list[bytes]:
+    """The common message with each text a JSON reader other than orjson reads otherwise (measured for
+    issue 37: DuckDB's ``json_transform``, ``pyarrow.json``, Polars), where the column-wise path reads."""
+    doc = orjson.dumps(_base_doc(ts, key, op))
+    row, tidb = b'"data":[{"id":"%d"' % key, b'"_tidb":{"commitTs":%d}' % ts
+
+    def sub(old: bytes, new: bytes) -> bytes:
+        assert old in doc, old
+        return doc.replace(old, new, 1)
+    texts = [
+        # Duplicate names: orjson (and so both paths) keeps the last; DuckDB and Polars' nested objects the first.
+        sub(b'"table":"t"', b'"table":"x","table":"t"'), sub(b'"table":"t"', b'"table":"t","table":"x"'),
+        sub(b'"type":"%s"' % op.encode(), b'"type":"DELETE","type":"%s"' % op.encode()),
+        sub(b'"isDdl":false', b'"isDdl":true,"isDdl":false'), sub(b'"isDdl":false', b'"isDdl":false,"isDdl":true'),
+        sub(row, b'"data":[{"id":"999","id":"%d"' % key), sub(row, row + b',"id":"999"'),
+        sub(b'"qty":"int"', b'"qty":"float","qty":"int"'), sub(b'"qty":"int"', b'"qty":"int","qty":"float"'),
+        sub(tidb, b'"_tidb":{"commitTs":1,"commitTs":%d}' % ts), sub(tidb, b'"_tidb":{"commitTs":%d,"commitTs":1}' % ts),
+        sub(b'"pkNames":["id"]', b'"pkNames":["name"],"pkNames":["id"]'),
+        sub(b'"data":[', b'"data":[{"id":"1"}],"data":['),
+        # Numbers beyond a double (orjson rejects them; DuckDB and pyarrow.json read them), NaN, Infinity.
+        sub(b'"sqlType":null', b'"sqlType":1e400'), sub(b'"sqlType":null', b'"sqlType":-1e400'),
+        sub(b'"sqlType":null', b'"sqlType":' + b"9" * 400), sub(b'"sqlType":null', b'"sqlType":[1e400]'),
+        sub(b'"sqlType":null', b'"sqlType":NaN'), sub(b'"sqlType":null', b'"sqlType":Infinity'),
+        sub(b'"sqlType":null', b'"sqlType":-Infinity'), sub(b'"sqlType":null', b'"sqlType":1.7976931348623157e308'),
+        sub(b'"sqlType":null', b'"sqlType":1e-400'), sub(b'"es":%d' % (ts >> 18), b'"es":1e3'),
+        sub(b'"es":%d' % (ts >> 18), b'"es":-0'), sub(tidb, b'"_tidb":{"commitTs":1.5}'),
+        sub(tidb, b'"_tidb":{"commitTs":18446744073709551616}'), sub(tidb, b'"_tidb":{"commitTs":"%d"}' % ts),
+        sub(tidb, b'"_tidb":{"commitTs":%d.0}' % ts), sub(tidb, b'"_tidb":{"commitTs":%de0}' % ts),
+        # Syntax only some readers take: trailing commas, a BOM, comments, nesting past 1,024, leading zeros.
+        sub(tidb, tidb[:-1] + b",}"), sub(row, row + b","), sub(b'"pkNames":["id"]', b'"pkNames":["id",]'),
+        b"\xef\xbb\xbf" + doc, sub(b'"sqlType":null', b'"sqlType":null/**/'),
+        sub(b'"sqlType":null', b'"sqlType":' + b"[" * 1025 + b"]" * 1025),
+        sub(b'"sqlType":null', b'"sqlType":' + b"[" * 1023 + b"]" * 1023), sub(b'"es":', b'"es":0'),
+        # Escapes and UTF-8 in the values the column-wise path reads.
+        sub(b'"name":"alice"', b'"name":"\\ud83d\\ude00"'), sub(b'"name":"alice"', b'"name":"\\ud83d"'),
+        sub(b'"name":"alice"', b'"name":"\\ude00"'), sub(b'"name":"alice"', b'"name":"\\ud83dx"'),
+        sub(b'"name":"alice"', b'"name":"a\\u0000b"'), sub(b'"payload":"ab"', b'"payload":"a\\u0000b"'),
+        sub(b'"name":"alice"', b'"name":"\\/\\"\\\\\\b\\f\\n\\r\\t\\u00e9\\u4e2d"'),
+        sub(b'"name":"alice"', b'"name":"\xff"'), sub(b'"name":"alice"', b'"name":"\xc0\xaf"'),
+        sub(b'"name":"alice"', b'"name":"\xed\xa0\x80"'), sub(b'"name":"alice"', b'"name":"a\x01b"'),
+        sub(b'"payload":"ab"', b'"payload":"\xc3\xbf\\u00ff"'), sub(b'"name":"alice"', b'"n\\u0061me":"alice"'),
+        # Values of another JSON type where text is expected (a reader into VARCHAR takes 5 as '5').
+        sub(row, b'"data":[{"id":%d' % key), sub(b'"qty":"3"', b'"qty":3'), sub(b'"name":"alice"', b'"name":true'),
+        sub(b'"name":"alice"', b'"name":{"x":1}'), sub(b'"name":"alice"', b'"name":["alice"]'),
+        sub(b'"big":"18446744073709551615"', b'"big":18446744073709551615'),
+        # Not one object: trailing garbage, two documents, other documents, whitespace around.
+        doc + b" x", doc + b"\x00", doc + doc, doc + b"\n" + doc, b'"x"', b"5", b"null", b"[" + doc + b"]",
+        b" \t\r\n" + doc + b"\n ",
+    ]
+    if op == "UPDATE":
+        texts += [sub(b'"old":[{"id":"%d"' % key, b'"old":[{"id":"999","id":"%d"' % key),
+                  sub(b'"old":[{"id":"%d"' % key, b'"old":[{"id":"%d","id":"999"' % key),
+                  sub(b'"old":[{"id":"%d"' % key, b'"old":[{"id":%d' % key), sub(b'"old":[', b'"old":[{}],"old":[')]
+    return texts
+
+
+def test_texts_other_json_readers_read_otherwise_write_the_same_change_log_both_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Duplicate names, numbers beyond a double, NaN, trailing commas, deep nesting, escapes, invalid
+    UTF-8, values of another JSON type, trailing garbage: each beside the common message, both ways."""
+    ts = tso(1_700_000_000_000)
+    messages = []
+    for i, op in enumerate(("INSERT", "UPDATE", "DELETE")):
+        ts += 1
+        for j, text in enumerate(_reading_differences(ts, 100 * i + 1, op)):
+            ts += 1
+            messages += [(None, text), (None, orjson.dumps(_base_doc(ts, 1000 + 100 * i + j, op)))]
+    assert decode_both(tmp_path, [messages], monkeypatch=monkeypatch) > len(messages) // 2 + 50  # ~70 of the texts too
