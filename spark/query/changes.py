@@ -394,8 +394,8 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         rows2 = rows2.take(pa.array(np.argsort(-own, kind="stable")))
     after_rows = rows2.select([f.name for f in shown]) if rows2 is not None else arrow_schema(Schema(*shown)).empty_table()
     compare = [f.name for f in shown]
-    removed, added = multiset_difference(rows1.select(compare), after_rows, compare)
     pair_key = key if key and all(k in compare for k in key) else ()
+    removed, added = multiset_difference(rows1.select(compare), after_rows, compare, pair_key)
     pairs = update_pairs(rows1.take(pa.array(removed, pa.int64())), after_rows.take(pa.array(added, pa.int64())), pair_key)
 
     # _commit_ts (``spark.query.changes_ts``): an after image's own when the window wrote it.

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
-from spark.core.key_match import key_matches
+from spark.core.key_match import key_matches, unmatched
 from spark.query.changes_read import arrow_schema
 
 INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
@@ -34,13 +34,22 @@ def output_schema(shown: list[NestedField], dropped_out: list[NestedField], chan
     return pa.schema([pa.field(change_col, pa.string()), pa.field(ts_col, pa.int64()), *columns])
 
 
-def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str],
+                        key: tuple[str, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Which rows of ``before`` are not in ``after`` and the other way round, as multisets of rows
     over ``columns``: (indices of ``before`` removed, indices of ``after`` added). Of k equal rows
-    that lose n copies, the first n go; NULL equals NULL, NaN equals NaN."""
+    that lose n copies, the first n go; NULL equals NULL, NaN equals NaN.
+
+    ``key`` (columns among ``columns``): a row can equal only rows of its key on the other side, so
+    where each row has at most one (a keyed table's images), the pairs are compared instead of
+    sorting every row; else every row is compared as a multiset."""
     n1, n2 = before.num_rows, after.num_rows
     if n1 + n2 == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if key and n1 and n2:
+        pairs = _keyed_difference(before, after, columns, key)
+        if pairs is not None:
+            return pairs
     both = pa.table({f"c{i}": comparable(pa.chunked_array([*before.column(c).chunks, *after.column(c).chunks],
                                                           before.column(c).type))
                      for i, c in enumerate(columns)}) if columns else pa.table({"c": pa.nulls(n1 + n2, pa.int8())})
@@ -57,6 +66,21 @@ def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str]) -
     groups = int(group.max()) + 1
     c1, c2 = np.bincount(g1, minlength=groups), np.bincount(g2, minlength=groups)
     return _first_copies(g1, np.maximum(c1 - c2, 0)), _first_copies(g2, np.maximum(c2 - c1, 0))
+
+
+def _keyed_difference(before: pa.Table, after: pa.Table, columns: list[str],
+                      key: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``multiset_difference`` where no row meets two of the other side's by ``key``; None where one does.
+    (Rows of one side sharing a key, met by none of the other's, go either way.)"""
+    row, other = key_matches(before.select(list(key)), after.select(list(key)), list(key))
+    if (np.bincount(row, minlength=before.num_rows) > 1).any() or (np.bincount(other, minlength=after.num_rows) > 1).any():
+        return None
+    equal = np.ones(len(row), bool)
+    for c in columns:
+        if not equal.any():
+            break
+        equal &= _same(comparable(before.column(c).take(pa.array(row))), comparable(after.column(c).take(pa.array(other))))
+    return unmatched(before.num_rows, row[equal]), unmatched(after.num_rows, other[equal])
 
 
 def _first_copies(group: np.ndarray, excess: np.ndarray) -> np.ndarray:
