@@ -1170,7 +1170,7 @@ def _partitions_count(tokens: Sequence[Token]) -> int | None:
 
 
 def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:
-    """``PARTITION name [VALUES {LESS THAN {(values) | MAXVALUE} | IN (values)}] [options]
+    """``PARTITION name [VALUES {LESS THAN {(values) | MAXVALUE} | IN (values)} | DEFAULT] [options]
     [(subpartitions)], ...``"""
     out = []
     for part in _split(tokens, TokenType.COMMA):
@@ -1189,6 +1189,8 @@ def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[Parti
                 out.append(PartitionDef(name, default=True))
             else:
                 out.append(PartitionDef(name, values_in=tuple(values)))
+        elif words[:1] == ["DEFAULT"]:  # TiDB's ``PARTITION p DEFAULT``, the same as ``VALUES IN (DEFAULT)``
+            out.append(PartitionDef(name, default=True))
         else:
             out.append(PartitionDef(name))  # HASH / KEY: named, no bounds
     return tuple(out)

@@ -15,10 +15,11 @@ into p (MySQL 8 manual 26.3.3). Each table gets the change in its own plan
 A retry after a crash between the two commits finds the record committed with the first table.
 When both tables change in the run before the statement, the plans end there
 (``TablePlan.continues``): each table's changes before it commit first, without progress, and
-the exchange starts a later plan of each, read as above. Which rows
-p holds is computed from pt's partitioning (``spark.tables.partitioning``); where it cannot be,
-both are held too. ``WITHOUT VALIDATION`` MySQL moves nt's rows into p unchecked: a row p's
-definition does not hold would make later partition statements inexact, so it holds both.
+the exchange starts a later plan of each, read as above. Which rows p holds is computed from pt's
+partitioning by the rule TRUNCATE and DROP PARTITION delete by (``spark.tables.updates.held_rows``);
+where it cannot be, both are held too. ``WITHOUT VALIDATION`` MySQL moves nt's rows into p
+unchecked: a row p's definition does not hold would make later partition statements inexact, so
+it holds both.
 
 The rows keep their values, their metadata columns too (the commitTs of their last row change):
 only their table changes.
@@ -35,13 +36,13 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from cdc_codecs import DdlChange, parse_mysql_type
+from cdc_codecs import DdlChange
 from spark.tables import catalog as cat
 from spark.tables.ddl import ExchangePartition
 from spark.tables.partitioning import Partitioning, UnknownPartitionRows
-from spark.tables.properties import PARTITIONING, UPSTREAM_TYPE_PREFIX
+from spark.tables.properties import PARTITIONING, upstream_types
 from spark.tables.schema_map import metadata_columns
-from spark.tables.updates import SchemaUpdate, field_name, upstream_fields
+from spark.tables.updates import SchemaUpdate, field_name, held_rows, partition_rows, upstream_fields
 from spark.tables import internals
 from spark.tables.files import live_files
 
@@ -82,9 +83,10 @@ def stage(tables: cat.RunTables, u: SchemaUpdate, change: ExchangePartition, thi
     try:
         incoming = _rows(source, at)
         if not partitioned:  # nt receives the rows partition p held
-            incoming = incoming.filter(_holding(source_partitioning, change.partition, upstream_fields(source.metadata),
-                                                source.properties, u.server)(incoming))
-        mine = _holding(own, change.partition, u.fields(), u.properties, u.server) if partitioned else None
+            known = Partitioning.from_json(source_partitioning) if source_partitioning is not None else None
+            incoming = incoming.filter(held_rows(known, (change.partition,), upstream_fields(source.metadata),
+                                                 upstream_types(source.properties), u.server)(incoming))
+        mine = partition_rows(u, (change.partition,)) if partitioned else None
         if partitioned and not change.validation and incoming.num_rows:
             outside = pc.invert(mine(incoming)).true_count  # type: ignore[misc]
             if outside:
@@ -99,18 +101,6 @@ def stage(tables: cat.RunTables, u: SchemaUpdate, change: ExchangePartition, thi
         records[statement_id(ddl)] = {"snapshot": head.snapshot_id if head else None, "partitioning": own}
         u.tx.set_properties({EXCHANGED: json.dumps(records)})
     _replace_rows(u, mine, _as_table_rows(u, incoming, source))
-
-
-def _holding(partitioning: str | None, partition: str, fields: dict, properties: dict[str, str],
-             server: str) -> Callable[[pa.Table], pa.Array]:
-    if partitioning is None:
-        raise UnknownPartitionRows("the stream never defined the partitioned table's partitioning (CREATE TABLE or "
-                                   "ALTER TABLE ... PARTITION BY after the pipeline's start)")
-    known = Partitioning.from_json(partitioning)
-    columns = {c: f for c in known.columns if (f := field_name(fields, c)) is not None}
-    types = {c: parse_mysql_type(properties[f"{UPSTREAM_TYPE_PREFIX}{f}"]) for c, f in columns.items()
-             if f"{UPSTREAM_TYPE_PREFIX}{f}" in properties}
-    return known.holding((partition,), columns, types, server)
 
 
 def _rows(table: Table, at: Snapshot | None) -> pa.Table:

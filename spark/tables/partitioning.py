@@ -263,6 +263,8 @@ class Partitioning:
                 why = "compared by its collation, which the stream does not carry" if kind is TypeKind.STRING else "not an integer, DATE or DATETIME"
                 return f"column {c!r} ({types[c].mysql_type if c in types else 'type unknown'}) is {why}"
         for p in self.partitions:
+            if self.method in ("RANGE", "LIST") and p.less_than is None and p.values_in is None and not p.default:
+                return f"partition {p.name} has no VALUES (MySQL refuses it): which rows it holds is not known"
             for literal in [*(p.less_than or ()), *(v for t in p.values_in or () for v in t)]:
                 if literal[0] == "expr" and not _TO_DAYS.fullmatch(literal[1]):
                     return f"partition {p.name} is bounded by the expression {literal[1]}, which tidelake does not compute"

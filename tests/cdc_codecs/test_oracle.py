@@ -185,3 +185,128 @@ def test_create_table_like_copies_the_partitioning_so_a_later_truncate_partition
                 ddl("ALTER TABLE `d`.`g` TRUNCATE PARTITION p0"), Watermark(next(ts), at)])
     oracle.cut([("t", 0)])
     assert oracle.rows("d", "g") == [{"id": 20}]
+
+
+def _partitioned(by: str, steps: list, server: str = "mysql") -> list:
+    """The ``k`` of the rows of `d`.`t` (PARTITION BY ``by``) after ``steps``, applied by the model on
+    ``server``: an ``int`` or None inserts a row of that ``k``, a string is ``ALTER TABLE `d`.`t` <string>``."""
+    from cdc_codecs import DdlChange, Op
+
+    at = SourcePosition("t", 0, 0)
+    ts = iter(range(1, 1000))
+    ids = iter(range(1, 1000))
+    events: list = [DdlChange("d", "t", f"CREATE TABLE `d`.`t` (`id` int, `k` int, PRIMARY KEY (`id`, `k`)) PARTITION BY {by}",
+                              next(ts), at, "CREATE")]
+    for step in steps:
+        if isinstance(step, str):
+            events.append(DdlChange("d", "t", f"ALTER TABLE `d`.`t` {step}", next(ts), at, "ALTER"))
+        else:
+            events.append(RowChange(Op.INSERT, "d", "t", None, {"id": next(ids), "k": step}, ("id", "k"), {}, next(ts), at))
+    oracle = Oracle(server=server)
+    oracle.add([*events, Watermark(next(ts), at)])
+    oracle.cut([("t", 0)])
+    return sorted((r.get("k") for r in oracle.rows("d", "t")), key=lambda k: (k is not None, k))
+
+
+def test_key_partitioning_is_kept_so_its_partition_statements_apply() -> None:
+    """26.2.5 KEY: MySQL's internal hash, which the model does not compute -- but the table is
+    partitioned: ADD / COALESCE PARTITION change no row, TRUNCATE PARTITION ALL takes every row
+    (before, the model forgot a KEY table's partitioning and failed on all three with KeyError)."""
+    for by in ("KEY (`k`) PARTITIONS 4", "LINEAR KEY (`k`) PARTITIONS 3", "KEY () PARTITIONS 2"):
+        assert _partitioned(by, [1, 2, 3, "ADD PARTITION PARTITIONS 2", "COALESCE PARTITION 3"]) == [1, 2, 3]
+        assert _partitioned(by, [1, 2, "TRUNCATE PARTITION ALL", 3]) == [3]
+        with pytest.raises(ValueError, match="internal hash"):  # which rows p1 holds: not computed
+            _partitioned(by, [1, 2, "TRUNCATE PARTITION p1"])
+
+
+MAXLESS = "RANGE (`k`) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), PARTITION p2 VALUES LESS THAN (30))"
+
+
+@pytest.mark.parametrize("by, steps, error", [
+    # 26.3.2: HASH and KEY partitions are not dropped (COALESCE merges them).
+    ("HASH (`k`) PARTITIONS 4", ["DROP PARTITION p1"], "ER_ONLY_ON_RANGE_LIST_PARTITION"),
+    ("KEY (`k`) PARTITIONS 4", ["DROP PARTITION p1"], "ER_ONLY_ON_RANGE_LIST_PARTITION"),
+    (MAXLESS, ["COALESCE PARTITION 1"], "ER_COALESCE_ONLY_ON_HASH_PARTITION"),
+    ("HASH (`k`) PARTITIONS 2", ["COALESCE PARTITION 2"], "ER_DROP_LAST_PARTITION"),
+    (MAXLESS, ["DROP PARTITION p0, p1, p2"], "ER_DROP_LAST_PARTITION"),
+    (MAXLESS, ["ADD PARTITION PARTITIONS 2"], "ER_PARTITIONS_MUST_BE_DEFINED_ERROR"),
+    # 26.3.1: RANGE partitions are added above the last one; LIST values are listed once.
+    (MAXLESS, ["ADD PARTITION (PARTITION p3 VALUES LESS THAN (25))"], "ER_RANGE_NOT_INCREASING_ERROR"),
+    ("LIST (`k`) (PARTITION a VALUES IN (1, 2))", ["ADD PARTITION (PARTITION b VALUES IN (2, 3))"],
+     "ER_MULTIPLE_DEF_CONST_IN_LIST_PART_ERROR"),
+    # REORGANIZE: RANGE partitions adjacent, covering the same range (only the last may grow);
+    # HASH as many as before.
+    (MAXLESS, ["REORGANIZE PARTITION p0, p2 INTO (PARTITION a VALUES LESS THAN (30))"], "ER_CONSECUTIVE_REORG_PARTITIONS"),
+    (MAXLESS, ["REORGANIZE PARTITION p0, p1 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (15))"],
+     "ER_REORG_OUTSIDE_RANGE"),
+    ("HASH (`k`) PARTITIONS 2", ["REORGANIZE PARTITION p0 INTO (PARTITION a, PARTITION b)"], "ER_REORG_HASH_ONLY_ON_SAME_N"),
+    # A row no partition holds is refused: RANGE without MAXVALUE, LIST values (NULL too) not listed.
+    (MAXLESS, [30], "ER_NO_PARTITION_FOR_GIVEN_VALUE"),
+    ("LIST (`k`) (PARTITION a VALUES IN (1, 2))", [3], "ER_NO_PARTITION_FOR_GIVEN_VALUE"),
+    ("LIST (`k`) (PARTITION a VALUES IN (1, 2))", [None], "ER_NO_PARTITION_FOR_GIVEN_VALUE"),
+    (MAXLESS, [25, "REORGANIZE PARTITION p2 INTO (PARTITION p2 VALUES LESS THAN (30))", "DROP PARTITION p2", 25],
+     "ER_NO_PARTITION_FOR_GIVEN_VALUE"),  # the last partition dropped: its range is gone
+    ("HASH (`k`) PARTITIONS 2", [7, "PARTITION BY LIST (`k`) (PARTITION a VALUES IN (1))"], "ER_NO_PARTITION_FOR_GIVEN_VALUE"),
+    (MAXLESS, ["TRUNCATE PARTITION p7"], "ER_UNKNOWN_PARTITION"),
+])
+def test_the_model_refuses_the_partition_statements_and_rows_mysql_refuses(by: str, steps: list, error: str) -> None:
+    """A statement or row MySQL 8 refuses never reaches the binlog: a history holding one is wrong,
+    and the model says so (before, it applied each as if it had happened)."""
+    from tests.model.oracle import Refused
+
+    with pytest.raises(Refused, match=error):
+        _partitioned(by, steps)
+
+
+@pytest.mark.parametrize("validation", ["", " WITH VALIDATION", " WITHOUT VALIDATION"])
+def test_an_exchange_of_rows_the_partition_does_not_hold(validation: str) -> None:
+    """26.3.3: WITH VALIDATION (the default) MySQL refuses a row of nt that p's definition does not
+    hold; WITHOUT VALIDATION it moves it into p, where the model cannot follow it (a later TRUNCATE
+    of p takes it, one of the partition its value names does not): it says so rather than guess."""
+    from cdc_codecs import DdlChange, Op
+    from tests.model.oracle import Refused
+
+    at = SourcePosition("t", 0, 0)
+    oracle = Oracle()
+    oracle.add([DdlChange("d", "t", f"CREATE TABLE `d`.`t` (`id` int, `k` int) PARTITION BY {MAXLESS}", 1, at, "CREATE"),
+                DdlChange("d", "nt", "CREATE TABLE `d`.`nt` (`id` int, `k` int)", 2, at, "CREATE"),
+                RowChange(Op.INSERT, "d", "nt", None, {"id": 1, "k": 15}, ("id",), {}, 3, at),
+                DdlChange("d", "t", f"ALTER TABLE `d`.`t` EXCHANGE PARTITION p0 WITH TABLE `d`.`nt`{validation}", 4, at, "ALTER"),
+                Watermark(5, at)])
+    with pytest.raises(ValueError, match="does not follow" if "WITHOUT" in validation else "ER_ROW_DOES_NOT_MATCH_PARTITION") as raised:
+        oracle.cut([("t", 0)])
+    assert isinstance(raised.value, Refused) != ("WITHOUT" in validation)
+
+
+def test_partition_statements_mysql_accepts_apply_as_the_manual_says() -> None:
+    """26.3.1: REORGANIZE of the last RANGE partition may extend its range; after DROP PARTITION
+    the next RANGE partition holds the dropped range (new rows there land in it). 26.2.7: RANGE puts
+    NULL in the lowest partition; LIST holds NULL only where listed. 26.2.4 / 26.2.4.1: HASH is
+    MOD(k, num) (a negative k's remainder taken positive), LINEAR HASH the powers-of-two rule on
+    MySQL, plain HASH on TiDB (its manual: LINEAR is ignored)."""
+    assert _partitioned(MAXLESS, [5, 15, 25, "REORGANIZE PARTITION p2 INTO (PARTITION p2 VALUES LESS THAN (40), "
+                                  "PARTITION p3 VALUES LESS THAN MAXVALUE)", 35, 99, "TRUNCATE PARTITION p2"]) == [5, 15, 99]
+    assert _partitioned(MAXLESS, [5, 15, "DROP PARTITION p0", 6, "TRUNCATE PARTITION p1"]) == []
+    assert _partitioned(MAXLESS, [None, 5, 15, "TRUNCATE PARTITION p0"]) == [15]
+    assert _partitioned("LIST (`k`) (PARTITION a VALUES IN (1, NULL), PARTITION b VALUES IN (2))",
+                        [None, 1, 2, "TRUNCATE PARTITION a"]) == [2]
+    assert _partitioned("HASH (`k`) PARTITIONS 3", [-5, -4, 3, 4, None, "TRUNCATE PARTITION p2"]) == [None, -4, 3, 4]
+    # LINEAR HASH over 6: V = 8, N = k & 7, and N >= 6 -> N & 3: 6 -> 2, 7 -> 3, 13 -> 5.
+    assert _partitioned("LINEAR HASH (`k`) PARTITIONS 6", [6, 7, 13, 2, "TRUNCATE PARTITION p2"]) == [7, 13]
+    assert _partitioned("LINEAR HASH (`k`) PARTITIONS 6", [6, 7, 13, 2, "TRUNCATE PARTITION p2"], server="tidb") == [6, 7, 13]
+    # TiDB's LIST DEFAULT partition holds every value the others do not list.
+    assert _partitioned("LIST (`k`) (PARTITION a VALUES IN (1), PARTITION d DEFAULT)", [1, 2, None, "TRUNCATE PARTITION d"],
+                        server="tidb") == [1]
+
+
+@pytest.mark.parametrize("by", [
+    "RANGE COLUMNS (`k`) (PARTITION p0 VALUES LESS THAN ('2020-01-01'), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+    "RANGE COLUMNS (`id`, `k`) (PARTITION p0 VALUES LESS THAN (1, 5), PARTITION p1 VALUES LESS THAN (MAXVALUE, MAXVALUE))",
+    "LIST COLUMNS (`id`, `k`) (PARTITION p0 VALUES IN ((1, 1), (2, 2)))",
+])
+def test_a_partitioning_the_model_does_not_follow_raises_rather_than_being_misread(by: str) -> None:
+    """Before, a bound the model's pattern missed ('2020-01-01', a tuple) was read as MAXVALUE or as
+    its first number, and a partitioning of several columns as none: a TRUNCATE PARTITION then took
+    the wrong rows, or failed with KeyError."""
+    with pytest.raises(ValueError, match="the model"):
+        _partitioned(by, [])

@@ -21,7 +21,9 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pyarrow.parquet as pq
@@ -127,18 +129,19 @@ def exported_windows(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("*/manifest.json"))]
 
 
-def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
+def airflow_env(tmp_path: Path, pipelines: Path, extra: dict[str, str] | None = None) -> tuple[str, Any, dict[str, str]]:
+    """A new Postgres database for an Airflow (LocalExecutor) whose home is tmp_path/airflow, its DAGs
+    in tmp_path/dags and tidelake's pipeline files in ``pipelines``; ``extra`` is added to its
+    environment. Returns the database's name, the connection that made it (``stop_airflow`` drops
+    it) and the environment of Airflow's processes (its API on a free port)."""
     db = f"airflow_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {db}")
-    home = tmp_path / "airflow"
-    pipelines = tmp_path / "pipelines"
-    pipelines.mkdir()
     env = {
         **os.environ,
         **AIRFLOW_ENV,
-        "AIRFLOW_HOME": str(home),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
@@ -147,9 +150,51 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "TIDELAKE_PIPELINES": str(pipelines),
         "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+        **(extra or {}),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{free_port()}",
     }
-    api_port = free_port()
-    env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
+    return db, admin, env
+
+
+def start_airflow(tmp_path: Path, env: dict[str, str], db: str, procs: list, pipeline: str, pipeline_file: Path,
+                  exports: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Airflow on ``env`` (``airflow_env``), its DAG folder holding tidelake's DAG file and a downstream
+    DAG scheduled on pipeline ``pipeline``'s Asset (exporting to ``exports``): the database migrated,
+    the API server, scheduler and DAG processor started (appended to ``procs``), both DAGs parsed
+    and unpaused. Returns the Airflow CLI."""
+    (tmp_path / "dags").mkdir()
+    shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
+    (tmp_path / "dags" / "shop_changes.py").write_text(downstream_dag(pipeline, pipeline_file, exports))
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    api_port = env["AIRFLOW__API__BASE_URL"].rsplit(":", 1)[1]  # the free port airflow_env chose
+    for component in (["api-server", "--port", api_port], ["scheduler"], ["dag-processor"]):
+        # Each in its own process group: the scheduler's serve-logs child must stop with it.
+        procs.append(start_process_group([AIRFLOW, *component], tmp_path / f"{component[0]}.log", env))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    dag_id = f"tidelake_{pipeline}"
+    wait_for("the DAGs to be parsed", lambda: {dag_id, "shop_changes"} <= {d["dag_id"] for d in
+                                                                       json_out(cli("dags", "list", "-o", "json")) or []},
+             lambda: scheduler_progress(db))
+    assert cli("dags", "unpause", "shop_changes").returncode == 0  # first: it hears every event
+    assert cli("dags", "unpause", dag_id).returncode == 0
+    return cli
+
+
+def stop_airflow(procs: list, admin: Any, db: str) -> None:
+    """Stop what ``start_airflow`` started and drop the database ``airflow_env`` made."""
+    for p in procs:
+        stop_process_group(p)
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    admin.close()
+
+
+def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
+    home, pipelines = tmp_path / "airflow", tmp_path / "pipelines"  # home: airflow_env's AIRFLOW_HOME
+    pipelines.mkdir()
+    db, admin, env = airflow_env(tmp_path, pipelines)
 
     topic = make_topic(2)
     spec = WorkloadSpec(tables=2, events=120, seed=21, watermark_every=10, start_ms=int(T0.timestamp() * 1000), spacing_ms=60_000)
@@ -174,30 +219,14 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
     fixed_typo = (path.read_text().replace('name = "sched"', 'name = "fixme"').replace(str(tmp_path / "archive"), str(tmp_path / "fixme"))
                   .replace("catchup = true", "catchup = false"))
     typo.write_text(fixed_typo.replace("[kafka]", "[kafka"))
-    # The DAG folder: tidelake's DAG file and a downstream DAG scheduled on the pipeline's Asset.
-    (tmp_path / "dags").mkdir()
-    shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
     exports = tmp_path / "mart"
-    (tmp_path / "dags" / "shop_changes.py").write_text(downstream_dag("sched", path, exports))
-    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     procs = []
     try:
-        for component in (["api-server", "--port", str(api_port)], ["scheduler"], ["dag-processor"]):
-            # Each in its own process group: the scheduler's serve-logs child must stop with it.
-            procs.append(start_process_group([AIRFLOW, *component], tmp_path / f"{component[0]}.log", env))
-
-        def cli(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
-
+        cli = start_airflow(tmp_path, env, db, procs, "sched", path, exports)
         dag_id = "tidelake_sched"
+
         def progress():
             return scheduler_progress(db)
-
-        wait_for("the DAGs to be parsed", lambda: {dag_id, "shop_changes"} <= {d["dag_id"] for d in
-                                                                           json_out(cli("dags", "list", "-o", "json")) or []},
-                 progress)
-        assert cli("dags", "unpause", "shop_changes").returncode == 0  # first: it hears every event
-        assert cli("dags", "unpause", dag_id).returncode == 0
 
         def runs() -> list[dict]:
             # The CLI may print log lines before its JSON: take the line that parses.
@@ -435,10 +464,7 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
                        "tidelake-maintenance-fixme", "shop_changes"}, ids
         assert "CONFIG ERROR" not in (json_out(cli("dags", "details", "tidelake_fixme", "-o", "json"))[0]["description"] or "")
     finally:
-        for p in procs:
-            stop_process_group(p)
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        stop_airflow(procs, admin, db)
 
 
 # A tidelake version that applies the statement the running one cannot (as the truncate it is to the
@@ -523,31 +549,15 @@ def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, 
     from spark.archive.storage import open_storage
     from spark.commit.isolation import read_isolated
 
-    db = f"airflow_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname="test")
-    admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {db}")
-    home, pipelines, fixed = tmp_path / "airflow", tmp_path / "pipelines", tmp_path / "fixed-version"
+    pipelines, fixed = tmp_path / "pipelines", tmp_path / "fixed-version"
     pipelines.mkdir()
     fixed.mkdir()
     (fixed / "sitecustomize.py").write_text(FIXED_VERSION)
     flag = tmp_path / "fixed-version-deployed"
-    env = {
-        **os.environ,
-        **AIRFLOW_ENV,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://root@127.0.0.1:5432/{db}",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "TIDELAKE_PIPELINES": str(pipelines),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+    db, admin, env = airflow_env(tmp_path, pipelines, {
         "PYTHONPATH": os.pathsep.join(p for p in (str(fixed), os.environ.get("PYTHONPATH")) if p),
         "TIDELAKE_TEST_FIXED": str(flag),
-    }
-    api_port = free_port()
-    env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
+    })
 
     topic = make_topic(2)
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
@@ -563,29 +573,14 @@ def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, 
             f'protocol = "canal-json"\n[storage]\nurl = "{tmp_path / "archive"}"\n[schedule]\ncron = "0 * * * *"\n'
             'start_date = "2024-01-01T00:00:00Z"\nend_date = "2024-01-01T03:00:00Z"\ncatchup = true\nretries = 1\n')
     path.write_text(text)
-    (tmp_path / "dags").mkdir()
-    shutil.copy(REPO / "dags" / "tidelake_pipelines.py", tmp_path / "dags")
     exports = tmp_path / "mart"
-    (tmp_path / "dags" / "shop_changes.py").write_text(downstream_dag("mirror", path, exports))
-    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     procs = []
     try:
-        for component in (["api-server", "--port", str(api_port)], ["scheduler"], ["dag-processor"]):
-            procs.append(start_process_group([AIRFLOW, *component], tmp_path / f"{component[0]}.log", env))
-
-        def cli(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=120)
-
+        cli = start_airflow(tmp_path, env, db, procs, "mirror", path, exports)
         dag_id = "tidelake_mirror"
 
         def progress():
             return scheduler_progress(db)
-
-        wait_for("the DAGs to be parsed", lambda: {dag_id, "shop_changes"} <= {d["dag_id"] for d in
-                                                                           json_out(cli("dags", "list", "-o", "json")) or []},
-                 progress)
-        assert cli("dags", "unpause", "shop_changes").returncode == 0  # first: it hears every event
-        assert cli("dags", "unpause", dag_id).returncode == 0
 
         def all_done(expected: int):
             rs = json_out(cli("dags", "list-runs", dag_id, "-o", "json")) or []
@@ -649,7 +644,4 @@ def test_a_mirror_built_from_asset_events_stays_exact_through_a_catch_up(kafka, 
         assert at_last == {("shop", "a"): [(3, 3), (4, 4), (5, 5)], ("shop", "b"): [(1, 10), (2, 20), (3, 3)]}
         assert {name: sorted(rows.values()) for name, rows in mirror.items()} == at_last
     finally:
-        for p in procs:
-            stop_process_group(p)
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        stop_airflow(procs, admin, db)

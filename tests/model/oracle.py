@@ -24,9 +24,19 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   "Linear Hash partitioning"): ``Oracle(server="tidb")``. ``PARTITIONS n`` names them p0 ...;
   ``ADD PARTITION PARTITIONS n`` adds p<num> ..., ``COALESCE PARTITION n`` removes the last n,
   ``REORGANIZE PARTITION a INTO (...)`` replaces a in place, ``REMOVE PARTITIONING`` and
-  ``ALTER TABLE ... PARTITION BY`` set it, rows staying (26.3.1, 26.3.2). Followed for
-  ``PARTITION BY [LINEAR] RANGE | LIST | HASH [COLUMNS] (`column` | YEAR(`column`))`` with integer
-  bounds; KEY is MySQL's internal hash, which the model does not compute;
+  ``ALTER TABLE ... PARTITION BY`` set it, rows staying (26.3.1, 26.3.2); TiDB's LIST ``DEFAULT``
+  partition holds the values no other lists. Followed for ``PARTITION BY RANGE | LIST [COLUMNS]
+  (`column`)``, ``RANGE | LIST | [LINEAR] HASH (YEAR(`column`))``, ``[LINEAR] HASH (`column`)`` with
+  integer bounds; ``[LINEAR] KEY`` is kept (its ADD, COALESCE and TRUNCATE PARTITION ALL apply) but
+  which rows one of its partitions holds is MySQL's internal hash, which the model does not compute:
+  it raises there, as for a partitioning it does not read (never misreading it). What MySQL refuses,
+  the model refuses (``Refused``, the manual's error named): DROP PARTITION of HASH / KEY,
+  COALESCE of RANGE / LIST or of every partition, dropping every partition, RANGE bounds not
+  increasing, a LIST value listed twice, REORGANIZE of RANGE partitions not adjacent or not covering
+  their range (the last one's may grow), of HASH / KEY into another number, an unknown partition,
+  a row no partition holds (INSERT, UPDATE, ``PARTITION BY`` over the rows, REORGANIZE), and
+  EXCHANGE WITH VALIDATION of such a row; WITHOUT VALIDATION the row would live in p against its
+  definition, which the model does not follow;
 - an update that changes the key deletes the old key and writes the new one;
 - a table without a primary key is a multiset of rows (MySQL allows identical rows in it): a
   row event changes one row, so an INSERT adds one copy of its image, a DELETE removes one
@@ -69,9 +79,11 @@ Key = tuple[Any, ...]
 
 # Table-level DDL in the one form the test histories write it (`db`.`table`, backticks doubled).
 _NAME = r"`((?:[^`]|``)*)`\.`((?:[^`]|``)*)`"
-_PARTITION_BY = re.compile(r"PARTITION BY (LINEAR )?(RANGE|LIST|HASH)(?: COLUMNS)? ?\((?:(YEAR)\(`?(\w+)`?\)|`?(\w+)`?)\)"
+_PARTITION_BY = re.compile(r"PARTITION BY (LINEAR )?(RANGE|LIST|HASH|KEY)( COLUMNS)? ?\(((?:[^()]|\([^()]*\))*)\)"
                            r"(?: PARTITIONS (\d+))?(?: ?\((.*)\))?\s*$", re.IGNORECASE | re.DOTALL)
-_PARTITION = re.compile(r"PARTITION `?(\w+)`?(?: VALUES (?:LESS THAN \(?(-?\d+|MAXVALUE)\)?|IN \(([^)]*)\)))?", re.IGNORECASE)
+_PARTITION = re.compile(r"PARTITION\s+`?(\w+)`?(?:\s+VALUES\s+(?:LESS\s+THAN\s*(?:\(([^)]*)\)|(MAXVALUE))"
+                        r"|IN\s*\(((?:[^()]|\([^()]*\))*)\))|\s+(DEFAULT))?", re.IGNORECASE)
+_DEFAULT = "DEFAULT"  # TiDB's LIST partition ``DEFAULT`` / ``VALUES IN (DEFAULT)``: the values no other lists
 _PARTITION_DDL = re.compile(rf"^ALTER TABLE {_NAME} ((?:TRUNCATE|DROP|ADD|COALESCE|REORGANIZE|EXCHANGE) PARTITION .*"
                             r"|REMOVE PARTITIONING|PARTITION BY .*)$", re.IGNORECASE | re.DOTALL)
 _EXCHANGE = re.compile(rf"EXCHANGE PARTITION `?(\w+)`? WITH TABLE {_NAME}(?: WITH(?:OUT)? VALIDATION)?$", re.IGNORECASE)
@@ -158,25 +170,53 @@ def _table_statement(sql: str, default_db: str) -> tuple[str, list[TableName]] |
     return None
 
 
+class Refused(ValueError):
+    """A statement or row MySQL 8 refuses (the manual's error named): no upstream sends it, so a
+    history holding it is wrong, not the model."""
+
+
+def _integer(text: str, what: str) -> int:
+    text = text.strip()
+    if not re.fullmatch(r"[-+]?\d+", text):
+        raise ValueError(f"the model follows partitions by one integer column, not {what} {text!r}")
+    return int(text)
+
+
 def _partitions(text: str) -> list[tuple[str, Any]]:
-    """``PARTITION p VALUES LESS THAN (n) | MAXVALUE`` -> (p, n or None); ``VALUES IN (a, b)`` -> (p, {a, b});
-    a HASH partition ``PARTITION p`` -> (p, None)."""
+    """``PARTITION p VALUES LESS THAN (n) | MAXVALUE`` -> (p, n or None); ``VALUES IN (a, NULL)`` -> (p, {a, None});
+    TiDB's ``DEFAULT`` -> (p, _DEFAULT); a HASH / KEY partition ``PARTITION p`` -> (p, None). Bounds of
+    several columns or of other types raise: the model does not follow them (never reads them wrong)."""
     out: list[tuple[str, Any]] = []
-    for name, bound, listed in _PARTITION.findall(text):
-        if listed:
-            out.append((name, {None if v.strip().upper() == "NULL" else int(v) for v in listed.split(",")}))
+    for name, bound, maxvalue, listed, default in _PARTITION.findall(text):
+        if default or (listed and listed.strip().upper() == "DEFAULT"):
+            out.append((name, _DEFAULT))
+        elif listed:
+            if "(" in listed:
+                raise ValueError(f"the model follows partitions by one integer column, not the list {listed!r}")
+            out.append((name, frozenset(None if v.strip().upper() == "NULL" else _integer(v, "the value") for v in listed.split(","))))
+        elif maxvalue or bound.strip().upper() == "MAXVALUE":
+            out.append((name, None))
+        elif bound:
+            if bound.strip().upper() == "NULL":
+                raise Refused(f"VALUES LESS THAN (NULL) in {text!r} (ER_NULL_IN_VALUES_LESS_THAN)")
+            out.append((name, _integer(bound, "the bound")))
         else:
-            out.append((name, None if not bound or bound.upper() == "MAXVALUE" else int(bound)))
+            out.append((name, _NO_VALUES))
     return out
+
+
+_NO_VALUES = "no values"  # ``PARTITION p`` without VALUES: HASH's and KEY's (None once checked)
 
 
 @dataclass
 class _Partitioning:
-    """A table's ``PARTITION BY``: kind RANGE | LIST | HASH, the column (of ``function``), the partitions."""
+    """A table's ``PARTITION BY``: kind RANGE | LIST | HASH | KEY, the column (of ``function``),
+    the partitions; ``column`` None where the expression is one the model does not compute (KEY's
+    internal hash, other expressions): which rows such a partition holds, it cannot say."""
 
     kind: str
     linear: bool
-    column: str
+    column: str | None
     function: str | None
     partitions: list[tuple[str, Any]]
 
@@ -184,17 +224,82 @@ class _Partitioning:
     def parse(sql: str) -> _Partitioning | None:
         m = _PARTITION_BY.search(sql)
         if m is None:
+            if re.search(r"\bPARTITION\s+BY\b", sql, re.IGNORECASE):
+                raise ValueError(f"the model does not read the partitioning of {sql!r}")
             return None
-        linear, kind, function, of, column, count, defs = m.groups()
-        parts = _partitions(defs) if defs else [(f"p{i}", None) for i in range(int(count or 1))]
-        return _Partitioning(kind.upper(), bool(linear), of or column, function.upper() if function else None, parts)
+        linear, kind, columns, expression, count, defs = m.groups()
+        kind = kind.upper()
+        if (linear and kind not in ("HASH", "KEY")) or (columns and kind not in ("RANGE", "LIST")):
+            raise Refused(f"{m.group(0)!r} is not MySQL syntax: LINEAR goes with HASH and KEY, COLUMNS with RANGE and LIST")
+        column = re.fullmatch(r"\s*`?(\w+)`?\s*", expression)
+        year = re.fullmatch(r"\s*YEAR\s*\(\s*`?(\w+)`?\s*\)\s*", expression, re.IGNORECASE)
+        if columns and not column:
+            raise ValueError(f"the model follows {kind} COLUMNS of one column, not ({expression})")
+        if kind in ("RANGE", "LIST") and not defs:
+            raise Refused(f"{sql!r}: {kind} partitioning must define its partitions (ER_PARTITIONS_MUST_BE_DEFINED_ERROR)")
+        parts = _partitions(defs) if defs else [(f"p{i}", None) for i in range(int(count or 1))]  # PARTITIONS 1 by default
+        by = _Partitioning(kind, bool(linear), None if kind == "KEY" else (column or year).group(1) if column or year else None,
+                           "YEAR" if year and not column and kind != "KEY" else None, parts)
+        by.check(sql, ())
+        return by
 
     def copy(self) -> _Partitioning:
         return _Partitioning(self.kind, self.linear, self.column, self.function, list(self.partitions))
 
+    def names(self) -> list[str]:
+        return [p.lower() for p, _ in self.partitions]
+
+    def named(self, sql: str, text: str) -> list[str]:
+        """The partitions ``text`` names (``a, `b```), lower-cased; every one must exist (ER_UNKNOWN_PARTITION)."""
+        names = [n.strip().strip("`").lower() for n in text.split(",")]
+        missing = [n for n in names if n not in self.names()]
+        if missing:
+            raise Refused(f"{sql!r}: the table has no partition {', '.join(missing)} (ER_UNKNOWN_PARTITION)")
+        return names
+
+    def check(self, sql: str, rows: Iterable[dict[str, Any]]) -> None:
+        """What MySQL requires of a definition (26.2, 26.3) and of the rows it holds: raises ``Refused``."""
+        names = self.names()
+        if not names:
+            raise Refused(f"{sql!r} leaves no partition (ER_DROP_LAST_PARTITION: use DROP TABLE)")
+        if len(set(names)) != len(names):
+            raise Refused(f"{sql!r}: two partitions of one name (ER_SAME_NAME_PARTITION)")
+        bounds = [b for _, b in self.partitions]
+        if self.kind in ("HASH", "KEY"):
+            if any(b not in (None, _NO_VALUES) for b in bounds):
+                raise Refused(f"{sql!r}: a {self.kind} partition with VALUES (ER_PARTITION_WRONG_VALUES_ERROR)")
+            self.partitions[:] = [(p, None) for p, _ in self.partitions]
+            return
+        if _NO_VALUES in bounds:
+            raise Refused(f"{sql!r}: a {self.kind} partition without VALUES (ER_PARTITION_REQUIRES_VALUES_ERROR)")
+        if self.kind == "RANGE":
+            if any(isinstance(b, (frozenset, str)) for b in bounds):
+                raise Refused(f"{sql!r}: RANGE partitions are VALUES LESS THAN (ER_PARTITION_WRONG_VALUES_ERROR)")
+            for a, b in zip(bounds, bounds[1:]):
+                if a is None or (b is not None and b <= a):
+                    raise Refused(f"{sql!r}: VALUES LESS THAN must be strictly increasing, MAXVALUE last "
+                                  "(ER_RANGE_NOT_INCREASING_ERROR)")
+        else:
+            if any(not isinstance(b, frozenset) and b != _DEFAULT for b in bounds) or bounds.count(_DEFAULT) > 1:
+                raise Refused(f"{sql!r}: LIST partitions are VALUES IN (ER_PARTITION_WRONG_VALUES_ERROR)")
+            listed = [v for b in bounds if isinstance(b, frozenset) for v in b]
+            if len(set(listed)) != len(listed):
+                raise Refused(f"{sql!r}: a value listed twice (ER_MULTIPLE_DEF_CONST_IN_LIST_PART_ERROR)")
+        for row in rows:
+            if self.partition_of(row, "mysql") is None:
+                raise Refused(f"{sql!r}: no partition holds the row {row} (ER_NO_PARTITION_FOR_GIVEN_VALUE)")
+
+    def computed(self, sql: str) -> None:
+        """Raises where the model cannot tell which partition holds a row."""
+        if self.column is None:
+            raise ValueError(f"{sql!r}: which rows a partition holds is decided by "
+                             f"{'the server internal hash (KEY)' if self.kind == 'KEY' else 'an expression'}, which the model does not compute")
+
     def partition_of(self, row: dict[str, Any], server: str) -> str | None:
-        """The partition (lower-cased name) a row lives in (MySQL 8 manual, 26.2)."""
-        value = row.get(self.column)
+        """The partition (lower-cased name) a row lives in (MySQL 8 manual, 26.2); None: none
+        (RANGE above every bound without MAXVALUE, LIST not listed: MySQL refuses the row)."""
+        self.computed("")
+        value = row.get(self.column)  # type: ignore[arg-type]
         if value is not None and self.function == "YEAR":
             value = value.year
         if self.kind == "HASH":
@@ -214,9 +319,28 @@ class _Partitioning:
         for partition, bound in self.partitions:
             if self.kind == "RANGE" and (value is None or bound is None or value < bound):
                 return partition.lower()
-            if self.kind == "LIST" and value in bound:
+            if self.kind == "LIST" and bound != _DEFAULT and value in bound:
                 return partition.lower()
+        if self.kind == "LIST":
+            return next((p.lower() for p, b in self.partitions if b == _DEFAULT), None)
         return None
+
+    def reorganize(self, sql: str, names: list[str], into: list[tuple[str, Any]]) -> None:
+        """``REORGANIZE PARTITION names INTO (...)`` (26.3.1, 26.3.2): RANGE partitions adjacent
+        (ER_CONSECUTIVE_REORG_PARTITIONS), their range the same but for the last partition's, which
+        may grow (ER_REORG_OUTSIDE_RANGE); HASH and KEY as many as before (ER_REORG_HASH_ONLY_ON_SAME_N)."""
+        at = sorted(self.names().index(n) for n in names)
+        if self.kind == "RANGE":
+            if at != list(range(at[0], at[0] + len(at))):
+                raise Refused(f"{sql!r}: the partitions reorganized are not adjacent (ER_CONSECUTIVE_REORG_PARTITIONS)")
+            old, new = self.partitions[at[-1]][1], into[-1][1] if into else None
+            last = at[-1] == len(self.partitions) - 1
+            if not (old == new or (last and old is not None and (new is None or (isinstance(new, int) and new > old)))):
+                raise Refused(f"{sql!r}: the new partitions end at {new}, the old ones at {old} (ER_REORG_OUTSIDE_RANGE)")
+        if self.kind in ("HASH", "KEY") and len(into) != len(names):
+            raise Refused(f"{sql!r}: {len(names)} {self.kind} partitions into {len(into)} (ER_REORG_HASH_ONLY_ON_SAME_N)")
+        kept = [p for p in self.partitions if p[0].lower() not in names]
+        self.partitions[:] = kept[:at[0]] + into + kept[at[0]:]
 
 
 def _name(db: str, table: str) -> TableName:
@@ -442,51 +566,78 @@ class Oracle:
         return from_text(ct, text, self.timezone)
 
     def _partition_ddl(self, name: TableName, clause: str) -> None:
-        """One partitioning clause of ``ALTER TABLE name`` (MySQL 8 manual, 26.3)."""
+        """One partitioning clause of ``ALTER TABLE name`` (MySQL 8 manual, 26.3); one MySQL refuses raises ``Refused``."""
         words = clause.split(None, 2)
         verb, rest = words[0].upper(), words[2] if len(words) > 2 else ""
+        table = self.tables.setdefault(name, {})
         if clause.upper().startswith("PARTITION BY"):
-            self.partitioning[name] = _Partitioning.parse(clause)  # type: ignore[assignment]
+            by = _Partitioning.parse(clause)
+            assert by is not None, clause
+            if by.column is not None:
+                by.check(clause, table.values())  # every row must have a partition (26.3.1)
+            self.partitioning[name] = by
             return
         if verb == "REMOVE":
             self.partitioning.pop(name, None)
             return
+        if name not in self.partitioning:
+            raise ValueError(f"{clause!r}: the history never partitioned {name[0]}.{name[1]} "
+                             "(ER_PARTITION_MGMT_ON_NONPARTITIONED, or partitioned before the history began)")
         by = self.partitioning[name]
-        table = self.tables.setdefault(name, {})
+        hashed = by.kind in ("HASH", "KEY")
         if verb == "EXCHANGE":
             m = _EXCHANGE.match(clause)
             assert m, clause
-            other = _name(*m.group(2, 3))
-            moving = {k: row for k, row in table.items() if by.partition_of(row, self.server) == m.group(1).lower()}
+            p, other = by.named(clause, m.group(1))[0], _name(*m.group(2, 3))
+            if other in self.partitioning:
+                raise Refused(f"{clause!r}: {other[1]} is partitioned (ER_PARTITION_EXCHANGE_PART_TABLE)")
+            by.computed(clause)
+            incoming = self.tables.get(other, {})
+            outside = [row for row in incoming.values() if by.partition_of(row, self.server) != p]
+            if outside and not clause.upper().endswith("WITHOUT VALIDATION"):
+                raise Refused(f"{clause!r}: {other[1]} has rows p does not hold, e.g. {outside[0]} "
+                              "(ER_ROW_DOES_NOT_MATCH_PARTITION)")
+            if outside:  # they would live in p against its definition: a later statement on p is another matter
+                raise ValueError(f"{clause!r}: the model does not follow rows WITHOUT VALIDATION puts into a partition "
+                                 "whose definition does not hold them")
+            moving = {k: row for k, row in table.items() if by.partition_of(row, self.server) == p}
             self._took(self._ts, name, moving)
-            self._took(self._ts, other, self.tables.get(other, {}))
+            self._took(self._ts, other, incoming)
             for k in moving:
                 del table[k]
-            table.update(self.tables.get(other, {}))
+            table.update(incoming)
             self.tables[other] = moving
             return
         if verb == "ADD" and rest.upper().startswith("PARTITIONS"):
+            if not hashed:
+                raise Refused(f"{clause!r}: ADD PARTITION PARTITIONS n is for HASH and KEY (ER_PARTITIONS_MUST_BE_DEFINED_ERROR)")
             have = len(by.partitions)
             by.partitions += [(f"p{have + i}", None) for i in range(int(rest.split()[1]))]
         elif verb == "ADD":
             by.partitions.extend(_partitions(rest))
         elif verb == "COALESCE":
+            if not hashed:
+                raise Refused(f"{clause!r}: COALESCE PARTITION is for HASH and KEY (ER_COALESCE_ONLY_ON_HASH_PARTITION)")
+            if not 0 < int(rest) < len(by.partitions):
+                raise Refused(f"{clause!r}: {len(by.partitions)} partitions (ER_DROP_LAST_PARTITION)")
             del by.partitions[-int(rest):]
         elif verb == "REORGANIZE":
             names_text, into = re.split(r"\s+INTO\s+", rest, maxsplit=1, flags=re.IGNORECASE)
-            names = [n.strip().strip("`").lower() for n in names_text.split(",")]
-            at = min(i for i, (p, _) in enumerate(by.partitions) if p.lower() in names)
-            kept = [p for p in by.partitions if p[0].lower() not in names]
-            by.partitions[:] = kept[:at] + _partitions(into) + kept[at:]
+            by.reorganize(clause, by.named(clause, names_text), _partitions(into))
         else:  # TRUNCATE | DROP PARTITION names: their rows go, without row events
-            names = {n.strip().strip("`").lower() for n in rest.split(",")}
-            every = names == {"all"} and verb == "TRUNCATE"  # TRUNCATE PARTITION ALL
+            every = verb == "TRUNCATE" and rest.strip().upper() == "ALL"  # TRUNCATE PARTITION ALL
+            if verb == "DROP" and hashed:
+                raise Refused(f"{clause!r}: DROP PARTITION is for RANGE and LIST (26.3.2, ER_ONLY_ON_RANGE_LIST_PARTITION)")
+            names = set() if every else set(by.named(clause, rest))
+            if not every:
+                by.computed(clause)
             gone = [k for k, row in table.items() if every or by.partition_of(row, self.server) in names]
             self._took(self._ts, name, gone)
             for key in gone:
                 del table[key]
             if verb == "DROP":
                 by.partitions[:] = [p for p in by.partitions if p[0].lower() not in names]
+        by.check(clause, table.values() if by.column is not None else ())
 
     def _apply_row(self, e: RowChange) -> None:
         self._remove(e)
@@ -504,6 +655,10 @@ class Oracle:
 
     def _write(self, e: RowChange) -> None:
         if e.op is not Op.DELETE and e.after is not None:
+            by = self.partitioning.get((e.database, e.table))
+            if by is not None and by.column is not None and by.partition_of(dict(e.after), self.server) is None:
+                raise Refused(f"no partition of {e.database}.{e.table} holds the row {dict(e.after)} "
+                              "(ER_NO_PARTITION_FOR_GIVEN_VALUE: MySQL refuses it)")
             self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
 
     @staticmethod

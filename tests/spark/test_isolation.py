@@ -296,19 +296,31 @@ def test_a_value_or_a_schema_change_that_does_not_fit_isolates_its_table(tmp_pat
         read_table(config, "shop", "d", w2)
 
 
-def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monkeypatch) -> None:
-    """RENAME a TO c after a's bad statement: c is isolated too (its state would come from a's);
-    once a version handles the statement, both are replayed and c holds a's rows."""
+def _a_held_by_bad(extra: list[tuple] | tuple = (), b_rows: list[dict] | tuple = ()) -> tuple[History, list[list], list[int]]:
+    """Two intervals: tables a and b created (and ``extra``'s, each ``(CREATE sql, table, schema)``),
+    a row in a (and ``b_rows`` in b), W1; BAD on a and a row in a, W2. Returns the history (its events
+    emptied, for the next interval's), the two intervals' events and [W1, W2]."""
     h = History()
     h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
     h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
+    for sql, table, after in extra:
+        h.ddl("shop", table, sql, after, kind="CREATE")
     h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
-    w1 = h.mark()
-    first, h.events = h.events, []
+    for row in b_rows:
+        h.row(Op.INSERT, B, None, row)
+    marks = [h.mark()]
+    batches, h.events = [h.events], []
     h.ddl("shop", "a", BAD, kind="ALTER")
     h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
-    w2 = h.mark()
-    second, h.events = h.events, []
+    marks.append(h.mark())
+    batches, h.events = [*batches, h.events], []
+    return h, batches, marks
+
+
+def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monkeypatch) -> None:
+    """RENAME a TO c after a's bad statement: c is isolated too (its state would come from a's);
+    once a version handles the statement, both are replayed and c holds a's rows."""
+    h, (first, second), (w1, w2) = _a_held_by_bad()
     h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
     c = schema("shop", "c", [("id", "int"), ("v", "int")])
     h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
@@ -340,22 +352,10 @@ def test_a_rename_involving_an_isolated_table_isolates_both(tmp_path: Path, monk
 def _renamed_away_then_made_again(split: bool, create: str = "CREATE TABLE shop.a (id int primary key, v int)") -> tuple[list[list], tuple[int, ...]]:
     """a held by BAD at W1; RENAME a TO c; CREATE TABLE a, a new table (in the same run, or in the
     next one when ``split``); rows of every table around."""
-    h = History()
-    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
-    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
-    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
-    w1 = h.mark()
-    batches = [h.events]
-    h.events = []
-    h.ddl("shop", "a", BAD, kind="ALTER")
-    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
-    w2 = h.mark()
-    batches.append(h.events)
-    h.events = []
+    h, batches, marks = _a_held_by_bad()
     c = schema("shop", "c", [("id", "int"), ("v", "int")])
     h.ddl("shop", "a", "RENAME TABLE shop.a TO shop.c", kind="RENAME")
     h.row(Op.INSERT, c, None, {"id": 3, "v": 3})
-    marks = [w1, w2]
     if split:
         marks.append(h.mark())
         batches.append(h.events)
@@ -469,19 +469,7 @@ def test_a_table_renamed_onto_the_name_a_held_table_left_publishes(tmp_path: Pat
 
 def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
     """a held by BAD at W1; then, in the next interval, ``statement`` naming a and another table."""
-    h = History()
-    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, v int)", A, kind="CREATE")
-    h.ddl("shop", "b", "CREATE TABLE shop.b (id int primary key, v int)", B, kind="CREATE")
-    for sql, table, after in extra:
-        h.ddl("shop", table, sql, after, kind="CREATE")
-    h.row(Op.INSERT, A, None, {"id": 1, "v": 1})
-    h.row(Op.INSERT, B, None, {"id": 5, "v": 5})
-    w1 = h.mark()
-    first, h.events = h.events, []
-    h.ddl("shop", "a", BAD, kind="ALTER")
-    h.row(Op.INSERT, A, None, {"id": 2, "v": 2})
-    w2 = h.mark()
-    second, h.events = h.events, []
+    h, (first, second), (w1, w2) = _a_held_by_bad(extra, [{"id": 5, "v": 5}])
     h.ddl("shop", table, statement, kind="ALTER")
     h.row(Op.INSERT, B, None, {"id": 6, "v": 6})
     w3 = h.mark()

@@ -451,17 +451,6 @@ def test_operations_match_the_model_many(protocol: str) -> None:
                 steps=int(os.environ.get("TIDELAKE_STEPS", "25")))
 
 
-@pytest.fixture(scope="module")
-def spark_runner():  # noqa: ANN201
-    from spark.runtime.runners import SparkRunner
-    from spark.runtime.session import build_context
-
-    context = build_context("tidelake-operations", "local[2]", **{"spark.ui.enabled": "false",
-                                                                 "spark.ui.showConsoleProgress": "false"})
-    yield SparkRunner(context)
-    context.stop()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["canal-json", "simple", "canal", "debezium-mysql"])
 def test_operations_match_the_model_on_spark_executors(protocol: str, spark_runner) -> None:  # noqa: ANN001

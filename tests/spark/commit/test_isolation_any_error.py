@@ -10,6 +10,8 @@ exactly.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +124,23 @@ def _inject(monkeypatch: pytest.MonkeyPatch, where: str, exc: BaseException) -> 
         monkeypatch.setattr(TableCommitter, "_finish", _finish)
 
 
-def _any_error_holds_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: type,
-                               runner: Any = None) -> None:
-    batches, (w1, w2, w3) = _history()
+@contextmanager
+def _first_run_then(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: type,
+                    runner: Any) -> Iterator[tuple[Any, Any, list[int]]]:
+    """``_history``'s pipeline with its first interval applied; inside, ``error("injected")`` raised
+    in table a's ``where`` (``_inject``). Yields the pipeline's config, its storage and the marks."""
+    batches, marks = _history()
     config = _pipeline(tmp_path, "isolate", batches)
     storage = open_storage(config.storage)
     _apply(config, 0, runner=runner)
     with monkeypatch.context() as patched:
         _inject(patched, where, error("injected"))
+        yield config, storage, marks
+
+
+def _any_error_holds_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: type,
+                               runner: Any = None) -> None:
+    with _first_run_then(tmp_path, monkeypatch, where, error, runner) as (config, storage, (w1, w2, w3)):
         result = _apply(config, 1, runner=runner)
     assert result.watermark == w2 and result.outcome == "published"
     [entry] = read_published(storage, config.name, w2)["isolated"]
@@ -146,12 +157,7 @@ def _any_error_holds_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 
 def _a_service_failure_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: type,
                                      runner: Any = None) -> None:
-    batches, (w1, w2, w3) = _history()
-    config = _pipeline(tmp_path, "isolate", batches)
-    storage = open_storage(config.storage)
-    _apply(config, 0, runner=runner)
-    with monkeypatch.context() as patched:
-        _inject(patched, where, error("injected"))
+    with _first_run_then(tmp_path, monkeypatch, where, error, runner) as (config, storage, (w1, w2, w3)):
         with pytest.raises(Exception, match="injected") as raised:
             _apply(config, 1, runner=runner)
     assert runner is not None or isinstance(raised.value, error)
@@ -173,17 +179,6 @@ def test_any_error_in_one_tables_work_holds_that_table(tmp_path: Path, monkeypat
 def test_a_service_failure_in_one_tables_work_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str,
                                                            error: type) -> None:
     _a_service_failure_fails_the_run(tmp_path, monkeypatch, where, error)
-
-
-@pytest.fixture(scope="module")
-def spark_runner():  # noqa: ANN201
-    from spark.runtime.runners import SparkRunner
-    from spark.runtime.session import build_context
-
-    context = build_context("tidelake-isolation-any-error", "local[2]", **{"spark.ui.enabled": "false",
-                                                                          "spark.ui.showConsoleProgress": "false"})
-    yield SparkRunner(context)
-    context.stop()
 
 
 @pytest.mark.slow

@@ -58,6 +58,25 @@ def test_list_columns_tuples_null_and_tidb_default() -> None:
     assert held(p, ("rest",), rows, types) == [False, True, False, True, True]
 
 
+def test_tidb_s_default_partition_written_either_way_holds_the_values_no_other_lists() -> None:
+    """TiDB's manual (Partitioning, "Default List partition"): ``PARTITION pDef DEFAULT`` and
+    ``PARTITION pDef VALUES IN (DEFAULT)`` are the same partition. The first form was read as a
+    partition without values, holding nothing: its TRUNCATE PARTITION deleted no row in the lake."""
+    rows, types = {"k": pa.array([1, 2, None, 3], pa.int32())}, {"k": "int"}
+    for default in ("DEFAULT", "VALUES IN (DEFAULT)", "default ENGINE = InnoDB"):
+        p = partitioning(f"CREATE TABLE t (k INT) PARTITION BY LIST (k) (PARTITION a VALUES IN (1, 3), PARTITION d {default})")
+        assert held(p, ("d",), rows, types) == [False, True, True, False], default
+        assert held(p, ("a",), rows, types) == [True, False, False, True], default
+
+
+def test_a_range_or_list_partition_without_bounds_is_not_taken_to_hold_nothing() -> None:
+    """MySQL refuses a RANGE / LIST partition without VALUES (ER_PARTITION_REQUIRES_VALUES_ERROR): met
+    anyway, which rows it holds is unknown -- not none."""
+    p = partitioning("CREATE TABLE t (k INT) PARTITION BY LIST (k) (PARTITION a VALUES IN (1), PARTITION b)")
+    with pytest.raises(UnknownPartitionRows, match="partition b"):
+        held(p, ("b",), {"k": pa.array([1, 2], pa.int32())}, {"k": "int"})
+
+
 def test_reorganize_puts_the_new_partitions_in_place_of_the_old() -> None:
     p = partitioning("CREATE TABLE t (k INT) PARTITION BY RANGE (k) (PARTITION a VALUES LESS THAN (10), "
                      "PARTITION b VALUES LESS THAN (20), PARTITION c VALUES LESS THAN (30))")
