@@ -50,10 +50,12 @@ def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown
     match = list(key)
     fallback = fallback_ts(ddl, w2)
     if t2 is not None:
-        # Only files written after W1 can hold a touched key's row at W2 (its change came after W1).
+        # Only files written after W1 can hold a touched key's row at W2 (its change came after W1):
+        # not the files the table had at W1 (the same table, as ``keys_arg`` says), whose manifests go unread.
         recent = (commit_field.field_id, w1) if keys_arg is not None and commit_field is not None else None
+        since = t1.snapshot_by_name(tag_name(w1)).sequence_number if recent is not None else None
         rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, Schema(*shown, commit_field), match,
-                          keys_arg, recent)
+                          keys_arg, recent, added_after=since)
     else:
         rows2 = arrow_schema(Schema(*shown)).empty_table()
     after = rows2.select([f.name for f in shown])

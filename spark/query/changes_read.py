@@ -45,21 +45,21 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[str] = (),
               touched: pa.Table | None = None, newer_than: tuple[int, int] | None = None,
-              manifests_read: dict[str, list] | None = None) -> pa.Table:
+              manifests_read: dict[str, list] | None = None, added_after: int | None = None) -> pa.Table:
     """The rows of ``table`` at snapshot ``snapshot_id`` in ``schema``'s columns (by field id);
     with ``touched``, only those whose ``match`` columns equal one of its rows (NULL equals NULL).
 
     ``match`` names columns of the snapshot's own schema (and of ``schema``); ``touched`` has one
     column per ``match`` column. ``newer_than`` (field id, value): leave out the files whose
     upper bound of that long column is at most the value (the caller knows no row it wants is).
-    ``manifests_read``: manifests read before, shared between the reads of one table's two Ws
-    (``spark.tables.files.live_files``)."""
+    ``manifests_read``: manifests read before, shared between the reads of one table's two Ws;
+    ``added_after``: only the files added after this sequence number (``spark.tables.files.live_files``)."""
     metadata, io = table.metadata, table.io
     snapshot = metadata.snapshot_by_id(snapshot_id)
     out_schema = arrow_schema(schema)
     if snapshot is None or (touched is not None and touched.num_rows == 0):
         return out_schema.empty_table()
-    live = live_files(io, snapshot, manifests_read)
+    live = live_files(io, snapshot, manifests_read, added_after)
     files = list(live.data)
     if newer_than is not None:
         field_id, value = newer_than

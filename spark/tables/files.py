@@ -103,11 +103,15 @@ class LiveFiles:
         return tuple(d for ds in self.deletes.values() for d in ds)
 
 
-def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[Any]] | None = None) -> LiveFiles:
+def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[Any]] | None = None,
+               added_after: int | None = None) -> LiveFiles:
     """The data files of ``snapshot`` and their position delete files, read from its manifests
     (in parallel: each is one object read). ``manifests_read``: the live entries of manifests
     already read, by path, taken from and added to (a manifest file never changes: two snapshots
-    of a table share most of theirs, e.g. the change feed's W1 and W2).
+    of a table share most of theirs, e.g. the change feed's W1 and W2). ``added_after``: a sequence
+    number of the table: only the files added after it, and their deletes (a manifest added at or
+    before it is not read: no entry is newer than its manifest, and a delete file is newer than the
+    data files it names).
 
     Raises:
         DeleteFilesPresent: the snapshot has equality deletes, or position deletes that do not
@@ -115,6 +119,8 @@ def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[An
             a file they delete without reading every one.
     """
     manifests = snapshot.manifests(io)
+    if added_after:  # 0 (format v1): no sequence numbers to tell by
+        manifests = [m for m in manifests if m.sequence_number > added_after]
     known = {} if manifests_read is None else manifests_read
     unread = [m for m in manifests if m.manifest_path not in known]
     if unread:

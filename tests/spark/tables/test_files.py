@@ -174,3 +174,19 @@ def test_bounds_another_writer_took_from_some_row_groups_only_are_not_trusted(ca
     touched = pa.table({"v": [long]})
     assert [f.file_path for f in plan(table, ["v"], touched).candidates] == [data_file.file_path]
     assert plan(table, ["id"], pa.table({"id": pa.array([9], pa.int64())})).candidates == ()  # id still prunes
+
+
+def test_live_files_added_after_a_sequence_number_reads_only_newer_manifests(catalog):
+    """The change feed's W2 read: the files added after W1's snapshot and their deletes, without
+    reading the manifests the table had then (manifests_read shows which were read)."""
+    table = table_with_files(catalog, "t", ID, [id_rows([1, 2])])
+    first = table.current_snapshot()
+    table.append(id_rows([3]).cast(ID.as_arrow()))
+    table = catalog.load_table("ns.t")
+    head = table.current_snapshot()
+    read: dict = {}
+    newer = planner.live_files(table.io, head, read, added_after=first.sequence_number)
+    assert [f.record_count for f in newer.data] == [1]
+    assert len(read) == 1 and set(read) < {m.manifest_path for m in head.manifests(table.io)}
+    assert sorted(f.record_count for f in planner.live_files(table.io, head).data) == [1, 2]
+    assert sorted(f.record_count for f in planner.live_files(table.io, head, added_after=0).data) == [1, 2]  # v1: none
