@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from typing import Any
 
 
@@ -51,6 +52,11 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
 
     prefer_installed_pyspark()  # the driver too, when spark-submit started it
     from pyspark import SparkConf, SparkContext
+
+    # PySpark 4.2 imports pyspark.testing while converting SparkConf's arguments, which warns that
+    # pandas >= 3 is not fully supported: tidelake's jobs use no pandas, and the line stood in
+    # every job's log before anything of the run.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
     # PySpark reads the worker interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

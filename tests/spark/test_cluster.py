@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -92,6 +93,8 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
         for task, argv in (("land", land), ("apply", apply)):
             proc = subprocess.run(argv, cwd=tmp_path, env=worker_env, capture_output=True, text=True, timeout=600, check=False)
             assert proc.returncode == 0, f"{task}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+            # A clean run's log carries no Python warning (PySpark 4.2 warned about pandas 3 in every job).
+            assert not re.search(r"\b\w+Warning: ", proc.stderr), f"{task}: {proc.stderr[-4000:]}"
             ran[task] = proc.stdout
         assert f"landed: {name}/manifests/" in ran["land"]
         assert " published " in ran["apply"] and "without starting Spark" not in ran["apply"] + ran["land"]
