@@ -7,7 +7,7 @@ is NULL) and applies the file's position deletes.
 With touched keys it reads only what can hold them: the files the key-bounded plan keeps
 (``spark.tables.files.key_file_pairs``: key bounds and partition values of each file), in each of those
 the row groups whose key statistics meet a key, of those the key columns first, and the other
-columns only of the row groups where a touched key is live. Files are written sorted by key, so
+columns only of the row groups where a touched key is live (a lone row group is read whole at once). Files are written sorted by key, so
 the keys a window changes find their rows in few row groups when the changes are clustered
 (recent rows, a key range); keys spread over the whole key space meet every row group, and then
 every row group is read (Parquet is read by column chunk, not by row).
@@ -86,8 +86,10 @@ def _read_file(io: FileIO, data_file: DataFile, deletes: Sequence[DataFile], sch
         starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         deleted = internals.deleted_positions(io, data_file, deletes) if deletes else np.zeros(0, np.int64)
         groups = list(range(source.num_row_groups))
-        wanted, rows = None, None
-        if touched is not None:
+        wanted = None
+        if touched is None:
+            rows = source.read_row_groups(groups, columns=_names(by_id, schema))
+        else:
             fields = {f.name: f for f in schema.fields}
             key_schema = Schema(*[fields[m] for m in match])
             groups = _groups_meeting(source, by_id, key_schema.fields[0], touched.column(match[0]), groups)
@@ -108,8 +110,7 @@ def _read_file(io: FileIO, data_file: DataFile, deletes: Sequence[DataFile], sch
                 rows = first
             else:
                 groups = sorted({int(g) for g in np.searchsorted(starts, wanted, "right") - 1})
-        if rows is None:
-            rows = source.read_row_groups(groups, columns=_names(by_id, schema))
+                rows = source.read_row_groups(groups, columns=_names(by_id, schema))
     positions = _positions(groups, starts, sizes)
     if wanted is not None:  # ascending, and each one of ``positions``
         rows = rows.take(pa.array(np.searchsorted(positions, wanted), pa.int64()))
