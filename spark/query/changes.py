@@ -373,7 +373,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     read1 = Schema(*shown, *dropped_out) if same else Schema(*up1)
     read2 = Schema(*up2, commit_field) if t2 is not None else None
     keys_arg = None if whole else typed.keys  # type: ignore[union-attr]
-    manifests: dict[str, list] = {}  # W1's and W2's snapshots share most: each read once
+    manifests: dict[str, list] = {}  # read whole, W1 and W2 share most manifests: each read once
     if t1 is None:
         rows1 = arrow_schema(Schema(*shown, *dropped_out)).empty_table()
     else:
