@@ -19,6 +19,11 @@ from cdc_codecs import Column, DdlChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
 from spark.commit.plan import SchemaStep, build_apply_plans, ddl_changes
 from spark.tables.ddl import (
+    ValueNotReproducible,
+    existing_rows_value,
+    parse_ddl,
+)
+from spark.tables.ddl_changes import (
     AddColumn,
     ChangeColumnType,
     CreateTable,
@@ -35,11 +40,8 @@ from spark.tables.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
-    ValueNotReproducible,
-    existing_rows_value,
-    parse_ddl,
 )
-from spark.tables.ddl import (
+from spark.tables.ddl_changes import (
     AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions, SetPartitioning, TruncatePartitions,
 )
 from spark.tables.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
