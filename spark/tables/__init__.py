@@ -2,5 +2,6 @@
 
 ``catalog`` names and loads the pipeline's Iceberg tables; ``schema_map`` is the one MySQL ->
 Iceberg/Arrow type mapping; ``ddl`` turns an upstream DDL statement into the changes it makes to a
-table (``ddl_changes``); ``partitioning`` reads MySQL/TiDB partition definitions for TRUNCATE / DROP PARTITION.
+table (``ddl_changes``; an added column's DEFAULT and the value existing rows get: ``ddl_defaults``);
+``partitioning`` reads MySQL/TiDB partition definitions for TRUNCATE / DROP PARTITION.
 """

@@ -30,10 +30,6 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, Int
 from cdc_codecs import Column, TableSchema, TidelakeError, stored_type
 from spark.config import PipelineConfig
 from spark.tables import catalog as cat
-from spark.tables.ddl import (
-    ValueNotReproducible,
-    existing_rows_value,
-)
 from spark.tables.ddl_changes import (
     AddColumn,
     AddPartitions,
@@ -51,6 +47,7 @@ from spark.tables.ddl_changes import (
     TruncatePartitions,
     TruncateTable,
 )
+from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
 from spark.tables.partitioning import MYSQL, Partitioning, UnknownPartitionRows
 from spark.tables.properties import (
     DROPPED,
