@@ -2,6 +2,7 @@
 
 ``catalog`` names and loads the pipeline's Iceberg tables; ``schema_map`` is the one MySQL ->
 Iceberg/Arrow type mapping; ``ddl`` turns an upstream DDL statement into the changes it makes to a
-table (``ddl_changes``; an added column's DEFAULT and the value existing rows get: ``ddl_defaults``);
+table (``ddl_changes``), reading its PARTITION clauses in ``ddl_partitions`` and its tokens in
+``ddl_tokens``; ``ddl_defaults`` is an added column's DEFAULT and the value the existing rows get;
 ``partitioning`` reads MySQL/TiDB partition definitions for TRUNCATE / DROP PARTITION.
 """

@@ -1,8 +1,9 @@
 """The tokens of a DDL statement, as sqlglot's MySQL tokenizer splits them: the words they spell,
 parentheses and comma-separated lists, and the table and database names they hold.
 
-Apart from the statements (``spark.tables.ddl``): they know nothing of what a statement means,
-only how its text is split.
+Apart from the statements (``spark.tables.ddl``) and the PARTITION clauses
+(``spark.tables.ddl_partitions``), which both read them: they know nothing of what a statement
+means, only how its text is split.
 """
 
 from __future__ import annotations
