@@ -60,12 +60,12 @@ from cdc_codecs import DdlChange
 from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan
 from spark.core.keys import Order, change_order
-from spark.tables.ddl import Change, CreateTable, CreateTableLike, DropTable, RenameTable
+from spark.tables.ddl_changes import Change, CreateTable, CreateTableLike, DropTable, RenameTable
 from spark.archive import records
 from spark.archive.records import CorruptArchiveFile
 from spark.decode.effect import CorruptChangeValue
 from spark.tables.updates import UnsupportedSchemaChange
-from spark.tables.ddl import DdlParseError
+from spark.tables.ddl_changes import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
 from spark.tables.schema_map import UnsupportedValue
 from spark.tables import internals

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, Union
 
 from cdc_codecs import DdlChange, TableSchema, TidelakeError
-from spark.tables.ddl import (
+from spark.tables.ddl import parse_ddl
+from spark.tables.ddl_changes import (
     AddColumn,
     Change,
     ChangeColumnType,
@@ -39,7 +40,6 @@ from spark.tables.ddl import (
     DropTable,
     ExchangePartition,
     RenameTable,
-    parse_ddl,
 )
 from spark.core.keys import Order, change_order
 

@@ -45,7 +45,7 @@ from spark.write.plane import FillRequest, RewriteRequest
 from spark.tables import catalog as cat
 from spark.tables import exchange, updates
 from spark.tables.partitioning import MYSQL, upstream_server
-from spark.tables.ddl import (
+from spark.tables.ddl_changes import (
     AddColumn,
     CreateTable,
     CreateTableLike,

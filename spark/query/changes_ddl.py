@@ -14,7 +14,7 @@ from spark.commit.isolation import statement_tables
 from spark.commit.plan import ddl_changes
 from spark.config import PipelineConfig
 from spark.query.changes_log import Window
-from spark.tables.ddl import (
+from spark.tables.ddl_changes import (
     AddColumn,
     AddPartitions,
     ChangeColumnType,

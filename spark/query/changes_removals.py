@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark.query.changes_ddl import ANOTHER_TABLE, EVERY_ROW, NEW_TABLE, TableDdl
-from spark.tables.ddl import DropPartitions, ExchangePartition, SetPartitioning, TruncatePartitions
+from spark.tables.ddl_changes import DropPartitions, ExchangePartition, SetPartitioning, TruncatePartitions
 from spark.tables.partitioning import Partitioning, UnknownPartitionRows
 from spark.tables.properties import partitioning_at
 from spark.tables.updates import held_rows, partitioning_after

@@ -37,8 +37,9 @@ Decisions:
   t] (a(10) DESC, b) [index options]``), so TiDB's ``CLUSTERED`` / ``NONCLUSTERED`` (bare or
   in ``/*T![clustered_index] */``), prefix lengths and ASC / DESC give the key columns.
   Generated columns (``AS (expr) VIRTUAL | STORED``) are columns: row events carry their values.
-- **Partitioning is followed** (``spark.tables.partitioning``): ``PARTITION BY`` in CREATE or ALTER
-  TABLE is ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds, [LINEAR] HASH / KEY with
+- **Partitioning is followed** (``spark.tables.partitioning``; the clauses are read in
+  ``spark.tables.ddl_partitions``): ``PARTITION BY`` in CREATE or ALTER TABLE is
+  ``SetPartitioning`` (RANGE / LIST [COLUMNS] with their bounds, [LINEAR] HASH / KEY with
   their partitions, TiDB's INTERVAL without), ``REMOVE PARTITIONING`` ``SetPartitioning(None)``,
   ``ADD PARTITION (...)`` / ``ADD PARTITION PARTITIONS n``, ``COALESCE PARTITION n`` and
   ``REORGANIZE PARTITION ... INTO (...)`` change the partitions. ``TRUNCATE PARTITION`` and
@@ -60,8 +61,8 @@ Decisions:
   (CREATE TABLE, ADD COLUMN); DROP COLUMN / DROP TABLE of a missing object is already a
   no-op in the committer.
 - ``ADD COLUMN`` keeps its DEFAULT (``AddColumn.default``): MySQL gives it to every row the
-  table holds, and ``existing_rows_value`` says which value that is once the column's exact type
-  is known; ``ALTER COLUMN ... SET / DROP DEFAULT`` change no row and are no-ops.
+  table holds, and ``spark.tables.ddl_defaults.existing_rows_value`` says which value that is once
+  the column's exact type is known; ``ALTER COLUMN ... SET / DROP DEFAULT`` change no row and are no-ops.
 - Temporary tables are never replicated (binlog and TiCDC skip them): no-ops.
 - ``DROP {DATABASE | SCHEMA} [IF EXISTS] d`` is ``DropDatabase(d)``: the run's plans turn it
   into a ``DropTable`` of every table of d that exists when it applies (the lake's, and those
@@ -71,221 +72,58 @@ Decisions:
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from cdc_codecs import ColumnType, TableSchema, TidelakeError
+from cdc_codecs import ColumnType, TableSchema
 from cdc_codecs.events import Column
-from cdc_codecs.types import (
-    BYTES_KINDS,
-    INTEGER_KINDS,
-    ColumnValueError,
-    TypeKind,
-    from_text,
-    parse_mysql_type,
-    to_int,
+from cdc_codecs.types import ColumnValueError, parse_mysql_type
+from spark.tables.ddl_changes import (
+    AddColumn,
+    Change,
+    ChangeColumnType,
+    CreateTable,
+    CreateTableLike,
+    DdlParseError,
+    DropColumn,
+    DropDatabase,
+    DropTable,
+    ExchangePartition,
+    MoveColumn,
+    RenameColumn,
+    RenameTable,
+    SetKeyColumns,
+    SetPartitioning,
+    TableRef,
+    TruncateTable,
 )
-from spark.tables.partitioning import MAXVALUE, NULL, Literal, PartitionDef, Partitioning
-
-
-class DdlParseError(TidelakeError):
-    """A DDL statement that changes a table could not be understood (or cannot be replicated)."""
-
-
-@dataclass(frozen=True)
-class CreateTable:
-    schema: TableSchema
-    if_not_exists: bool = False
-
-
-@dataclass(frozen=True)
-class CreateTableLike:
-    """``CREATE TABLE table LIKE source``: the committer copies the source's columns, key and
-    partitioning. ``schema``: the columns and key as the protocol carried them after the statement
-    (Simple, Debezium), which the source then does not need to give."""
-
-    table: tuple[str, str]
-    source: tuple[str, str]
-    if_not_exists: bool = False
-    schema: TableSchema | None = None
-
-
-@dataclass(frozen=True)
-class DefaultLiteral:
-    """``DEFAULT 'x'`` / ``DEFAULT 7`` / ``DEFAULT b'101'`` (or the same in parentheses): ``value`` is
-    the literal's text (``is_string``: a quoted string, else a number; TRUE/FALSE are 1/0) or its
-    bytes (hexadecimal and bit literals), converted to the column's type when it applies."""
-
-    value: str | bytes
-    is_string: bool = False
-
-
-@dataclass(frozen=True)
-class DefaultNow:
-    """``DEFAULT CURRENT_TIMESTAMP[(fsp)]`` and its synonyms (``NOW()``, ``LOCALTIME``,
-    ``LOCALTIMESTAMP``, ``(CURRENT_DATE)``): existing rows get the statement's time."""
-
-    fsp: int = 0
-
-
-@dataclass(frozen=True)
-class DefaultUnknown:
-    """A default whose values in the existing rows cannot be known from the stream: an expression
-    (``DEFAULT (a + 1)``, ``(UUID())``), ``AUTO_INCREMENT``, a generated column. ``what`` says which."""
-
-    what: str
-
-
-ColumnDefault = DefaultLiteral | DefaultNow | DefaultUnknown
-
-
-@dataclass(frozen=True)
-class AddColumn:
-    """``ADD COLUMN``; ``default`` is the clause's DEFAULT (None: none, or ``DEFAULT NULL``), which
-    MySQL gives every row the table already has (``existing_rows_value``)."""
-
-    column: Column
-    if_not_exists: bool = False
-    default: ColumnDefault | None = None
-
-
-@dataclass(frozen=True)
-class DropColumn:
-    name: str
-
-
-@dataclass(frozen=True)
-class RenameColumn:
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class ChangeColumnType:
-    name: str
-    type: ColumnType
-
-
-@dataclass(frozen=True)
-class MoveColumn:
-    """Put ``name`` right after ``after``; ``after=None`` is MySQL's FIRST."""
-
-    name: str
-    after: str | None
-
-
-@dataclass(frozen=True)
-class SetKeyColumns:
-    """The table's primary key is now ``columns`` (``()``: the table has no key)."""
-
-    columns: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class RenameTable:
-    database: str
-    table: str
-
-
-@dataclass(frozen=True)
-class TruncateTable:
-    pass
-
-
-@dataclass(frozen=True)
-class DropTable:
-    pass
-
-
-@dataclass(frozen=True)
-class DropDatabase:
-    """``DROP {DATABASE | SCHEMA} database``: every table of the database goes. Its ref is
-    ``(database, "")``; the run's plans name the tables (``spark.commit.plan.UpstreamTables``)."""
-
-    database: str
-
-
-@dataclass(frozen=True)
-class SetPartitioning:
-    """The table's partitioning is now this (``PARTITION BY`` in CREATE or ALTER TABLE); None:
-    ``REMOVE PARTITIONING``. Rows stay where they are: the lake keeps the definition only to
-    know which rows a later TRUNCATE / DROP PARTITION deletes."""
-
-    partitioning: Partitioning | None
-
-
-@dataclass(frozen=True)
-class AddPartitions:
-    """``ADD PARTITION (...)``, or ``ADD PARTITION PARTITIONS count`` (HASH / KEY): rows stay, or move
-    between a HASH table's partitions."""
-
-    partitions: tuple[PartitionDef, ...]
-    count: int = 0
-
-
-@dataclass(frozen=True)
-class CoalescePartitions:
-    """``COALESCE PARTITION count`` (HASH / KEY): the last ``count`` partitions go, their rows move to the others."""
-
-    count: int
-
-
-@dataclass(frozen=True)
-class ExchangePartition:
-    """``ALTER TABLE partitioned EXCHANGE PARTITION partition WITH TABLE table``: the partition's rows
-    go to ``table`` and ``table``'s rows into the partition, without row events. Both tables get
-    this change: it moves state between them, so each is applied exactly or held with the other
-    (``spark.commit.isolation``). ``validation``: MySQL checked that ``table``'s rows belong in
-    the partition (the default); ``WITHOUT VALIDATION`` it did not."""
-
-    partitioned: TableRef
-    partition: str
-    table: TableRef
-    validation: bool = True
-
-
-@dataclass(frozen=True)
-class ReorganizePartitions:
-    """``REORGANIZE PARTITION names INTO (...)``: the rows stay, the bounds change."""
-
-    names: tuple[str, ...]
-    into: tuple[PartitionDef, ...]
-
-
-@dataclass(frozen=True)
-class DropPartitions:
-    """``DROP PARTITION names``: the partitions and their rows go, without row events."""
-
-    names: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TruncatePartitions:
-    """``TRUNCATE PARTITION names | ALL`` (``names`` None): the rows go, without row events."""
-
-    names: tuple[str, ...] | None
-
-
-Change = (
-    CreateTable | CreateTableLike | AddColumn | DropColumn | RenameColumn | ChangeColumnType | MoveColumn
-    | SetKeyColumns | RenameTable | TruncateTable | DropTable | DropDatabase
-    | SetPartitioning | AddPartitions | ReorganizePartitions | DropPartitions | TruncatePartitions
-    | CoalescePartitions | ExchangePartition
+from spark.tables.ddl_defaults import _column_default
+from spark.tables.ddl_partitions import (
+    _PARTITION_KEEPS_ROWS,
+    _continues_partition_list,
+    _exchange,
+    _partition_by_at,
+    _partition_maintenance,
+    _partition_options,
 )
-TableRef = tuple[str, str]
-
-_MYSQL = Dialect.get_or_raise("mysql")
-_QUOTED = (TokenType.IDENTIFIER, TokenType.STRING)
+from spark.tables.ddl_tokens import (
+    _MYSQL,
+    _closing_paren,
+    _database_name,
+    _skip_if_exists,
+    _split,
+    _table_list,
+    _table_name_end,
+    _table_ref,
+    _text,
+    _word,
+    _words,
+)
 
 # Leading words of ALTER TABLE clauses that only change storage, options or partition
 # layout (MySQL 8 table_options / partition_options, TiDB extensions). Consulted only for
@@ -301,13 +139,6 @@ _OPTION_WORDS = frozenset({
     "STATS_COL_LIST", "STATS_OPTIONS", "STATS_SAMPLE_RATE", "STATS_TOPN", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
     "REMOVE",  # TiDB's REMOVE TTL (REMOVE PARTITIONING is read before)
 })
-# Partition maintenance that keeps every row and every bound: `<word> PARTITION ...` (LAST: TiDB's
-# INTERVAL partitioning, whose partitions are not listed).
-_PARTITION_KEEPS_ROWS = frozenset({
-    "ANALYZE", "CHECK", "LAST", "OPTIMIZE", "REBUILD", "REPAIR",
-})
-# Partition maintenance whose clause lists partition names: `DROP PARTITION p0, p1` is one clause.
-_PARTITION_LISTS = _PARTITION_KEEPS_ROWS | {"DROP", "TRUNCATE", "REORGANIZE", "DISCARD", "IMPORT"}
 # Clauses that delete or bring rows without row events, whatever the lake knows.
 _ROWS_WITHOUT_EVENTS = {
     ("FIRST", "PARTITION"): "drops the first partitions and their rows (TiDB interval partitioning)",
@@ -448,104 +279,6 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: 
     if first == "FLASHBACK":  # TiDB's FLASHBACK CLUSTER [TABLE ...] TO TIMESTAMP | TSO
         raise DdlParseError(f"{sql!r}: puts rows back as they were at a past time {_NO_ROW_EVENTS}")
     return []
-
-
-# -- tokens
-
-
-def _word(token: Token) -> str | None:
-    """The keyword a token spells; None for quoted names and strings (`TABLE` is a name)."""
-    return None if token.token_type in _QUOTED else " ".join(token.text.upper().split())
-
-
-def _words(tokens: Sequence[Token]) -> list[str | None]:
-    """The words of ``tokens``: sqlglot reads `PARTITION BY`, `PRIMARY KEY`... as one token."""
-    out: list[str | None] = []
-    for t in tokens:
-        w = _word(t)
-        out += [None] if w is None else w.split()
-    return out
-
-
-def _text(sql: str, tokens: Sequence[Token]) -> str:
-    return sql[tokens[0].start : tokens[-1].end + 1] if tokens else ""
-
-
-def _split(tokens: Sequence[Token], sep: TokenType) -> list[list[Token]]:
-    """Split at ``sep`` outside parentheses; empty parts dropped."""
-    parts: list[list[Token]] = [[]]
-    depth = 0
-    for t in tokens:
-        if t.token_type == TokenType.L_PAREN:
-            depth += 1
-        elif t.token_type == TokenType.R_PAREN:
-            depth -= 1
-        elif t.token_type == sep and depth == 0:
-            parts.append([])
-            continue
-        parts[-1].append(t)
-    return [p for p in parts if p]
-
-
-def _closing_paren(tokens: Sequence[Token], open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, len(tokens)):
-        if tokens[i].token_type == TokenType.L_PAREN:
-            depth += 1
-        elif tokens[i].token_type == TokenType.R_PAREN:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def _table_name_end(tokens: Sequence[Token], at: int) -> int:
-    """Index just past a (possibly db-qualified) table name starting at ``at``."""
-    if at + 2 < len(tokens) and tokens[at + 1].token_type == TokenType.DOT:
-        return at + 3
-    return at + 1
-
-
-def _table_ref(sql: str, name_text: str, default_db: str) -> TableRef:
-    try:
-        table = exp.to_table(name_text, dialect="mysql")
-    except (ParseError, TokenError) as exc:
-        raise DdlParseError(f"{sql!r}: cannot read the table name {name_text!r}: {exc}") from None
-    if not table.name:
-        raise DdlParseError(f"{sql!r}: no table name in {name_text!r}")
-    return (table.db or default_db, table.name)
-
-
-def _skip_if_exists(tokens: Sequence[Token], at: int, negated: bool) -> tuple[int, bool]:
-    """Skip ``IF [NOT] EXISTS`` at ``at``; returns the next index and whether it was there."""
-    words = [_word(t) for t in tokens[at : at + 3]]
-    wanted = ["IF", "NOT", "EXISTS"] if negated else ["IF", "EXISTS"]
-    if words[: len(wanted)] == wanted:
-        return at + len(wanted), True
-    return at, False
-
-
-def _database_name(sql: str, text: str, tokens: list[Token]) -> str:
-    """``[IF EXISTS] name`` (DROP DATABASE)."""
-    at, _ = _skip_if_exists(tokens, 0, negated=False)
-    if len(tokens) != at + 1 or not _is_name(tokens[at]):
-        raise DdlParseError(f"{text!r}: cannot read the database name {_text(sql, tokens[at:])!r}")
-    return tokens[at].text
-
-
-def _table_list(sql: str, text: str, tokens: list[Token], default_db: str) -> list[TableRef]:
-    """``[IF EXISTS] a, db.b [RESTRICT | CASCADE]`` (DROP TABLE, TRUNCATE)."""
-    at, _ = _skip_if_exists(tokens, 0, negated=False)
-    refs = []
-    for part in _split(tokens[at:], TokenType.COMMA):
-        if _word(part[-1]) in ("RESTRICT", "CASCADE"):
-            part = part[:-1]
-        if _table_name_end(part, 0) != len(part):
-            raise DdlParseError(f"{text!r}: cannot read the table name {_text(sql, part)!r}")
-        refs.append(_table_ref(sql, _text(sql, part), default_db))
-    if not refs:
-        raise DdlParseError(f"{text!r}: no table named")
-    return refs
 
 
 # -- RENAME TABLE
@@ -787,154 +520,6 @@ def _column(text: str, coldef: exp.ColumnDef, type_text: str) -> Column:
     return Column(coldef.name, column_type, nullable)
 
 
-# sqlglot's nodes for MySQL's synonyms of the statement's time (NOW() and CURDATE() stay Anonymous).
-_NOW_NODES = (exp.CurrentTimestamp, exp.Localtime, exp.Localtimestamp, exp.CurrentDate)
-_NOW_NAMES = frozenset({"NOW", "CURRENT_TIMESTAMP", "LOCALTIME", "LOCALTIMESTAMP", "CURRENT_DATE", "CURDATE"})
-
-
-def _column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
-    """What an added column's definition says the existing rows get (see ``existing_rows_value``)."""
-    default: ColumnDefault | None = None
-    for constraint in coldef.constraints:
-        kind = constraint.kind
-        if isinstance(kind, exp.AutoIncrementColumnConstraint):
-            return DefaultUnknown("AUTO_INCREMENT numbers the existing rows in an order the stream does not show")
-        if isinstance(kind, (exp.ComputedColumnConstraint, exp.GeneratedAsIdentityColumnConstraint)):
-            return DefaultUnknown("a generated column computes the existing rows' values from columns tidelake may not hold")
-        if isinstance(kind, exp.DefaultColumnConstraint):
-            default = _default_of(kind.this)
-    return default
-
-
-def _default_of(e: exp.Expression) -> ColumnDefault | None:
-    """A DEFAULT clause's value: a literal, the statement's time, or an expression (unknown)."""
-    while isinstance(e, exp.Paren):  # MySQL 8's expression default (7) is the literal 7
-        e = e.this
-    if isinstance(e, exp.Null):
-        return None
-    if isinstance(e, exp.Literal):
-        return DefaultLiteral(e.this, e.is_string)
-    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
-        return DefaultLiteral(f"-{e.this.this}")
-    if isinstance(e, exp.Boolean):
-        return DefaultLiteral("1" if e.this else "0")
-    if isinstance(e, exp.Introducer) and isinstance(e.expression, exp.Literal):  # _utf8mb4'x'
-        return DefaultLiteral(e.expression.this, True)
-    if isinstance(e, exp.National):  # N'x'
-        return DefaultLiteral(e.this, True)
-    if isinstance(e, exp.HexString):  # X'41', 0x41
-        digits = e.this
-        return DefaultLiteral(bytes.fromhex(digits.rjust(len(digits) + len(digits) % 2, "0")))
-    if isinstance(e, exp.BitString):  # b'101'
-        bits = e.this or "0"
-        return DefaultLiteral(int(bits, 2).to_bytes((len(bits) + 7) // 8, "big"))
-    name = e.name.upper() if isinstance(e, exp.Anonymous) else None
-    if isinstance(e, _NOW_NODES) or name in _NOW_NAMES:
-        args = [e.this] if not isinstance(e, exp.Anonymous) else e.expressions
-        fsp = args[0] if args and isinstance(args[0], exp.Literal) else None
-        return DefaultNow(int(fsp.this) if fsp is not None else 0)
-    return DefaultUnknown(f"the expression default {e.sql(dialect='mysql')} cannot be evaluated for the existing rows")
-
-
-class ValueNotReproducible(TidelakeError):
-    """The values MySQL gave the existing rows of an added column cannot be known from the stream."""
-
-
-def existing_rows_value(column: Column, default: ColumnDefault | None, at_ms: int, tz: dt.tzinfo) -> Any:
-    """The value MySQL 8 / TiDB store in ``column`` for every row the table has when ``ADD COLUMN``
-    adds it (MySQL 8.0 manual, 13.6 Data Type Default Values), as the codecs type values
-    (``cdc_codecs.types``): the DEFAULT; without one, NULL for a nullable column and the type's
-    implicit default for a NOT NULL one (0, '', the first ENUM member, the zero date, which reads as
-    NULL as every zero date does). ``DEFAULT CURRENT_TIMESTAMP`` is the statement's time ``at_ms``
-    (epoch milliseconds), at the default's precision; a DATETIME or DATE reads it in ``tz``, the
-    upstream's time zone (the topic's ``timezone``).
-
-    Raises:
-        ValueNotReproducible: an expression, AUTO_INCREMENT or generated column, a NOT NULL column
-            whose implicit default tidelake does not know (JSON, spatial), or a literal that does
-            not fit the type (MySQL would have refused the statement).
-    """
-    ct = column.type
-    if isinstance(default, DefaultUnknown):
-        raise ValueNotReproducible(default.what)
-    if default is None:
-        return None if column.nullable else _implicit_default(ct)
-    if isinstance(default, DefaultNow):
-        return _statement_time(ct, default.fsp, at_ms, tz)
-    try:
-        return _literal_value(ct, default, tz)
-    except (ColumnValueError, ArithmeticError, ValueError) as exc:
-        raise ValueNotReproducible(f"DEFAULT {default.value!r} does not fit {ct}: {exc}") from None
-
-
-def _implicit_default(ct: ColumnType) -> Any:
-    k = ct.kind
-    if k in INTEGER_KINDS:
-        return 0
-    if k is TypeKind.BOOLEAN:
-        return False
-    if k in (TypeKind.FLOAT, TypeKind.DOUBLE):
-        return 0.0
-    if k is TypeKind.DECIMAL:
-        return Decimal(0).scaleb(-(ct.scale or 0))
-    if k in (TypeKind.STRING, TypeKind.SET):
-        return ""
-    if k is TypeKind.ENUM and ct.elements:
-        return ct.elements[0]
-    if k is TypeKind.BINARY:
-        return _padded(ct, b"")
-    if k in (TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ):
-        return None  # the zero date
-    if k is TypeKind.TIME:
-        return dt.timedelta(0)
-    raise ValueNotReproducible(f"the implicit default of a NOT NULL {ct} column is not known to tidelake")
-
-
-def _padded(ct: ColumnType, value: bytes) -> bytes:
-    """MySQL right-pads a BINARY(n) value with 0x00 bytes to n."""
-    if ct.mysql_type == "binary" and ct.length is not None:
-        return value.ljust(ct.length, b"\0")
-    return value
-
-
-def _statement_time(ct: ColumnType, fsp: int, at_ms: int, tz: dt.tzinfo) -> Any:
-    instant = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=at_ms)
-    step = 10 ** (6 - max(0, min(fsp, 6)))
-    instant = instant.replace(microsecond=instant.microsecond - instant.microsecond % step)
-    if ct.kind is TypeKind.TIMESTAMPTZ:
-        return instant
-    if ct.kind is TypeKind.TIMESTAMP:
-        return instant.astimezone(tz).replace(tzinfo=None)
-    if ct.kind is TypeKind.DATE:
-        return instant.astimezone(tz).date()
-    raise ValueNotReproducible(f"a {ct} column defaulting to the statement's time")
-
-
-def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> Any:
-    k, value = ct.kind, literal.value
-    if isinstance(value, bytes):  # hexadecimal and bit literals: a number in a numeric column, else bytes
-        if k in INTEGER_KINDS or k in (TypeKind.BOOLEAN, TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE):
-            value = str(int.from_bytes(value, "big"))
-        elif k in BYTES_KINDS:
-            return _padded(ct, value)
-        else:
-            value = value.decode("utf-8")
-    if k in BYTES_KINDS:
-        return _padded(ct, value.encode("utf-8"))
-    if k is TypeKind.ENUM and literal.is_string:
-        return value  # a member's name, even when it is digits (a number is the member's index)
-    if k is TypeKind.SET and literal.is_string and ct.elements:
-        members = set(value.split(",")) if value else set()
-        return ",".join(e for e in ct.elements if e in members)  # MySQL stores members in definition order
-    if k is TypeKind.BOOLEAN:
-        return Decimal(value) != 0
-    if k in INTEGER_KINDS and k is not TypeKind.BIT:
-        return to_int(ct, str(Decimal(value).to_integral_value(ROUND_HALF_UP)))  # MySQL rounds 7.5 to 8
-    if k is TypeKind.DECIMAL:
-        return Decimal(value).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
-    return from_text(ct, value, tz)
-
-
 def _has_primary_key(coldef: exp.ColumnDef) -> bool:
     return any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in coldef.constraints)
 
@@ -1036,186 +621,6 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
         out += _alter_action(text, clause_text, action, type_text)
     # parsed.args["options"] holds table options (ENGINE=, COMMENT=...): no change.
     return out
-
-
-def _continues_partition_list(previous: list[Token], clause: list[Token]) -> bool:
-    """Whether ``clause`` (after a comma) goes on naming the partitions of ``previous``:
-    ``DROP PARTITION p0, p1``, ``REORGANIZE PARTITION p0, p1 INTO (...)``."""
-    words = _words(previous[:2])
-    return (words[:1] != [None] and words[0] in _PARTITION_LISTS and words[1:2] == ["PARTITION"]
-            and "INTO" not in _words(previous) and _is_name(clause[0])
-            and (len(clause) == 1 or _word(clause[1]) in ("INTO", "TABLESPACE")))
-
-
-def _is_name(token: Token) -> bool:
-    """A quoted name, or a word that can be an unquoted one (MySQL: letters, digits, ``$``, ``_``)."""
-    return token.token_type == TokenType.IDENTIFIER or bool(re.fullmatch(r"[\w$]+", token.text))
-
-
-def _partition_maintenance(sql: str, text: str, clause: list[Token]) -> list[Change]:
-    """``ADD PARTITION (...)``, ``DROP PARTITION names``, ``TRUNCATE PARTITION names | ALL``,
-    ``REORGANIZE PARTITION [names INTO (...)]`` (MySQL 15.1.9.1 ALTER TABLE Partition Operations)."""
-    verb = _words(clause[:1])[0]
-    rest = clause[1:] if len(_words(clause[:1])) == 2 else clause[2:]  # `ADD PARTITION` may be one token
-    where = _text(sql, clause)
-    if verb == "ADD":
-        if rest and rest[0].token_type == TokenType.L_PAREN and _closing_paren(rest, 0) == len(rest) - 1:
-            return [AddPartitions(_partition_defs(sql, text, rest[1:-1]))]
-        count = _partitions_count(rest)
-        if count is None:
-            raise DdlParseError(f"{text!r}: cannot read the partitions added in {where!r}")
-        return [AddPartitions((), count)]  # ADD PARTITION PARTITIONS n: HASH / KEY, rows move between partitions
-    if verb == "COALESCE":
-        if len(rest) != 1 or not rest[0].text.isdigit():
-            raise DdlParseError(f"{text!r}: cannot read the number of partitions in {where!r}")
-        return [CoalescePartitions(int(rest[0].text))]
-    into = next((i for i, t in enumerate(rest) if _word(t) == "INTO"), len(rest))
-    names = rest[:into]
-    if not all(_is_name(t) for t in names) or (verb != "REORGANIZE" and not names):
-        raise DdlParseError(f"{text!r}: cannot read the partition names in {where!r}")
-    listed = tuple(t.text for t in names)
-    if verb == "TRUNCATE":
-        return [TruncatePartitions(None if [n.upper() for n in listed] == ["ALL"] else listed)]
-    if verb == "DROP":
-        return [DropPartitions(listed)]
-    if not listed:
-        return []  # REORGANIZE PARTITION (HASH / KEY): rows stay
-    defs = rest[into + 1 :]
-    if not defs or defs[0].token_type != TokenType.L_PAREN or _closing_paren(defs, 0) != len(defs) - 1:
-        raise DdlParseError(f"{text!r}: cannot read the new partitions in {where!r}")
-    return [ReorganizePartitions(listed, _partition_defs(sql, text, defs[1:-1]))]
-
-
-def _exchange(sql: str, text: str, clause: list[Token], ref: TableRef) -> ExchangePartition:
-    """``EXCHANGE PARTITION p WITH TABLE nt [{WITH | WITHOUT} VALIDATION]`` (MySQL 26.3.3)."""
-    words = _words(clause) + [None] * 4
-    where = _text(sql, clause)
-    if len(clause) < 5 or not _is_name(clause[2]) or words[3:5] != ["WITH", "TABLE"]:
-        raise DdlParseError(f"{text!r}: cannot read the partition and table in {where!r}")
-    end = _table_name_end(clause, 5)
-    tail = words[end:len(clause)]
-    if end > len(clause) or tail not in ([], ["WITH", "VALIDATION"], ["WITHOUT", "VALIDATION"]):
-        raise DdlParseError(f"{text!r}: cannot read the table in {where!r}")
-    return ExchangePartition(ref, clause[2].text, _table_ref(sql, _text(sql, clause[5:end]), ref[0]), tail[:1] != ["WITHOUT"])
-
-
-def _partition_by_at(tokens: Sequence[Token]) -> int | None:
-    """Where ``PARTITION BY`` starts outside parentheses."""
-    depth = 0
-    for i, t in enumerate(tokens):
-        if t.token_type == TokenType.L_PAREN:
-            depth += 1
-        elif t.token_type == TokenType.R_PAREN:
-            depth -= 1
-        elif depth == 0 and _words(tokens[i : i + 2])[:2] == ["PARTITION", "BY"]:
-            return i
-    return None
-
-
-def _partition_options(sql: str, text: str, tokens: Sequence[Token]) -> Partitioning:
-    """``PARTITION BY {[LINEAR] HASH (expr) | [LINEAR] KEY [ALGORITHM = n] (cols) | {RANGE | LIST}
-    {(expr) | COLUMNS (cols)}} [PARTITIONS n] [SUBPARTITION BY ...] [(partition_definition, ...)]``,
-    and TiDB's ``INTERVAL (...)`` (MySQL 15.1.20 partition_options)."""
-    where = _text(sql, tokens)
-    at = 1 if _words(tokens[:1])[:2] == ["PARTITION", "BY"] else 2
-    linear = _word(tokens[at]) == "LINEAR"
-    if linear:
-        at += 1
-    method = _word(tokens[at]) if at < len(tokens) else None
-    if method not in ("HASH", "KEY", "RANGE", "LIST"):
-        raise DdlParseError(f"{text!r}: cannot read the partitioning method in {where!r}")
-    at += 1
-    if method == "KEY" and at < len(tokens) and _word(tokens[at]) == "ALGORITHM":
-        at += 3  # ALGORITHM = 1 | 2
-    columns_listed = method == "KEY"
-    if method in ("RANGE", "LIST") and at < len(tokens) and _word(tokens[at]) == "COLUMNS":
-        columns_listed, at = True, at + 1
-    close = _closing_paren(tokens, at) if at < len(tokens) and tokens[at].token_type == TokenType.L_PAREN else -1
-    if close < 0:
-        raise DdlParseError(f"{text!r}: cannot read the partitioning expression in {where!r}")
-    inner = tokens[at + 1 : close]
-    if columns_listed:
-        parts = _split(inner, TokenType.COMMA)
-        if not all(len(p) == 1 and _is_name(p[0]) for p in parts):
-            raise DdlParseError(f"{text!r}: cannot read the partitioning columns in {where!r}")
-        columns = tuple(p[0].text for p in parts)
-    else:
-        columns = (inner[0].text,) if len(inner) == 1 and _is_name(inner[0]) else ()
-    function = None
-    if (len(inner) == 4 and _word(inner[0]) in ("YEAR", "TO_DAYS") and inner[1].token_type == TokenType.L_PAREN
-            and _is_name(inner[2]) and inner[3].token_type == TokenType.R_PAREN):
-        columns, function = (inner[2].text,), _word(inner[0])
-    partitions = None
-    rest = tokens[close + 1 :]
-    group = next((i for i, t in enumerate(rest) if t.token_type == TokenType.L_PAREN and _words(rest[i + 1 : i + 2]) == ["PARTITION"]), None)
-    if method in ("RANGE", "LIST") and "INTERVAL" not in _words(rest):
-        if group is None:
-            raise DdlParseError(f"{text!r}: {method} partitioning without partition definitions in {where!r}")
-        partitions = _partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)])
-    elif method in ("HASH", "KEY"):
-        # Named by the statement, or PARTITIONS n (default 1) named p0 ... (MySQL 15.1.20 partition_options).
-        count = _partitions_count(rest[:group])
-        partitions = (_partition_defs(sql, text, rest[group + 1 : _closing_paren(rest, group)]) if group is not None
-                      else tuple(PartitionDef(f"p{i}") for i in range(count if count is not None else 1)))
-    return Partitioning(method, _text(sql, inner), columns, partitions, function, linear)
-
-
-def _partitions_count(tokens: Sequence[Token]) -> int | None:
-    """``n`` of ``PARTITIONS n`` outside parentheses (not ``SUBPARTITIONS n``); None without."""
-    words = _words(tokens)
-    at = next((i for i, w in enumerate(words) if w == "PARTITIONS"), None)
-    if at is None or at + 1 >= len(tokens) or not tokens[at + 1].text.isdigit():
-        return None
-    return int(tokens[at + 1].text)
-
-
-def _partition_defs(sql: str, text: str, tokens: Sequence[Token]) -> tuple[PartitionDef, ...]:
-    """``PARTITION name [VALUES {LESS THAN {(values) | MAXVALUE} | IN (values)} | DEFAULT] [options]
-    [(subpartitions)], ...``"""
-    out = []
-    for part in _split(tokens, TokenType.COMMA):
-        if _words(part[:1]) != ["PARTITION"] or len(part) < 2 or not _is_name(part[1]):
-            raise DdlParseError(f"{text!r}: cannot read the partition definition {_text(sql, part)!r}")
-        name, words = part[1].text, _words(part[2:5])
-        if words[:3] == ["VALUES", "LESS", "THAN"]:
-            bound = part[5:6] if _word(part[5]) == "MAXVALUE" else _paren_items(sql, text, part, 5)[0]
-            out.append(PartitionDef(name, less_than=tuple(_literal(sql, b) for b in _split(bound, TokenType.COMMA))))
-        elif words[:2] == ["VALUES", "IN"]:
-            values = []
-            for item in _split(_paren_items(sql, text, part, 4)[0], TokenType.COMMA):
-                is_tuple = item[0].token_type == TokenType.L_PAREN and _closing_paren(item, 0) == len(item) - 1
-                values.append(tuple(_literal(sql, v) for v in _split(item[1:-1], TokenType.COMMA)) if is_tuple else (_literal(sql, item),))
-            if [v for v in values if v == (("default",),)]:
-                out.append(PartitionDef(name, default=True))
-            else:
-                out.append(PartitionDef(name, values_in=tuple(values)))
-        elif words[:1] == ["DEFAULT"]:  # TiDB's ``PARTITION p DEFAULT``, the same as ``VALUES IN (DEFAULT)``
-            out.append(PartitionDef(name, default=True))
-        else:
-            out.append(PartitionDef(name))  # HASH / KEY: named, no bounds
-    return tuple(out)
-
-
-def _paren_items(sql: str, text: str, part: Sequence[Token], at: int) -> tuple[Sequence[Token], int]:
-    """The tokens inside the parentheses opening at ``part[at]``, and the index past them."""
-    close = _closing_paren(part, at) if at < len(part) and part[at].token_type == TokenType.L_PAREN else -1
-    if close < 0:
-        raise DdlParseError(f"{text!r}: cannot read the values of {_text(sql, part)!r}")
-    return part[at + 1 : close], close + 1
-
-
-def _literal(sql: str, tokens: Sequence[Token]) -> Literal:
-    """A partition bound or list value: an integer, a string, NULL, MAXVALUE, DEFAULT, or an
-    expression kept as text (not computed)."""
-    words = _words(tokens)
-    if len(tokens) == 1 and words[0] in ("MAXVALUE", "NULL", "DEFAULT"):
-        return MAXVALUE if words[0] == "MAXVALUE" else NULL if words[0] == "NULL" else ("default",)
-    if len(tokens) == 1 and tokens[0].token_type == TokenType.STRING:
-        return ("str", tokens[0].text)
-    number = "".join(t.text for t in tokens)
-    if re.fullmatch(r"[-+]?\d+", number) and all(t.token_type in (TokenType.NUMBER, TokenType.DASH, TokenType.PLUS) for t in tokens):
-        return ("int", number)
-    return ("expr", _text(sql, tokens))
 
 
 def _column_type_at(clause: list[Token]) -> int | None:

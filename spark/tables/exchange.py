@@ -38,7 +38,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from cdc_codecs import DdlChange
 from spark.tables import catalog as cat
-from spark.tables.ddl import ExchangePartition
+from spark.tables.ddl_changes import ExchangePartition
 from spark.tables.partitioning import Partitioning, UnknownPartitionRows
 from spark.tables.properties import PARTITIONING, upstream_types
 from spark.tables.schema_map import metadata_columns

@@ -1,6 +1,6 @@
 """A DDL change staged into a table's Iceberg transaction: one small update per kind of change.
 
-``stage(change, SchemaUpdate(...))`` stages what one parsed change (``spark.tables.ddl``) does to
+``stage(change, SchemaUpdate(...))`` stages what one parsed change (``spark.tables.ddl_changes``) does to
 the table's schema, key, layout, properties and rows, in the transaction the caller gives, and
 commits nothing: ``spark.commit.table.TableCommitter`` decides the order, the renames, the fills
 of added columns and the one commit per table. Upstream names are single-element Iceberg paths
@@ -30,7 +30,7 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, Int
 from cdc_codecs import Column, TableSchema, TidelakeError, stored_type
 from spark.config import PipelineConfig
 from spark.tables import catalog as cat
-from spark.tables.ddl import (
+from spark.tables.ddl_changes import (
     AddColumn,
     AddPartitions,
     ChangeColumnType,
@@ -46,9 +46,8 @@ from spark.tables.ddl import (
     SetPartitioning,
     TruncatePartitions,
     TruncateTable,
-    ValueNotReproducible,
-    existing_rows_value,
 )
+from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
 from spark.tables.partitioning import MYSQL, Partitioning, UnknownPartitionRows
 from spark.tables.properties import (
     DROPPED,

@@ -494,7 +494,7 @@ class _Fixed(importlib.abc.MetaPathFinder):
 
             def handles(sql, database):
                 if sql == BAD and os.path.exists(FLAG):
-                    from spark.tables.ddl import TruncateTable
+                    from spark.tables.ddl_changes import TruncateTable
 
                     return [(("shop", "a"), TruncateTable())]
                 return parse(sql, database)

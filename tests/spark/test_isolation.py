@@ -15,7 +15,7 @@ from spark.commit import plan as apply_plan
 from spark.commit.apply import apply_interval
 from spark.cli.main import main
 from spark.commit.report import print_report
-from spark.tables.ddl import DdlParseError, TruncateTable
+from spark.tables.ddl_changes import DdlParseError, TruncateTable
 from spark.commit.isolation import read_isolated
 from spark.archive.lease import LeaseLostError
 from spark.archive.storage import StorageError

@@ -559,7 +559,7 @@ def test_if_not_exists_case_folding_and_unknown_drops(tmp_path: Path) -> None:
 
 
 def test_unparseable_table_statement_fails_the_run(tmp_path: Path) -> None:
-    from spark.tables.ddl import DdlParseError
+    from spark.tables.ddl_changes import DdlParseError
 
     h = History()
     h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key, v int)", kind="CREATE")

@@ -18,7 +18,8 @@ import pytest
 from cdc_codecs import Column, DdlChange, SourcePosition, TableSchema
 from cdc_codecs.types import parse_mysql_type
 from spark.commit.plan import SchemaStep, build_apply_plans, ddl_changes
-from spark.tables.ddl import (
+from spark.tables.ddl import parse_ddl
+from spark.tables.ddl_changes import (
     AddColumn,
     ChangeColumnType,
     CreateTable,
@@ -35,13 +36,11 @@ from spark.tables.ddl import (
     RenameTable,
     SetKeyColumns,
     TruncateTable,
-    ValueNotReproducible,
-    existing_rows_value,
-    parse_ddl,
 )
-from spark.tables.ddl import (
+from spark.tables.ddl_changes import (
     AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions, SetPartitioning, TruncatePartitions,
 )
+from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
 from spark.tables.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from cdc_codecs.types import parse_mysql_type
-from spark.tables.ddl import SetPartitioning, parse_ddl
+from spark.tables.ddl import parse_ddl
+from spark.tables.ddl_changes import SetPartitioning
 from spark.tables.partitioning import MYSQL, TIDB, Partitioning, UnknownPartitionRows, _to_days, hash_partition, upstream_server
 
 
@@ -230,7 +231,7 @@ def test_the_partition_statements_applied_exactly_and_those_that_hold() -> None:
     """The measure: which statement on which partitioning type tidelake applies exactly (rows it
     deletes or moves computed, or no row changed and the partitioning still followed) and which
     hold their table. Only [LINEAR] KEY's TRUNCATE and EXCHANGE hold (the server's internal hash)."""
-    from spark.tables.ddl import (AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions,
+    from spark.tables.ddl_changes import (AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions,
                                   TruncatePartitions)
 
     types = {"k": parse_mysql_type("int")}

@@ -5,17 +5,18 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from spark.tables import ddl, updates
+from spark.tables import ddl_changes, updates
 
 # Changes the committer handles itself: they touch the catalog (create, rename) or expand to others (DROP DATABASE).
-COMMITTER_CHANGES = {ddl.CreateTable, ddl.CreateTableLike, ddl.RenameTable, ddl.DropDatabase, ddl.ExchangePartition}
+COMMITTER_CHANGES = {ddl_changes.CreateTable, ddl_changes.CreateTableLike, ddl_changes.RenameTable,
+                     ddl_changes.DropDatabase, ddl_changes.ExchangePartition}
 # Values inside changes, not changes.
-NOT_CHANGES = {ddl.DefaultLiteral, ddl.DefaultNow, ddl.DefaultUnknown}
+NOT_CHANGES = {ddl_changes.DefaultLiteral, ddl_changes.DefaultNow, ddl_changes.DefaultUnknown}
 
 
 def test_every_parsed_change_but_the_committers_has_an_update() -> None:
-    changes = {c for _, c in inspect.getmembers(ddl, inspect.isclass)
-               if dataclasses.is_dataclass(c) and c.__module__ == ddl.__name__} - NOT_CHANGES
+    changes = {c for _, c in inspect.getmembers(ddl_changes, inspect.isclass)
+               if dataclasses.is_dataclass(c) and c.__module__ == ddl_changes.__name__} - NOT_CHANGES
     assert changes - COMMITTER_CHANGES == set(updates._STAGERS), "a DDL change kind without (or with a stale) update"
 
 

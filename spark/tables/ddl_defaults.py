@@ -1,0 +1,176 @@
+"""An added column's DEFAULT, and the value it gives the rows the table already holds.
+
+``_column_default`` reads what an ``ADD COLUMN``'s definition says (``DefaultLiteral``, ``DefaultNow``,
+``DefaultUnknown``: ``spark.tables.ddl`` keeps it on ``AddColumn``); ``existing_rows_value`` is the
+value MySQL 8 / TiDB store in every existing row, once the column's exact type is known
+(``spark.tables.updates`` fills the column with it). Apart from the statement parser: these are
+MySQL's values type by type (implicit defaults, BINARY padding, the statement's time in the
+upstream's time zone), not the reading of SQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from cdc_codecs import ColumnType, TidelakeError
+from cdc_codecs.events import Column
+from cdc_codecs.types import (
+    BYTES_KINDS,
+    INTEGER_KINDS,
+    ColumnValueError,
+    TypeKind,
+    from_text,
+    to_int,
+)
+from spark.tables.ddl_changes import ColumnDefault, DefaultLiteral, DefaultNow, DefaultUnknown
+
+# sqlglot's nodes for MySQL's synonyms of the statement's time (NOW() and CURDATE() stay Anonymous).
+_NOW_NODES = (exp.CurrentTimestamp, exp.Localtime, exp.Localtimestamp, exp.CurrentDate)
+_NOW_NAMES = frozenset({"NOW", "CURRENT_TIMESTAMP", "LOCALTIME", "LOCALTIMESTAMP", "CURRENT_DATE", "CURDATE"})
+
+
+def _column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
+    """What an added column's definition says the existing rows get (see ``existing_rows_value``)."""
+    default: ColumnDefault | None = None
+    for constraint in coldef.constraints:
+        kind = constraint.kind
+        if isinstance(kind, exp.AutoIncrementColumnConstraint):
+            return DefaultUnknown("AUTO_INCREMENT numbers the existing rows in an order the stream does not show")
+        if isinstance(kind, (exp.ComputedColumnConstraint, exp.GeneratedAsIdentityColumnConstraint)):
+            return DefaultUnknown("a generated column computes the existing rows' values from columns tidelake may not hold")
+        if isinstance(kind, exp.DefaultColumnConstraint):
+            default = _default_of(kind.this)
+    return default
+
+
+def _default_of(e: exp.Expression) -> ColumnDefault | None:
+    """A DEFAULT clause's value: a literal, the statement's time, or an expression (unknown)."""
+    while isinstance(e, exp.Paren):  # MySQL 8's expression default (7) is the literal 7
+        e = e.this
+    if isinstance(e, exp.Null):
+        return None
+    if isinstance(e, exp.Literal):
+        return DefaultLiteral(e.this, e.is_string)
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
+        return DefaultLiteral(f"-{e.this.this}")
+    if isinstance(e, exp.Boolean):
+        return DefaultLiteral("1" if e.this else "0")
+    if isinstance(e, exp.Introducer) and isinstance(e.expression, exp.Literal):  # _utf8mb4'x'
+        return DefaultLiteral(e.expression.this, True)
+    if isinstance(e, exp.National):  # N'x'
+        return DefaultLiteral(e.this, True)
+    if isinstance(e, exp.HexString):  # X'41', 0x41
+        digits = e.this
+        return DefaultLiteral(bytes.fromhex(digits.rjust(len(digits) + len(digits) % 2, "0")))
+    if isinstance(e, exp.BitString):  # b'101'
+        bits = e.this or "0"
+        return DefaultLiteral(int(bits, 2).to_bytes((len(bits) + 7) // 8, "big"))
+    name = e.name.upper() if isinstance(e, exp.Anonymous) else None
+    if isinstance(e, _NOW_NODES) or name in _NOW_NAMES:
+        args = [e.this] if not isinstance(e, exp.Anonymous) else e.expressions
+        fsp = args[0] if args and isinstance(args[0], exp.Literal) else None
+        return DefaultNow(int(fsp.this) if fsp is not None else 0)
+    return DefaultUnknown(f"the expression default {e.sql(dialect='mysql')} cannot be evaluated for the existing rows")
+
+
+class ValueNotReproducible(TidelakeError):
+    """The values MySQL gave the existing rows of an added column cannot be known from the stream."""
+
+
+def existing_rows_value(column: Column, default: ColumnDefault | None, at_ms: int, tz: dt.tzinfo) -> Any:
+    """The value MySQL 8 / TiDB store in ``column`` for every row the table has when ``ADD COLUMN``
+    adds it (MySQL 8.0 manual, 13.6 Data Type Default Values), as the codecs type values
+    (``cdc_codecs.types``): the DEFAULT; without one, NULL for a nullable column and the type's
+    implicit default for a NOT NULL one (0, '', the first ENUM member, the zero date, which reads as
+    NULL as every zero date does). ``DEFAULT CURRENT_TIMESTAMP`` is the statement's time ``at_ms``
+    (epoch milliseconds), at the default's precision; a DATETIME or DATE reads it in ``tz``, the
+    upstream's time zone (the topic's ``timezone``).
+
+    Raises:
+        ValueNotReproducible: an expression, AUTO_INCREMENT or generated column, a NOT NULL column
+            whose implicit default tidelake does not know (JSON, spatial), or a literal that does
+            not fit the type (MySQL would have refused the statement).
+    """
+    ct = column.type
+    if isinstance(default, DefaultUnknown):
+        raise ValueNotReproducible(default.what)
+    if default is None:
+        return None if column.nullable else _implicit_default(ct)
+    if isinstance(default, DefaultNow):
+        return _statement_time(ct, default.fsp, at_ms, tz)
+    try:
+        return _literal_value(ct, default, tz)
+    except (ColumnValueError, ArithmeticError, ValueError) as exc:
+        raise ValueNotReproducible(f"DEFAULT {default.value!r} does not fit {ct}: {exc}") from None
+
+
+def _implicit_default(ct: ColumnType) -> Any:
+    k = ct.kind
+    if k in INTEGER_KINDS:
+        return 0
+    if k is TypeKind.BOOLEAN:
+        return False
+    if k in (TypeKind.FLOAT, TypeKind.DOUBLE):
+        return 0.0
+    if k is TypeKind.DECIMAL:
+        return Decimal(0).scaleb(-(ct.scale or 0))
+    if k in (TypeKind.STRING, TypeKind.SET):
+        return ""
+    if k is TypeKind.ENUM and ct.elements:
+        return ct.elements[0]
+    if k is TypeKind.BINARY:
+        return _padded(ct, b"")
+    if k in (TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ):
+        return None  # the zero date
+    if k is TypeKind.TIME:
+        return dt.timedelta(0)
+    raise ValueNotReproducible(f"the implicit default of a NOT NULL {ct} column is not known to tidelake")
+
+
+def _padded(ct: ColumnType, value: bytes) -> bytes:
+    """MySQL right-pads a BINARY(n) value with 0x00 bytes to n."""
+    if ct.mysql_type == "binary" and ct.length is not None:
+        return value.ljust(ct.length, b"\0")
+    return value
+
+
+def _statement_time(ct: ColumnType, fsp: int, at_ms: int, tz: dt.tzinfo) -> Any:
+    instant = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=at_ms)
+    step = 10 ** (6 - max(0, min(fsp, 6)))
+    instant = instant.replace(microsecond=instant.microsecond - instant.microsecond % step)
+    if ct.kind is TypeKind.TIMESTAMPTZ:
+        return instant
+    if ct.kind is TypeKind.TIMESTAMP:
+        return instant.astimezone(tz).replace(tzinfo=None)
+    if ct.kind is TypeKind.DATE:
+        return instant.astimezone(tz).date()
+    raise ValueNotReproducible(f"a {ct} column defaulting to the statement's time")
+
+
+def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> Any:
+    k, value = ct.kind, literal.value
+    if isinstance(value, bytes):  # hexadecimal and bit literals: a number in a numeric column, else bytes
+        if k in INTEGER_KINDS or k in (TypeKind.BOOLEAN, TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE):
+            value = str(int.from_bytes(value, "big"))
+        elif k in BYTES_KINDS:
+            return _padded(ct, value)
+        else:
+            value = value.decode("utf-8")
+    if k in BYTES_KINDS:
+        return _padded(ct, value.encode("utf-8"))
+    if k is TypeKind.ENUM and literal.is_string:
+        return value  # a member's name, even when it is digits (a number is the member's index)
+    if k is TypeKind.SET and literal.is_string and ct.elements:
+        members = set(value.split(",")) if value else set()
+        return ",".join(e for e in ct.elements if e in members)  # MySQL stores members in definition order
+    if k is TypeKind.BOOLEAN:
+        return Decimal(value) != 0
+    if k in INTEGER_KINDS and k is not TypeKind.BIT:
+        return to_int(ct, str(Decimal(value).to_integral_value(ROUND_HALF_UP)))  # MySQL rounds 7.5 to 8
+    if k is TypeKind.DECIMAL:
+        return Decimal(value).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
+    return from_text(ct, value, tz)
