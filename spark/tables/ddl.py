@@ -102,27 +102,27 @@ from spark.tables.ddl_changes import (
     TableRef,
     TruncateTable,
 )
-from spark.tables.ddl_defaults import _column_default
+from spark.tables.ddl_defaults import column_default
 from spark.tables.ddl_partitions import (
-    _PARTITION_KEEPS_ROWS,
-    _continues_partition_list,
-    _exchange,
-    _partition_by_at,
-    _partition_maintenance,
-    _partition_options,
+    PARTITION_KEEPS_ROWS,
+    continues_partition_list,
+    exchange_clause,
+    partition_by_at,
+    partition_maintenance,
+    partitioning_clause,
 )
 from spark.tables.ddl_tokens import (
-    _MYSQL,
-    _closing_paren,
-    _database_name,
-    _skip_if_exists,
-    _split,
-    _table_list,
-    _table_name_end,
-    _table_ref,
-    _text,
-    _word,
-    _words,
+    MYSQL,
+    closing_paren,
+    database_name,
+    skip_if_exists,
+    split_tokens,
+    table_list,
+    table_name_end,
+    table_ref,
+    text_of,
+    word_of,
+    words_of,
 )
 
 # Leading words of ALTER TABLE clauses that only change storage, options or partition
@@ -175,7 +175,7 @@ def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:
     """
     shown, sql = sql, _executed_comments(sql)
     try:
-        tokens = _MYSQL.tokenize(sql)
+        tokens = MYSQL.tokenize(sql)
     except TokenError as exc:
         if _looks_like_table_ddl(sql):
             raise DdlParseError(f"cannot read {shown!r}: {exc}") from None
@@ -245,7 +245,7 @@ def _looks_like_table_ddl(sql: str) -> bool:
 def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: str) -> list[tuple[TableRef, Change]]:
     """One statement: ``tokens`` of ``sql``, whose text ends at ``end``; ``shown`` is ``sql`` as
     the protocol carried it (errors name the statement so)."""
-    words = _words(tokens[:4]) + [None] * 4
+    words = words_of(tokens[:4]) + [None] * 4
     text = shown[tokens[0].start : end].strip()
     first = words[0]
     if first == "ALTER" and words[1] == "TABLE":
@@ -254,10 +254,10 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: 
         # sqlglot's tokenizer keeps what follows RENAME as one raw string: read it again.
         rest = sql[tokens[0].end + 1 : end]
         try:
-            rest_tokens = _MYSQL.tokenize(rest)
+            rest_tokens = MYSQL.tokenize(rest)
         except TokenError as exc:
             raise DdlParseError(f"cannot read {text!r}: {exc}") from None
-        if rest_tokens and _word(rest_tokens[0]) in ("TABLE", "TABLES"):
+        if rest_tokens and word_of(rest_tokens[0]) in ("TABLE", "TABLES"):
             return _rename_tables(rest, text, rest_tokens[1:], default_db)
         return []  # RENAME USER
     if first == "CREATE":
@@ -266,14 +266,14 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: 
         return []  # TEMPORARY tables are not replicated; INDEX, DATABASE, VIEW, USER... change no table
     if first == "DROP":
         if words[1] in ("TABLE", "TABLES"):
-            return [(ref, DropTable()) for ref in _table_list(sql, text, tokens[2:], default_db)]
+            return [(ref, DropTable()) for ref in table_list(sql, text, tokens[2:], default_db)]
         if words[1] in ("DATABASE", "SCHEMA"):
-            database = _database_name(sql, text, tokens[2:])
+            database = database_name(sql, text, tokens[2:])
             return [((database, ""), DropDatabase(database))]
         return []  # DROP TEMPORARY TABLE, INDEX, VIEW, USER...
     if first == "TRUNCATE":
         rest = tokens[2:] if words[1] == "TABLE" else tokens[1:]
-        return [(ref, TruncateTable()) for ref in _table_list(sql, text, rest, default_db)]
+        return [(ref, TruncateTable()) for ref in table_list(sql, text, rest, default_db)]
     if (first == "RECOVER" and words[1] == "TABLE") or (first == "FLASHBACK" and words[1] in ("TABLE", "DATABASE", "SCHEMA")):
         raise DdlParseError(f"{sql!r}: restores a dropped {words[1].lower()}'s rows {_NO_ROW_EVENTS}")  # type: ignore[union-attr]
     if first == "FLASHBACK":  # TiDB's FLASHBACK CLUSTER [TABLE ...] TO TIMESTAMP | TSO
@@ -286,12 +286,12 @@ def _statement(sql: str, tokens: list[Token], end: int, default_db: str, shown: 
 
 def _rename_tables(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
     out: list[tuple[TableRef, Change]] = []
-    for pair in _split(tokens, TokenType.COMMA):
-        to = [i for i, t in enumerate(pair) if _word(t) == "TO"]
+    for pair in split_tokens(tokens, TokenType.COMMA):
+        to = [i for i, t in enumerate(pair) if word_of(t) == "TO"]
         if len(to) != 1 or to[0] == 0 or to[0] == len(pair) - 1:
-            raise DdlParseError(f"{text!r}: cannot read the RENAME TABLE clause {_text(sql, pair)!r}")
-        old = _table_ref(sql, _text(sql, pair[: to[0]]), default_db)
-        new = _table_ref(sql, _text(sql, pair[to[0] + 1 :]), default_db)
+            raise DdlParseError(f"{text!r}: cannot read the RENAME TABLE clause {text_of(sql, pair)!r}")
+        old = table_ref(sql, text_of(sql, pair[: to[0]]), default_db)
+        new = table_ref(sql, text_of(sql, pair[to[0] + 1 :]), default_db)
         out.append((old, RenameTable(*new)))
     return out
 
@@ -300,25 +300,25 @@ def _rename_tables(sql: str, text: str, tokens: list[Token], default_db: str) ->
 
 
 def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
-    at, if_not_exists = _skip_if_exists(tokens, 2, negated=True)
-    end = _table_name_end(tokens, at)
+    at, if_not_exists = skip_if_exists(tokens, 2, negated=True)
+    end = table_name_end(tokens, at)
     if end > len(tokens):
         raise DdlParseError(f"{text!r}: no table name")
-    ref = _table_ref(sql, _text(sql, tokens[at:end]), default_db)
+    ref = table_ref(sql, text_of(sql, tokens[at:end]), default_db)
     rest = tokens[end:]
     like = _like_source(rest)
     if like is not None:
-        return [(ref, CreateTableLike(ref, _table_ref(sql, _text(sql, like), default_db), if_not_exists))]
-    if not rest or rest[0].token_type != TokenType.L_PAREN or _words(rest[1:2])[:1] in (["SELECT"], ["WITH"], ["TABLE"], ["VALUES"]):
+        return [(ref, CreateTableLike(ref, table_ref(sql, text_of(sql, like), default_db), if_not_exists))]
+    if not rest or rest[0].token_type != TokenType.L_PAREN or words_of(rest[1:2])[:1] in (["SELECT"], ["WITH"], ["TABLE"], ["VALUES"]):
         raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
-    close = _closing_paren(rest, 0)
+    close = closing_paren(rest, 0)
     if close < 0:
         raise DdlParseError(f"{text!r}: unbalanced parentheses")
     # What follows the column list is table options and partition options (their VALUES LESS
     # THAN / VALUES IN are inside parentheses), unless a query follows them.
     if _query_follows(rest[close + 1 :]):
         raise DdlParseError(f"{text!r}: {_CREATE_SELECT}")
-    elements = _split(rest[1:close], TokenType.COMMA)
+    elements = split_tokens(rest[1:close], TokenType.COMMA)
     keys: tuple[str, ...] = ()
     columns_and_indexes = []
     for e in elements:
@@ -331,8 +331,8 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     # only (it knows neither TiDB's GLOBAL indexes nor its VECTOR / COLUMNAR indexes).
     elements = [e for e in columns_and_indexes if not _is_index_or_constraint(e)]
     # Column types are read from the text (see _type_span); sqlglot sees a placeholder type.
-    spans = [None if _words(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
-    types = [_text(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
+    spans = [None if words_of(e[:1])[0] in _ELEMENT_WORDS else _type_span(e, 1) for e in elements]
+    types = [text_of(sql, e[span[0] : span[1]]) for e, span in zip(elements, spans) if span is not None]
     body = ", ".join(_sqlglot_text(sql, e, span) for e, span in zip(elements, spans))
     try:
         statement = sqlglot.parse_one(f"CREATE TABLE _t ({body})", read="mysql")
@@ -355,9 +355,9 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
     if not columns:
         raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
     out: list[tuple[TableRef, Change]] = [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
-    partition_by = _partition_by_at(rest[close + 1 :])
+    partition_by = partition_by_at(rest[close + 1 :])
     if partition_by is not None:
-        out.append((ref, SetPartitioning(_partition_options(sql, text, rest[close + 1 + partition_by :]))))
+        out.append((ref, SetPartitioning(partitioning_clause(sql, text, rest[close + 1 + partition_by :]))))
     return out
 
 
@@ -378,12 +378,12 @@ def _query_follows(tail: Sequence[Token]) -> bool:
     depth = 0
     for i, t in enumerate(tail):
         if t.token_type == TokenType.L_PAREN:
-            if depth == 0 and _words(tail[i + 1 : i + 2])[:1] in (["SELECT"], ["WITH"]):
+            if depth == 0 and words_of(tail[i + 1 : i + 2])[:1] in (["SELECT"], ["WITH"]):
                 return True
             depth += 1
         elif t.token_type == TokenType.R_PAREN:
             depth -= 1
-        elif depth == 0 and _word(t) in _QUERY_WORDS:
+        elif depth == 0 and word_of(t) in _QUERY_WORDS:
             return True
     return False
 
@@ -403,43 +403,43 @@ def _table_primary_key(sql: str, text: str, element: Sequence[Token]) -> tuple[s
     Read from the tokens: sqlglot knows neither TiDB's CLUSTERED / NONCLUSTERED nor ASC / DESC
     in a key part."""
     open_at = next((i for i, t in enumerate(element) if t.token_type == TokenType.L_PAREN), len(element))
-    head = _words(element[:open_at])
+    head = words_of(element[:open_at])
     at = 0
     if head[:1] == ["CONSTRAINT"]:
         at = 1 if head[1:3] == ["PRIMARY", "KEY"] else 2
     if head[at : at + 2] != ["PRIMARY", "KEY"]:
         return None
-    where = _text(sql, element)
-    close = _closing_paren(element, open_at) if open_at < len(element) else -1
+    where = text_of(sql, element)
+    close = closing_paren(element, open_at) if open_at < len(element) else -1
     if close < 0:
         raise DdlParseError(f"{text!r}: no key parts in {where!r}")
     names = []
-    for part in _split(element[open_at + 1 : close], TokenType.COMMA):
+    for part in split_tokens(element[open_at + 1 : close], TokenType.COMMA):
         # key_part: col_name [(length)] [ASC | DESC]; MySQL refuses a functional (expr) part in a primary key
         end = 1
         if len(part) > 1 and part[1].token_type == TokenType.L_PAREN:
-            end = _closing_paren(part, 1) + 1
-        if end > len(part) or end <= 0 or part[0].token_type == TokenType.L_PAREN or _words(part[end:]) not in ([], ["ASC"], ["DESC"]):
-            raise DdlParseError(f"{text!r}: cannot read the key part {_text(sql, part)!r} of {where!r}")
+            end = closing_paren(part, 1) + 1
+        if end > len(part) or end <= 0 or part[0].token_type == TokenType.L_PAREN or words_of(part[end:]) not in ([], ["ASC"], ["DESC"]):
+            raise DdlParseError(f"{text!r}: cannot read the key part {text_of(sql, part)!r} of {where!r}")
         names.append(part[0].text)
     if not names:
         raise DdlParseError(f"{text!r}: no key parts in {where!r}")
     options = element[close + 1 :]
     i = 0
     while i < len(options):
-        word = _word(options[i])
+        word = word_of(options[i])
         if options[i].token_type in (TokenType.STRING, TokenType.NUMBER, TokenType.EQ) or word in _INDEX_OPTION_WORDS:
             i += 2 if word == "PARSER" else 1  # WITH PARSER <name>
             continue
-        raise DdlParseError(f"{text!r}: cannot tell what {_text(sql, options[i:])!r} does to the primary key {where!r}")
+        raise DdlParseError(f"{text!r}: cannot tell what {text_of(sql, options[i:])!r} does to the primary key {where!r}")
     return tuple(names)
 
 
 def _like_source(rest: list[Token]) -> list[Token] | None:
     """The source table's tokens of ``LIKE src`` or ``(LIKE src)``."""
-    if rest and _word(rest[0]) == "LIKE":
+    if rest and word_of(rest[0]) == "LIKE":
         return rest[1:]
-    if len(rest) > 2 and rest[0].token_type == TokenType.L_PAREN and _word(rest[1]) == "LIKE" and rest[-1].token_type == TokenType.R_PAREN:
+    if len(rest) > 2 and rest[0].token_type == TokenType.L_PAREN and word_of(rest[1]) == "LIKE" and rest[-1].token_type == TokenType.R_PAREN:
         return rest[2:-1]
     return None
 
@@ -448,7 +448,7 @@ def _is_index_or_constraint(tokens: Sequence[Token]) -> bool:
     """``{INDEX | KEY | UNIQUE | FULLTEXT | SPATIAL | FOREIGN | CHECK} ...``, ``CONSTRAINT [s]
     {UNIQUE | FOREIGN | CHECK} ...``, TiDB's ``{VECTOR | COLUMNAR} INDEX ...`` (the primary key
     is read apart): a column's name in these words is quoted, so it cannot start with them."""
-    words = _words(tokens[:3])
+    words = words_of(tokens[:3])
     if words[:1] == ["CONSTRAINT"]:
         words = words[1:] if words[1:2] in (["UNIQUE"], ["FOREIGN"], ["CHECK"]) else words[2:]
     return words[:1] in (["INDEX"], ["KEY"], ["UNIQUE"], ["FULLTEXT"], ["SPATIAL"], ["FOREIGN"], ["CHECK"]) or (
@@ -472,14 +472,14 @@ def _type_span(tokens: Sequence[Token], at: int) -> tuple[int, int]:
     the protocols' type strings, rather than from sqlglot's rendering of it, which turns
     REAL into FLOAT and does not know the spatial types.
     """
-    if at >= len(tokens) or _word(tokens[at]) is None:
+    if at >= len(tokens) or word_of(tokens[at]) is None:
         raise DdlParseError(f"no data type at {tokens[at - 1].text!r}" if at else "no data type")
     end = at + 1
-    if end < len(tokens) and (_word(tokens[at]), _word(tokens[end])) in _TWO_WORD_TYPES:
+    if end < len(tokens) and (word_of(tokens[at]), word_of(tokens[end])) in _TWO_WORD_TYPES:
         end += 1
     if end < len(tokens) and tokens[end].token_type == TokenType.L_PAREN:
-        end = _closing_paren(tokens, end) + 1
-    while end < len(tokens) and _word(tokens[end]) in ("UNSIGNED", "SIGNED", "ZEROFILL"):
+        end = closing_paren(tokens, end) + 1
+    while end < len(tokens) and word_of(tokens[end]) in ("UNSIGNED", "SIGNED", "ZEROFILL"):
         end += 1
     return at, end
 
@@ -495,15 +495,15 @@ def _sqlglot_text(sql: str, tokens: Sequence[Token], type_span: tuple[int, int] 
             pieces.append("TEXT")
             i = type_span[1]
             continue
-        follows = _UNKNOWN_ATTRIBUTES.get(_word(tokens[i]) or "")
+        follows = _UNKNOWN_ATTRIBUTES.get(word_of(tokens[i]) or "")
         if follows is not None and type_span is not None and i >= type_span[1]:  # in a column definition
             i += 1
             if follows == "(" and i < len(tokens) and tokens[i].token_type == TokenType.L_PAREN:
-                i = _closing_paren(tokens, i) + 1
+                i = closing_paren(tokens, i) + 1
             elif isinstance(follows, int):
                 i += follows
             continue
-        pieces.append(_text(sql, tokens[i : i + 1]))
+        pieces.append(text_of(sql, tokens[i : i + 1]))
         i += 1
     return " ".join(pieces)
 
@@ -540,13 +540,13 @@ def _position(name: str, coldef: exp.ColumnDef) -> list[Change]:
 
 
 def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> list[tuple[TableRef, Change]]:
-    end = _table_name_end(tokens, 2)
+    end = table_name_end(tokens, 2)
     if end > len(tokens):
         raise DdlParseError(f"{text!r}: no table name")
-    ref = _table_ref(sql, _text(sql, tokens[2:end]), default_db)
+    ref = table_ref(sql, text_of(sql, tokens[2:end]), default_db)
     clauses: list[list[Token]] = []
-    for clause in _split(tokens[end:], TokenType.COMMA):
-        if clauses and _continues_partition_list(clauses[-1], clause):
+    for clause in split_tokens(tokens[end:], TokenType.COMMA):
+        if clauses and continues_partition_list(clauses[-1], clause):
             clauses[-1] = clauses[-1] + clause  # `DROP PARTITION p0, p1`: the names of one clause
         else:
             clauses.append(clause)
@@ -566,25 +566,25 @@ def _alter_table(sql: str, text: str, tokens: list[Token], default_db: str) -> l
 
 def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> list[Change]:
     """The changes of one ALTER TABLE clause (tokens of the statement between commas)."""
-    words = _words(clause[:5]) + [None] * 5
+    words = words_of(clause[:5]) + [None] * 5
     # partition_options may follow the last clause without a comma: they change no rows.
     if words[:2] == ["PARTITION", "BY"]:
-        return [SetPartitioning(_partition_options(sql, text, clause))]
+        return [SetPartitioning(partitioning_clause(sql, text, clause))]
     if words[:2] == ["REMOVE", "PARTITIONING"]:
         return [SetPartitioning(None)]
     for i in range(1, len(clause)):
-        if _words(clause[i : i + 2])[:2] in (["PARTITION", "BY"], ["REMOVE", "PARTITIONING"]):
+        if words_of(clause[i : i + 2])[:2] in (["PARTITION", "BY"], ["REMOVE", "PARTITIONING"]):
             return _alter_clause(sql, text, clause[:i], ref) + _alter_clause(sql, text, clause[i:], ref)
     for (first, second), what in _ROWS_WITHOUT_EVENTS.items():
         if words[0] == first and (second is None or words[1] == second):
-            raise DdlParseError(f"{text!r}: {_text(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
+            raise DdlParseError(f"{text!r}: {text_of(sql, clause)!r} {what} {_NO_ROW_EVENTS}")
     if words[0] == "ALTER" and words[1] in ("CHECK", "CONSTRAINT"):
         return []  # ALTER {CHECK | CONSTRAINT} c [NOT] ENFORCED (MySQL 8.0.16)
     if words[1] == "PARTITION" and words[0] in ("ADD", "DROP", "TRUNCATE", "REORGANIZE", "COALESCE"):
-        return _partition_maintenance(sql, text, clause)
+        return partition_maintenance(sql, text, clause)
     if words[:2] == ["EXCHANGE", "PARTITION"]:
-        return [_exchange(sql, text, clause, ref)]
-    if words[0] == "PARTITION" or (words[0] in _PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):
+        return [exchange_clause(sql, text, clause, ref)]
+    if words[0] == "PARTITION" or (words[0] in PARTITION_KEEPS_ROWS and words[1] == "PARTITION"):
         return []
     if words[0] == "ADD":
         keys = _table_primary_key(sql, text, clause[1:])
@@ -598,16 +598,16 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
     if words[0] == "RENAME" and words[1] not in ("COLUMN", "INDEX", "KEY"):
         at = 2 if words[1] in ("TO", "AS") else 1
         target = clause[at:]
-        if not target or _table_name_end(target, 0) != len(target):
-            raise DdlParseError(f"{text!r}: cannot read the new table name in {_text(sql, clause)!r}")
-        return [RenameTable(*_table_ref(sql, _text(sql, target), ref[0]))]
-    clause_text = _text(sql, clause)
+        if not target or table_name_end(target, 0) != len(target):
+            raise DdlParseError(f"{text!r}: cannot read the new table name in {text_of(sql, clause)!r}")
+        return [RenameTable(*table_ref(sql, text_of(sql, target), ref[0]))]
+    clause_text = text_of(sql, clause)
     type_at = _column_type_at(clause)
     try:
         span = _type_span(clause, type_at) if type_at is not None else None
     except DdlParseError as exc:
         raise DdlParseError(f"{text!r}: {clause_text!r}: {exc}") from None
-    type_text = _text(sql, clause[span[0] : span[1]]) if span is not None else None
+    type_text = text_of(sql, clause[span[0] : span[1]]) if span is not None else None
     try:
         parsed = sqlglot.parse_one(f"ALTER TABLE _t {_sqlglot_text(sql, clause, span)}", read="mysql")
     except (ParseError, TokenError):
@@ -626,11 +626,11 @@ def _alter_clause(sql: str, text: str, clause: list[Token], ref: TableRef) -> li
 def _column_type_at(clause: list[Token]) -> int | None:
     """Where the data type starts in ``ADD [COLUMN] [IF NOT EXISTS] c type``, ``MODIFY [COLUMN] c
     type`` and ``CHANGE [COLUMN] old new type``; None for clauses that define no column."""
-    words = [_word(t) for t in clause] + [None]
+    words = [word_of(t) for t in clause] + [None]
     if words[0] not in ("ADD", "MODIFY", "CHANGE"):
         return None
     at = 2 if words[1] == "COLUMN" else 1
-    at, _ = _skip_if_exists(clause, at, negated=words[0] == "ADD")
+    at, _ = skip_if_exists(clause, at, negated=words[0] == "ADD")
     if words[0] == "ADD":
         if at >= len(clause) or clause[at].token_type == TokenType.L_PAREN:
             return None
@@ -641,21 +641,21 @@ def _column_type_at(clause: list[Token]) -> int | None:
 
 def _add_group(clause: list[Token]) -> list[list[Token]] | None:
     """The items of ``ADD [COLUMN] [IF NOT EXISTS] (a INT, b INT, INDEX (a))``; None for other ADDs."""
-    at = 2 if len(clause) > 1 and _word(clause[1]) == "COLUMN" else 1
-    at, _ = _skip_if_exists(clause, at, negated=True)
-    if at >= len(clause) or clause[at].token_type != TokenType.L_PAREN or _closing_paren(clause, at) != len(clause) - 1:
+    at = 2 if len(clause) > 1 and word_of(clause[1]) == "COLUMN" else 1
+    at, _ = skip_if_exists(clause, at, negated=True)
+    if at >= len(clause) or clause[at].token_type != TokenType.L_PAREN or closing_paren(clause, at) != len(clause) - 1:
         return None
-    return _split(clause[at + 1 : -1], TokenType.COMMA)
+    return split_tokens(clause[at + 1 : -1], TokenType.COMMA)
 
 
 def _group_changes(sql: str, text: str, clause: list[Token], group: list[list[Token]], ref: TableRef) -> list[Change]:
     """``ADD (a INT, b INT)`` is ``ADD a INT, ADD b INT`` (MySQL's table_element_list)."""
-    if_not_exists = any(_word(t) == "EXISTS" for t in clause[:5])
+    if_not_exists = any(word_of(t) == "EXISTS" for t in clause[:5])
     out: list[Change] = []
     for item in group:
-        prefix = "ADD IF NOT EXISTS " if if_not_exists and _words(item[:1])[0] not in _INDEX_WORDS else "ADD "
-        item_sql = prefix + _text(sql, item)
-        out += _alter_clause(item_sql, text, _MYSQL.tokenize(item_sql), ref)
+        prefix = "ADD IF NOT EXISTS " if if_not_exists and words_of(item[:1])[0] not in _INDEX_WORDS else "ADD "
+        item_sql = prefix + text_of(sql, item)
+        out += _alter_clause(item_sql, text, MYSQL.tokenize(item_sql), ref)
     return out
 
 
@@ -669,7 +669,7 @@ def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str
         raise DdlParseError(f"{text!r}: cannot find the data type in {clause!r}")
     if isinstance(action, exp.ColumnDef):
         column = _column(text, action, type_text)  # type: ignore[arg-type]
-        out: list[Change] = [AddColumn(column, bool(action.args.get("exists")), _column_default(action))]
+        out: list[Change] = [AddColumn(column, bool(action.args.get("exists")), column_default(action))]
         out += _position(column.name, action)
         if _has_primary_key(action):
             out.append(SetKeyColumns((column.name,)))

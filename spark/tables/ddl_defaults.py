@@ -1,6 +1,6 @@
 """An added column's DEFAULT, and the value it gives the rows the table already holds.
 
-``_column_default`` reads what an ``ADD COLUMN``'s definition says (``DefaultLiteral``, ``DefaultNow``,
+``column_default`` reads what an ``ADD COLUMN``'s definition says (``DefaultLiteral``, ``DefaultNow``,
 ``DefaultUnknown``: ``spark.tables.ddl`` keeps it on ``AddColumn``); ``existing_rows_value`` is the
 value MySQL 8 / TiDB store in every existing row, once the column's exact type is known
 (``spark.tables.updates`` fills the column with it). Apart from the statement parser: these are
@@ -33,7 +33,7 @@ _NOW_NODES = (exp.CurrentTimestamp, exp.Localtime, exp.Localtimestamp, exp.Curre
 _NOW_NAMES = frozenset({"NOW", "CURRENT_TIMESTAMP", "LOCALTIME", "LOCALTIMESTAMP", "CURRENT_DATE", "CURDATE"})
 
 
-def _column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
+def column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
     """What an added column's definition says the existing rows get (see ``existing_rows_value``)."""
     default: ColumnDefault | None = None
     for constraint in coldef.constraints:
