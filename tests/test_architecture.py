@@ -82,3 +82,15 @@ def test_no_module_imports_itself_through_others() -> None:
 def test_the_ground_floor_imports_no_stage() -> None:
     above = sorted({b for a, targets in _imports().items() if _room(a) == "core" for b in targets if _room(b) != "core"})
     assert not above, f"spark/core imports {above}"
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """A name with a leading underscore is its module's own: another module that needs it gets a
+    public name (``from spark.x import _y`` in spark/ fails here; tests may reach in)."""
+    crossing = []
+    for path in sorted((ROOT / "spark").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("spark"):
+                crossing += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not crossing, "\n".join(crossing)
