@@ -414,8 +414,6 @@ def test_a_lost_tag_that_a_rerun_reports_is_recreated_by_repair(monkeypatch: pyt
     assert {k: v for k, v in tags(m).items() if k in kept} == kept
 
 
-@pytest.mark.xfail(strict=True, reason="b78c3f5: the W2 read skips the manifests older than W1's tag snapshot, "
-                   "which repair made after W2's")
 @pytest.mark.parametrize("before_images", [True, False])
 def test_the_change_feed_from_a_recreated_tag_to_a_later_untouched_one_is_unchanged(
         monkeypatch: pytest.MonkeyPatch, before_images: bool) -> None:
