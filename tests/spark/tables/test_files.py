@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.catalog.sql import SqlCatalog
@@ -194,7 +193,6 @@ def test_live_files_added_after_a_sequence_number_reads_only_newer_manifests(cat
     assert sorted(f.record_count for f in planner.live_files(table.io, head, added_after=0).data) == [1, 2]  # v1: none
 
 
-@pytest.mark.xfail(strict=True, reason="b78c3f5: an older file a later manifest carries comes without its deletes")
 def test_live_files_added_after_leaves_out_older_files_a_later_manifest_carries(catalog):
     """A commit after W1 that removes a file from a manifest writes the rest of it anew (EXISTING
     entries, in a manifest newer than W1's snapshot), as a manifest merge does: a file from before W1
