@@ -68,7 +68,7 @@ from spark.query.changes_diff import (
 )
 from spark.query.changes_keys import typed_keys
 from spark.query.changes_log import ChangesError, ChangesNeedDecoding, ChangesUnavailable, Window, open_window
-from spark.query.changes_read import arrow_schema, read_rows
+from spark.query.changes_read import added_since, arrow_schema, read_rows
 from spark.query.changes_removals import Removals, removals
 from spark.query.changes_ts import image_ts
 from spark.query.names import QueryError
@@ -384,9 +384,10 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     # A touched key's row at W2 was written in the window (its change was applied after W1, with
     # its commitTs): files whose commitTs bound is at most W1 hold none of them. Not so for a
     # key-less table's copies, nor for rows a DDL changed (read whole anyway).
-    # Nor can files the table had at W1 (the same table: ``whole`` otherwise): their manifests go unread.
+    # Nor can files the table had at W1 (the same table: ``whole`` otherwise; its W1 snapshot an ancestor
+    # of its W2 one, which a repaired tag's is not): their manifests go unread.
     recent = (commit_field.field_id, w1) if key and not whole and commit_field is not None else None
-    since = t1.snapshot_by_name(tag_name(w1)).sequence_number if recent is not None else None
+    since = added_since(t1, w1, t2, w2) if recent is not None else None
     rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, read2, match, keys_arg, recent, manifests, since) \
         if t2 is not None else None
     if rows2 is not None and rows2.num_rows:

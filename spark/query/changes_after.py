@@ -18,7 +18,7 @@ from spark.core.watermark import tag_name
 from spark.query.changes_ddl import TableDdl
 from spark.query.changes_diff import DELETE, UPSERT, comparable, output_schema
 from spark.query.changes_keys import TouchedKeys
-from spark.query.changes_read import arrow_schema, read_rows
+from spark.query.changes_read import added_since, arrow_schema, read_rows
 from spark.query.changes_removals import Removals
 from spark.query.changes_ts import deleted_ts, fallback_ts, logged_ts
 
@@ -51,9 +51,10 @@ def after_images(t1: Any, t2: Any, w1: int, w2: int, key: tuple[str, ...], shown
     fallback = fallback_ts(ddl, w2)
     if t2 is not None:
         # Only files written after W1 can hold a touched key's row at W2 (its change came after W1):
-        # not the files the table had at W1 (the same table, as ``keys_arg`` says), whose manifests go unread.
+        # not the files the table had at W1 (the same table, as ``keys_arg`` says, W1's snapshot an ancestor
+        # of W2's: ``added_since``), whose manifests go unread.
         recent = (commit_field.field_id, w1) if keys_arg is not None and commit_field is not None else None
-        since = t1.snapshot_by_name(tag_name(w1)).sequence_number if recent is not None else None
+        since = added_since(t1, w1, t2, w2) if recent is not None else None
         rows2 = read_rows(t2, t2.snapshot_by_name(tag_name(w2)).snapshot_id, Schema(*shown, commit_field), match,
                           keys_arg, recent, added_after=since)
     else:

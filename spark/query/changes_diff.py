@@ -71,7 +71,14 @@ def multiset_difference(before: pa.Table, after: pa.Table, columns: list[str],
 def _keyed_difference(before: pa.Table, after: pa.Table, columns: list[str],
                       key: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
     """``multiset_difference`` where no row meets two of the other side's by ``key``; None where one does.
-    (Rows of one side sharing a key, met by none of the other's, go either way.)"""
+    (Rows of one side sharing a key, met by none of the other's, go either way.) None too where a
+    FLOAT or DOUBLE key part holds NaN: the multiset has NaN equal NaN, the key's hash join only NaN
+    of the same bits."""
+    for k in key:
+        for side in (before, after):
+            column = side.column(k)
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                return None
     row, other = key_matches(before.select(list(key)), after.select(list(key)), list(key))
     if (np.bincount(row, minlength=before.num_rows) > 1).any() or (np.bincount(other, minlength=after.num_rows) > 1).any():
         return None

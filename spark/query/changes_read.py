@@ -34,6 +34,7 @@ from pyiceberg.types import LongType
 from spark.tables import internals
 from spark.tables.files import key_file_pairs, live_files
 from spark.core.key_match import key_mask
+from spark.core.watermark import tag_name
 
 _THREADS = 4
 _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="tidelake-changes-read")
@@ -41,6 +42,23 @@ _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="tidelake-ch
 
 def arrow_schema(schema: Schema) -> pa.Schema:
     return schema_to_pyarrow(schema, include_field_ids=False)
+
+
+def added_since(t1: Table, w1: int, t2: Table, w2: int) -> int | None:
+    """The sequence number of W1's tag snapshot if it is an ancestor of W2's (``read_rows``'
+    ``added_after`` for the W2 read: what the table had at W1 holds no row written after it); None if
+    not, or if an expired snapshot between them hides it. Repair tags W on a snapshot of its own,
+    made after a later W2's on a branch: its sequence number tells nothing of W2's files."""
+    first = t1.snapshot_by_name(tag_name(w1))
+    snapshot = t2.snapshot_by_name(tag_name(w2))
+    if first is None:
+        return None
+    while snapshot is not None and snapshot.sequence_number >= first.sequence_number:
+        if snapshot.snapshot_id == first.snapshot_id:
+            return first.sequence_number
+        parent = snapshot.parent_snapshot_id
+        snapshot = t2.metadata.snapshot_by_id(parent) if parent is not None else None
+    return None
 
 
 def read_rows(table: Table, snapshot_id: int, schema: Schema, match: Sequence[str] = (),

@@ -111,7 +111,8 @@ def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[An
     of a table share most of theirs, e.g. the change feed's W1 and W2). ``added_after``: a sequence
     number of the table: only the files added after it, and their deletes (a manifest added at or
     before it is not read: no entry is newer than its manifest, and a delete file is newer than the
-    data files it names).
+    data files it names; a data file a newer manifest carries is left out by its own sequence number).
+    The caller knows the snapshot of that sequence number is an ancestor of ``snapshot``.
 
     Raises:
         DeleteFilesPresent: the snapshot has equality deletes, or position deletes that do not
@@ -142,7 +143,9 @@ def live_files(io: FileIO, snapshot: Snapshot, manifests_read: dict[str, list[An
                     )
                 deletes.setdefault(named, []).append(entry.data_file)
             continue
-        files.extend(e.data_file for e in live)
+        # A later manifest may carry older files (a commit that removed a file from theirs, a merge):
+        # by their own sequence number they are left out too, as their deletes (in older manifests) are.
+        files.extend(e.data_file for e in live if not added_after or (e.sequence_number or 0) > added_after)
     return LiveFiles(tuple(_bounding(io, files)), {path: tuple(ds) for path, ds in deletes.items()})
 
 

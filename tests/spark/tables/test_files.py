@@ -7,6 +7,7 @@ import tempfile
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -190,3 +191,29 @@ def test_live_files_added_after_a_sequence_number_reads_only_newer_manifests(cat
     assert len(read) == 1 and set(read) < {m.manifest_path for m in head.manifests(table.io)}
     assert sorted(f.record_count for f in planner.live_files(table.io, head).data) == [1, 2]
     assert sorted(f.record_count for f in planner.live_files(table.io, head, added_after=0).data) == [1, 2]  # v1: none
+
+
+def test_live_files_added_after_leaves_out_older_files_a_later_manifest_carries(catalog):
+    """A commit after W1 that removes a file from a manifest writes the rest of it anew (EXISTING
+    entries, in a manifest newer than W1's snapshot), as a manifest merge does: a file from before W1
+    read from there would come without its position deletes, whose manifest goes unread. The W2 read
+    leaves such a file out (no row written after W1 is in it), or reads it with its deletes."""
+    table = table_with_files(catalog, "t", ID, [id_rows([1, 2]), id_rows([3])])
+    old, gone = sorted((t.file for t in table.scan().plan_files()), key=lambda f: f.record_count, reverse=True)
+    deletes = internals.write_position_deletes(table.io, table.metadata, old, np.array([0]))
+    internals.commit_overwrite(table, expected_snapshot_id=table.current_snapshot().snapshot_id, removed=[], added=[],
+                               deletes_added=[deletes])
+    table = catalog.load_table("ns.t")
+    w1 = table.current_snapshot()
+    added = internals.write_data_files(table.io, table.metadata, id_rows([4]).cast(ID.as_arrow()))
+    internals.commit_overwrite(table, expected_snapshot_id=w1.snapshot_id, removed=[gone], added=added)
+    table = catalog.load_table("ns.t")
+    head = table.current_snapshot()
+    carried = [m for m in head.manifests(table.io) if m.sequence_number > w1.sequence_number
+               and old.file_path in {e.data_file.file_path for e in m.fetch_manifest_entry(table.io)}]
+    assert carried, "the later commit carries the older file in a manifest of its own"
+    everything = planner.live_files(table.io, head)
+    newer = planner.live_files(table.io, head, added_after=w1.sequence_number)
+    assert [f.file_path for f in newer.data] == [f.file_path for f in added]
+    for f in newer.data:
+        assert newer.deletes_of(f) == everything.deletes_of(f)
