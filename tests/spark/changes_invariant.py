@@ -58,7 +58,7 @@ def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage
     changes = read_changes(config, w1, w2)
     assert (changes.from_watermark, changes.to_watermark) == (w1, w2)
     held = set()
-    for w in (w1, w2):
+    for w in (w1, w2) if w1 else (w2,):  # 0: before the first W, nothing published or held
         held |= {(e["database"], e["table"]) for e in read_published(storage, config.name, w).get("isolated", [])}
     assert set(changes.isolated) == held, (w1, w2, changes.isolated)
     assert not set(changes) & held, f"isolated tables in the changes {w1}..{w2}"
@@ -103,7 +103,7 @@ def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage
 
 def check_changes(machine: Any) -> None:
     """The change feed of every two consecutive retained published Ws of a ``test_operations`` machine,
-    of one more pair and from one retired W (picked by the published Ws: the same history checks the same)."""
+    of one more pair, from 0 (before the first W) to one, and from one retired W (picked by the published Ws: the same history checks the same)."""
     storage, config = machine.storage, machine.config
     published = published_watermarks(storage, config.name)
     rng = random.Random(sum(published) + len(published))
@@ -113,6 +113,8 @@ def check_changes(machine: Any) -> None:
     if len(retained) > 2:
         a, b = sorted(rng.sample(retained, 2))
         pairs.append((a, b))
+    if retained:
+        pairs.append((0, rng.choice(retained)))  # from before the first W: a first load in the feed's form
     for w1, w2 in pairs:
         check_pair(config, machine.model_at, w1, w2, storage)
     if retired and retained:
