@@ -2,12 +2,12 @@
 
 The per-change path (decoder -> ``RowChange`` -> key effects -> ``image_encoder`` -> a tuple
 per row) spends ~11 us a message in Python objects that live for one row: 5x the cost of
-parsing the message. Here each message is parsed once with ``orjson`` and checked for the
-common shape -- one row (TiCDC), ``_tidb`` holding only ``commitTs``, the table's last
-``mysqlType`` and ``pkNames``, every column of a kind below -- and the rows of a read batch
-become the change log's columns at once, with Arrow compute and numpy: each column's values
-are checked and MessagePack-encoded as one array, an image is the row-wise join of its
-columns' encodings, the key bytes likewise.
+parsing the message. Here each message is parsed once, by msgspec into a typed struct of the
+common shape (``_RowMessage``, its types checked in C as it parses) -- one row (TiCDC), ``_tidb``
+holding only ``commitTs``, the table's last ``mysqlType`` and ``pkNames``, every column of a kind
+below -- and the rows of a read batch become the change log's columns at once, with Arrow
+compute and numpy: each column's values are checked and MessagePack-encoded as one array, an
+image is the row-wise join of its columns' encodings, the key bytes likewise.
 
 Exactness: the bytes are those of the per-change path by construction -- each kind's fast
 case accepts only text whose typed value (``cdc_codecs.rowconv``'s compiled converter) and
@@ -27,8 +27,9 @@ import time
 import zlib
 from collections.abc import Mapping
 from operator import itemgetter
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -57,6 +58,41 @@ _DATETIME_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9
 _DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 _U64_MAX_TEXT = "18446744073709551615"
 _DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+
+
+# An integer orjson reads as one (beyond 64 bits it reads a float, which the per-change path refuses);
+# msgspec bounds only within int64, so 2**63 and up go to the per-change path too.
+_JsonInt = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
+class _TidbExtension(msgspec.Struct, forbid_unknown_fields=True):
+    commitTs: _JsonInt
+
+
+class _RowMessage(msgspec.Struct, forbid_unknown_fields=True):
+    """The common message: every field TiCDC sends, each of the type the fast path reads, checked
+    in C as it is parsed. msgspec reads exactly as orjson (the per-change path's parser) every text
+    it decodes into a str or int here -- UTF-8, escapes, duplicate names (the last wins), numbers
+    but an integer beyond 64 bits, which orjson reads as a float (``_JsonInt`` refuses it) -- and
+    skips a ``Raw`` (and an unknown field) without checking its UTF-8 or its numbers: no field is
+    unknown, and the Raws are read by orjson whenever their bytes are new (``CanalBatch.split``). tests/spark/decode/test_batch.py holds both paths to the same output."""
+    type: str
+    database: str
+    table: str
+    isDdl: bool
+    data: list[dict[str, str | None]]
+    old: list[dict[str, str | None]] | None
+    mysqlType: msgspec.Raw
+    pkNames: msgspec.Raw
+    _tidb: _TidbExtension
+    es: _JsonInt | None
+    id: _JsonInt = 0
+    ts: _JsonInt = 0
+    sql: str = ""
+    sqlType: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_ROW_MESSAGE = msgspec.json.Decoder(_RowMessage)
 
 
 def _msgpack_str(text: bytes) -> bytes:
@@ -363,8 +399,9 @@ class CanalBatch:
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
-        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
-        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
+        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``, and the
+        # JSON texts of the mysqlType, pkNames and sqlType last met, each read once by orjson)
+        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int, tuple[msgspec.Raw, ...]]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
         self._seeds: list[int] = []
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
@@ -375,7 +412,8 @@ class CanalBatch:
         return (type(decoder) is CanalJsonDecoder and commit_ts_clock and decoder.carries_commit_ts
                 and decoder.options["timezone"] is UTC)
 
-    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
+    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any, texts: tuple[msgspec.Raw, ...],
+              ) -> tuple[Plan | None, int]:
         decoder = self.decoder
         try:
             types, _ = decoder._schema(database, table, mysql_type)
@@ -397,7 +435,7 @@ class CanalBatch:
         if entry is None:
             self._names.append((database, table))
             self._seeds.append(table_seed(database, table))
-        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index)
+        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index, texts)
         return plan, index
 
     def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
@@ -406,7 +444,7 @@ class CanalBatch:
         in the batch, which messages are fast)."""
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
-        loads, ops, tables = orjson.loads, _OPS, self._tables
+        decode, loads, ops, tables = _ROW_MESSAGE.decode, orjson.loads, _OPS, self._tables
         converters = self.decoder._converters
         pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
         taken = 0  # messages taken so far
@@ -415,44 +453,42 @@ class CanalBatch:
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
         fast = np.zeros(len(values), bool)
-        dict_, list_, str_, int_ = dict, list, str, int
+        dict_, list_ = dict, list
         for i, value in enumerate(values):
             try:
-                doc = loads(value)
-                # The common message's fields, each of its usual type; anything else (a KeyError, a
-                # TypeError from indexing another type) is the per-change path's to read.
-                tidb = doc["_tidb"]
-                ts = tidb["commitTs"]
-                kind, database, table, data = doc["type"], doc["database"], doc["table"], doc["data"]
-                mysql_type, pk_names, es, old = doc["mysqlType"], doc["pkNames"], doc["es"], doc["old"]
-            except (orjson.JSONDecodeError, TypeError, KeyError):
+                doc = decode(value)
+            except (msgspec.DecodeError, ValueError, TypeError, RecursionError):  # not the common shape: the per-change path's
                 continue
-            if (type(doc) is not dict_ or type(tidb) is not dict_ or len(tidb) != 1 or type(ts) is not int_
-                    or not 0 <= ts < 1 << 63 or doc.get("isDdl") is not False or type(kind) is not str_
-                    or type(database) is not str_ or type(table) is not str_ or (es is not None and type(es) is not int_)
-                    or type(data) is not list_ or len(data) != 1 or type(data[0]) is not dict_
-                    or type(mysql_type) is not dict_ or type(pk_names) is not list_):
+            ts, data, old = doc._tidb.commitTs, doc.data, doc.old
+            if not 0 <= ts < 1 << 63 or doc.isDdl or len(data) != 1:
                 continue
-            op = ops.get(kind)
-            if op is None:
+            op = ops.get(doc.type)
+            if op is None or (op == UPDATE and (old is None or len(old) != 1)):
                 continue
-            if op == UPDATE:
-                if type(old) is not list_ or len(old) != 1 or type(old[0]) is not dict_:
-                    continue
-            elif old is not None and type(old) is not list_:
-                continue
+            database, table, texts = doc.database, doc.table, (doc.mysqlType, doc.pkNames, doc.sqlType)
             entry = tables.get((database, table))
-            if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+            if entry is not None and entry[4] == texts:  # the table's last ones, byte for byte
                 plan, index = entry[2], entry[3]
             else:
+                # Read (and so checked) as the per-change path reads them: msgspec skips a Raw unchecked.
                 try:
-                    known = tuple(mysql_type.items()) in converters
-                except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
+                    mysql_type, pk_names, _ = (loads(memoryview(t)) for t in texts)
+                except orjson.JSONDecodeError:
                     continue
-                if not known:  # a mysqlType the decoder has not met: learnt after the loop, or not at all
-                    pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names))
+                if type(mysql_type) is not dict_ or type(pk_names) is not list_:
                     continue
-                plan, index = self._plan(database, table, mysql_type, pk_names)
+                if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+                    plan, index = entry[2], entry[3]
+                    tables[(database, table)] = (*entry[:4], texts)
+                else:
+                    try:
+                        known = tuple(mysql_type.items()) in converters
+                    except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
+                        continue
+                    if not known:  # a mysqlType the decoder has not met: learnt after the loop, or not at all
+                        pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names, texts))
+                        continue
+                    plan, index = self._plan(database, table, mysql_type, pk_names, texts)
             if plan is None:
                 continue
             row = data[0]
@@ -475,12 +511,12 @@ class CanalBatch:
         if pending and (len(converters) + len({tuple(p[7].items()) for p in pending})
                         + len(values) - taken - len(pending) < 1024):
             touched = set()
-            for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
+            for i, op, ts, database, table, row, old, mysql_type, pk_names, texts in pending:
                 entry = tables.get((database, table))
                 if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
                     plan, index = entry[2], entry[3]
                 else:
-                    plan, index = self._plan(database, table, mysql_type, pk_names)
+                    plan, index = self._plan(database, table, mysql_type, pk_names, texts)
                 if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                     continue
                 try:
