@@ -165,15 +165,10 @@ class Column:
     """One column's values of a batch (texts, None for NULL): which are fast, their MessagePack
     bytes, and for a key column the key bytes' part."""
 
-    def __init__(self, ct: ColumnType, values: list[Any], key: bool, encode: int) -> None:
-        """``encode``: how many of the values (the first) need their bytes; the rest (old images'
-        values of a column outside the key) are only checked."""
-        try:
-            texts = pa.array(values, pa.string())
-            ok = np.ones(len(values), bool)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a number, object, ... : the per-change path
-            ok = np.fromiter((v is None or type(v) is str for v in values), bool, len(values))
-            texts = pa.array([v if good else None for v, good in zip(values, ok)], pa.string())
+    def __init__(self, ct: ColumnType, texts: pa.Array, key: bool, encode: int) -> None:
+        """``texts``: the values (strings, null for NULL); ``encode``: how many of them (the first)
+        need their bytes; the rest (old images' values of a column outside the key) are only checked."""
+        ok = np.ones(len(texts), bool)
         self.null = texts.is_null().to_numpy(zero_copy_only=False)
         kind = ct.kind
         head = texts.slice(0, encode)
@@ -364,13 +359,37 @@ class Plan:
     def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...]) -> None:
         self.types, self.keys = types, keys
         self.schema: int | None = None  # its ``schema_id``, once it has rows in the segment (side output)
-        self.rows: list[Any] = []  # the fast messages of the batch being split
+        self.rows: list[Any] = []  # the fast messages of the batch being split, not yet in ``chunks``
+        self.chunks: list[tuple[Any, ...]] = []  # the batch's rows in columns, a chunk at a time (``seal``)
         self.names = tuple(types)
         # A row's values in column order, in one C call (KeyError: another column set).
         self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
         self.name_bytes = [_msgspec_name(n) for n in self.names]
         self.map_header = _map_header(len(self.names))
         self.key_map_header = _map_header(len(keys))
+
+
+    def seal(self) -> None:
+        """The rows since the last chunk as columns (values as Arrow strings) while their values are
+        still in the CPU's cache, and their objects freed for the next messages': a whole read batch
+        later most have left the cache, and the conversion takes twice as long."""
+        if not self.rows:
+            return
+        at, ops, stamps, indices, datas, olds = zip(*self.rows)  # transposed in C
+        self.rows = []
+        olds = [o for o in olds if o is not None]  # the updates' old images, in order
+        self.chunks.append((np.array(at, np.int64), np.array(ops, np.int8), np.array(stamps, np.int64),
+                            np.array(indices, np.int64), [pa.array(c, pa.string()) for c in zip(*datas)],
+                            [pa.array(c, pa.string()) for c in zip(*olds)] if olds else [_NO_TEXT] * len(self.names)))
+
+    def reset(self) -> None:
+        self.rows, self.chunks = [], []
+
+
+_NO_TEXT = pa.array([], pa.string())
+# Rows a plan converts at once (``Plan.seal``): enough for Arrow's per-call cost to vanish, few
+# enough for their strings to stay in the cache since they were parsed.
+CHUNK = 1024
 
 
 def _msgspec_name(name: str) -> bytes:
@@ -449,7 +468,7 @@ class CanalBatch:
         pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
         taken = 0  # messages taken so far
         for plan in self._used:  # a batch that failed half-way left its rows
-            plan.rows = []
+            plan.reset()
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
         fast = np.zeros(len(values), bool)
@@ -499,10 +518,13 @@ class CanalBatch:
                 old = plan.values(old[0]) if op == UPDATE else None
             except KeyError:  # as many columns, other names: the per-change path
                 continue
-            if not plan.rows:
+            rows = plan.rows
+            if not rows and not plan.chunks:
                 used.append(plan)
-            plan.rows.append((i, op, ts, index, row, old))
+            rows.append((i, op, ts, index, row, old))
             taken += 1
+            if len(rows) >= CHUNK:
+                plan.seal()
         # The decoder compiles (and caches) the converters of its first 1,024 mysqlTypes only; an
         # uncompiled one yields rows in the message's column order, not the types'. The fast path
         # learns the batch's new mysqlTypes only if the batch cannot fill that cache, counting every
@@ -510,7 +532,8 @@ class CanalBatch:
         # same mysqlTypes, all compiled, in whatever order they met them.
         if pending and (len(converters) + len({tuple(p[7].items()) for p in pending})
                         + len(values) - taken - len(pending) < 1024):
-            touched = set()
+            # A new mysqlType's plan is a new one (``_plan`` takes only a compiled converter's types,
+            # new objects): its rows, placed now, follow no earlier row of theirs (``_columns`` checks).
             for i, op, ts, database, table, row, old, mysql_type, pk_names, texts in pending:
                 entry = tables.get((database, table))
                 if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
@@ -524,13 +547,9 @@ class CanalBatch:
                     old = plan.values(old[0]) if op == UPDATE else None
                 except KeyError:
                     continue
-                if not plan.rows:
+                if not plan.rows and not plan.chunks:
                     used.append(plan)
                 plan.rows.append((i, op, ts, index, row, old))
-                touched.add(id(plan))
-            for plan in used:
-                if id(plan) in touched:  # back in offset order
-                    plan.rows.sort(key=itemgetter(0))
         if clock:
             now = clock()
             times["parse + check"] = times.get("parse + check", 0.0) + now - started
@@ -539,7 +558,7 @@ class CanalBatch:
             return self._finish(used, fast, offsets, times, started)
         finally:
             for plan in used:  # after a surprise too: the next batch starts afresh
-                plan.rows = []
+                plan.reset()
 
     def _finish(self, used: list[Plan], fast: np.ndarray, offsets: np.ndarray, times: dict[str, float] | None,
                 started: float) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
@@ -547,11 +566,9 @@ class CanalBatch:
         parts = []
         self._noted = []
         for plan in used:
-            rows, plan.rows = plan.rows, []
-            fast[np.fromiter((r[0] for r in rows), np.int64, len(rows))] = True
-            part, good = self._columns(plan, rows, offsets)
-            if not good.all():
-                fast[np.array([r[0] for r, g in zip(rows, good) if not g], np.int64)] = False
+            part, message, good = self._columns(plan, offsets)
+            plan.reset()
+            fast[message[good]] = True
             if part is not None:
                 parts.append(part)
         if clock:
@@ -567,24 +584,28 @@ class CanalBatch:
             self.note_schema(plan.keys, plan.types)
         return table.drop_columns(["_order", "_message"]), message, fast
 
-    def _columns(self, plan: Plan, rows: list[Any], offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray]:
-        """The change-log rows of one schema's fast messages, and which messages were fast after all."""
-        n = len(rows)
-        at, ops, stamps, indices, datas, olds = zip(*rows)  # transposed in C
-        message, op = np.array(at, np.int64), np.array(ops, np.int8)
+    def _columns(self, plan: Plan, offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+        """The change-log rows of one schema's fast messages, each row's message index, and which of
+        them were fast after all."""
+        plan.seal()
+        chunks = plan.chunks
+        message, op, stamps, indices = (np.concatenate([c[k] for c in chunks]) for k in range(4))
+        n = len(message)
+        if (message[1:] <= message[:-1]).any():  # never seen: a surprise, the batch's per-change path
+            raise AssertionError("a plan's rows out of offset order")
         updates = np.flatnonzero(op == UPDATE)
-        olds = [olds[j] for j in updates]
         good = np.ones(n, bool)
-        columns_values = list(zip(*datas, *olds))  # per column: the rows' values, then the old images'
         columns: dict[str, Column] = {}
-        for name, values in zip(plan.names, columns_values):
+        for k, name in enumerate(plan.names):
+            # The rows' values, then the old images'.
+            texts = pa.concat_arrays([c[4][k] for c in chunks] + [c[5][k] for c in chunks])
             key = name in plan.keys
-            column = columns[name] = Column(plan.types[name], values, key, len(values) if key else n)
+            column = columns[name] = Column(plan.types[name], texts, key, len(texts) if key else n)
             good &= column.ok[:n]
             good[updates] &= column.ok[n:]
         keep = np.flatnonzero(good)
         if not len(keep):
-            return None, good
+            return None, message, good
         if plan.schema is None:  # noted in the side output once the whole batch succeeds (``split``)
             plan.schema = self.schema_id(plan.keys, plan.types)
         self._noted.append(plan)
@@ -627,12 +648,12 @@ class CanalBatch:
         change = pa.chunked_array([image, new_delete, old_delete]).take(pa.array(change_at)).combine_chunks()
         deletes = first_moved | (op_keep[j] == DELETE)
         at = (message if every else message[keep])[j]
-        tables = np.array(indices, np.int64)[j if every else keep[j]]
+        tables = indices[j if every else keep[j]]
         seeds = np.array(self._seeds, np.int64)[tables].tolist()
         crc = zlib.crc32
         key_hash = [crc(k, s) for k, s in zip(key.to_pylist(), seeds)]
         total = len(j)
-        commit_ts = np.array(stamps, np.int64)[j if every else keep[j]]
+        commit_ts = stamps[j if every else keep[j]]
         table = pa.Table.from_arrays([
             pa.repeat(pa.scalar(self.topic, pa.string()), total),
             pa.repeat(pa.scalar(self.partition, pa.int32()), total),
@@ -652,4 +673,4 @@ class CanalBatch:
             pa.array(at),
         ], names=["topic", "partition", "offset", "index", "commit_ts", "database", "table", "key", "deletes", "first",
                   "change", "schema_id", "key_hash", "run", "_order", "_message"])
-        return table, good
+        return table, message, good
