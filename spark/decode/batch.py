@@ -419,8 +419,9 @@ class CanalBatch:
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
         # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``, and the
-        # JSON texts of the mysqlType, pkNames and sqlType last met, each read once by orjson)
+        # JSON texts of the mysqlType and pkNames last met, each read once by orjson)
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int, tuple[msgspec.Raw, ...]]] = {}
+        self._sql_types: set[bytes] = set()  # sqlType texts orjson has read
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
         self._seeds: list[int] = []
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
@@ -463,7 +464,7 @@ class CanalBatch:
         in the batch, which messages are fast)."""
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
-        decode, loads, ops, tables = _ROW_MESSAGE.decode, orjson.loads, _OPS, self._tables
+        decode, loads, ops, tables, sql_types = _ROW_MESSAGE.decode, orjson.loads, _OPS, self._tables, self._sql_types
         converters = self.decoder._converters
         pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
         taken = 0  # messages taken so far
@@ -484,14 +485,25 @@ class CanalBatch:
             op = ops.get(doc.type)
             if op is None or (op == UPDATE and (old is None or len(old) != 1)):
                 continue
-            database, table, texts = doc.database, doc.table, (doc.mysqlType, doc.pkNames, doc.sqlType)
+            # msgspec skips a Raw unchecked: each is read (and so checked) by orjson, as the per-change
+            # path reads it, unless its bytes are ones read before. sqlType is never used, but TiCDC's
+            # changes with the values (a BIGINT UNSIGNED past 2**63 is a DECIMAL): its texts are kept.
+            sql_type = bytes(doc.sqlType)
+            if sql_type not in sql_types:
+                try:
+                    loads(sql_type)
+                except orjson.JSONDecodeError:
+                    continue
+                if len(sql_types) >= 1024:
+                    sql_types.clear()
+                sql_types.add(sql_type)
+            database, table, texts = doc.database, doc.table, (doc.mysqlType, doc.pkNames)
             entry = tables.get((database, table))
             if entry is not None and entry[4] == texts:  # the table's last ones, byte for byte
                 plan, index = entry[2], entry[3]
             else:
-                # Read (and so checked) as the per-change path reads them: msgspec skips a Raw unchecked.
                 try:
-                    mysql_type, pk_names, _ = (loads(memoryview(t)) for t in texts)
+                    mysql_type, pk_names = loads(memoryview(texts[0])), loads(memoryview(texts[1]))
                 except orjson.JSONDecodeError:
                     continue
                 if type(mysql_type) is not dict_ or type(pk_names) is not list_:
