@@ -467,6 +467,7 @@ class CanalBatch:
         decode, loads, ops, tables, sql_types = _ROW_MESSAGE.decode, orjson.loads, _OPS, self._tables, self._sql_types
         converters = self.decoder._converters
         pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
+        read: dict[tuple[str, str], Any] = {}  # a table's last mysqlType and pkNames texts read in this batch, as read
         taken = 0  # messages taken so far
         for plan in self._used:  # a batch that failed half-way left its rows
             plan.reset()
@@ -502,12 +503,17 @@ class CanalBatch:
             if entry is not None and entry[4] == texts:  # the table's last ones, byte for byte
                 plan, index = entry[2], entry[3]
             else:
-                try:
-                    mysql_type, pk_names = loads(memoryview(texts[0])), loads(memoryview(texts[1]))
-                except orjson.JSONDecodeError:
-                    continue
-                if type(mysql_type) is not dict_ or type(pk_names) is not list_:
-                    continue
+                seen = read.get((database, table))
+                if seen is not None and seen[0] == texts:  # read already, by a message whose table is not placed yet
+                    mysql_type, pk_names = seen[1], seen[2]
+                else:
+                    try:
+                        mysql_type, pk_names = loads(memoryview(texts[0])), loads(memoryview(texts[1]))
+                    except orjson.JSONDecodeError:
+                        continue
+                    if type(mysql_type) is not dict_ or type(pk_names) is not list_:
+                        continue
+                    read[(database, table)] = (texts, mysql_type, pk_names)
                 if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
                     plan, index = entry[2], entry[3]
                     tables[(database, table)] = (*entry[:4], texts)
