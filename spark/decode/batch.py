@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from cdc_codecs.canal_json import CanalJsonDecoder
 from cdc_codecs.types import UTC, ColumnType, TypeKind, int_range
 from spark.core.keys import table_seed
+from spark.decode import text_shapes
 
 _OPS = {"INSERT": 0, "UPDATE": 1, "DELETE": 2}
 INSERT, UPDATE, DELETE = 0, 1, 2
@@ -48,14 +49,11 @@ _FAST_KINDS = frozenset({TypeKind.STRING, TypeKind.JSON, TypeKind.INT, TypeKind.
                          TypeKind.DECIMAL, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ, TypeKind.DATE, TypeKind.BINARY})
 _KEY_KINDS = frozenset({TypeKind.STRING, TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG})
 
-# Text whose Python value the fast case spells exactly (anything else: the per-change path).
-_INT_TEXT = r"^-?[0-9]{1,20}$"  # int() also takes '+', spaces, '_', other digits: not here
-# str(Decimal(t)) == t: no sign but '-', no leading zero, no exponent; and a plain (not scientific)
-# str, which needs the adjusted exponent >= -6: below 1, at most five zeros after the point.
-_DECIMAL_TEXT = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"
-_DECIMAL_SMALL = r"^-?0\.0{6}"
-_DATETIME_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?$"
-_DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+# Text whose Python value the fast case spells exactly (anything else: the per-change path) has a
+# shape of ``text_shapes``: an integer as ``-?[0-9]{1,20}`` (int() also takes '+', spaces, '_',
+# other digits: not here); a decimal t with str(Decimal(t)) == t: no sign but '-', no leading zero,
+# no exponent, and a plain (not scientific) str, which needs the adjusted exponent >= -6: below 1,
+# at most five zeros after the point.
 _U64_MAX_TEXT = "18446744073709551615"
 _DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
 
@@ -177,9 +175,7 @@ class Column:
         elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
             ok, encoded = self._int(ct, texts, ok, encode)
         elif kind is TypeKind.DECIMAL:
-            good = pc.and_(pc.match_substring_regex(texts, _DECIMAL_TEXT),
-                           pc.invert(pc.match_substring_regex(texts, _DECIMAL_SMALL)))
-            ok &= good.fill_null(True).to_numpy(zero_copy_only=False)
+            ok &= text_shapes.decimals(texts) | self.null
             encoded = _headed("decimal", _lengths(head), head)
         elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
             ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode)
@@ -197,7 +193,7 @@ class Column:
 
     def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
         lo, hi = int_range(ct)
-        good = pc.match_substring_regex(texts, _INT_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        good = text_shapes.integers(texts)
         negative = pc.starts_with(texts, "-").fill_null(False).to_numpy(zero_copy_only=False)
         digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
         digits = pc.if_else(pa.array(good), digits, "0")
@@ -262,7 +258,7 @@ class Column:
         return (year >= 1) & good_month & (day >= 1) & (day <= days)
 
     def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
-        good = pc.match_substring_regex(texts, _DATETIME_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        good = text_shapes.datetimes(texts)
         d = self._chars(texts, _DATETIME_DIGITS).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
@@ -280,7 +276,7 @@ class Column:
         return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
 
     def _date(self, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
-        good = pc.match_substring_regex(texts, _DATE_TEXT).fill_null(False).to_numpy(zero_copy_only=False)
+        good = text_shapes.dates(texts)
         d = self._chars(texts, _DATETIME_DIGITS[:8]).astype(np.int32) - ord("0")
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]

@@ -27,7 +27,7 @@ from cdc_codecs import PROTOCOLS, Column, Op, RowChange, SourcePosition, TableSc
 from cdc_codecs.types import TypeKind
 from spark.archive.storage import open_storage
 from spark.decode import batch as batch_module
-from spark.decode import changelog
+from spark.decode import changelog, text_shapes
 from spark.decode.side_output import DecoderState
 from spark.demo.workload import Workload, WorkloadSpec, tso
 from tests.cdc_codecs import test_fuzz
@@ -335,16 +335,13 @@ def test_the_fuzzers_mutations_write_the_same_change_log_both_ways(tmp_path: Pat
 
 
 def test_decimal_texts_the_fast_case_takes_are_their_own_str() -> None:
-    """The decimal pattern accepts only a text ``str(Decimal(text))`` gives back (the stored form)."""
-    import re
-    accept = re.compile(batch_module._DECIMAL_TEXT)
-    small = re.compile(batch_module._DECIMAL_SMALL)
+    """The decimal shape accepts only a text ``str(Decimal(text))`` gives back (the stored form)."""
     rng = random.Random(1)
     texts = [f"{'-' if rng.random() < 0.3 else ''}{rng.choice(['0', str(rng.randint(1, 10**rng.randint(1, 30)))])}"
              f"{'.' + ''.join(rng.choice('0000123456789') for _ in range(rng.randint(1, 12))) if rng.random() < 0.8 else ''}"
              for _ in range(20000)]
-    for text in texts:
-        if accept.search(text) and not small.search(text):
+    for text, good in zip(texts, text_shapes.decimals(pa.array(texts))):
+        if good:
             assert str(Decimal(text)) == text, text
 
 
