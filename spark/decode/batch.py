@@ -31,7 +31,6 @@ from typing import Annotated, Any
 
 import msgspec
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -71,23 +70,28 @@ class _RowMessage(msgspec.Struct, forbid_unknown_fields=True):
     """The common message: every field TiCDC sends, each of the type the fast path reads, checked
     in C as it is parsed. msgspec reads exactly as orjson (the per-change path's parser) every text
     it decodes into a str or int here -- UTF-8, escapes, duplicate names (the last wins), numbers
-    but an integer beyond 64 bits, which orjson reads as a float (``_JsonInt`` refuses it) -- and
-    skips a ``Raw`` (and an unknown field) without checking its UTF-8 or its numbers: no field is
-    unknown, and the Raws are read by orjson whenever their bytes are new (``CanalBatch.split``). tests/spark/decode/test_batch.py holds both paths to the same output."""
+    but an integer beyond 64 bits, which orjson reads as a float (``_JsonInt`` refuses it) -- but
+    skips an unknown field or a ``Raw`` without checking its UTF-8 or its numbers. So no field is
+    unknown and none is a Raw: a typed field's every value is checked, each time its name comes,
+    while a Raw keeps its name's last value only, leaving an earlier one unread by anybody
+    (``"sqlType":1e400,"sqlType":null``, which orjson refuses; msgspec has no check for duplicate
+    names). Typed, mysqlType and sqlType cost ~0.1-0.2 us a message more than Raws checked by orjson
+    when new (measured). tests/spark/decode/test_batch.py and test_batch_msgspec.py hold both paths
+    to the same output."""
     type: str
     database: str
     table: str
     isDdl: bool
     data: list[dict[str, str | None]]
     old: list[dict[str, str | None]] | None
-    mysqlType: msgspec.Raw
-    pkNames: msgspec.Raw
+    mysqlType: dict[str, str]
+    pkNames: list[str]
     _tidb: _TidbExtension
     es: _JsonInt | None
     id: _JsonInt = 0
     ts: _JsonInt = 0
     sql: str = ""
-    sqlType: msgspec.Raw = msgspec.Raw(b"null")
+    sqlType: dict[str, _JsonInt] | None = None
 
 
 _ROW_MESSAGE = msgspec.json.Decoder(_RowMessage)
@@ -414,10 +418,8 @@ class CanalBatch:
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
-        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``, and the
-        # JSON texts of the mysqlType and pkNames last met, each read once by orjson)
-        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int, tuple[msgspec.Raw, ...]]] = {}
-        self._sql_types: set[bytes] = set()  # sqlType texts orjson has read
+        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
+        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
         self._seeds: list[int] = []
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
@@ -428,8 +430,7 @@ class CanalBatch:
         return (type(decoder) is CanalJsonDecoder and commit_ts_clock and decoder.carries_commit_ts
                 and decoder.options["timezone"] is UTC)
 
-    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any, texts: tuple[msgspec.Raw, ...],
-              ) -> tuple[Plan | None, int]:
+    def _plan(self, database: str, table: str, mysql_type: Any, pk_names: Any) -> tuple[Plan | None, int]:
         decoder = self.decoder
         try:
             types, _ = decoder._schema(database, table, mysql_type)
@@ -451,7 +452,7 @@ class CanalBatch:
         if entry is None:
             self._names.append((database, table))
             self._seeds.append(table_seed(database, table))
-        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index, texts)
+        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index)
         return plan, index
 
     def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
@@ -460,17 +461,15 @@ class CanalBatch:
         in the batch, which messages are fast)."""
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
-        decode, loads, ops, tables, sql_types = _ROW_MESSAGE.decode, orjson.loads, _OPS, self._tables, self._sql_types
+        decode, ops, tables = _ROW_MESSAGE.decode, _OPS, self._tables
         converters = self.decoder._converters
         pending: list[Any] = []  # messages of mysqlTypes the decoder has not met
-        read: dict[tuple[str, str], Any] = {}  # a table's last mysqlType and pkNames texts read in this batch, as read
         taken = 0  # messages taken so far
         for plan in self._used:  # a batch that failed half-way left its rows
             plan.reset()
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
         fast = np.zeros(len(values), bool)
-        dict_, list_ = dict, list
         for i, value in enumerate(values):
             try:
                 doc = decode(value)
@@ -482,46 +481,16 @@ class CanalBatch:
             op = ops.get(doc.type)
             if op is None or (op == UPDATE and (old is None or len(old) != 1)):
                 continue
-            # msgspec skips a Raw unchecked: each is read (and so checked) by orjson, as the per-change
-            # path reads it, unless its bytes are ones read before. sqlType is never used, but TiCDC's
-            # changes with the values (a BIGINT UNSIGNED past 2**63 is a DECIMAL): its texts are kept.
-            sql_type = bytes(doc.sqlType)
-            if sql_type not in sql_types:
-                try:
-                    loads(sql_type)
-                except orjson.JSONDecodeError:
-                    continue
-                if len(sql_types) >= 1024:
-                    sql_types.clear()
-                sql_types.add(sql_type)
-            database, table, texts = doc.database, doc.table, (doc.mysqlType, doc.pkNames)
+            database, table, mysql_type, pk_names = doc.database, doc.table, doc.mysqlType, doc.pkNames
             entry = tables.get((database, table))
-            if entry is not None and entry[4] == texts:  # the table's last ones, byte for byte
+            if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
                 plan, index = entry[2], entry[3]
             else:
-                seen = read.get((database, table))
-                if seen is not None and seen[0] == texts:  # read already, by a message whose table is not placed yet
-                    mysql_type, pk_names = seen[1], seen[2]
-                else:
-                    try:
-                        mysql_type, pk_names = loads(memoryview(texts[0])), loads(memoryview(texts[1]))
-                    except orjson.JSONDecodeError:
-                        continue
-                    if type(mysql_type) is not dict_ or type(pk_names) is not list_:
-                        continue
-                    read[(database, table)] = (texts, mysql_type, pk_names)
-                if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
-                    plan, index = entry[2], entry[3]
-                    tables[(database, table)] = (*entry[:4], texts)
-                else:
-                    try:
-                        known = tuple(mysql_type.items()) in converters
-                    except TypeError:  # an unhashable value: a mistyped entry, the per-change path's error
-                        continue
-                    if not known:  # a mysqlType the decoder has not met: learnt after the loop, or not at all
-                        pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names, texts))
-                        continue
-                    plan, index = self._plan(database, table, mysql_type, pk_names, texts)
+                if tuple(mysql_type.items()) not in converters:
+                    # a mysqlType the decoder has not met: learnt after the loop, or not at all
+                    pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names))
+                    continue
+                plan, index = self._plan(database, table, mysql_type, pk_names)
             if plan is None:
                 continue
             row = data[0]
@@ -548,12 +517,12 @@ class CanalBatch:
                         + len(values) - taken - len(pending) < 1024):
             # A new mysqlType's plan is a new one (``_plan`` takes only a compiled converter's types,
             # new objects): its rows, placed now, follow no earlier row of theirs (``_columns`` checks).
-            for i, op, ts, database, table, row, old, mysql_type, pk_names, texts in pending:
+            for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
                 entry = tables.get((database, table))
                 if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
                     plan, index = entry[2], entry[3]
                 else:
-                    plan, index = self._plan(database, table, mysql_type, pk_names, texts)
+                    plan, index = self._plan(database, table, mysql_type, pk_names)
                 if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                     continue
                 try:
