@@ -100,7 +100,8 @@ class CanalJsonDecoder(Decoder):
         self._tz: dt.tzinfo = self.options["timezone"]
         # mysqlType of a table rarely changes: cache the row converter per mysqlType mapping.
         self._converters: dict[tuple[tuple[str, str], ...], tuple[dict[str, ColumnType], RowConverter]] = {}
-        self._current: dict[tuple[str, str], tuple[dict[str, Any], tuple[dict[str, ColumnType], RowConverter]]] = {}
+        self._current: dict[tuple[str, str], tuple[dict[str, Any], tuple[str, ...],
+                                                   tuple[dict[str, ColumnType], RowConverter]]] = {}
         self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     @property
@@ -275,10 +276,11 @@ class CanalJsonDecoder(Decoder):
 
     def _schema(self, database: str, table: str, mysql_type: Mapping[str, Any]) -> tuple[dict[str, ColumnType], RowConverter]:
         # Every message repeats its table's mysqlType: comparing it with the table's last one
-        # is cheaper than hashing its fresh strings for the cache below.
+        # is cheaper than hashing its fresh strings for the cache below. In its order too: the
+        # types' order is the mysqlType's (as the cache's), never one an earlier message left.
         current = self._current.get((database, table))
-        if current is not None and current[0] == mysql_type:
-            return current[1]
+        if current is not None and current[0] == mysql_type and current[1] == tuple(mysql_type):
+            return current[2]
         cache_key = tuple(mysql_type.items())
         try:
             cached = self._converters.get(cache_key)
@@ -295,7 +297,7 @@ class CanalJsonDecoder(Decoder):
             if cacheable:
                 self._converters[cache_key] = cached
         if len(self._current) < 1024:
-            self._current[(database, table)] = dict(mysql_type), cached
+            self._current[(database, table)] = dict(mysql_type), tuple(mysql_type), cached
         return cached
 
     @staticmethod

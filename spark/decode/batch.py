@@ -418,8 +418,9 @@ class CanalBatch:
         self.schema_id, self.note_schema = schema_id, note_schema  # (key columns, column types) -> schema_id
         self._noted: list[Plan] = []  # the batch's plans with rows: their schemas go to the side output
         self._used: list[Plan] = []
-        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``)
-        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int]] = {}
+        # (database, table) -> (its last mysqlType, pkNames, plan, its index in ``_names``, the
+        # mysqlType's column order: a plan's columns are in its mysqlType's order, as the decoder's)
+        self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int, tuple[str, ...]]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
         self._seeds: list[int] = []
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
@@ -452,7 +453,7 @@ class CanalBatch:
         if entry is None:
             self._names.append((database, table))
             self._seeds.append(table_seed(database, table))
-        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index)
+        self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index, tuple(mysql_type))
         return plan, index
 
     def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
@@ -483,7 +484,7 @@ class CanalBatch:
                 continue
             database, table, mysql_type, pk_names = doc.database, doc.table, doc.mysqlType, doc.pkNames
             entry = tables.get((database, table))
-            if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+            if entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names:
                 plan, index = entry[2], entry[3]
             else:
                 if tuple(mysql_type.items()) not in converters:
@@ -519,7 +520,7 @@ class CanalBatch:
             # new objects): its rows, placed now, follow no earlier row of theirs (``_columns`` checks).
             for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
                 entry = tables.get((database, table))
-                if entry is not None and entry[0] == mysql_type and entry[1] == pk_names:
+                if entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names:
                     plan, index = entry[2], entry[3]
                 else:
                     plan, index = self._plan(database, table, mysql_type, pk_names)

@@ -215,9 +215,6 @@ def _two_rows(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.xfail(strict=True, reason="CanalJsonDecoder._schema reuses a table's converter for a mysqlType equal as a "
-                   "dict but in another column order: the column order a message gets depends on the messages "
-                   "before it, and the column-wise run calls _schema in another order (and not for its cache hits)")
 @pytest.mark.parametrize("batch", [2, 100])
 def test_a_mysql_type_in_another_column_order_after_another_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 batch: int) -> None:
