@@ -27,7 +27,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from operator import itemgetter
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -63,7 +63,7 @@ _JsonInt = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class _TidbExtension(msgspec.Struct, forbid_unknown_fields=True):
-    commitTs: _JsonInt
+    commitTs: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # a TSO
 
 
 class _RowMessage(msgspec.Struct, forbid_unknown_fields=True):
@@ -78,12 +78,12 @@ class _RowMessage(msgspec.Struct, forbid_unknown_fields=True):
     names). Typed, mysqlType and sqlType cost ~0.1-0.2 us a message more than Raws checked by orjson
     when new (measured). tests/spark/decode/test_batch.py and test_batch_msgspec.py hold both paths
     to the same output."""
-    type: str
+    type: Literal["INSERT", "UPDATE", "DELETE"]
     database: str
     table: str
-    isDdl: bool
-    data: list[dict[str, str | None]]
-    old: list[dict[str, str | None]] | None
+    isDdl: Literal[False]
+    data: tuple[dict[str, str | None]]  # one row (TiCDC's)
+    old: tuple[dict[str, str | None]] | None  # an UPDATE's old row
     mysqlType: dict[str, str]
     pkNames: list[str]
     _tidb: _TidbExtension
@@ -362,6 +362,7 @@ class Plan:
         self.rows: list[Any] = []  # the fast messages of the batch being split, not yet in ``chunks``
         self.chunks: list[tuple[Any, ...]] = []  # the batch's rows in columns, a chunk at a time (``seal``)
         self.names = tuple(types)
+        self.width = len(self.names)
         # A row's values in column order, in one C call (KeyError: another column set).
         self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
         self.name_bytes = [_msgspec_name(n) for n in self.names]
@@ -476,26 +477,23 @@ class CanalBatch:
                 doc = decode(value)
             except (msgspec.DecodeError, ValueError, TypeError, RecursionError):  # not the common shape: the per-change path's
                 continue
-            ts, data, old = doc._tidb.commitTs, doc.data, doc.old
-            if not 0 <= ts < 1 << 63 or doc.isDdl or len(data) != 1:
+            op, old, mysql_type = ops[doc.type], doc.old, doc.mysqlType
+            if op == UPDATE and old is None:
                 continue
-            op = ops.get(doc.type)
-            if op is None or (op == UPDATE and (old is None or len(old) != 1)):
-                continue
-            database, table, mysql_type, pk_names = doc.database, doc.table, doc.mysqlType, doc.pkNames
+            database, table, pk_names = doc.database, doc.table, doc.pkNames
             entry = tables.get((database, table))
             if entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names:
                 plan, index = entry[2], entry[3]
             else:
                 if tuple(mysql_type.items()) not in converters:
                     # a mysqlType the decoder has not met: learnt after the loop, or not at all
-                    pending.append((i, op, ts, database, table, data[0], old, mysql_type, pk_names))
+                    pending.append((i, op, doc._tidb.commitTs, database, table, doc.data[0], old, mysql_type, pk_names))
                     continue
                 plan, index = self._plan(database, table, mysql_type, pk_names)
-            if plan is None:
+            if plan is None:  # a table without a fast plan (a FLOAT column, no key, ...)
                 continue
-            row = data[0]
-            if len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
+            row, width = doc.data[0], plan.width
+            if len(row) != width or (op == UPDATE and len(old[0]) != width):
                 continue
             try:  # the row's values in column order (and the message's objects freed for the next)
                 row = plan.values(row)
@@ -505,7 +503,7 @@ class CanalBatch:
             rows = plan.rows
             if not rows and not plan.chunks:
                 used.append(plan)
-            rows.append((i, op, ts, index, row, old))
+            rows.append((i, op, doc._tidb.commitTs, index, row, old))
             taken += 1
             if len(rows) >= CHUNK:
                 plan.seal()

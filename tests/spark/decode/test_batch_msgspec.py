@@ -76,6 +76,9 @@ def _as_read(value: bytes) -> dict[str, Any] | None:
             except orjson.JSONDecodeError:
                 return None
     out["_tidb"] = {"commitTs": doc._tidb.commitTs}
+    for name in ("data", "old"):  # one row: a 1-tuple where orjson reads a list
+        if type(out[name]) is tuple:
+            out[name] = list(out[name])
     return out
 
 
