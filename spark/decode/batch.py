@@ -236,23 +236,14 @@ class Column:
         return ok, _null_as_nil(self.null[:encode], encoded)
 
     @staticmethod
-    def _chars(texts: pa.Array, positions: np.ndarray) -> np.ndarray:
-        """The bytes at ``positions`` of each value (0 past its end; garbage for a value not of the
-        pattern, which the caller drops)."""
-        n = len(texts)
-        buffers = texts.buffers()
-        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4)
-        if buffers[2] is None or not len(buffers[2]):
-            return np.zeros((n, len(positions)), np.uint8)
-        data = np.frombuffer(buffers[2], np.uint8)
-        width = int(offsets[1] - offsets[0])
-        lengths = np.diff(offsets)
-        if width > positions[-1] and (lengths == width).all():  # one length (no NULL): a view
-            return data[offsets[0]:offsets[-1]].reshape(n, width)[:, positions]
-        index = np.minimum(offsets[:-1, None] + positions, len(data) - 1)
-        chars = data[index]
-        chars[positions >= lengths[:, None]] = ord("0")
-        return chars
+    def _digits(chars: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The digits at ``positions`` of ``text_shapes.leading_bytes``'s rows (0 past a value's end;
+        garbage for a value not of the shape, which the caller drops)."""
+        width = chars.shape[1]
+        inside = positions[positions < width]
+        d = np.zeros((len(chars), len(positions)), np.int32)
+        d[:, :len(inside)] = np.maximum(chars[:, inside], ord("0")) - ord("0")  # 0 past the end: 0
+        return d
 
     @staticmethod
     def _date_ok(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
@@ -262,8 +253,9 @@ class Column:
         return (year >= 1) & good_month & (day >= 1) & (day <= days)
 
     def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
-        good = text_shapes.datetimes(texts)
-        d = self._chars(texts, _DATETIME_DIGITS).astype(np.int32) - ord("0")
+        chars, length = text_shapes.leading_bytes(texts, 26)
+        good = text_shapes.datetime_shape(chars, length)
+        d = self._digits(chars, _DATETIME_DIGITS)
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
         hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
@@ -280,8 +272,9 @@ class Column:
         return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
 
     def _date(self, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
-        good = text_shapes.dates(texts)
-        d = self._chars(texts, _DATETIME_DIGITS[:8]).astype(np.int32) - ord("0")
+        chars, length = text_shapes.leading_bytes(texts, 10)
+        good = text_shapes.date_shape(chars, length)
+        d = self._digits(chars, _DATETIME_DIGITS[:8])
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
         good &= self._date_ok(year, month, day)

@@ -92,25 +92,44 @@ def decimals(texts: pa.Array) -> np.ndarray:
     return _not_null(texts, good)
 
 
-def _fixed(texts: pa.Array, digit: np.ndarray, literal: np.ndarray, lengths: tuple[int, ...]) -> np.ndarray:
-    """Texts of one of ``lengths`` whose bytes are, position by position, a digit where ``digit``
-    says so and ``literal``'s byte elsewhere."""
+def leading_bytes(texts: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``width`` bytes of each value as the rows of a matrix (0 past a value's end; its
+    columns stop at the longest value), and the values' lengths. Values of one length are a view."""
     data, offsets = _buffers(texts)
-    start, length = offsets[:-1], np.diff(offsets)
-    good = np.isin(length, lengths)
-    width = len(digit)
-    chars = _at(data, start[:, None] + np.arange(width))
-    inside = np.arange(width) < length[:, None]
-    wrong = np.where(digit, ~_digit(chars), chars != literal)
-    good &= ~(wrong & inside).any(axis=1)
-    return _not_null(texts, good)
+    length = np.diff(offsets)
+    n = len(length)
+    if n and 0 < length[0] <= width and (length == length[0]).all():
+        return data[offsets[0]:offsets[-1]].reshape(n, int(length[0])), length
+    w = min(width, int(length.max())) if n else 0
+    chars = _at(data, offsets[:-1, None] + np.arange(w))
+    chars[np.arange(w) >= length[:, None]] = 0
+    return chars, length
+
+
+def _fixed(chars: np.ndarray, length: np.ndarray, digit: np.ndarray, literal: np.ndarray, good: np.ndarray) -> np.ndarray:
+    """``good`` (the lengths the shape takes) and, position by position, a digit where ``digit``
+    says so and ``literal``'s byte elsewhere, up to each value's end."""
+    w = chars.shape[1]
+    wrong = np.where(digit[:w], ~_digit(chars), chars != literal[:w])
+    if not (length == w).all():
+        wrong &= np.arange(w) < length[:, None]
+    return good & ~wrong.any(axis=1)
+
+
+def datetime_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """``[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?``, the whole text, of
+    ``leading_bytes(texts, 26)`` (NULL's length 0 fails)."""
+    return _fixed(chars, length, _DATETIME_DIGIT, _DATETIME_LITERAL, (length == 19) | ((length >= 21) & (length <= 26)))
+
+
+def date_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """``[0-9]{4}-[0-9]{2}-[0-9]{2}``, the whole text, of ``leading_bytes(texts, 10)``."""
+    return _fixed(chars, length, _DATETIME_DIGIT, _DATETIME_LITERAL, length == 10)
 
 
 def datetimes(texts: pa.Array) -> np.ndarray:
-    """``[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?``, the whole text."""
-    return _fixed(texts, _DATETIME_DIGIT, _DATETIME_LITERAL, (19, 21, 22, 23, 24, 25, 26))
+    return _not_null(texts, datetime_shape(*leading_bytes(texts, _WIDTH)))
 
 
 def dates(texts: pa.Array) -> np.ndarray:
-    """``[0-9]{4}-[0-9]{2}-[0-9]{2}``, the whole text."""
-    return _fixed(texts, _DATETIME_DIGIT[:10], _DATETIME_LITERAL[:10], (10,))
+    return _not_null(texts, date_shape(*leading_bytes(texts, 10)))
