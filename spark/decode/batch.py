@@ -197,10 +197,10 @@ class Column:
 
     def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
         lo, hi = int_range(ct)
-        good = text_shapes.integers(texts)
-        negative = pc.starts_with(texts, "-").fill_null(False).to_numpy(zero_copy_only=False)
+        good, negative = text_shapes.signed_integers(texts)
         digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
-        digits = pc.if_else(pa.array(good), digits, "0")
+        if not good.all():
+            digits = pc.if_else(pa.array(good), digits, "0")
         if pc.max(pc.binary_length(digits)).as_py() >= 20:  # 20 digits may pass 2**64 - 1: compared as text
             too_big = pc.and_(pc.equal(pc.binary_length(digits), 20), pc.greater(digits, _U64_MAX_TEXT))
             good &= ~too_big.to_numpy(zero_copy_only=False)

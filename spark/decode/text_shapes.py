@@ -52,8 +52,8 @@ def _not_null(texts: pa.Array, good: np.ndarray) -> np.ndarray:
     return good
 
 
-def integers(texts: pa.Array) -> np.ndarray:
-    """``-?[0-9]{1,20}``, the whole text."""
+def signed_integers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``-?[0-9]{1,20}``, the whole text; and which values start with '-'."""
     data, offsets = _buffers(texts)
     start, length = offsets[:-1], np.diff(offsets)
     negative = (length > 0) & (_at(data, start) == _MINUS)
@@ -61,7 +61,12 @@ def integers(texts: pa.Array) -> np.ndarray:
     position, row = _non_digits(data, offsets)
     sign = (data[position] == _MINUS) & (position == start[row])
     good[row[~sign]] = False
-    return _not_null(texts, good)
+    return _not_null(texts, good), negative
+
+
+def integers(texts: pa.Array) -> np.ndarray:
+    """``-?[0-9]{1,20}``, the whole text."""
+    return signed_integers(texts)[0]
 
 
 def decimals(texts: pa.Array) -> np.ndarray:
