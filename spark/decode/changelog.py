@@ -310,7 +310,7 @@ class ChangeLogWriter:
             self._chunks.append(_tuple_table(self._rows))
             self._rows = []
         if self._chunks:
-            table = self._number_runs(pa.concat_tables(self._chunks).combine_chunks())
+            table = self._number_runs(pa.concat_tables(self._chunks))  # the take below copies once
             self._chunks, self._pending = [], 0
             table = table.take(np.argsort(table.column("key_hash").to_numpy(), kind="stable"))
             self._writer.write_table(table, row_group_size=-(-table.num_rows // HASH_RANGES))
