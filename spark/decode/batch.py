@@ -362,7 +362,6 @@ class Plan:
         self.map_header = _map_header(len(self.names))
         self.key_map_header = _map_header(len(keys))
 
-
     def seal(self) -> None:
         """The rows since the last chunk as columns (values as Arrow strings) while their values are
         still in the CPU's cache, and their objects freed for the next messages': a whole read batch
@@ -468,8 +467,8 @@ class CanalBatch:
         for i, value in enumerate(values):
             try:
                 doc = decode(value)
-            except (msgspec.DecodeError, ValueError, TypeError, RecursionError):  # not the common shape: the per-change path's
-                continue
+            except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+                continue  # not the common shape: the per-change path's
             op, old, mysql_type = ops[doc.type], doc.old, doc.mysqlType
             if op == UPDATE and old is None:
                 continue
