@@ -98,7 +98,7 @@ def _removed_by(rows: pa.Table, since: np.ndarray, wrote: np.ndarray, ts: np.nda
         hit = pending & (since < removal.ts) & held
         out[hit] = removal.ts
         pending &= ~hit
-    if pending.any() and any(since[pending] < r.ts for r in removals.at):
+    if pending.any() and (since[pending] < max(r.ts for r in removals.at)).any():  # a removal after it, not holding it
         raise _NotTold(f"{int(pending.sum())} removed row(s) that no removal after their last write held")
     for arrival in removals.arrived:
         gone = wrote & ~pending & (out < arrival)  # taken before rows came to the name: back, and taken again?
