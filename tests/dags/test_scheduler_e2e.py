@@ -88,6 +88,14 @@ def task_tries(db: str, dag_id: str, run_id: str) -> dict[str, int]:
         return dict(cur.fetchall())
 
 
+def dag_run(db: str, dag_id: str, logical_date: dt.datetime) -> dict[str, str] | None:
+    """The DAG run of ``logical_date`` (its ``run_id`` and ``state``), read from the database (fast, unlike the CLI)."""
+    with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT run_id, state FROM dag_run WHERE dag_id = %s AND logical_date = %s", (dag_id, logical_date))
+        row = cur.fetchone()
+        return {"run_id": row[0], "state": row[1]} if row else None
+
+
 def task_states(db: str, dag_id: str, run_id: str) -> dict[str, str | None]:
     with psycopg2.connect(host="127.0.0.1", port=5432, user="root", dbname=db) as conn, conn.cursor() as cur:
         cur.execute("SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
@@ -310,11 +318,14 @@ def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) 
         # and goes on once the file is fixed.
         good = path.read_text().replace('end_date = "2024-01-01T03:00:00Z"', 'end_date = "2024-01-01T04:00:00Z"')
         path.write_text(good)
-        fourth = wait_for("the fourth run to start", lambda: [r for r in runs() if r["logical_date"].startswith("2024-01-01T03:00")],
-                          progress)[0]
-        assert cli("dags", "pause", dag_id).returncode == 0  # its next tasks wait until the stand-in is parsed
-        assert fourth["state"] != "success", "the fourth run ended before the test could edit its file"
+        # Seen in the database the moment it exists, and its file broken at once: the run's tasks take
+        # seconds, as does each Airflow CLI call (a run found by `list-runs`, then `pause`, could end
+        # before the typo -- it did, once the decode got faster).
+        fourth_at = dt.datetime(2024, 1, 1, 3, tzinfo=dt.timezone.utc)
+        fourth = wait_for("the fourth run to start", lambda: dag_run(db, dag_id, fourth_at), progress, every=0.2)
         path.write_text(good.replace('protocol = "open-protocol"', 'protocol = "open-protocl"'))
+        assert cli("dags", "pause", dag_id).returncode == 0  # its next tasks wait until the stand-in is parsed
+        assert dag_run(db, dag_id, fourth_at)["state"] != "success", "the fourth run ended before the test could edit its file"
 
         def stand_in_parsed():
             details = json_out(cli("dags", "details", dag_id, "-o", "json"))
