@@ -285,19 +285,9 @@ class Column:
         matrix[:, 2], matrix[:, 3], matrix[:, 4], matrix[:, 5] = year & 0xFF, year >> 8, month, day
         return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
 
-    @staticmethod
-    def _bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """The UTF-8 bytes of the values, and their offsets (from 0)."""
-        n = len(texts)
-        buffers = texts.buffers()
-        offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
-        data = np.frombuffer(buffers[2], np.uint8)[offsets[0]:offsets[-1]] if buffers[2] is not None \
-            else np.zeros(0, np.uint8)
-        return data, offsets - offsets[0]
-
     def _not_latin1(self, texts: pa.Array) -> np.ndarray:
         """Values with a character above U+00FF (a lead byte from C4 on): not bytes, the per-change path errs."""
-        data, offsets = self._bytes(texts)
+        data, offsets = text_shapes.value_bytes(texts)
         bad = np.zeros(len(texts), bool)
         wide = np.flatnonzero(data >= 0xC4)
         if len(wide):
@@ -308,7 +298,7 @@ class Column:
         """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
         C2 xx and C3 xx (values of other characters are dropped by the caller)."""
         n = len(texts)
-        data, offsets = self._bytes(texts)
+        data, offsets = text_shapes.value_bytes(texts)
         if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
             return _headed("bin", _lengths(texts), texts)
         lead = (data == 0xC2) | (data == 0xC3)
@@ -383,6 +373,12 @@ _NO_TEXT = pa.array([], pa.string())
 # Rows a plan converts at once (``Plan.seal``): enough for Arrow's per-call cost to vanish, few
 # enough for their strings to stay in the cache since they were parsed.
 CHUNK = 1024
+
+
+def _is_last(entry: tuple[Any, ...] | None, mysql_type: dict[str, str], pk_names: list[str]) -> bool:
+    """Whether a message's mysqlType (in its column order, as the decoder compares it) and pkNames are its
+    table's last ones (``CanalBatch._tables``'s entry): then the entry's plan is the message's."""
+    return entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names
 
 
 def _msgspec_name(name: str) -> bytes:
@@ -474,7 +470,7 @@ class CanalBatch:
                 continue
             database, table, pk_names = doc.database, doc.table, doc.pkNames
             entry = tables.get((database, table))
-            if entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names:
+            if _is_last(entry, mysql_type, pk_names):
                 plan, index = entry[2], entry[3]
             else:
                 if tuple(mysql_type.items()) not in converters:
@@ -510,7 +506,7 @@ class CanalBatch:
             # new objects): its rows, placed now, follow no earlier row of theirs (``_columns`` checks).
             for i, op, ts, database, table, row, old, mysql_type, pk_names in pending:
                 entry = tables.get((database, table))
-                if entry is not None and entry[0] == mysql_type and entry[4] == tuple(mysql_type) and entry[1] == pk_names:
+                if _is_last(entry, mysql_type, pk_names):
                     plan, index = entry[2], entry[3]
                 else:
                     plan, index = self._plan(database, table, mysql_type, pk_names)

@@ -20,13 +20,15 @@ _DATETIME_DIGIT = np.array([c == "d" for c in "dddd-dd-dd dd:dd:dd.dddddd"])
 _DATETIME_LITERAL = np.frombuffer(b"0000-00-00 00:00:00.000000", np.uint8)
 
 
-def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """The values' bytes, and where each value starts and ends in them (n + 1 offsets)."""
+def value_bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The values' UTF-8 bytes (a view of the array's data), and where each value starts and ends in
+    them (n + 1 offsets, from 0)."""
     n = len(texts)
     buffers = texts.buffers()
     offsets = np.frombuffer(buffers[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
-    data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
-    return data, offsets
+    data = np.frombuffer(buffers[2], np.uint8)[offsets[0]:offsets[-1]] if buffers[2] is not None \
+        else np.zeros(0, np.uint8)
+    return data, offsets - offsets[0]
 
 
 def _at(data: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -54,7 +56,7 @@ def _not_null(texts: pa.Array, good: np.ndarray) -> np.ndarray:
 
 def signed_integers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``-?[0-9]{1,20}``, the whole text; and which values start with '-'."""
-    data, offsets = _buffers(texts)
+    data, offsets = value_bytes(texts)
     start, length = offsets[:-1], np.diff(offsets)
     negative = (length > 0) & (_at(data, start) == _MINUS)
     good = (length - negative >= 1) & (length - negative <= 20)
@@ -72,7 +74,7 @@ def integers(texts: pa.Array) -> np.ndarray:
 def decimals(texts: pa.Array) -> np.ndarray:
     """``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``, the whole text, and not ``-?0\\.0{6}.*`` (a decimal below
     10**-6, which Python's ``str(Decimal)`` writes in scientific notation)."""
-    data, offsets = _buffers(texts)
+    data, offsets = value_bytes(texts)
     start, end = offsets[:-1], offsets[1:]
     length = end - start
     negative = (length > 0) & (_at(data, start) == _MINUS)
@@ -100,7 +102,7 @@ def decimals(texts: pa.Array) -> np.ndarray:
 def leading_bytes(texts: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
     """The first ``width`` bytes of each value as the rows of a matrix (0 past a value's end; its
     columns stop at the longest value), and the values' lengths. Values of one length are a view."""
-    data, offsets = _buffers(texts)
+    data, offsets = value_bytes(texts)
     length = np.diff(offsets)
     n = len(length)
     if n and 0 < length[0] <= width and (length == length[0]).all():
