@@ -101,20 +101,25 @@ def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage
                 f"{where}: a delete's _commit_ts is not what removed the row"
 
 
-def check_changes(machine: Any) -> None:
+def check_changes(machine: Any, every_pair: bool = False) -> None:
     """The change feed of every two consecutive retained published Ws of a ``test_operations`` machine,
-    of one more pair, from 0 (before the first W) to one, and from one retired W (picked by the published Ws: the same history checks the same)."""
+    of one more pair, from 0 (before the first W) to one, and from one retired W (picked by the published
+    Ws: the same history checks the same). ``every_pair``: of every two retained Ws, 0 among them (once a
+    history, at its end: after every step it would be quadratic in the Ws)."""
     storage, config = machine.storage, machine.config
     published = published_watermarks(storage, config.name)
     rng = random.Random(sum(published) + len(published))
     retired = set(retired_watermarks(storage, config.name))
     retained = [w for w in published if w not in retired]
-    pairs = list(itertools.pairwise(retained))
-    if len(retained) > 2:
-        a, b = sorted(rng.sample(retained, 2))
-        pairs.append((a, b))
-    if retained:
-        pairs.append((0, rng.choice(retained)))  # from before the first W: a first load in the feed's form
+    if every_pair:
+        pairs = list(itertools.combinations([0, *retained], 2))
+    else:
+        pairs = list(itertools.pairwise(retained))
+        if len(retained) > 2:
+            a, b = sorted(rng.sample(retained, 2))
+            pairs.append((a, b))
+        if retained:
+            pairs.append((0, rng.choice(retained)))  # from before the first W: a first load in the feed's form
     for w1, w2 in pairs:
         check_pair(config, machine.model_at, w1, w2, storage)
     if retired and retained:

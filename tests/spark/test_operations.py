@@ -93,7 +93,11 @@ class PipelineMachine(RuleBasedStateMachine):
         self.tmp = Path(tempfile.mkdtemp(prefix="tidelake-ops-"))
 
     def teardown(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            if hasattr(self, "config"):  # the state the last step's invariant saw: now every pair of its Ws
+                check_changes(self, every_pair=True)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         counter = os.environ.get("TIDELAKE_HISTORY_COUNTER")
         if counter:  # python -m bench consistency counts the histories it ran
             with open(counter, "a") as f:
