@@ -64,7 +64,7 @@ from spark.tables.ddl_changes import Change, CreateTable, CreateTableLike, DropT
 from spark.archive import records
 from spark.archive.records import CorruptArchiveFile
 from spark.decode.effect import CorruptChangeValue
-from spark.tables.updates import UnsupportedSchemaChange
+from spark.tables.updates import RowSchemaMismatch, UnsupportedSchemaChange
 from spark.tables.ddl_changes import DdlParseError
 from spark.tables.properties import HELD_AT, HELD_REASON
 from spark.tables.schema_map import UnsupportedValue
@@ -242,6 +242,10 @@ def release_hint(entry: Mapping[str, Any]) -> str:
         return (f"a value the column cannot take: if the column's type is wrong in tidelake (the README's type mapping), "
                 f"a version that types it right releases it: {replay}. If upstream's own column cannot hold the value "
                 "either (a DDL edited by hand), correct it upstream and re-create the table there, under a new name")
+    if entry.get("error") == RowSchemaMismatch.__name__:
+        return (f"rows name columns the table does not have: if a schema change is missing from the stream, a "
+                f"version that follows it releases it ({replay}); a change re-sent after its table was made again "
+                "(a protocol without commitTs) stays in the archive: re-create the table upstream under a new name")
     return f"a tidelake version that applies the statement releases it: {replay}"
 
 

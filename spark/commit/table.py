@@ -77,7 +77,7 @@ from spark.tables.properties import (
     upstream_types,
 )
 from spark.tables.schema_map import arrow_table, iceberg_schema, table_columns
-from spark.tables.updates import UnsupportedSchemaChange
+from spark.tables.updates import RowSchemaMismatch, UnsupportedSchemaChange
 from spark.tables import internals
 from spark.tables.files import LiveFiles, live_files
 from spark.write.rewrite import FileRewrite
@@ -449,6 +449,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against."""
     props = metadata.properties
+    _rows_fit(metadata, plan, step, fold)
     keys = key_columns(props)
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
@@ -463,6 +464,25 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset),
             head.snapshot_id if head is not None else None)
+
+
+def _rows_fit(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> None:
+    """Hold the table when rows it is to be written name a column it does not have at their
+    commitTs (column names as upstream gives them): writing them would silently lose those
+    values, and a row keyed by such a column would be written with a NULL key.
+
+    Raises:
+        RowSchemaMismatch: naming the table, the columns and the run's segment.
+    """
+    fields = updates.upstream_fields(metadata)
+    extra = sorted(fold.written_columns(plan.database, plan.table, step.segment) - fields.keys())
+    if extra:
+        shown = ", ".join(map(repr, extra[:8])) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+        raise RowSchemaMismatch(
+            f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run) name "
+            f"columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
+            "A schema change the stream did not carry, or a change re-sent after the table was made again "
+            "under its name; its values have no column to go to")
 
 
 def _stage_tag(tx: Transaction, watermark: int) -> None:

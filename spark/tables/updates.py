@@ -80,6 +80,13 @@ class UnsupportedSchemaChange(TidelakeError):
     """A DDL that Iceberg cannot express for this table."""
 
 
+class RowSchemaMismatch(UnsupportedSchemaChange):
+    """Rows name columns their table does not have at their commitTs: the stream contradicts its
+    own DDL (a schema change it did not carry, or, without commitTs, a change re-sent after its
+    table was re-created under its name). Their values have no column to go to, so the table is
+    held rather than written without them."""
+
+
 def _widened(old: IcebergType, new: IcebergType) -> bool:
     if old == new:
         return True

@@ -99,6 +99,8 @@ class Fold(Protocol):
 
     def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]: ...
 
+    def written_columns(self, database: str, table: str, segment: int) -> set[str]: ...
+
     def close(self) -> None: ...
 
 
@@ -110,7 +112,7 @@ class _NetSchemas:
 
     def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]:
         """Column types and key of rows for a table no DDL created: the union over its written rows."""
-        summary = next(s for s in self.outcome.summaries if (s.database, s.table, s.segment) == (database, table, segment))
+        summary = self._summary(database, table, segment)
         keys: tuple[str, ...] = ()
         for sid in sorted(summary.schema_ids):
             keys = decode_schema(self.schemas[sid])[0] or keys
@@ -118,6 +120,15 @@ class _NetSchemas:
         for sid in sorted(summary.written_schema_ids):
             columns.update(decode_schema(self.schemas[sid])[1] or {})
         return columns, keys
+
+    def written_columns(self, database: str, table: str, segment: int) -> set[str]:
+        """The columns the written rows of a table's DDL segment carry (none where the protocol
+        carries no column types)."""
+        summary = self._summary(database, table, segment)
+        return {c for sid in summary.written_schema_ids for c in decode_schema(self.schemas[sid])[1] or ()}
+
+    def _summary(self, database: str, table: str, segment: int) -> NetSummary:
+        return next(s for s in self.outcome.summaries if (s.database, s.table, s.segment) == (database, table, segment))
 
 
 def _routed(net: pa.Table, index: Mapping[tuple[str, str, int], int], targets: Sequence[UpsertTarget]) -> Iterator[pa.Table]:

@@ -53,6 +53,12 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   (so ``a TO tmp, b TO a, tmp TO b`` swaps), and takes effect as one statement;
   ``ALTER TABLE a ... RENAME TO b`` renames after its other changes (15.1.9);
   ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
+- a row a table could not hold is kept with the W that applies it (``unfit``): a write naming a column the
+  table does not have by its DDL (CREATE TABLE's columns, ADD and DROP COLUMN; a table whose
+  columns the model cannot follow is not judged), or into a name no table has (dropped or renamed
+  away). MySQL never writes one; a changefeed without commitTs delivers one when it re-sends a
+  change after its table's DDL (every delivered change counts there). What a table then holds is
+  not MySQL's to say: the table may be held from there (docs/contract.md §5).
 - every removal of a keyed row from a table name is kept with its commitTs (``removals``): a
   DELETE's, or the DDL's that took it without row events -- TRUNCATE, DROP, DROP DATABASE, a
   rename away, a partition's TRUNCATE / DROP / EXCHANGE (the rows that partition held then). A
@@ -386,6 +392,11 @@ class Oracle:
     # events (TRUNCATE, DROP, DROP DATABASE, a rename away, a partition's TRUNCATE / DROP / EXCHANGE).
     removals: list[tuple[int, TableName, Key]] = field(default_factory=list)
     _ts: int | None = None  # the commitTs of the DDL being applied
+    # Each table name's columns by its DDL: None where the model cannot follow them, empty where no
+    # table has the name (dropped, renamed away); a name without DDL (made from rows) has none.
+    columns: dict[TableName, frozenset[str] | None] = field(default_factory=dict)
+    unfit: list[tuple[int, TableName]] = field(default_factory=list)  # (the W applying it, name): see the module
+    _unfit: list[TableName] = field(default_factory=list)  # of the cut being applied
 
     def removed_at(self, name: TableName, key: Key, w1: int, w2: int) -> int | None:
         """The commitTs of the last removal of ``key`` from ``name`` in (w1, w2]: what removed a row
@@ -432,7 +443,12 @@ class Oracle:
                 self._apply_transaction(transaction)
                 transaction = []
         self.watermark = w
+        self._cut_unfit(w)
         return w
+
+    def _cut_unfit(self, w: int) -> None:
+        self.unfit.extend((w, name) for name in self._unfit)
+        self._unfit.clear()
 
     def _apply_transaction(self, rows: list[RowChange]) -> None:
         """One commitTs's rows: every before-image removed, then every after-image written."""
@@ -455,6 +471,8 @@ class Oracle:
                 if name[0] == database:
                     self._took(e.commit_ts, name, self.tables[name])
                     self.tables[name] = {}
+            for name in [n for n in self.columns if n[0] == database]:
+                self.columns[name] = frozenset()
             return
         discard = _DISCARD.match(sql)
         if discard:
@@ -471,6 +489,8 @@ class Oracle:
             for name in names:
                 self._took(e.commit_ts, name, self.tables.get(name, {}))
                 self.tables[name] = {}
+                if verb == "DROP":
+                    self.columns[name] = frozenset()
             return
         name = names[0] if verb == "CREATE" else (e.database, e.table)
         if verb == "CREATE":  # a new, empty table (a dropped one's rows are long gone)
@@ -483,6 +503,7 @@ class Oracle:
             elif source in self.partitioning:  # CREATE TABLE ... LIKE copies the definition, partitioning too
                 self.partitioning[name] = self.partitioning[source].copy()
         had = {c for row in self.tables.get(name, {}).values() for c in row}
+        self._follow_columns(verb, name, e)
         if e.schema_after is not None:
             self.schemas[name] = e.schema_after
             table = self.tables.setdefault(name, {})
@@ -502,8 +523,46 @@ class Oracle:
         if verb == "ALTER" and len(names) == 2:  # renamed after its other changes
             self._rename(*names)
 
+    def _follow_columns(self, verb: str, name: TableName, e: DdlChange) -> None:
+        """``columns`` of ``name`` after a CREATE or ALTER TABLE (see the module's docstring)."""
+        if e.schema_after is not None:
+            self.columns[name] = frozenset(c.name for c in e.schema_after.columns)
+            return
+        try:
+            statement = sqlglot.parse_one(e.sql, read="mysql")
+        except sqlglot.errors.SqlglotError:
+            statement = None
+        if verb == "CREATE":
+            source = _like_source(e.sql, e.database)
+            schema = statement.this if isinstance(statement, exp.Create) else None
+            if source is not None:
+                self.columns[name] = self.columns.get(source)
+            elif isinstance(schema, exp.Schema) and all(isinstance(d, (exp.ColumnDef, exp.Constraint, exp.PrimaryKey))
+                                                        for d in schema.expressions):
+                self.columns[name] = frozenset(d.name for d in schema.expressions if isinstance(d, exp.ColumnDef))
+            else:
+                self.columns[name] = None
+        elif verb == "ALTER":
+            known = self.columns.get(name)
+            for action in (statement.args.get("actions") or []) if isinstance(statement, exp.Alter) else [None]:
+                if known is None:
+                    break
+                if isinstance(action, exp.ColumnDef):
+                    known = known | {action.name}
+                elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "COLUMN":
+                    known = known - {action.name}
+                elif not isinstance(action, exp.AlterRename):
+                    known = None
+            if name in self.columns or known is not None:
+                self.columns[name] = known
+
     def _rename(self, old: TableName, new: TableName) -> None:
         self._took(self._ts, old, self.tables.get(old, {}))
+        if old in self.columns:
+            self.columns[new] = self.columns[old]
+        else:
+            self.columns.pop(new, None)
+        self.columns[old] = frozenset()
         self.tables[new] = self.tables.pop(old, {})
         if old in self.schemas:
             self.schemas[new] = self.schemas.pop(old)
@@ -659,6 +718,9 @@ class Oracle:
             if by is not None and by.column is not None and by.partition_of(dict(e.after), self.server) is None:
                 raise Refused(f"no partition of {e.database}.{e.table} holds the row {dict(e.after)} "
                               "(ER_NO_PARTITION_FOR_GIVEN_VALUE: MySQL refuses it)")
+            known = self.columns.get((e.database, e.table))
+            if known is not None and not dict(e.after).keys() <= known:
+                self._unfit.append((e.database, e.table))
             self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
 
     @staticmethod
@@ -773,4 +835,5 @@ class BinlogOracle(Oracle):
             else:
                 self._apply_row(e)
         self.watermark = w
+        self._cut_unfit(w)
         return w
