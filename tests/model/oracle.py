@@ -550,7 +550,10 @@ class Oracle:
                 if isinstance(action, exp.ColumnDef):
                     known = known | {action.name}
                 elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "COLUMN":
-                    known = known - {action.name}
+                    # sqlglot keeps the dropped columns in ``tables`` (a Drop's own name is ''); MySQL's
+                    # column names ignore case (manual, 11.2.3).
+                    gone = {c.name.casefold() for c in action.args.get("tables") or []}
+                    known = frozenset(c for c in known if c.casefold() not in gone)
                 elif not isinstance(action, exp.AlterRename):
                     known = None
             if name in self.columns or known is not None:
@@ -719,7 +722,7 @@ class Oracle:
                 raise Refused(f"no partition of {e.database}.{e.table} holds the row {dict(e.after)} "
                               "(ER_NO_PARTITION_FOR_GIVEN_VALUE: MySQL refuses it)")
             known = self.columns.get((e.database, e.table))
-            if known is not None and not dict(e.after).keys() <= known:
+            if known is not None and not {c.casefold() for c in dict(e.after)} <= {c.casefold() for c in known}:
                 self._unfit.append((e.database, e.table))
             self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
 

@@ -1,0 +1,376 @@
+"""Rows against the columns their table has at their commitTs (``RowSchemaMismatch``, 7df6889).
+
+A review of that change: streams MySQL 8 / TiDB would apply as they are, which must go on
+flowing (never a hold), and the cases where a hold, or a silent wrong answer, remains.
+Every test drives the real pipeline in process (``apply_interval``) with
+``on_table_error = "fail"``, so a hold shows as the run's error.
+
+Tests marked ``xfail(strict=True)`` describe what MySQL does and fail today; each says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema, Watermark, get_encoder
+from cdc_codecs.types import parse_mysql_type
+from spark.commit.apply import apply_interval
+from spark.archive.storage import open_storage
+from spark.query.read import read_table
+
+from .archives import HOUR, T0, ArchiveWriter, make_config
+from .test_schema_evolution import P, History, run, schema
+
+
+def _folded(rows: list[dict]) -> list[dict]:
+    """Rows with their column names case-folded, in key order: MySQL's names ignore case."""
+    return sorted(({k.casefold(): v for k, v in r.items()} for r in rows), key=lambda r: repr(sorted(r.items())))
+
+
+# ---------------------------------------------------------------- column names in other lettercase
+
+# A MODIFY / CHANGE clause's column name, lettercase included, becomes the column's name. Checked
+# on MariaDB 10.11 (`CREATE TABLE t (Id int primary key)`, `ALTER TABLE t MODIFY id bigint`: SHOW
+# CREATE TABLE says `id`, and the primary key with it); MySQL 8's parser does the same as read
+# from its source (PT_alter_table_modify_column passes its one identifier as old and new name), and
+# so does TiDB's (getModifiableColumnJob: newColName := specNewColumn.Name.Name) -- neither run
+# here. The server's row events then name the column as the statement wrote it.
+# (tests/spark/test_schema_evolution.py::test_if_not_exists_case_folding_and_unknown_drops asserts
+# the lake keeps `Qty` after `MODIFY QTY bigint FIRST`; upstream it is `QTY` from then on.)
+CASE_ONLY_CHANGES = [
+    pytest.param("ALTER TABLE shop.t MODIFY id bigint", id="modify"),
+    pytest.param("ALTER TABLE shop.t CHANGE id id bigint", id="change-to-the-same-name"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "MODIFY / CHANGE c c spelled in other lettercase renames the column upstream (MySQL, MariaDB, TiDB), "
+    "spark/tables/ddl.py _alter_action emits no RenameColumn for MODIFY nor for CHANGE c c (and "
+    "spark/tables/updates.py _change_column_type keeps the lake's spelling), so the table keeps 'Id' and "
+    "the rows naming 'id' are held (RowSchemaMismatch); before 7df6889 they were written with a NULL key "
+    "and the UPDATE of key 1 lost"))
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+@pytest.mark.parametrize("sql", CASE_ONLY_CHANGES)
+def test_modify_in_other_lettercase_renames_the_column_as_mysql_does(tmp_path: Path, protocol: str, sql: str) -> None:
+    h = History()
+    v1 = schema("shop", "t", [("Id", "int"), ("v", "int")], keys=("Id",))
+    h.ddl("shop", "t", "CREATE TABLE shop.t (Id int primary key, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"Id": 1, "v": 1})
+    w1 = h.mark()
+    first = list(h.events)
+    h.events.clear()
+    v2 = schema("shop", "t", [("id", "bigint"), ("v", "int")], keys=("id",))  # as the server now names it
+    h.ddl("shop", "t", sql, v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 2, "v": 2})
+    h.row(Op.UPDATE, v2, {"id": 1, "v": 1}, {"id": 1, "v": 10})
+    w2 = h.mark()
+    config, results = run(tmp_path, protocol, [first, list(h.events)])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert _folded(read_table(config, "shop", "t", w2).to_pylist()) == [{"id": 1, "v": 10}, {"id": 2, "v": 2}]
+
+
+@pytest.mark.parametrize("sql", [
+    pytest.param("ALTER TABLE shop.t CHANGE Id ID int", id="change"),
+    pytest.param("ALTER TABLE shop.t RENAME COLUMN Id TO ID", id="rename-column"),
+])
+def test_a_rename_that_only_changes_lettercase_keeps_rows_flowing(tmp_path: Path, sql: str) -> None:
+    """CHANGE / RENAME COLUMN whose names differ only in case: tidelake renames (RenameColumn), and
+    the rows naming ``ID`` fit (no hold)."""
+    h = History()
+    v1 = schema("shop", "t", [("Id", "int"), ("v", "int")], keys=("Id",))
+    h.ddl("shop", "t", "CREATE TABLE shop.t (Id int primary key, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"Id": 1, "v": 1})
+    h.mark()
+    v2 = schema("shop", "t", [("ID", "int"), ("v", "int")], keys=("ID",))
+    h.ddl("shop", "t", sql, v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"ID": 2, "v": 2})
+    h.row(Op.DELETE, v2, {"ID": 1, "v": 1}, None)
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [h.events])  # DDL and rows in one run
+    assert results[-1].watermark == w2
+    assert read_table(config, "shop", "t", w2).to_pylist() == [{"ID": 2, "v": 2}]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "TiDB compares table names without case (it supports only lower_case_table_names=2), and TiCDC's DDL "
+    "event names the table as TiDB has it ('Items') with the statement as the user wrote it ('items'): "
+    "tidelake takes the table from the SQL, so the ADD COLUMN goes to a table the lake does not have and "
+    "the rows naming 'c' hold 'Items' (RowSchemaMismatch); before 7df6889 their 'c' was dropped unseen"))
+@pytest.mark.parametrize("protocol", ["canal-json", "simple"])
+def test_an_alter_naming_the_table_in_other_lettercase_reaches_it_on_tidb(tmp_path: Path, protocol: str) -> None:
+    h = History()
+    v1 = schema("shop", "Items", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "Items", "CREATE TABLE shop.Items (id int primary key, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
+    h.mark()
+    v2 = schema("shop", "Items", [("id", "int"), ("v", "int"), ("c", "int")])
+    h.ddl("shop", "Items", "ALTER TABLE shop.items ADD COLUMN c int", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 2, "v": 2, "c": 3})
+    w = h.mark()
+    config, results = run(tmp_path, protocol, [h.events])
+    assert results[-1].watermark == w
+    assert sorted(read_table(config, "shop", "Items", w).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 1, "c": None}, {"id": 2, "v": 2, "c": 3}]
+
+
+# ---------------------------------------------------------------- DDL and rows in one run, in various orders
+
+def test_a_table_made_from_rows_then_added_a_column_takes_the_rows_naming_it(tmp_path: Path) -> None:
+    """No CREATE TABLE in the archive (the pipeline started after it): the rows make the table;
+    a later ADD COLUMN, in the same run as rows before and after it and in a later run."""
+    h = History()
+    v1 = schema("shop", "t", [("id", "int"), ("v", "int")])
+    h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
+    w1 = h.mark()
+    first = list(h.events)
+    h.events.clear()
+    h.row(Op.INSERT, v1, None, {"id": 2, "v": 2})
+    v2 = schema("shop", "t", [("id", "int"), ("v", "int"), ("note", "text")])
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN note text", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 3, "v": 3, "note": "a"})
+    h.row(Op.UPDATE, v2, {"id": 1, "v": 1, "note": None}, {"id": 1, "v": 1, "note": "b"})
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [first, list(h.events)])
+    assert [r.watermark for r in results] == [w1, w2]
+    assert sorted(read_table(config, "shop", "t", w2).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 1, "note": "b"}, {"id": 2, "v": 2, "note": None}, {"id": 3, "v": 3, "note": "a"}]
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "debezium"])
+def test_a_table_the_lake_does_not_have_altered_then_written_in_one_run(tmp_path: Path, protocol: str) -> None:
+    """The archive starts between a table's CREATE and its ADD COLUMN: rows before the ALTER,
+    the ALTER, rows naming the new column, all in the first run."""
+    h = History()
+    v1 = schema("shop", "t", [("id", "int"), ("v", "int")])
+    v2 = schema("shop", "t", [("id", "int"), ("v", "int"), ("note", "text")])
+    h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN note text", v2, v1, kind="ALTER")
+    h.row(Op.INSERT, v2, None, {"id": 2, "v": 2, "note": "a"})
+    w1 = h.mark()
+    config, results = run(tmp_path, protocol, [h.events])
+    assert results[-1].watermark == w1
+    assert sorted(read_table(config, "shop", "t", w1).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 1, "note": None}, {"id": 2, "v": 2, "note": "a"}]
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "debezium"])
+def test_drop_and_create_with_other_columns_truncate_and_like_in_one_run(tmp_path: Path, protocol: str) -> None:
+    """One run: rows, DROP TABLE, CREATE TABLE of other columns, rows, TRUNCATE, rows, and
+    CREATE TABLE ... LIKE with rows: every row fits its table at its commitTs, nothing is held."""
+    h = History()
+    a1 = schema("shop", "a", [("id", "int"), ("old", "int")])
+    h.ddl("shop", "a", "CREATE TABLE shop.a (id int primary key, old int)", a1, kind="CREATE")
+    h.row(Op.INSERT, a1, None, {"id": 1, "old": 1})
+    h.mark()
+    h.row(Op.INSERT, a1, None, {"id": 2, "old": 2})
+    h.ddl("shop", "a", "DROP TABLE shop.a", kind="ERASE")
+    a2 = schema("shop", "a", [("k", "int"), ("new", "varchar(4)")], keys=("k",))
+    h.ddl("shop", "a", "CREATE TABLE shop.a (k int primary key, new varchar(4))", a2, kind="CREATE")
+    h.row(Op.INSERT, a2, None, {"k": 1, "new": "x"})
+    h.ddl("shop", "a", "TRUNCATE TABLE shop.a", a2, a2, kind="TRUNCATE")
+    h.row(Op.INSERT, a2, None, {"k": 2, "new": "y"})
+    b = dataclasses.replace(a2, table="b")
+    h.ddl("shop", "b", "CREATE TABLE shop.b LIKE shop.a", b, kind="CREATE")
+    h.row(Op.INSERT, b, None, {"k": 3, "new": "z"})
+    w2 = h.mark()
+    config, results = run(tmp_path, protocol, [h.events])
+    assert results[-1].watermark == w2
+    assert read_table(config, "shop", "a", w2).to_pylist() == [{"k": 2, "new": "y"}]
+    assert read_table(config, "shop", "b", w2).to_pylist() == [{"k": 3, "new": "z"}]
+
+
+# ---------------------------------------------------------------- protocols without commitTs: equal event times
+
+# TiCDC's Canal-JSON without its TiDB extension, written by hand as
+# tests/spark/test_canal_json_without_tidb_extension.py writes it: ``es`` is the commitTs'
+# physical milliseconds, DDL goes to partition 0 only.
+TYPES = {"id": "int", "name": "varchar", "price": "decimal"}
+SQL_TYPES = {"id": 4, "name": 12, "price": 3}
+
+
+def _ddl(es: int, sql: str, kind: str) -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": "items", "pkNames": None, "isDdl": True, "type": kind, "es": es,
+           "ts": es + 700, "sql": sql, "sqlType": None, "mysqlType": None, "data": None, "old": None}
+    return ProducerRecord(0, None, orjson.dumps(doc))
+
+
+def _row(partition: int, kind: str, es: int, data: dict, old: dict | None = None) -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": "items", "pkNames": ["id"], "isDdl": False, "type": kind, "es": es,
+           "ts": es + 900, "sql": "", "sqlType": {k: SQL_TYPES[k] for k in data},
+           "mysqlType": {k: TYPES[k] for k in data}, "data": [data], "old": [old] if old is not None else None}
+    return ProducerRecord(partition, None, orjson.dumps(doc))
+
+
+def _derived(tmp_path: Path, intervals: list[list[ProducerRecord]]):  # noqa: ANN202
+    config = make_config(tmp_path, "canal-json", {"enable_tidb_extension": "false"})
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    results = []
+    for i, records in enumerate(intervals):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
+        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+    return config, results
+
+
+CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "derived order puts a row that committed just before a DDL, in the DDL's millisecond, after the DDL "
+    "when the row is on a partition above the DDL's (docs/consistency.md says so); before 7df6889 the "
+    "dropped column's value was dropped (right: the column goes; a renamed one's was lost, NULL); now the "
+    "table is held (RowSchemaMismatch) for a stream TiCDC writes in normal operation (two transactions in "
+    "one millisecond of TSO) and Canal / Debezium MySQL all the time (binlog times are seconds)"))
+@pytest.mark.parametrize(("ddl", "want"), [
+    pytest.param("ALTER TABLE shop.items DROP COLUMN price", {"id": 2, "name": "b2"}, id="drop-column"),
+    pytest.param("ALTER TABLE shop.items RENAME COLUMN price TO cost", {"id": 2, "name": "b2", "cost": "2.50"},
+                 id="rename-column"),
+])
+def test_a_row_committed_just_before_drop_or_rename_column_in_its_millisecond_is_applied(tmp_path: Path, ddl: str, want: dict) -> None:
+    first = [_ddl(1000, CREATE, "CREATE"),
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a", "price": "1.50"}),
+             _row(1, "INSERT", 1001, {"id": "2", "name": "b", "price": "2.00"})]
+    # One millisecond: the UPDATE on partition 1 commits (TSO 2000.1), then the DROP COLUMN (2000.2).
+    second = [_row(1, "UPDATE", 2000, {"id": "2", "name": "b2", "price": "2.50"}, {"name": "b", "price": "2.00"}),
+              _ddl(2000, ddl, "ALTER"),
+              _row(0, "INSERT", 2002, {"id": "3", "name": "c"}),
+              _row(1, "INSERT", 2002, {"id": "4", "name": "d"})]
+    config, results = _derived(tmp_path, [first, second])
+    w = results[-1].watermark
+    assert w == (2002 << 18) - 1
+    rows = {r["id"]: {k: str(v) if k == "cost" else v for k, v in r.items()}
+            for r in read_table(config, "shop", "items", w).to_pylist()}
+    assert rows[2] == want
+
+
+def test_a_row_committed_just_before_add_column_in_its_millisecond_fits(tmp_path: Path) -> None:
+    """The same order, the other way: a row that committed just before ADD COLUMN in its millisecond
+    is placed after it and lacks the column: no hold (a missing column is not checked). It reads the
+    column NULL where MySQL gives it the DEFAULT (ADD COLUMN fills the rows the table holds): the
+    documented derived-order gap, unchanged by 7df6889."""
+    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a"})]
+    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
+              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN price decimal(10,2) DEFAULT 9.99", "ALTER"),
+              _row(0, "INSERT", 2002, {"id": "3", "name": "c", "price": "1.00"}),
+              _row(1, "INSERT", 2002, {"id": "4", "name": "d", "price": "2.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    w = results[-1].watermark
+    rows = {r["id"]: r for r in read_table(config, "shop", "items", w).to_pylist()}
+    assert str(rows[1]["price"]) == "9.99"
+    assert rows[2]["price"] is None  # MySQL: 9.99 (the gap above)
+
+
+# ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an INSERT blocked by ALTER TABLE's metadata lock is binlogged after the ALTER with its own start "
+    "time, before the running maximum that places the ALTER (another table's row on the DDL's partition): "
+    "derived order puts it before the ADD COLUMN, so it names a column the table does not have yet and the "
+    "table is held (RowSchemaMismatch); before 7df6889 its value was lost and the DEFAULT written instead"))
+def test_a_row_written_after_add_column_with_an_earlier_start_time_is_applied(tmp_path: Path) -> None:
+    def schema_of(table: str, columns: list[tuple[str, str]]) -> TableSchema:
+        return TableSchema("shop", table, tuple(Column(n, parse_mysql_type(t), n != "id") for n, t in columns), ("id",))
+
+    t1 = schema_of("t", [("id", "int"), ("v", "int")])
+    t2 = schema_of("t", [("id", "int"), ("v", "int"), ("c", "int")])
+    u = schema_of("u", [("id", "int"), ("v", "int")])
+    encoder = get_encoder("canal")
+
+    def row(partition: int, s: TableSchema, image: dict, ms: int) -> ProducerRecord:
+        return ProducerRecord(partition, *encoder.encode_row(
+            RowChange(Op.INSERT, "shop", s.table, None, image, s.key_columns, s.column_types, None, P, ms)))
+
+    def ddl(table: str, sql: str, ms: int, after: TableSchema) -> list[ProducerRecord]:
+        return encoder.encode(DdlChange("shop", table, sql, None, P, "CREATE" if sql.startswith("CREATE") else "ALTER",
+                                        None, after, ms), 2)
+
+    def mark(ms: int) -> list[ProducerRecord]:
+        return encoder.encode(Watermark(ms, P), 2)
+
+    first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int)", 1_000, t1),
+             *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000), *mark(1_500)]
+    # The ALTER starts at 2 s and commits at 5 s; u's row (started at 5 s) commits before it, on
+    # partition 0; an INSERT into t started at 4 s waits for the ALTER's lock and is binlogged after it.
+    second = [row(0, u, {"id": 1, "v": 1}, 5_000),
+              *ddl("t", "ALTER TABLE shop.t ADD COLUMN c int", 2_000, t2),
+              row(1, t2, {"id": 3, "v": 3, "c": 33}, 4_000),
+              row(0, t2, {"id": 4, "v": 4, "c": 44}, 6_000), row(1, t2, {"id": 5, "v": 5, "c": 55}, 6_000),
+              *mark(7_000)]
+    config = make_config(tmp_path, "canal")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    results = []
+    for i, records in enumerate([first, second]):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
+        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+    w = results[-1].watermark
+    rows = {r["id"]: r for r in read_table(config, "shop", "t", w).to_pylist()}
+    assert rows[3] == {"id": 3, "v": 3, "c": 33}
+
+
+# ---------------------------------------------------------------- silent wrong answers that remain
+
+def _single_partition(tmp_path: Path, protocol: str, intervals: list[list]):  # noqa: ANN202
+    config = make_config(tmp_path, protocol)
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 1})
+    encoder = get_encoder(protocol)
+    results = []
+    for i, events in enumerate(intervals):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(events, 1)])
+        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+    return config, results
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rows keyed by other columns than the table's primary key (Debezium's message.key.columns, a real "
+    "connector setting; TiCDC and Canal always send the primary key) fit by column set, so _rows_fit lets "
+    "them through: the fold nets them by their own key and the writer matches the table's, so an UPDATE "
+    "that moves the primary key leaves the old row and a DELETE removes nothing"))
+def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_does(tmp_path: Path) -> None:
+    t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("code", parse_mysql_type("varchar(8)")),
+                                  Column("v", parse_mysql_type("int"))), ("id",))
+    other = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
+    by_code = ("code",)  # message.key.columns=shop.t:code
+
+    def row(op: Op, before: dict | None, after: dict | None, ms: int) -> RowChange:
+        return RowChange(op, "shop", "t", before, after, by_code, t.column_types, None, P, ms)
+
+    def tick(ms: int) -> RowChange:  # a row of another table, so that the derived W passes ``ms - 1``
+        return RowChange(Op.INSERT, "shop", "clock", None, {"id": ms}, ("id",), other.column_types, None, P, ms)
+
+    create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, code varchar(8), v int)", None, P,
+                       "CREATE", None, t, 1_000)
+    first = [create, row(Op.INSERT, None, {"id": 1, "code": "a", "v": 1}, 1_001), tick(1_100)]
+    second = [row(Op.UPDATE, {"id": 1, "code": "a", "v": 1}, {"id": 2, "code": "a", "v": 1}, 2_000), tick(2_100)]
+    third = [row(Op.DELETE, {"id": 2, "code": "a", "v": 1}, None, 3_000), tick(3_100)]
+    config, results = _single_partition(tmp_path, "debezium-mysql", [first, second, third])
+    w1, w2, w3 = (r.watermark for r in results)
+    assert read_table(config, "shop", "t", w1).to_pylist() == [{"id": 1, "code": "a", "v": 1}]
+    assert read_table(config, "shop", "t", w2).to_pylist() == [{"id": 2, "code": "a", "v": 1}]
+    assert read_table(config, "shop", "t", w3).to_pylist() == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an after image missing a column the table has (binlog_row_image=NOBLOB or MINIMAL upstream: Canal "
+    "passes it on; Debezium refuses to start without FULL, TiCDC always sends whole rows) is written with "
+    "that column NULL: _rows_fit checks only columns the table lacks, not columns the rows lack"))
+def test_an_update_without_an_unchanged_text_column_keeps_its_value(tmp_path: Path) -> None:
+    t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("v", parse_mysql_type("int")),
+                                  Column("body", parse_mysql_type("text"))), ("id",))
+    other = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
+
+    def tick(ms: int) -> RowChange:
+        return RowChange(Op.INSERT, "shop", "clock", None, {"id": ms}, ("id",), other.column_types, None, P, ms)
+
+    create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, v int, body text)", None, P,
+                       "CREATE", None, t, 1_000)
+    insert = RowChange(Op.INSERT, "shop", "t", None, {"id": 1, "v": 1, "body": "long"}, ("id",), t.column_types, None, P, 1_001)
+    # NOBLOB: the TEXT column the UPDATE did not change is in neither image.
+    types = {k: v for k, v in t.column_types.items() if k != "body"}
+    update = RowChange(Op.UPDATE, "shop", "t", {"id": 1, "v": 1}, {"id": 1, "v": 2}, ("id",), types, None, P, 2_000)
+    config, results = _single_partition(tmp_path, "canal", [[create, insert, tick(1_100)], [update, tick(2_100)]])
+    assert read_table(config, "shop", "t", results[-1].watermark).to_pylist() == [{"id": 1, "v": 2, "body": "long"}]
