@@ -49,9 +49,11 @@ from spark.tables.ddl_changes import (
     AddColumn,
     CreateTable,
     CreateTableLike,
+    DropColumn,
     DropPartitions,
     DropTable,
     ExchangePartition,
+    RenameColumn,
     RenameTable,
     TruncatePartitions,
     TruncateTable,
@@ -449,7 +451,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against."""
     props = metadata.properties
-    _rows_fit(metadata, plan, step, fold)
+    renames = row_columns(metadata, plan, step, fold)
     keys = key_columns(props)
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
@@ -462,27 +464,73 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
     deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
-    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset),
+    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset, renames),
             head.snapshot_id if head is not None else None)
 
 
-def _rows_fit(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> None:
-    """Hold the table when rows it is to be written name a column it does not have at their
-    commitTs (column names as upstream gives them): writing them would silently lose those
-    values, and a row keyed by such a column would be written with a NULL key.
+def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> dict[str, str | None]:
+    """How the rows a data step writes name the table's columns: ``{row name: table column}``
+    where they differ (None: a column the run dropped), empty where they do not.
+
+    MySQL's column names ignore case, so a row naming ``id`` writes the table's ``Id``. Without
+    commitTs, a row committed just before a DDL in its millisecond (or a binlog's second) can be
+    placed after it (docs/consistency.md): it names a column the run's DDL dropped (the column
+    goes, and its value with it) or renamed (its value goes to the new name).
 
     Raises:
-        RowSchemaMismatch: naming the table, the columns and the run's segment.
+        RowSchemaMismatch: rows naming a column the table does not have at their commitTs, or keyed
+        by other columns than the table's key -- the stream contradicts its own DDL (a schema change
+        it did not carry; a change re-sent, without commitTs, after its table was made again), and
+        writing them would lose those values or key them wrongly: the table is held instead.
     """
     fields = updates.upstream_fields(metadata)
-    extra = sorted(fold.written_columns(plan.database, plan.table, step.segment) - fields.keys())
+    folded = {name.casefold(): name for name in fields}
+    index = next(i for i, s in enumerate(plan.steps) if s is step)
+    gone = _taken_by_ddl([c for s in plan.steps[:index] if isinstance(s, SchemaStep) for c in s.changes])
+
+    def column(name: str) -> str | None | bool:
+        """The table's column a row's ``name`` is (None: dropped; False: none)."""
+        if name in fields:
+            return name
+        if name.casefold() in folded:
+            return folded[name.casefold()]
+        went = gone.get(name.casefold(), False)
+        return folded.get(went.casefold(), False) if isinstance(went, str) else went
+
+    renames, extra = {}, []
+    for name in sorted(fold.written_columns(plan.database, plan.table, step.segment)):
+        to = column(name)
+        if to is False:
+            extra.append(name)
+        elif to != name:
+            renames[name] = to
+    where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
     if extra:
         shown = ", ".join(map(repr, extra[:8])) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
         raise RowSchemaMismatch(
-            f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run) name "
-            f"columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
+            f"{where} name columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
             "A schema change the stream did not carry, or a change re-sent after the table was made again "
             "under its name; its values have no column to go to")
+    table_key = {k.casefold() for k in key_columns(metadata.properties)}
+    for keys in fold.row_keys(plan.database, plan.table, step.segment):
+        named = {str(column(k) or k).casefold() for k in keys}
+        if keys and table_key and named != table_key:
+            raise RowSchemaMismatch(
+                f"{where} are keyed by {', '.join(map(repr, keys))}, the table by "
+                f"{', '.join(map(repr, key_columns(metadata.properties)))}: a key the stream chose otherwise than the "
+                "table's primary key (Debezium's message.key.columns) nets rows the table's key would not")
+    return renames
+
+
+def _taken_by_ddl(changes: list[Any]) -> dict[str, str | None]:
+    """Columns the changes renamed or dropped: {old name, casefolded: its name after them (None: dropped)}."""
+    gone: dict[str, str | None] = {}
+    for change in changes:
+        if isinstance(change, (RenameColumn, DropColumn)):
+            old, new = (change.old, change.new) if isinstance(change, RenameColumn) else (change.name, None)
+            gone = {k: new if v is not None and v.casefold() == old.casefold() else v for k, v in gone.items()}
+            gone[old.casefold()] = new
+    return gone
 
 
 def _stage_tag(tx: Transaction, watermark: int) -> None:

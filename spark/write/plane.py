@@ -101,6 +101,8 @@ class Fold(Protocol):
 
     def written_columns(self, database: str, table: str, segment: int) -> set[str]: ...
 
+    def row_keys(self, database: str, table: str, segment: int) -> set[tuple[str, ...]]: ...
+
     def close(self) -> None: ...
 
 
@@ -126,6 +128,10 @@ class _NetSchemas:
         carries no column types)."""
         summary = self._summary(database, table, segment)
         return {c for sid in summary.written_schema_ids for c in decode_schema(self.schemas[sid])[1] or ()}
+
+    def row_keys(self, database: str, table: str, segment: int) -> set[tuple[str, ...]]:
+        """The key columns the rows of a table's DDL segment are keyed by (``()``: none carried)."""
+        return {decode_schema(self.schemas[sid])[0] for sid in self._summary(database, table, segment).schema_ids}
 
     def _summary(self, database: str, table: str, segment: int) -> NetSummary:
         return next(s for s in self.outcome.summaries if (s.database, s.table, s.segment) == (database, table, segment))

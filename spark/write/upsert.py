@@ -68,6 +68,9 @@ class UpsertTarget:
     deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
     merge_on_read: bool = False  # drop keys with position deletes instead of rewriting files
     multiset: bool = False  # a key-less table: identical rows are copies, counted
+    # Row column names -> the table's column (None: dropped), where rows name a column otherwise
+    # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
+    renames: Mapping[str, str | None] = field(default_factory=dict)
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
@@ -91,6 +94,11 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
         except CorruptChangeValue as exc:
             where = f"{net.column('topic')[i]}/{net.column('partition')[i]}@{net.column('offset')[i]}"
             raise CorruptChangeValue(f"change log of {target.table.name} at {where}: {exc}") from None
+        for old, new in target.renames.items():
+            if old in row:
+                value = row.pop(old)
+                if new is not None:
+                    row.setdefault(new, value)
         if not deletes:
             writes[i] = True
             row[names.commit_ts] = ts

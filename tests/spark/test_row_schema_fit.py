@@ -21,6 +21,7 @@ from cdc_codecs.types import parse_mysql_type
 from spark.commit.apply import apply_interval
 from spark.archive.storage import open_storage
 from spark.query.read import read_table
+from spark.tables.updates import RowSchemaMismatch
 
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import P, History, run, schema
@@ -47,12 +48,6 @@ CASE_ONLY_CHANGES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "MODIFY / CHANGE c c spelled in other lettercase renames the column upstream (MySQL, MariaDB, TiDB), "
-    "spark/tables/ddl.py _alter_action emits no RenameColumn for MODIFY nor for CHANGE c c (and "
-    "spark/tables/updates.py _change_column_type keeps the lake's spelling), so the table keeps 'Id' and "
-    "the rows naming 'id' are held (RowSchemaMismatch); before 7df6889 they were written with a NULL key "
-    "and the UPDATE of key 1 lost"))
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
 @pytest.mark.parametrize("sql", CASE_ONLY_CHANGES)
 def test_modify_in_other_lettercase_renames_the_column_as_mysql_does(tmp_path: Path, protocol: str, sql: str) -> None:
@@ -218,18 +213,16 @@ def _derived(tmp_path: Path, intervals: list[list[ProducerRecord]]):  # noqa: AN
 CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "derived order puts a row that committed just before a DDL, in the DDL's millisecond, after the DDL "
-    "when the row is on a partition above the DDL's (docs/consistency.md says so); before 7df6889 the "
-    "dropped column's value was dropped (right: the column goes; a renamed one's was lost, NULL); now the "
-    "table is held (RowSchemaMismatch) for a stream TiCDC writes in normal operation (two transactions in "
-    "one millisecond of TSO) and Canal / Debezium MySQL all the time (binlog times are seconds)"))
 @pytest.mark.parametrize(("ddl", "want"), [
     pytest.param("ALTER TABLE shop.items DROP COLUMN price", {"id": 2, "name": "b2"}, id="drop-column"),
     pytest.param("ALTER TABLE shop.items RENAME COLUMN price TO cost", {"id": 2, "name": "b2", "cost": "2.50"},
                  id="rename-column"),
 ])
 def test_a_row_committed_just_before_drop_or_rename_column_in_its_millisecond_is_applied(tmp_path: Path, ddl: str, want: dict) -> None:
+    """Derived order puts a row committed just before a DDL in the DDL's millisecond after it when
+    the row is on a partition above the DDL's (docs/consistency.md; Canal and Debezium MySQL: a
+    binlog second): it names a column the run dropped (its value goes with the column) or renamed
+    (its value goes to the new name), and is applied, not held (spark.commit.table.row_columns)."""
     first = [_ddl(1000, CREATE, "CREATE"),
              _row(0, "INSERT", 1001, {"id": "1", "name": "a", "price": "1.50"}),
              _row(1, "INSERT", 1001, {"id": "2", "name": "b", "price": "2.00"})]
@@ -325,11 +318,25 @@ def _single_partition(tmp_path: Path, protocol: str, intervals: list[list]):  # 
     return config, results
 
 
+def test_rows_keyed_by_other_columns_hold_the_table(tmp_path: Path) -> None:
+    """Rows keyed by other columns than the table's primary key (Debezium's message.key.columns)
+    would be netted by their own key and written by the table's: the table is held, naming both keys."""
+    t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("code", parse_mysql_type("varchar(8)"))),
+                    ("id",))
+    other = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
+    create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, code varchar(8))", None, P, "CREATE", None, t, 1_000)
+    insert = RowChange(Op.INSERT, "shop", "t", None, {"id": 1, "code": "a"}, ("code",), t.column_types, None, P, 1_001)
+    tick = RowChange(Op.INSERT, "shop", "clock", None, {"id": 1}, ("id",), other.column_types, None, P, 1_100)
+    with pytest.raises(RowSchemaMismatch, match=r"keyed by 'code', the table by 'id'"):
+        _single_partition(tmp_path, "debezium-mysql", [[create, insert, tick]])
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "rows keyed by other columns than the table's primary key (Debezium's message.key.columns, a real "
-    "connector setting; TiCDC and Canal always send the primary key) fit by column set, so _rows_fit lets "
-    "them through: the fold nets them by their own key and the writer matches the table's, so an UPDATE "
-    "that moves the primary key leaves the old row and a DELETE removes nothing"))
+    "connector setting; TiCDC and Canal always send the primary key): the fold would net them by their own "
+    "key and the writer match the table's (an UPDATE that moves the primary key leaving the old row), so "
+    "the table is held (RowSchemaMismatch, test_rows_keyed_by_other_columns_hold_the_table); applying "
+    "them needs the decoder to key by the table's primary key where tableChanges gives it"))
 def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_does(tmp_path: Path) -> None:
     t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("code", parse_mysql_type("varchar(8)")),
                                   Column("v", parse_mysql_type("int"))), ("id",))
