@@ -498,11 +498,15 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
         return folded.get(went.casefold(), False) if isinstance(went, str) else went
 
     renames, extra = {}, []
+    row_keys = fold.row_keys(plan.database, plan.table, step.segment)
     for name in sorted(fold.written_columns(plan.database, plan.table, step.segment)):
         to = column(name)
         if to is False:
             extra.append(name)
         elif to != name:
+            renames[name] = to
+    for name in {k for keys in row_keys for k in keys} - renames.keys():  # a deleted key's image is its key
+        if (to := column(name)) not in (False, name):
             renames[name] = to
     where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
     if extra:
@@ -512,7 +516,7 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
             "A schema change the stream did not carry, or a change re-sent after the table was made again "
             "under its name; its values have no column to go to")
     table_key = {k.casefold() for k in key_columns(metadata.properties)}
-    for keys in fold.row_keys(plan.database, plan.table, step.segment):
+    for keys in row_keys:
         named = {str(column(k) or k).casefold() for k in keys}
         if keys and table_key and named != table_key:
             raise RowSchemaMismatch(

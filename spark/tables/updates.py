@@ -81,10 +81,11 @@ class UnsupportedSchemaChange(TidelakeError):
 
 
 class RowSchemaMismatch(UnsupportedSchemaChange):
-    """Rows name columns their table does not have at their commitTs: the stream contradicts its
-    own DDL (a schema change it did not carry, or, without commitTs, a change re-sent after its
-    table was re-created under its name). Their values have no column to go to, so the table is
-    held rather than written without them."""
+    """Rows name columns their table does not have at their commitTs, or are keyed by other
+    columns than its primary key: the stream contradicts its own DDL (a schema change it did not
+    carry; without commitTs, a change re-sent after its table was made again under its name) or
+    keys rows its own way. Their values would have no column to go to, or be netted by one key and
+    written by another, so the table is held rather than written wrong."""
 
 
 def _widened(old: IcebergType, new: IcebergType) -> bool:

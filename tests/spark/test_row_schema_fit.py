@@ -68,6 +68,27 @@ def test_modify_in_other_lettercase_renames_the_column_as_mysql_does(tmp_path: P
     assert _folded(read_table(config, "shop", "t", w2).to_pylist()) == [{"id": 1, "v": 10}, {"id": 2, "v": 2}]
 
 
+@pytest.mark.parametrize("sql", CASE_ONLY_CHANGES)
+def test_a_delete_naming_the_key_in_other_lettercase_deletes_the_row(tmp_path: Path, sql: str) -> None:
+    """A segment whose only rows are DELETEs naming the key ``id`` of the lake's ``Id``: the key-only
+    image each writes is named as the table's column, so the row goes (a NULL key matched nothing)."""
+    h = History()
+    v1 = schema("shop", "t", [("Id", "int"), ("v", "int")], keys=("Id",))
+    h.ddl("shop", "t", "CREATE TABLE shop.t (Id int primary key, v int)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"Id": 1, "v": 1})
+    h.row(Op.INSERT, v1, None, {"Id": 2, "v": 2})
+    h.mark()
+    first = list(h.events)
+    h.events.clear()
+    v2 = schema("shop", "t", [("id", "bigint"), ("v", "int")], keys=("id",))
+    h.ddl("shop", "t", sql, v2, v1, kind="ALTER")
+    h.row(Op.DELETE, v2, {"id": 1, "v": 1}, None)
+    w2 = h.mark()
+    config, results = run(tmp_path, "canal-json", [first, list(h.events)])
+    assert results[-1].watermark == w2
+    assert _folded(read_table(config, "shop", "t", w2).to_pylist()) == [{"id": 2, "v": 2}]
+
+
 @pytest.mark.parametrize("sql", [
     pytest.param("ALTER TABLE shop.t CHANGE Id ID int", id="change"),
     pytest.param("ALTER TABLE shop.t RENAME COLUMN Id TO ID", id="rename-column"),
