@@ -385,7 +385,7 @@ def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_do
 @pytest.mark.xfail(strict=True, reason=(
     "an after image missing a column the table has (binlog_row_image=NOBLOB or MINIMAL upstream: Canal "
     "passes it on; Debezium refuses to start without FULL, TiCDC always sends whole rows) is written with "
-    "that column NULL: _rows_fit checks only columns the table lacks, not columns the rows lack"))
+    "that column NULL: row_columns checks only columns the table lacks, not columns the rows lack"))
 def test_an_update_without_an_unchanged_text_column_keeps_its_value(tmp_path: Path) -> None:
     t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("v", parse_mysql_type("int")),
                                   Column("body", parse_mysql_type("text"))), ("id",))
