@@ -58,7 +58,7 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   columns the model cannot follow is not judged), or into a name no table has (dropped or renamed
   away). MySQL never writes one; a changefeed without commitTs delivers one when it re-sends a
   change after its table's DDL (every delivered change counts there). What a table then holds is
-  not MySQL's to say: the table may be held from there (docs/contract.md §5).
+  not MySQL's to say: the table may be held from there (docs/contract.md §6).
 - every removal of a keyed row from a table name is kept with its commitTs (``removals``): a
   DELETE's, or the DDL's that took it without row events -- TRUNCATE, DROP, DROP DATABASE, a
   rename away, a partition's TRUNCATE / DROP / EXCHANGE (the rows that partition held then). A
@@ -471,7 +471,7 @@ class Oracle:
                 if name[0] == database:
                     self._took(e.commit_ts, name, self.tables[name])
                     self.tables[name] = {}
-            for name in [n for n in self.columns if n[0] == database]:
+            for name in [n for n in {*self.columns, *self.tables} if n[0] == database]:
                 self.columns[name] = frozenset()
             return
         discard = _DISCARD.match(sql)
