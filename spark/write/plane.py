@@ -12,6 +12,7 @@ counts and summaries per slice and ``FileRewrite``s (file metadata), never rows.
 
 from __future__ import annotations
 
+import functools
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -134,7 +135,13 @@ class _NetSchemas:
         return {decode_schema(self.schemas[sid])[0] for sid in self._summary(database, table, segment).schema_ids}
 
     def _summary(self, database: str, table: str, segment: int) -> NetSummary:
-        return next(s for s in self.outcome.summaries if (s.database, s.table, s.segment) == (database, table, segment))
+        return self._summaries[(database, table, segment)]
+
+    @functools.cached_property
+    def _summaries(self) -> dict[tuple[str, str, int], NetSummary]:
+        """The summaries by (database, table, segment), indexed once (``outcome`` is set when the fold
+        is made): every data step of every table asks, and a run may touch thousands of tables."""
+        return {(s.database, s.table, s.segment): s for s in self.outcome.summaries}
 
 
 def _routed(net: pa.Table, index: Mapping[tuple[str, str, int], int], targets: Sequence[UpsertTarget]) -> Iterator[pa.Table]:
