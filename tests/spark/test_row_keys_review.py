@@ -1,0 +1,126 @@
+"""Review of 96bd6c2 / ac50def (``spark.commit.table.row_columns``): rows keyed otherwise than
+the table's key hold the table (RowSchemaMismatch).
+
+Streams MySQL 8 / TiDB send, that tidelake applied correctly before 96bd6c2, must not be held.
+Every test drives the real pipeline in process (``apply_interval``) with ``on_table_error =
+"fail"``, so a hold shows as the run's error. Tests marked ``xfail(strict=True)`` describe what
+MySQL does and fail today; each says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema
+from cdc_codecs.types import parse_mysql_type
+from spark.query.read import read_table
+from spark.tables.updates import RowSchemaMismatch
+
+from .test_row_schema_fit import _derived, _single_partition
+from .test_schema_evolution import P
+
+# ---------------------------------------------------------------- derived order around a key change
+
+# Canal-JSON as the TiDB-less decoder reads it (official Canal, or TiCDC without its TiDB
+# extension): ``es`` the event's milliseconds, DDL on partition 0 only, ``pkNames`` per message.
+TYPES = {"id": "int", "Item_ID": "int", "name": "varchar", "code": "varchar", "price": "decimal"}
+SQL_TYPES = {"id": 4, "Item_ID": 4, "name": 12, "code": 12, "price": 3}
+
+
+def _ddl(es: int, sql: str, kind: str) -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": "items", "pkNames": None, "isDdl": True, "type": kind, "es": es,
+           "ts": es + 700, "sql": sql, "sqlType": None, "mysqlType": None, "data": None, "old": None}
+    return ProducerRecord(0, None, orjson.dumps(doc))
+
+
+def _row(partition: int, kind: str, es: int, keys: list[str] | None, data: dict, old: dict | None = None) -> ProducerRecord:
+    doc = {"id": 0, "database": "shop", "table": "items", "pkNames": keys, "isDdl": False, "type": kind, "es": es,
+           "ts": es + 900, "sql": "", "sqlType": {k: SQL_TYPES[k] for k in data},
+           "mysqlType": {k: TYPES[k] for k in data}, "data": [data], "old": [old] if old is not None else None}
+    return ProducerRecord(partition, None, orjson.dumps(doc))
+
+
+def _rows(config, w: int) -> dict:  # noqa: ANN001
+    return {r["id"]: {k: str(v) if k == "price" else v for k, v in r.items()}
+            for r in read_table(config, "shop", "items", w).to_pylist()}
+
+
+CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
+
+
+@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
+    "row_columns: derived order places a row committed just before `DROP PRIMARY KEY, ADD PRIMARY KEY "
+    "(id, name)` in the DDL's millisecond after it (docs/consistency.md, as for DROP / RENAME COLUMN); "
+    "it carries the old key (id), the table now (id, name), and the table is held (RowSchemaMismatch). "
+    "Before 96bd6c2 it was written by the table's key, as MySQL has it (the row has every key column)"))
+def test_a_row_committed_just_before_a_primary_key_change_in_its_millisecond_is_applied(tmp_path: Path) -> None:
+    first = [_ddl(1000, CREATE, "CREATE"),
+             _row(0, "INSERT", 1001, ["id"], {"id": "1", "name": "a", "price": "1.50"}),
+             _row(1, "INSERT", 1001, ["id"], {"id": "2", "name": "b", "price": "2.00"})]
+    # One millisecond: the UPDATE on partition 1 commits, then the ALTER (a partitioned table's
+    # key must hold its partitioning column: the usual first step of partitioning a table).
+    second = [_row(1, "UPDATE", 2000, ["id"], {"id": "2", "name": "b", "price": "2.50"}, {"price": "2.00"}),
+              _ddl(2000, "ALTER TABLE shop.items DROP PRIMARY KEY, ADD PRIMARY KEY (id, name)", "ALTER"),
+              _row(0, "INSERT", 2002, ["id", "name"], {"id": "3", "name": "c", "price": "3.00"}),
+              _row(1, "INSERT", 2002, ["id", "name"], {"id": "4", "name": "d", "price": "4.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    rows = _rows(config, results[-1].watermark)
+    assert rows[2] == {"id": 2, "name": "b", "price": "2.50"}
+    assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
+
+
+@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
+    "row_columns: a table without a primary key but with a UNIQUE NOT NULL index is keyed by that index "
+    "upstream (TiCDC's handle key; Debezium MySQL; Canal's DESC shows its column as PRI), the lake's key "
+    "empty (the DDL's primary key). After ADD PRIMARY KEY, a row committed just before it in its "
+    "millisecond is placed after it (derived order) keyed by the index: the table is held. Before 96bd6c2 "
+    "it was written by the new key, as MySQL has it"))
+def test_a_row_keyed_by_a_unique_index_just_before_add_primary_key_is_applied(tmp_path: Path) -> None:
+    create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), unique key (code))"
+    first = [_ddl(1000, create, "CREATE"),
+             _row(0, "INSERT", 1001, ["code"], {"id": "1", "code": "a", "price": "1.50"}),
+             _row(1, "INSERT", 1001, ["code"], {"id": "2", "code": "b", "price": "2.00"})]
+    second = [_row(1, "UPDATE", 2000, ["code"], {"id": "2", "code": "b", "price": "2.50"}, {"price": "2.00"}),
+              _ddl(2000, "ALTER TABLE shop.items ADD PRIMARY KEY (id)", "ALTER"),
+              _row(0, "INSERT", 2002, ["id"], {"id": "3", "code": "c", "price": "3.00"}),
+              _row(1, "INSERT", 2002, ["id"], {"id": "4", "code": "d", "price": "4.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    rows = _rows(config, results[-1].watermark)
+    assert rows[2] == {"id": 2, "code": "b", "price": "2.50"}
+    assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
+
+
+def test_a_row_keyed_by_a_unique_index_on_a_table_without_a_primary_key_is_applied(tmp_path: Path) -> None:
+    """No primary key in the DDL, rows keyed by a UNIQUE NOT NULL index: the table's key is empty,
+    nothing to compare, the rows flow (netted and written by their own key)."""
+    create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), unique key (code))"
+    first = [_ddl(1000, create, "CREATE"),
+             _row(0, "INSERT", 1001, ["code"], {"id": "1", "code": "a", "price": "1.50"}),
+             _row(1, "INSERT", 1001, ["code"], {"id": "2", "code": "b", "price": "2.00"})]
+    second = [_row(1, "UPDATE", 2000, ["code"], {"id": "2", "code": "b", "price": "2.50"}, {"price": "2.00"}),
+              _row(0, "INSERT", 2002, ["code"], {"id": "3", "code": "c", "price": "3.00"}),
+              _row(1, "INSERT", 2002, ["code"], {"id": "4", "code": "d", "price": "4.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    rows = _rows(config, results[-1].watermark)
+    assert rows[2] == {"id": 2, "code": "b", "price": "2.50"}
+    assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
+
+
+def test_a_row_committed_just_before_its_key_column_is_renamed_is_applied(tmp_path: Path) -> None:
+    """The key column renamed by the DDL: a row placed after it names (and is keyed by) the old name,
+    which row_columns maps through the run's rename: applied, not held."""
+    first = [_ddl(1000, CREATE, "CREATE"),
+             _row(0, "INSERT", 1001, ["id"], {"id": "1", "name": "a", "price": "1.50"}),
+             _row(1, "INSERT", 1001, ["id"], {"id": "2", "name": "b", "price": "2.00"})]
+    second = [_row(1, "UPDATE", 2000, ["id"], {"id": "2", "name": "b", "price": "2.50"}, {"price": "2.00"}),
+              _ddl(2000, "ALTER TABLE shop.items RENAME COLUMN id TO Item_ID", "ALTER"),
+              _row(0, "INSERT", 2002, ["Item_ID"], {"Item_ID": "3", "name": "c", "price": "3.00"}),
+              _row(1, "INSERT", 2002, ["Item_ID"], {"Item_ID": "4", "name": "d", "price": "4.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    got = {r["Item_ID"]: {k: str(v) if k == "price" else v for k, v in r.items()}
+           for r in read_table(config, "shop", "items", results[-1].watermark).to_pylist()}
+    assert got[2] == {"Item_ID": 2, "name": "b", "price": "2.50"}
+    assert sorted(got) == [1, 2]
