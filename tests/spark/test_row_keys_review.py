@@ -14,12 +14,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema
+from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema, Watermark, get_encoder
 from cdc_codecs.types import parse_mysql_type
+from spark.archive.storage import open_storage
+from spark.commit.apply import apply_interval
 from spark.query.read import read_table
 from spark.tables.updates import RowSchemaMismatch
 
 from .test_row_schema_fit import _derived, _single_partition
+from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import P
 
 # ---------------------------------------------------------------- derived order around a key change
@@ -226,3 +229,46 @@ def test_a_row_just_before_rename_and_re_add_of_its_column_keeps_its_value_in_th
         return  # held: acceptable
     rows = _rows(config, results[-1].watermark)
     assert rows[2] == {"id": 2, "name": "b", "cost": "2.50", "price": None}
+
+
+# ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
+
+@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
+    "row_columns: an INSERT blocked by `ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)`'s metadata "
+    "lock is binlogged after the ALTER, keyed by the new key, with its own (earlier) start time: derived order "
+    "puts it before the ALTER (as test_row_schema_fit's ADD COLUMN case), where the table's key is (id): the "
+    "table is held. Before 96bd6c2 it was written by (id), then re-keyed with the table"))
+def test_a_row_written_after_a_primary_key_change_with_an_earlier_start_time_is_applied(tmp_path: Path) -> None:
+    def schema_of(table: str, keys: tuple[str, ...]) -> TableSchema:
+        cols = tuple(Column(n, parse_mysql_type("int"), n not in keys) for n in ("id", "v"))
+        return TableSchema("shop", table, cols, keys)
+
+    t1, t2, u = schema_of("t", ("id",)), schema_of("t", ("id", "v")), schema_of("u", ("id",))
+    encoder = get_encoder("canal")
+
+    def row(partition: int, s: TableSchema, image: dict, ms: int) -> ProducerRecord:
+        return ProducerRecord(partition, *encoder.encode_row(
+            RowChange(Op.INSERT, "shop", s.table, None, image, s.key_columns, s.column_types, None, P, ms)))
+
+    def ddl(table: str, sql: str, ms: int, after: TableSchema) -> list[ProducerRecord]:
+        return encoder.encode(DdlChange("shop", table, sql, None, P, "CREATE" if sql.startswith("CREATE") else "ALTER",
+                                        None, after, ms), 2)
+
+    first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int)", 1_000, t1),
+             *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000), *encoder.encode(Watermark(1_500, P), 2)]
+    # The ALTER starts at 2 s and commits at 5 s; u's row (started at 5 s) commits before it, on
+    # partition 0; an INSERT into t started at 4 s waits for the ALTER's lock and is binlogged after it.
+    second = [row(0, u, {"id": 1, "v": 1}, 5_000),
+              *ddl("t", "ALTER TABLE shop.t MODIFY v int NOT NULL, DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", 2_000, t2),
+              row(1, t2, {"id": 3, "v": 3}, 4_000),
+              row(0, t2, {"id": 4, "v": 4}, 6_000), row(1, t2, {"id": 5, "v": 5}, 6_000),
+              *encoder.encode(Watermark(7_000, P), 2)]
+    config = make_config(tmp_path, "canal")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+    results = []
+    for i, records in enumerate([first, second]):
+        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
+        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+    rows = {r["id"]: r for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()}
+    assert rows[3] == {"id": 3, "v": 3}
