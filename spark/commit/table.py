@@ -478,10 +478,10 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
     goes, and its value with it) or renamed (its value goes to the new name).
 
     Raises:
-        RowSchemaMismatch: rows naming a column the table does not have at their commitTs, or keyed
-        by other columns than the table's key -- the stream contradicts its own DDL (a schema change
-        it did not carry; a change re-sent, without commitTs, after its table was made again), and
-        writing them would lose those values or key them wrongly: the table is held instead.
+        RowSchemaMismatch: rows naming a column the table does not have at their commitTs -- the
+        stream contradicts its own DDL (a schema change it did not carry; a change re-sent, without
+        commitTs, after its table was made again), and writing them would lose those values (or
+        write a key such a column holds NULL): the table is held instead.
     """
     fields = updates.upstream_fields(metadata)
     folded = {name.casefold(): name for name in fields}
@@ -508,29 +508,27 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
     for name in {k for keys in row_keys for k in keys} - renames.keys():  # a deleted key's image is its key
         if (to := column(name)) not in (False, name):
             renames[name] = to
-    where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
     if extra:
+        where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
         shown = ", ".join(map(repr, extra[:8])) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
         raise RowSchemaMismatch(
             f"{where} name columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
             "A schema change the stream did not carry, or a change re-sent after the table was made again "
             "under its name; its values have no column to go to")
-    table_key = {k.casefold() for k in key_columns(metadata.properties)}
-    for keys in row_keys:
-        named = {str(column(k) or k).casefold() for k in keys}
-        if keys and table_key and named != table_key:
-            raise RowSchemaMismatch(
-                f"{where} are keyed by {', '.join(map(repr, keys))}, the table by "
-                f"{', '.join(map(repr, key_columns(metadata.properties)))}: a key the stream chose otherwise than the "
-                "table's primary key (Debezium's message.key.columns) nets rows the table's key would not")
+    # The rows' key columns are not held to the table's: on a derived clock a row just before or after
+    # a key change of the run carries its neighbour's key, written right by the table's (a reviewer's
+    # tests/spark/test_row_keys_review.py); Debezium's message.key.columns is the gap (docs/known-gaps.md).
     return renames
 
 
 def _taken_by_ddl(changes: list[Any]) -> dict[str, str | None]:
-    """Columns the changes renamed or dropped: {old name, casefolded: its name after them (None: dropped)}."""
+    """Columns the changes renamed or dropped: {old name, casefolded: its name after them (None: dropped)}
+    -- since the table was last made (a column of a table dropped and made again is no column of it)."""
     gone: dict[str, str | None] = {}
     for change in changes:
-        if isinstance(change, (RenameColumn, DropColumn)):
+        if isinstance(change, (CreateTable, CreateTableLike, DropTable)):
+            gone = {}
+        elif isinstance(change, (RenameColumn, DropColumn)):
             old, new = (change.old, change.new) if isinstance(change, RenameColumn) else (change.name, None)
             gone = {k: new if v is not None and v.casefold() == old.casefold() else v for k, v in gone.items()}
             gone[old.casefold()] = new

@@ -55,12 +55,12 @@ def _rows(config, w: int) -> dict:  # noqa: ANN001
 CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
 
 
-@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
-    "row_columns: derived order places a row committed just before `DROP PRIMARY KEY, ADD PRIMARY KEY "
-    "(id, name)` in the DDL's millisecond after it (docs/consistency.md, as for DROP / RENAME COLUMN); "
-    "it carries the old key (id), the table now (id, name), and the table is held (RowSchemaMismatch). "
-    "Before 96bd6c2 it was written by the table's key, as MySQL has it (the row has every key column)"))
 def test_a_row_committed_just_before_a_primary_key_change_in_its_millisecond_is_applied(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. derived order places a row committed
+    just before `DROP PRIMARY KEY, ADD PRIMARY KEY (id, name)` in the DDL's millisecond after it
+    (docs/consistency.md, as for DROP / RENAME COLUMN); it carries the old key (id), the table now
+    (id, name), and the table is held (RowSchemaMismatch). Before 96bd6c2 it was written by the
+    table's key, as MySQL has it (the row has every key column)"""
     first = [_ddl(1000, CREATE, "CREATE"),
              _row(0, "INSERT", 1001, ["id"], {"id": "1", "name": "a", "price": "1.50"}),
              _row(1, "INSERT", 1001, ["id"], {"id": "2", "name": "b", "price": "2.00"})]
@@ -76,13 +76,13 @@ def test_a_row_committed_just_before_a_primary_key_change_in_its_millisecond_is_
     assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
 
 
-@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
-    "row_columns: a table without a primary key but with a UNIQUE NOT NULL index is keyed by that index "
-    "upstream (TiCDC's handle key; Debezium MySQL; Canal's DESC shows its column as PRI), the lake's key "
-    "empty (the DDL's primary key). After ADD PRIMARY KEY, a row committed just before it in its "
-    "millisecond is placed after it (derived order) keyed by the index: the table is held. Before 96bd6c2 "
-    "it was written by the new key, as MySQL has it"))
 def test_a_row_keyed_by_a_unique_index_just_before_add_primary_key_is_applied(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. a table without a primary key but with a
+    UNIQUE NOT NULL index is keyed by that index upstream (TiCDC's handle key; Debezium MySQL;
+    Canal's DESC shows its column as PRI), the lake's key empty (the DDL's primary key). After ADD
+    PRIMARY KEY, a row committed just before it in its millisecond is placed after it (derived
+    order) keyed by the index: the table is held. Before 96bd6c2 it was written by the new key, as
+    MySQL has it"""
     create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), unique key (code))"
     first = [_ddl(1000, create, "CREATE"),
              _row(0, "INSERT", 1001, ["code"], {"id": "1", "code": "a", "price": "1.50"}),
@@ -130,14 +130,13 @@ def test_a_row_committed_just_before_its_key_column_is_renamed_is_applied(tmp_pa
     assert sorted(got) == [1, 2]
 
 
-@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
-    "row_columns: pt-online-schema-change changing the primary key (--alter 'DROP PRIMARY KEY, ADD PRIMARY "
-    "KEY (id, name)'): its trigger copies each change to the new table in the same transaction, and the "
-    "cut-over renames the new table over the old. A change to the old table committed just before the "
-    "RENAME in its millisecond is placed after it (derived order), so it reaches the lake's new table keyed "
-    "by the old key: the table is held. Before 96bd6c2 it was written by the new key, the same row as the "
-    "trigger's copy"))
 def test_a_pt_osc_cut_over_that_changes_the_primary_key_keeps_rows_flowing(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. pt-online-schema-change changing the
+    primary key (--alter 'DROP PRIMARY KEY, ADD PRIMARY KEY (id, name)'): its trigger copies each
+    change to the new table in the same transaction, and the cut-over renames the new table over the
+    old. A change to the old table committed just before the RENAME in its millisecond is placed
+    after it (derived order), so it reaches the lake's new table keyed by the old key: the table is
+    held. Before 96bd6c2 it was written by the new key, the same row as the trigger's copy"""
     new = "_items_new"
     first = [_ddl(1000, CREATE, "CREATE"),
              _row(0, "INSERT", 1001, ["id"], {"id": "1", "name": "a", "price": "1.50"}),
@@ -158,12 +157,12 @@ def test_a_pt_osc_cut_over_that_changes_the_primary_key_keeps_rows_flowing(tmp_p
     assert sorted(rows) == [1, 2]
 
 
-@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
-    "row_columns: DROP COLUMN of one column of a composite primary key leaves the others as the key "
-    "(MySQL, and spark.tables.updates._drop_column); a row committed just before it in its millisecond "
-    "is placed after it (derived order) keyed by (id, code): `column(k) or k` keeps the dropped column's "
-    "old name in the compared set, so the table is held. Before 96bd6c2 it was written by (id)"))
 def test_a_row_committed_just_before_a_key_column_is_dropped_is_applied(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. DROP COLUMN of one column of a composite
+    primary key leaves the others as the key (MySQL, and spark.tables.updates._drop_column); a row
+    committed just before it in its millisecond is placed after it (derived order) keyed by (id,
+    code): `column(k) or k` keeps the dropped column's old name in the compared set, so the table is
+    held. Before 96bd6c2 it was written by (id)"""
     create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), primary key (id, code))"
     first = [_ddl(1000, create, "CREATE"),
              _row(0, "INSERT", 1001, ["id", "code"], {"id": "1", "code": "a", "price": "1.50"}),
@@ -233,12 +232,12 @@ def test_a_row_just_before_rename_and_re_add_of_its_column_keeps_its_value_in_th
 
 # ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
 
-@pytest.mark.xfail(strict=True, raises=RowSchemaMismatch, reason=(
-    "row_columns: an INSERT blocked by `ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)`'s metadata "
-    "lock is binlogged after the ALTER, keyed by the new key, with its own (earlier) start time: derived order "
-    "puts it before the ALTER (as test_row_schema_fit's ADD COLUMN case), where the table's key is (id): the "
-    "table is held. Before 96bd6c2 it was written by (id), then re-keyed with the table"))
 def test_a_row_written_after_a_primary_key_change_with_an_earlier_start_time_is_applied(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. an INSERT blocked by `ALTER TABLE ...
+    DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)`'s metadata lock is binlogged after the ALTER, keyed
+    by the new key, with its own (earlier) start time: derived order puts it before the ALTER (as
+    test_row_schema_fit's ADD COLUMN case), where the table's key is (id): the table is held. Before
+    96bd6c2 it was written by (id), then re-keyed with the table"""
     def schema_of(table: str, keys: tuple[str, ...]) -> TableSchema:
         cols = tuple(Column(n, parse_mysql_type("int"), n not in keys) for n in ("id", "v"))
         return TableSchema("shop", table, cols, keys)
@@ -274,13 +273,13 @@ def test_a_row_written_after_a_primary_key_change_with_an_earlier_start_time_is_
     assert rows[3] == {"id": 3, "v": 3}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "row_columns: `gone` takes every RENAME / DROP COLUMN of the plan before the step, across a DROP TABLE "
-    "and CREATE TABLE of the name in the same run: a row naming a column the old table dropped, after the "
-    "table was made again without it (a change re-sent after the table was made again: the case "
-    "RowSchemaMismatch is for), is written with that value silently dropped instead of holding the table. "
-    "`_taken_by_ddl` should start over at the plan's last CreateTable / CreateTableLike / DropTable before the step"))
 def test_a_column_dropped_before_the_table_was_made_again_does_not_hide_a_row_naming_it(tmp_path: Path) -> None:
+    """Was held by row_columns' first version; now applied. `gone` takes every RENAME / DROP COLUMN
+    of the plan before the step, across a DROP TABLE and CREATE TABLE of the name in the same run: a
+    row naming a column the old table dropped, after the table was made again without it (a change
+    re-sent after the table was made again: the case RowSchemaMismatch is for), is written with that
+    value silently dropped instead of holding the table. `_taken_by_ddl` should start over at the
+    plan's last CreateTable / CreateTableLike / DropTable before the step"""
     first = [_ddl(1000, CREATE, "CREATE"),
              _row(0, "INSERT", 1001, ["id"], {"id": "1", "name": "a", "price": "1.50"}),
              _row(1, "INSERT", 1001, ["id"], {"id": "2", "name": "b", "price": "2.00"})]
