@@ -14,15 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema, Watermark, get_encoder
+from cdc_codecs import Column, DdlChange, Op, ProducerRecord, RowChange, TableSchema
 from cdc_codecs.types import parse_mysql_type
-from spark.archive.storage import open_storage
-from spark.commit.apply import apply_interval
 from spark.query.read import read_table
 from spark.tables.updates import RowSchemaMismatch
 
-from .test_row_schema_fit import _derived, _single_partition
-from .archives import HOUR, T0, ArchiveWriter, make_config
+from .test_row_schema_fit import _Canal, _derived, _single_partition
 from .test_schema_evolution import P
 
 # ---------------------------------------------------------------- derived order around a key change
@@ -76,37 +73,25 @@ def test_a_row_committed_just_before_a_primary_key_change_in_its_millisecond_is_
     assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
 
 
-def test_a_row_keyed_by_a_unique_index_just_before_add_primary_key_is_applied(tmp_path: Path) -> None:
-    """Was held by row_columns' first version; now applied. a table without a primary key but with a
-    UNIQUE NOT NULL index is keyed by that index upstream (TiCDC's handle key; Debezium MySQL;
-    Canal's DESC shows its column as PRI), the lake's key empty (the DDL's primary key). After ADD
-    PRIMARY KEY, a row committed just before it in its millisecond is placed after it (derived
-    order) keyed by the index: the table is held. Before 96bd6c2 it was written by the new key, as
-    MySQL has it"""
+@pytest.mark.parametrize(("alter", "later_key"), [
+    pytest.param("ALTER TABLE shop.items ADD PRIMARY KEY (id)", ["id"], id="then-add-primary-key"),
+    pytest.param(None, ["code"], id="no-primary-key"),
+])
+def test_a_row_keyed_by_a_unique_index_is_applied(tmp_path: Path, alter: str | None, later_key: list[str]) -> None:
+    """A table without a primary key but with a UNIQUE NOT NULL index, rows keyed by that index
+    upstream (TiCDC's handle key; Debezium MySQL; Canal's DESC shows its column as PRI); the lake's
+    key is empty (the DDL's primary key). Without a primary key the rows flow, netted and written by
+    their own key. After ADD PRIMARY KEY, a row committed just before it in its millisecond is placed
+    after it (derived order) keyed by the index: written by the new key, as MySQL has it (row_columns'
+    first version held it)."""
     create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), unique key (code))"
     first = [_ddl(1000, create, "CREATE"),
              _row(0, "INSERT", 1001, ["code"], {"id": "1", "code": "a", "price": "1.50"}),
              _row(1, "INSERT", 1001, ["code"], {"id": "2", "code": "b", "price": "2.00"})]
     second = [_row(1, "UPDATE", 2000, ["code"], {"id": "2", "code": "b", "price": "2.50"}, {"price": "2.00"}),
-              _ddl(2000, "ALTER TABLE shop.items ADD PRIMARY KEY (id)", "ALTER"),
-              _row(0, "INSERT", 2002, ["id"], {"id": "3", "code": "c", "price": "3.00"}),
-              _row(1, "INSERT", 2002, ["id"], {"id": "4", "code": "d", "price": "4.00"})]
-    config, results = _derived(tmp_path, [first, second])
-    rows = _rows(config, results[-1].watermark)
-    assert rows[2] == {"id": 2, "code": "b", "price": "2.50"}
-    assert sorted(rows) == [1, 2]  # the rows stamped 2002 wait for W to pass them
-
-
-def test_a_row_keyed_by_a_unique_index_on_a_table_without_a_primary_key_is_applied(tmp_path: Path) -> None:
-    """No primary key in the DDL, rows keyed by a UNIQUE NOT NULL index: the table's key is empty,
-    nothing to compare, the rows flow (netted and written by their own key)."""
-    create = "CREATE TABLE shop.items (id int not null, code varchar(8) not null, price decimal(10,2), unique key (code))"
-    first = [_ddl(1000, create, "CREATE"),
-             _row(0, "INSERT", 1001, ["code"], {"id": "1", "code": "a", "price": "1.50"}),
-             _row(1, "INSERT", 1001, ["code"], {"id": "2", "code": "b", "price": "2.00"})]
-    second = [_row(1, "UPDATE", 2000, ["code"], {"id": "2", "code": "b", "price": "2.50"}, {"price": "2.00"}),
-              _row(0, "INSERT", 2002, ["code"], {"id": "3", "code": "c", "price": "3.00"}),
-              _row(1, "INSERT", 2002, ["code"], {"id": "4", "code": "d", "price": "4.00"})]
+              *([_ddl(2000, alter, "ALTER")] if alter else []),
+              _row(0, "INSERT", 2002, later_key, {"id": "3", "code": "c", "price": "3.00"}),
+              _row(1, "INSERT", 2002, later_key, {"id": "4", "code": "d", "price": "4.00"})]
     config, results = _derived(tmp_path, [first, second])
     rows = _rows(config, results[-1].watermark)
     assert rows[2] == {"id": 2, "code": "b", "price": "2.50"}
@@ -243,32 +228,19 @@ def test_a_row_written_after_a_primary_key_change_with_an_earlier_start_time_is_
         return TableSchema("shop", table, cols, keys)
 
     t1, t2, u = schema_of("t", ("id",)), schema_of("t", ("id", "v")), schema_of("u", ("id",))
-    encoder = get_encoder("canal")
-
-    def row(partition: int, s: TableSchema, image: dict, ms: int) -> ProducerRecord:
-        return ProducerRecord(partition, *encoder.encode_row(
-            RowChange(Op.INSERT, "shop", s.table, None, image, s.key_columns, s.column_types, None, P, ms)))
-
-    def ddl(table: str, sql: str, ms: int, after: TableSchema) -> list[ProducerRecord]:
-        return encoder.encode(DdlChange("shop", table, sql, None, P, "CREATE" if sql.startswith("CREATE") else "ALTER",
-                                        None, after, ms), 2)
+    row, ddl, mark = _Canal.row, _Canal.ddl, _Canal.mark
 
     first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int)", 1_000, t1),
              *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
-             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000), *encoder.encode(Watermark(1_500, P), 2)]
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000), *mark(1_500)]
     # The ALTER starts at 2 s and commits at 5 s; u's row (started at 5 s) commits before it, on
     # partition 0; an INSERT into t started at 4 s waits for the ALTER's lock and is binlogged after it.
     second = [row(0, u, {"id": 1, "v": 1}, 5_000),
               *ddl("t", "ALTER TABLE shop.t MODIFY v int NOT NULL, DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", 2_000, t2),
               row(1, t2, {"id": 3, "v": 3}, 4_000),
               row(0, t2, {"id": 4, "v": 4}, 6_000), row(1, t2, {"id": 5, "v": 5}, 6_000),
-              *encoder.encode(Watermark(7_000, P), 2)]
-    config = make_config(tmp_path, "canal")
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
-    results = []
-    for i, records in enumerate([first, second]):
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
-        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
+              *mark(7_000)]
+    config, results = _Canal.apply(tmp_path, [first, second])
     rows = {r["id"]: r for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()}
     assert rows[3] == {"id": 3, "v": 3}
 

@@ -220,14 +220,18 @@ def _row(partition: int, kind: str, es: int, data: dict, old: dict | None = None
     return ProducerRecord(partition, None, orjson.dumps(doc))
 
 
-def _derived(tmp_path: Path, intervals: list[list[ProducerRecord]]):  # noqa: ANN202
-    config = make_config(tmp_path, "canal-json", {"enable_tidb_extension": "false"})
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
+def _applied(config, partitions: int, intervals: list[list[ProducerRecord]]):  # noqa: ANN001, ANN202
+    """Each interval's records landed on topic ``cdc`` and applied in turn: (config, each run's result)."""
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": partitions})
     results = []
     for i, records in enumerate(intervals):
         writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
         results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
     return config, results
+
+
+def _derived(tmp_path: Path, intervals: list[list[ProducerRecord]]):  # noqa: ANN202
+    return _applied(make_config(tmp_path, "canal-json", {"enable_tidb_extension": "false"}), 2, intervals)
 
 
 CREATE = "CREATE TABLE shop.items (id int primary key, name varchar(20), price decimal(10,2))"
@@ -279,6 +283,31 @@ def test_a_row_committed_just_before_add_column_in_its_millisecond_fits(tmp_path
 
 # ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
 
+class _Canal:
+    """Official Canal messages over two partitions, built by hand: a change's event time is its
+    statement's start (a binlog event time), so tests can place a statement's start before a DDL's."""
+
+    encoder = get_encoder("canal")
+
+    @classmethod
+    def row(cls, partition: int, s: TableSchema, image: dict, ms: int) -> ProducerRecord:
+        return ProducerRecord(partition, *cls.encoder.encode_row(
+            RowChange(Op.INSERT, "shop", s.table, None, image, s.key_columns, s.column_types, None, P, ms)))
+
+    @classmethod
+    def ddl(cls, table: str, sql: str, ms: int, after: TableSchema) -> list[ProducerRecord]:
+        return cls.encoder.encode(DdlChange("shop", table, sql, None, P, "CREATE" if sql.startswith("CREATE") else "ALTER",
+                                            None, after, ms), 2)
+
+    @classmethod
+    def mark(cls, ms: int) -> list[ProducerRecord]:
+        return cls.encoder.encode(Watermark(ms, P), 2)
+
+    @staticmethod
+    def apply(tmp_path: Path, intervals: list[list[ProducerRecord]]):  # noqa: ANN205
+        return _applied(make_config(tmp_path, "canal"), 2, intervals)
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "an INSERT blocked by ALTER TABLE's metadata lock is binlogged after the ALTER with its own start "
     "time, before the running maximum that places the ALTER (another table's row on the DDL's partition): "
@@ -291,18 +320,7 @@ def test_a_row_written_after_add_column_with_an_earlier_start_time_is_applied(tm
     t1 = schema_of("t", [("id", "int"), ("v", "int")])
     t2 = schema_of("t", [("id", "int"), ("v", "int"), ("c", "int")])
     u = schema_of("u", [("id", "int"), ("v", "int")])
-    encoder = get_encoder("canal")
-
-    def row(partition: int, s: TableSchema, image: dict, ms: int) -> ProducerRecord:
-        return ProducerRecord(partition, *encoder.encode_row(
-            RowChange(Op.INSERT, "shop", s.table, None, image, s.key_columns, s.column_types, None, P, ms)))
-
-    def ddl(table: str, sql: str, ms: int, after: TableSchema) -> list[ProducerRecord]:
-        return encoder.encode(DdlChange("shop", table, sql, None, P, "CREATE" if sql.startswith("CREATE") else "ALTER",
-                                        None, after, ms), 2)
-
-    def mark(ms: int) -> list[ProducerRecord]:
-        return encoder.encode(Watermark(ms, P), 2)
+    row, ddl, mark = _Canal.row, _Canal.ddl, _Canal.mark
 
     first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int)", 1_000, t1),
              *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
@@ -314,28 +332,24 @@ def test_a_row_written_after_add_column_with_an_earlier_start_time_is_applied(tm
               row(1, t2, {"id": 3, "v": 3, "c": 33}, 4_000),
               row(0, t2, {"id": 4, "v": 4, "c": 44}, 6_000), row(1, t2, {"id": 5, "v": 5, "c": 55}, 6_000),
               *mark(7_000)]
-    config = make_config(tmp_path, "canal")
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2})
-    results = []
-    for i, records in enumerate([first, second]):
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in records])
-        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
-    w = results[-1].watermark
-    rows = {r["id"]: r for r in read_table(config, "shop", "t", w).to_pylist()}
+    config, results = _Canal.apply(tmp_path, [first, second])
+    rows = {r["id"]: r for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()}
     assert rows[3] == {"id": 3, "v": 3, "c": 33}
 
 
 # ---------------------------------------------------------------- silent wrong answers that remain
 
+_CLOCK = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
+
+
+def _tick(ms: int) -> RowChange:
+    """A row of another table, so that a derived W passes ``ms - 1``."""
+    return RowChange(Op.INSERT, "shop", "clock", None, {"id": ms}, ("id",), _CLOCK.column_types, None, P, ms)
+
+
 def _single_partition(tmp_path: Path, protocol: str, intervals: list[list]):  # noqa: ANN202
-    config = make_config(tmp_path, protocol)
-    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 1})
     encoder = get_encoder(protocol)
-    results = []
-    for i, events in enumerate(intervals):
-        writer.interval(T0 + i * HOUR, T0 + (i + 1) * HOUR, [("cdc", r) for r in encoder.encode_all(events, 1)])
-        results.append(apply_interval(config, T0 + i * HOUR, T0 + (i + 1) * HOUR))
-    return config, results
+    return _applied(make_config(tmp_path, protocol), 1, [encoder.encode_all(events, 1) for events in intervals])
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -348,14 +362,12 @@ def _single_partition(tmp_path: Path, protocol: str, intervals: list[list]):  # 
 def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_does(tmp_path: Path) -> None:
     t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("code", parse_mysql_type("varchar(8)")),
                                   Column("v", parse_mysql_type("int"))), ("id",))
-    other = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
     by_code = ("code",)  # message.key.columns=shop.t:code
 
     def row(op: Op, before: dict | None, after: dict | None, ms: int) -> RowChange:
         return RowChange(op, "shop", "t", before, after, by_code, t.column_types, None, P, ms)
 
-    def tick(ms: int) -> RowChange:  # a row of another table, so that the derived W passes ``ms - 1``
-        return RowChange(Op.INSERT, "shop", "clock", None, {"id": ms}, ("id",), other.column_types, None, P, ms)
+    tick = _tick
 
     create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, code varchar(8), v int)", None, P,
                        "CREATE", None, t, 1_000)
@@ -376,10 +388,7 @@ def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_do
 def test_an_update_without_an_unchanged_text_column_keeps_its_value(tmp_path: Path) -> None:
     t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("v", parse_mysql_type("int")),
                                   Column("body", parse_mysql_type("text"))), ("id",))
-    other = TableSchema("shop", "clock", (Column("id", parse_mysql_type("int"), False),), ("id",))
-
-    def tick(ms: int) -> RowChange:
-        return RowChange(Op.INSERT, "shop", "clock", None, {"id": ms}, ("id",), other.column_types, None, P, ms)
+    tick = _tick
 
     create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, v int, body text)", None, P,
                        "CREATE", None, t, 1_000)
