@@ -533,6 +533,8 @@ class Oracle:
         except sqlglot.errors.SqlglotError:
             statement = None
         if verb == "CREATE":
+            if isinstance(statement, exp.Create) and statement.args.get("exists") and self.columns.get(name):
+                return  # CREATE TABLE IF NOT EXISTS of a table the name has: MySQL leaves it as it is (15.1.20)
             source = _like_source(e.sql, e.database)
             schema = statement.this if isinstance(statement, exp.Create) else None
             if source is not None:
