@@ -11,7 +11,11 @@ Each round also submits ``bench/spark_alone.py`` on both masters: Spark's own st
 per slot, stop -- what any PySpark job pays and no code of ours can scale. The speed-up is
 printed three ways: of the whole job; of the job beyond Spark alone; and the most the whole
 job could reach if everything beyond Spark alone scaled perfectly (Amdahl:
-T1 / (F2 + (T1 - F1) / 2), with F the Spark-alone seconds).
+T1 / (F2 + (T1 - F1) / 2), with F the Spark-alone seconds). local[1] on a machine of two cores is
+not a one-core run -- its JVM, its Python driver and the OS work on the other core while the one
+task slot does -- so each round also runs local[1] and its Spark alone with the whole process tree
+confined to one core (``bench.jobs.pinned``): one core -> two is the scale-out figure (issue 37,
+target >= 1.8x beyond Spark alone), local[1] -> local[2] what one more task slot buys on the same cores.
 
 With ``--peer-home``, each round also runs the peer's end-to-end section (Spark 3.5 + Iceberg 1.10:
 ``from_json``, a window dedup per key, a ``MERGE INTO`` per table; ``bench/peer.py``) over as many
@@ -59,6 +63,7 @@ from spark.demo.workload import Workload, WorkloadSpec
 
 PROTOCOL = "canal-json"
 MASTERS = ("local[2]", "local[1]")
+ONE_CORE = "local[1] on one core"  # local[1], its JVM, driver and worker confined to one core (bench.jobs.pinned)
 PEER_MASTER = "local[2]"  # the peer runs on local[2]
 PEER_BASE_ROWS = 0  # our archive creates its tables empty: so do the peer's
 
@@ -99,12 +104,14 @@ def bare_decode(archive: Path) -> tuple[float, int]:
     return time.perf_counter() - started, rows
 
 
-def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str], keep: bool = False) -> JobRun:
-    """The apply job over a fresh clone of ``archive`` in ``run_dir``; removed afterwards unless ``keep``."""
+def run_job(archive: Path, run_dir: Path, master: str, buckets: int, conf: dict[str, str], keep: bool = False,
+            cores: int | None = None) -> JobRun:
+    """The apply job over a fresh clone of ``archive`` in ``run_dir``; removed afterwards unless ``keep``;
+    ``cores``: confined to that many cores (``bench.jobs.pinned``)."""
     clone_archive(archive, run_dir)
     pipeline_file = run_dir / "pipeline.json"
     pipeline_file.write_bytes(orjson.dumps(pipeline_document(run_dir, protocol=PROTOCOL, buckets=buckets, driver_max_messages=0)))
-    run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false", **conf})
+    run = submit_apply(pipeline_file, T0, T0 + HOUR, master, conf={"spark.ui.showConsoleProgress": "false", **conf}, cores=cores)
     if run.returncode or not run.report.get("watermark"):
         raise JobFailed(f"apply on {master} over {run_dir} exited {run.returncode} "
                         f"(watermark {run.report.get('watermark')}):\n{run.tail}")
@@ -132,6 +139,8 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     decode_cpu: list[dict[str, float]] = []  # the decode stage in process against orjson.loads (issue 37)
     jobs: dict[str, list[JobRun]] = {m: [] for m in MASTERS}
     alone: dict[str, list[float]] = {m: [] for m in MASTERS}
+    one_core: list[JobRun] = []
+    one_core_alone: list[float] = []
     peer: list[dict[str, Any]] = []
     loads: list[str] = []
     for r in range(repeat):
@@ -147,6 +156,10 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
             alone[master].append(submit_spark_alone(master, {"spark.ui.showConsoleProgress": "false", **conf}).seconds)
             print(f"    round {r + 1} (load {loads[-1]}): {master} {run.seconds:.2f}s (apply {run.report.get('seconds', 0):.2f}s "
                   f"in job; Spark alone {alone[master][-1]:.2f}s)", flush=True)
+        # Scale-out from one core to two: local[1] with its whole process tree on one core.
+        one_core.append(run_job(archive, workdir / "runs" / "throughput", "local[1]", buckets, conf, cores=1))
+        one_core_alone.append(submit_spark_alone("local[1]", {"spark.ui.showConsoleProgress": "false", **conf}, cores=1).seconds)
+        print(f"    round {r + 1}: {ONE_CORE} {one_core[-1].seconds:.2f}s (Spark alone {one_core_alone[-1]:.2f}s)", flush=True)
         if peer_home is not None:
             peer.append(run_peer(peer_home, tables, rows, PEER_BASE_ROWS))
             ours = jobs[PEER_MASTER][-1]
@@ -185,6 +198,9 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     t1, t2, f1, f2 = wall["local[1]"], wall["local[2]"], fixed["local[1]"], fixed["local[2]"]
     print(f"    speed-up local[1] -> local[2]: {t1 / t2:.2f}x (target >= 1.7); beyond Spark alone: {(t1 - f1) / (t2 - f2):.2f}x; "
           f"the bound if all of that scaled perfectly: {t1 / (f2 + (t1 - f1) / 2):.2f}x. local[2] target >= 40,000 events/s")
+    c1, g1 = statistics.median(j.seconds for j in one_core), statistics.median(one_core_alone)
+    print(f"    scale-out one core -> two ({ONE_CORE} {c1:.2f}s, Spark alone {g1:.2f}s; local[2] on both): {c1 / t2:.2f}x whole; "
+          f"beyond Spark alone: {(c1 - g1) / (t2 - f2):.2f}x (target >= 1.8)")
     two = jobs["local[2]"]
     print(f"    local[2] peak RSS (median): Python driver {mib(int(statistics.median(j.python_driver_peak for j in two)))}, "
           f"JVM {mib(int(statistics.median(j.jvm_driver_peak for j in two)))}, "

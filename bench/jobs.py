@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -102,29 +103,31 @@ class _Sampler(threading.Thread):
 
 
 def submit_apply(pipeline_file: Path, start: dt.datetime, end: dt.datetime, master: str, conf: dict[str, str] | None = None,
-                 driver_memory: str | None = None, sample_every: float = 0.1, executors_under: int | None = None) -> JobRun:
+                 driver_memory: str | None = None, sample_every: float = 0.1, executors_under: int | None = None,
+                 cores: int | None = None) -> JobRun:
     """``spark-submit --master <master> spark/jobs/apply.py --config ... --start ... --end ...``, timed and watched.
 
     ``executors_under``: the pid of a standalone worker, whose executors (and their Python
-    workers) are sampled too."""
+    workers) are sampled too. ``cores``: the whole process tree confined to that many of this
+    machine's cores (``pinned``); None: every core."""
     run = _submit(APPLY_JOB, ["--config", str(pipeline_file), "--start", _iso(start), "--end", _iso(end)], master, conf,
-                  driver_memory, sample_every, executors_under)
+                  driver_memory, sample_every, executors_under, cores)
     root = Path(orjson.loads(pipeline_file.read_bytes())["storage"]["url"])
     report_file = root / layout.report_path(PIPELINE, start, end, "apply")
     run.report = orjson.loads(report_file.read_bytes()) if report_file.exists() else {}
     return run
 
 
-def submit_spark_alone(master: str, conf: dict[str, str] | None = None) -> JobRun:
+def submit_spark_alone(master: str, conf: dict[str, str] | None = None, cores: int | None = None) -> JobRun:
     """``spark-submit bench/spark_alone.py``: Spark's own start, one task per slot, stop; timed like an apply."""
-    run = _submit(SPARK_ALONE_JOB, [], master, conf)
+    run = _submit(SPARK_ALONE_JOB, [], master, conf, cores=cores)
     if run.returncode:
         raise JobFailed(f"spark-submit {SPARK_ALONE_JOB.name} on {master} exited {run.returncode}:\n{run.tail}")
     return run
 
 
 def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | None = None, driver_memory: str | None = None,
-            sample_every: float = 0.1, executors_under: int | None = None) -> JobRun:
+            sample_every: float = 0.1, executors_under: int | None = None, cores: int | None = None) -> JobRun:
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
     if driver_memory:
         argv += ["--driver-memory", driver_memory]
@@ -135,7 +138,8 @@ def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | N
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=None if cores is None else pinned(cores))
     sampler = _Sampler([proc.pid] + ([executors_under] if executors_under else []), sample_every, script)
     sampler.start()
     output, _ = proc.communicate()
@@ -144,6 +148,17 @@ def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | N
     sampler.join()
     return JobRun(seconds, proc.returncode, {}, sampler.python_driver, sampler.jvm, sampler.worker,
                   sampler.workers_total, output.decode(errors="replace")[-3000:], sampler.executor_jvm)
+
+
+def pinned(cores: int) -> Callable[[], None]:
+    """A ``preexec_fn`` confining a child (and every process it starts: the JVM, the Python driver,
+    PySpark's workers inherit it) to the first ``cores`` of this process's cores. local[1] on a
+    machine of two cores is not a one-core run: its JVM, its Python driver and the OS take the
+    other core while the one task slot works, so local[1] -> local[2] understates scale-out."""
+    chosen = set(sorted(os.sched_getaffinity(0))[:cores])
+    if len(chosen) < cores:
+        raise JobFailed(f"{cores} cores asked for, this process may use {len(chosen)}")
+    return lambda: os.sched_setaffinity(0, chosen)
 
 
 def _iso(instant: dt.datetime) -> str:

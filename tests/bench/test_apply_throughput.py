@@ -27,6 +27,9 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
         assert re.search(rf"Spark alone {re.escape(master)}: start, a task per slot, stop +[\d.]+$", out, re.M), out
     assert re.search(r"speed-up local\[1\] -> local\[2\]: [\d.]+x \(target >= 1.7\); beyond Spark alone: -?[\d.]+x; "
                      r"the bound if all of that scaled perfectly: [\d.]+x", out), out
+    assert re.search(r"round 1: local\[1\] on one core [\d.]+s \(Spark alone [\d.]+s\)", out), out
+    assert re.search(r"scale-out one core -> two \(local\[1\] on one core [\d.]+s, Spark alone [\d.]+s; local\[2\] on both\): "
+                     r"[\d.]+x whole; beyond Spark alone: -?[\d.]+x \(target >= 1.8\)", out), out
 
 
 @pytest.mark.parametrize("rounds", [1, 3])
@@ -41,3 +44,21 @@ def test_the_peer_table_prints_the_strict_ratio_beside_the_headline_one(capsys, 
     out = capsys.readouterr().out
     assert re.search(rf"strict \(spark-submit to exit against the peer's Spark session start \+ table creation \+ parse "
                      rf"\+ dedup \+ MERGE, median of {rounds}\): 2.00x the peer \(target >= 2x\); headline ratio 2.22x", out), out
+
+
+def test_a_pinned_job_and_every_process_it_starts_run_on_the_cores_asked_for() -> None:
+    """``cores=1`` confines spark-submit's whole tree (JVM, Python driver, PySpark workers) to one core:
+    what the one-core side of the scale-out figure relies on."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.jobs import pinned
+
+    first = sorted(os.sched_getaffinity(0))[0]
+    child = [sys.executable, "-c", "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0))); sys.stdout.flush(); "
+             "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])"]
+    out = subprocess.run(child, preexec_fn=pinned(1), capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == [f"[{first}]", f"[{first}]"], out
+    with pytest.raises(Exception, match="cores asked for"):
+        pinned(len(os.sched_getaffinity(0)) + 1)
