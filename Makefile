@@ -29,7 +29,7 @@ test-e2e: $(STAMP)
 test-faults: $(STAMP)
 	$(PY) -m pytest -m faults tests/bench/test_faults.py
 
-## The fast part, for the edit-test loop (6-12 minutes on 2 cores).
+## The fast part, for the edit-test loop (under a minute: no module running whole intervals, Spark or services).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 

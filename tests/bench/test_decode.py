@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 
 from bench import decode
+
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
 
 
 def test_the_decode_bench_prints_the_stage_against_the_parse_and_its_parts_per_protocol(capsys) -> None:  # noqa: ANN001

@@ -9,6 +9,8 @@ import pytest
 
 from bench import maintenance as bench
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def _args(**overrides: int) -> argparse.Namespace:
     return argparse.Namespace(**{"runs": 4, "tables": 2, "changes": 60, "key_space": 200, "every": 2, "baseline": 2,

@@ -16,6 +16,8 @@ from tests.spark.archives import oracle_from_records
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 

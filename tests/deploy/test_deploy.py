@@ -21,6 +21,8 @@ from spark.runtime.credentials import KAFKA_SECRET_OPTIONS, from_environment, ka
 
 from .submit import build_code_archive, submit_commands
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PIPELINES = sorted((DEPLOY / "pipelines").glob("*.toml"))

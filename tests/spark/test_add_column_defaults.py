@@ -29,6 +29,8 @@ from .archives import HOUR, T0, ArchiveWriter, make_config, normalise, oracle_fr
 from tests.spark.tables.test_catalog import duckdb_with_iceberg, jdbc_metadata_location
 from .test_schema_evolution import P, History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 PROTOCOLS = ["canal-json", "simple", "debezium"]  # SQL only; and two that carry the schema after each DDL
 PARTITIONS = [("gen", 0)]
 

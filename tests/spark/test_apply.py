@@ -13,6 +13,8 @@ from spark.query.read import published_watermarks, read_pipeline
 
 from .archives import HOUR, T0, normalise, run_history
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 TIDB = sorted(p for p, s in PROTOCOLS.items() if s.has_commit_ts)
 
 

@@ -26,6 +26,8 @@ from spark.write.upsert import COPIES, RESULT_SCHEMA, ROUTED_SCHEMA
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 # Every name the write path gives a column of its own, now and before (the routed rows' group and
 # role columns, by name next to upstream's until issue 34), and the key join's.
 INTERNAL_NAMES = sorted({

@@ -33,6 +33,8 @@ from spark.core.watermark import tag_name
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 A = schema("shop", "a", [("id", "int"), ("v", "int")])
 B = schema("shop", "b", [("id", "int"), ("v", "int")])
 BAD = "ALTER TABLE shop.a DISCARD TABLESPACE"

@@ -21,6 +21,8 @@ from spark.archive.storage import open_storage
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 BAG = schema("db", "bag", [("x", "int"), ("s", "varchar(8)")], keys=())
 CREATE = "CREATE TABLE `db`.`bag` (`x` int, `s` varchar(8))"
 A, B, C, D, E = ({"x": i, "s": s} for i, s in enumerate("abcde"))

@@ -69,6 +69,8 @@ from .changes_invariant import check_changes
 from .history import Changefeed, Upstream
 from .mysql_values import VALUE_COLUMNS, TypedTables, typed_tables, within_float64
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 # Configurations of a protocol the machine also runs, by name: (protocol, topic options, which
 # the changefeed's encoder and the model's decoder take too).
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {

@@ -20,6 +20,8 @@ from tests.model.oracle import Oracle
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import P, History, per_mark, published, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def table(h: History, name: str, by: str = "") -> TableSchema:
     t = schema("shop", name, [("id", "int"), ("k", "int"), ("v", "varchar(5)")])

@@ -25,6 +25,8 @@ from spark.query.read import read_table
 from .archives import HOUR, T0, ArchiveWriter, make_config
 from .test_schema_evolution import P, History, run, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def _folded(rows: list[dict]) -> list[dict]:
     """Rows with their column names case-folded, in key order: MySQL's names ignore case."""

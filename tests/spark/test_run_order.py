@@ -25,6 +25,8 @@ from .archives import HOUR, T0, ArchiveWriter, make_config
 from .history import Upstream
 from .test_operations import machine_for
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def machine(protocol: str, history: list, partitions: int = 1):  # noqa: ANN201
     m = machine_for(protocol)()

@@ -21,6 +21,8 @@ from spark.archive.storage import open_storage
 
 from .archives import HOUR, T0, ArchiveWriter, make_config
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 P = SourcePosition("gen", 0, 0)
 
 

@@ -21,6 +21,8 @@ from spark.archive.storage import open_storage
 from .archives import HOUR, T0, ArchiveWriter, make_config, oracle_from_records
 from .test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 ITEMS = schema("shop", "items", [("id", "int"), ("v", "int")])
 CREATE = "CREATE TABLE `shop`.`items` (`id` int NOT NULL, `v` int, PRIMARY KEY (`id`) /*T![clustered_index] NONCLUSTERED */)"
 

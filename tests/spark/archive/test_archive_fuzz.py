@@ -49,6 +49,8 @@ from spark.archive.manifest import SegmentRef
 from spark.decode.side_output import DecoderState, SegmentRuns, SideOutput, SideOutputError
 from spark.fold.slices import NET_SCHEMA, read_net_change
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 FAST = int(os.environ.get("TIDELAKE_FUZZ_CASES", "2000"))
 UTC = dt.timezone.utc
 T = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -24,6 +24,8 @@ from spark.archive.manifest import ManifestError, list_manifests
 from spark.archive.offsets import OffsetsMissingError
 from spark.archive.storage import LocalStorage, Storage, open_storage
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 UTC = dt.timezone.utc
 
 

@@ -17,6 +17,8 @@ from spark.config import StorageConfig
 
 from tests.spark.query.test_changes import Lake
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 ITEMS = [("id", "int"), ("v", "varchar(8)")]
 
 

@@ -26,6 +26,8 @@ from spark.config import load_pipeline_config
 from tests.spark.archives import oracle_from_records
 from tests.spark.archives import normalise, oracle_rows
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -32,6 +32,8 @@ from spark.write.target import TableTarget
 from tests.spark.test_isolation import A, B, _apply, _pipeline, _rows
 from tests.spark.test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 A2 = schema("shop", "a", [("id", "int"), ("v", "bigint")])
 WIDEN = "ALTER TABLE shop.a MODIFY COLUMN v bigint"
 

@@ -35,6 +35,8 @@ from tests.spark.archives import make_config
 from tests.spark.decode.test_changelog import TOPIC, encode, paths, write_segments
 from tests.spark.mysql_values import COLUMN_TYPES, KEY_COLUMNS, OTHER_COLUMNS, VALUE_COLUMNS, rows, values
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 ORIGIN = SourcePosition("generated", 0, 0)
 
 

@@ -19,6 +19,8 @@ from spark.decode import changelog
 from spark.demo.workload import tso
 from tests.spark.decode.test_batch import _base_doc, decode_both
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 # Texts msgspec skips without checking them (where it does not decode a value: a Raw, an unknown
 # name) and orjson rejects: invalid UTF-8, numbers beyond a double.
 UNCHECKED = [b'"\xff"', b'["id\xff"]', b'{"id":"\xc0\xaf"}', b"1e400", b"-1e400", b"9" * 400, b'{"id":1e999}',

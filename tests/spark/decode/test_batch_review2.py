@@ -14,6 +14,8 @@ from spark.decode import changelog
 from spark.demo.workload import tso
 from tests.spark.decode.test_batch import decode_both
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 TYPES = {"id": "bigint", "name": "varchar", "amount": "decimal", "qty": "int", "updated_at": "datetime",
          "created_at": "timestamp", "payload": "varbinary", "big": "bigint unsigned", "day": "date"}
 EDGE = {

@@ -19,6 +19,8 @@ from spark.fold.slices import EVERYTHING, Slice, slice_row_groups, add_counts, f
 from spark.core.keys import key_hash, table_seed
 from spark.archive.storage import LocalStorage
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
 TABLES = [("shop", "t"), ("shop", "u"), ("shop.x", "t")]  # a dotted database must not meet shop.x's table t
 

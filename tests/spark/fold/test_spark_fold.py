@@ -14,6 +14,8 @@ import pytest
 from cdc_codecs import parse_mysql_type
 from spark.archive import layout
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 
 class _RDD:

@@ -18,6 +18,8 @@ from spark.core.watermark import tag_name
 
 from tests.spark.archives import HOUR, T0, normalise, run_history
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 INTERVALS = 6
 NOW = T0 + 1000 * HOUR
 

@@ -18,6 +18,8 @@ from spark.maintain.compaction import MAINTENANCE, compact_table
 
 from .conftest import keyed_table, read_at, rows, upsert
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 BUCKETED = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(4), name="b"))
 TARGET = 1 << 20
 

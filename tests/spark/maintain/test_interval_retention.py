@@ -35,6 +35,8 @@ from spark.query.read import read_pipeline
 from tests.spark.archives import HOUR, T0, normalise, run_history
 from .test_archive_retention import main_rows, rewind_to
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 UTC = dt.timezone.utc
 INTERVALS = 8
 KEEP = 2

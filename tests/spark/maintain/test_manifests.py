@@ -8,6 +8,8 @@ reads and neither compaction nor expiry removes (``spark/tables/internals.py``).
 
 from __future__ import annotations
 
+import pytest
+
 from pyiceberg.table import Table
 
 from spark.tables import internals
@@ -16,6 +18,8 @@ from spark.runtime.runners import LocalRunner
 from spark.maintain.compaction import compact_table
 
 from .conftest import keyed_table, read_at, rows, upsert
+
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
 
 
 def dead_manifests(table: Table) -> list[str]:

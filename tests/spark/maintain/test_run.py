@@ -36,6 +36,8 @@ from spark.core.watermark import tag_name, watermark_datetime
 
 from tests.spark.archives import HOUR, T0, normalise, run_history
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 UTC = dt.timezone.utc
 
 

@@ -33,6 +33,8 @@ from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
 from tests.spark.test_isolation import _fixed
 from tests.spark.test_schema_evolution import History, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 class Lake:
     """A pipeline over one topic whose upstream history the test writes; ``publish`` lands and applies it."""

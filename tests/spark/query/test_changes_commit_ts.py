@@ -24,6 +24,8 @@ from tests.spark.archives import T0
 from tests.spark.query.test_changes import Lake, rows
 from tests.spark.test_schema_evolution import schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 T = [("id", "int"), ("v", "int")]
 
 

@@ -6,6 +6,8 @@ repeats (that input takes the multiset path)."""
 
 from __future__ import annotations
 
+import pytest
+
 import math
 import struct
 
@@ -14,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark.query.changes_diff import multiset_difference
+
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
 
 keys = st.one_of(st.none(), st.integers(0, 6))
 floats = st.sampled_from([None, 0.0, -0.0, 1.5, math.nan])

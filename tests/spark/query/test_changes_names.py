@@ -22,6 +22,8 @@ from spark.query.sql import run_query
 
 from tests.spark.query.test_changes import Lake
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 # Column names the feed, the key-less sort and the touched keys used or use internally, and the
 # metadata columns' names: each one is an upstream column of some drawn table.
 INTERNAL = ["_change_type", "_commit_ts", "__change_type", "__commit_ts", "__side", "_ts", "_deleted", "c0", "c1",

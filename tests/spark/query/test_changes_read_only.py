@@ -23,6 +23,8 @@ from spark.tables import catalog as cat
 from tests.spark.archives import ArchiveWriter
 from tests.spark.query.test_changes import Lake, rows
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def _s3_lake(tmp: Path, s3, bucket: str) -> Lake:  # noqa: ANN001
     lake = Lake(tmp, "canal-json")

@@ -32,6 +32,8 @@ from spark.query.sql import QueryFailed, plan_scans, run_query
 
 from tests.spark.tables.test_catalog import ODD_DB, ODD_TABLE, _pipeline
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def _schema(*cols: tuple[str, object]) -> Schema:
     return Schema(*[NestedField(i + 1, n, t, required=False) for i, (n, t) in enumerate(cols)])

@@ -34,6 +34,8 @@ from tests.spark.archives import HOUR, T0, normalise
 from tests.spark.history import Upstream
 from tests.spark.test_operations import machine_for
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 GARBLED = "garbled by a decoder bug"
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from spark.runtime.embedded import kafka_service, s3_service
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def processes_using(folder: Path) -> list[psutil.Process]:
     found = []

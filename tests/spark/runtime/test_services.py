@@ -6,6 +6,8 @@ import pytest
 
 from spark.runtime.services import CATALOG, KAFKA, S3, ServiceError, boto_config, classify, describe, redact
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 
 def test_urls_and_secrets_lose_their_passwords() -> None:
     text = redact("(psycopg2.OperationalError) postgresql+psycopg2://tidelake:s3cr3t@db:5432/cat password=hunter2 "

@@ -18,6 +18,8 @@ from spark.core.watermark import tag_name
 
 from tests.spark.test_schema_evolution import History, run, schema
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 # A database and a table whose names hold a dot, a space, unicode and uppercase letters.
 ODD_DB = "Ops.db ü"
 ODD_TABLE = "Orders.2024 表"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import datetime as dt
 import tempfile
 from decimal import Decimal
@@ -22,6 +24,8 @@ from spark.tables import files as planner
 from spark.tables import internals
 from spark.core.key_match import key_mask
 from tests.spark.tables.conftest import table_with_files
+
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
 
 ID = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 

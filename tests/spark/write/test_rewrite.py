@@ -19,6 +19,8 @@ from spark.write.rewrite import RowsDoNotFitTable, delete_keys, rewrite_file, wr
 from spark.write.target import TableTarget
 from tests.spark.tables.conftest import table_with_files
 
+pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
+
 KEYED = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 COMPOSITE = Schema(NestedField(1, "a", StringType(), required=False), NestedField(2, "b", IntegerType(), required=False),
                    NestedField(3, "v", StringType(), required=False))
