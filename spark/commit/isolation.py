@@ -245,7 +245,10 @@ def release_hint(entry: Mapping[str, Any]) -> str:
     if entry.get("error") == RowSchemaMismatch.__name__:
         return (f"rows name columns the table does not have: if a schema change is missing from the stream, a "
                 f"version that follows it releases it ({replay}); a change re-sent after its table was made again "
-                "(a protocol without commitTs) stays in the archive: re-create the table upstream under a new name")
+                "(a protocol without commitTs) stays in the archive: re-create the table upstream under a new name. "
+                "Rows naming a column the run renamed away and added again, without its new name, are of before or "
+                f"after that DDL, which a clock derived from binlog time cannot tell: a version that tells releases "
+                f"it ({replay}), or re-create the table upstream under a new name")
     return f"a tidelake version that applies the statement releases it: {replay}"
 
 

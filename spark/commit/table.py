@@ -508,8 +508,16 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
     for name in {k for keys in row_keys for k in keys} - renames.keys():  # a deleted key's image is its key
         if (to := column(name)) not in (False, name):
             renames[name] = to
+    where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
+    for columns in fold.written_column_sets(plan.database, plan.table, step.segment):
+        if moved := _renamed_and_added_again(columns, folded, gone):
+            name, went = moved
+            raise RowSchemaMismatch(
+                f"{where} name {name!r} without {went!r}: the run renamed {name!r} to {went!r} and added a new "
+                f"{name!r}. Written before that DDL, such a row's value is {went!r}'s; after it, the new "
+                f"{name!r}'s -- which cannot be told where the clock is derived from binlog time (a row "
+                "committed just before a DDL in its second can be placed after it: docs/consistency.md)")
     if extra:
-        where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
         shown = ", ".join(map(repr, extra[:8])) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
         raise RowSchemaMismatch(
             f"{where} name columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
@@ -519,6 +527,20 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
     # a key change of the run carries its neighbour's key, written right by the table's (a reviewer's
     # tests/spark/test_row_keys_review.py); Debezium's message.key.columns is the gap (docs/known-gaps.md).
     return renames
+
+
+def _renamed_and_added_again(columns: frozenset[str], folded: dict[str, str], gone: dict[str, str | None],
+                             ) -> tuple[str, str] | None:
+    """A column of a row's set the run renamed away and added again, whose new name the row lacks:
+    (its name, the name it was renamed to); None if there is none. After ``RENAME COLUMN a TO b,
+    ADD COLUMN a`` a row carrying ``a`` and ``b`` is of after the DDL, one carrying ``a`` alone of
+    before it (the case-only rename ``a TO A`` is no such column: its row carries its new name)."""
+    names = {c.casefold() for c in columns}
+    for name in sorted(columns):
+        went = gone.get(name.casefold())
+        if isinstance(went, str) and name.casefold() in folded and went.casefold() not in names:
+            return name, went
+    return None
 
 
 def _taken_by_ddl(changes: list[Any]) -> dict[str, str | None]:

@@ -102,6 +102,8 @@ class Fold(Protocol):
 
     def written_columns(self, database: str, table: str, segment: int) -> set[str]: ...
 
+    def written_column_sets(self, database: str, table: str, segment: int) -> set[frozenset[str]]: ...
+
     def row_keys(self, database: str, table: str, segment: int) -> set[tuple[str, ...]]: ...
 
     def close(self) -> None: ...
@@ -127,8 +129,13 @@ class _NetSchemas:
     def written_columns(self, database: str, table: str, segment: int) -> set[str]:
         """The columns the written rows of a table's DDL segment carry (none where the protocol
         carries no column types)."""
+        return {c for columns in self.written_column_sets(database, table, segment) for c in columns}
+
+    def written_column_sets(self, database: str, table: str, segment: int) -> set[frozenset[str]]:
+        """Each set of columns written rows of a table's DDL segment carry together (one per schema
+        of theirs; none where the protocol carries no column types)."""
         summary = self._summary(database, table, segment)
-        return {c for sid in summary.written_schema_ids for c in decode_schema(self.schemas[sid])[1] or ()}
+        return {frozenset(decode_schema(self.schemas[sid])[1] or ()) for sid in summary.written_schema_ids}
 
     def row_keys(self, database: str, table: str, segment: int) -> set[tuple[str, ...]]:
         """The key columns the rows of a table's DDL segment are keyed by (``()``: none carried)."""
