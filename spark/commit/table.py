@@ -481,7 +481,9 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
         RowSchemaMismatch: rows naming a column the table does not have at their commitTs -- the
         stream contradicts its own DDL (a schema change it did not carry; a change re-sent, without
         commitTs, after its table was made again), and writing them would lose those values (or
-        write a key such a column holds NULL): the table is held instead.
+        write a key such a column holds NULL): the table is held instead. And rows naming a column
+        the run renamed away and added again without its new name: of before that DDL or after it,
+        which a derived clock cannot tell (``_renamed_and_added_again``).
     """
     fields = updates.upstream_fields(metadata)
     folded = {name.casefold(): name for name in fields}
@@ -499,7 +501,8 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
 
     renames, extra = {}, []
     row_keys = fold.row_keys(plan.database, plan.table, step.segment)
-    for name in sorted(fold.written_columns(plan.database, plan.table, step.segment)):
+    column_sets = fold.written_column_sets(plan.database, plan.table, step.segment)
+    for name in sorted({c for columns in column_sets for c in columns}):
         to = column(name)
         if to is False:
             extra.append(name)
@@ -509,7 +512,7 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
         if (to := column(name)) not in (False, name):
             renames[name] = to
     where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
-    for columns in fold.written_column_sets(plan.database, plan.table, step.segment):
+    for columns in column_sets:
         if moved := _renamed_and_added_again(columns, folded, gone):
             name, went = moved
             raise RowSchemaMismatch(

@@ -100,8 +100,6 @@ class Fold(Protocol):
 
     def row_schema(self, database: str, table: str, segment: int) -> tuple[dict[str, ColumnType], tuple[str, ...]]: ...
 
-    def written_columns(self, database: str, table: str, segment: int) -> set[str]: ...
-
     def written_column_sets(self, database: str, table: str, segment: int) -> set[frozenset[str]]: ...
 
     def row_keys(self, database: str, table: str, segment: int) -> set[tuple[str, ...]]: ...
@@ -125,11 +123,6 @@ class _NetSchemas:
         for sid in sorted(summary.written_schema_ids):
             columns.update(decode_schema(self.schemas[sid])[1] or {})
         return columns, keys
-
-    def written_columns(self, database: str, table: str, segment: int) -> set[str]:
-        """The columns the written rows of a table's DDL segment carry (none where the protocol
-        carries no column types)."""
-        return {c for columns in self.written_column_sets(database, table, segment) for c in columns}
 
     def written_column_sets(self, database: str, table: str, segment: int) -> set[frozenset[str]]:
         """Each set of columns written rows of a table's DDL segment carry together (one per schema
