@@ -82,20 +82,21 @@ class _Sampler(threading.Thread):
                 return
             workers = 0
             for p in procs:
-                try:
+                try:  # a process may end between any two of these reads
                     rss = p.memory_info().rss
                     cmd = " ".join(p.cmdline())
+                    name = p.name()
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
                 if "org.apache.spark.deploy.worker.Worker" in cmd or "org.apache.spark.deploy.master.Master" in cmd:
                     continue  # the cluster's own daemons, there before and after the job
                 if "CoarseGrainedExecutorBackend" in cmd:
                     self.executor_jvm = max(self.executor_jvm, rss)
-                elif "java" in p.name() or "org.apache.spark.deploy.SparkSubmit" in cmd:
+                elif "java" in name or "org.apache.spark.deploy.SparkSubmit" in cmd:
                     self.jvm = max(self.jvm, rss)
                 elif self.driver_script in cmd:
                     self.python_driver = max(self.python_driver, rss)
-                elif "pyspark" in cmd or "python" in p.name():
+                elif "pyspark" in cmd or "python" in name:
                     self.worker = max(self.worker, rss)
                     workers += rss
             self.workers_total = max(self.workers_total, workers)
