@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-## Everything CI runs (20-25 minutes on 2 cores, plus the first install).
+## Everything CI runs (17-30 minutes on 2 cores, by the machine, plus the first install).
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults and not mirror_e2e" tests
 
