@@ -134,7 +134,7 @@ def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
     changes to other tables of the statement (``RENAME TABLE a TO b, c TO d``,
     ``DROP TABLE a, b``) keep what the SQL says.
     """
-    changes = parse_ddl(ddl.sql, ddl.database)
+    changes = _event_spelling(parse_ddl(ddl.sql, ddl.database), ddl)
     after = ddl.schema_after
     if after is None:
         return changes
@@ -147,6 +147,28 @@ def ddl_changes(ddl: DdlChange) -> list[tuple[TableRef, Change]]:
     if not changes and ddl.ddl_type in ("CREATE", "CREATE TABLE"):
         out.append(((after.database, after.table), CreateTable(after)))
     return out
+
+
+def _event_spelling(changes: list[tuple[TableRef, Change]], ddl: DdlChange) -> list[tuple[TableRef, Change]]:
+    """The statement's table as the event names it, where the two differ in lettercase only.
+
+    TiDB compares table names without case (lower_case_table_names=2 only), and TiCDC's DDL event
+    names the table as TiDB has it (``Items``) beside the statement as the user wrote it
+    (``ALTER TABLE items``); MySQL with lower_case_table_names=1 likewise. A connector that copies
+    the name from the statement gives the same spelling, and then nothing changes. A statement
+    naming two tables that differ in case only (``RENAME TABLE Items TO items`` on a case-sensitive
+    MySQL) is left as written: which one the event means cannot be told; so is a statement moving
+    state between tables (``LINKING``: a rename, ``CREATE ... LIKE``, an exchange), whose event may
+    name either of them."""
+    if not ddl.table or any(isinstance(change, LINKING) for _, change in changes):
+        return changes
+    event = (ddl.database, ddl.table)
+    folded = (ddl.database.casefold(), ddl.table.casefold())
+    alike = {ref for ref, _ in changes if (ref[0].casefold(), ref[1].casefold()) == folded}
+    if len(alike) != 1 or event in alike:
+        return changes
+    (written,) = alike
+    return [(event if ref == written else ref, change) for ref, change in changes]
 
 
 def _with_schema_after(ref: TableRef, change: Change, after: TableSchema) -> Change:

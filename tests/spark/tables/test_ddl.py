@@ -469,6 +469,22 @@ def test_schema_after_gives_like_its_columns_and_leaves_other_tables_alone() -> 
     assert ddl_changes(renames) == [((DB, "a"), RenameTable(DB, "b")), ((DB, "c"), RenameTable(DB, "d"))]
 
 
+def test_the_statements_table_is_taken_as_the_event_spells_it_where_they_differ_in_case_only() -> None:
+    """TiDB (and MySQL with lower_case_table_names=1) compare table names without case; TiCDC's event
+    names the table as the server has it. Where the statement names two tables alike but for case,
+    or the event another table, what the SQL says stands."""
+    def ddl(table: str, sql: str, kind: str = "ALTER") -> DdlChange:
+        return DdlChange(DB, table, sql, 1, P, kind)
+
+    assert ddl_changes(ddl("Items", "ALTER TABLE shop.items DROP COLUMN v")) == [((DB, "Items"), DropColumn("v"))]
+    assert ddl_changes(ddl("items", "ALTER TABLE shop.items DROP COLUMN v")) == [((DB, "items"), DropColumn("v"))]
+    assert ddl_changes(ddl("Items", "TRUNCATE TABLE ITEMS", "TRUNCATE")) == [((DB, "Items"), TruncateTable())]
+    assert ddl_changes(ddl("other", "ALTER TABLE shop.items DROP COLUMN v")) == [((DB, "items"), DropColumn("v"))]
+    # Statements moving state between tables: the event may name either (TiCDC names a rename's new table).
+    assert ddl_changes(ddl("items", "RENAME TABLE Items TO items", "RENAME")) == [((DB, "Items"), RenameTable(DB, "items"))]
+    assert ddl_changes(ddl("Items", "RENAME TABLE items TO t2", "RENAME")) == [((DB, "items"), RenameTable(DB, "t2"))]
+
+
 def test_plans_put_each_net_change_between_the_ddls_of_its_table() -> None:
     from spark.write.plane import NetSummary
 
