@@ -123,15 +123,23 @@ def test_an_alter_naming_the_table_in_other_lettercase_reaches_it_on_tidb(tmp_pa
     v1 = schema("shop", "Items", [("id", "int"), ("v", "int")])
     h.ddl("shop", "Items", "CREATE TABLE shop.Items (id int primary key, v int)", v1, kind="CREATE")
     h.row(Op.INSERT, v1, None, {"id": 1, "v": 1})
-    h.mark()
+    w1 = h.mark()
+    first = list(h.events)
+    h.events.clear()
     v2 = schema("shop", "Items", [("id", "int"), ("v", "int"), ("c", "int")])
     h.ddl("shop", "Items", "ALTER TABLE shop.items ADD COLUMN c int", v2, v1, kind="ALTER")
     h.row(Op.INSERT, v2, None, {"id": 2, "v": 2, "c": 3})
-    w = h.mark()
-    config, results = run(tmp_path, protocol, [h.events])
-    assert results[-1].watermark == w
-    assert sorted(read_table(config, "shop", "Items", w).to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "v": 1, "c": None}, {"id": 2, "v": 2, "c": 3}]
+    w2 = h.mark()
+    config, results = run(tmp_path, protocol, [first, list(h.events)])
+    assert [r.watermark for r in results] == [w1, w2]
+    model = {0: {}, w1: {("shop", "Items"): [{"id": 1, "v": 1}]},
+             w2: {("shop", "Items"): [{"id": 1, "v": 1, "c": None}, {"id": 2, "v": 2, "c": 3}]}}
+    assert sorted(read_table(config, "shop", "Items", w2).to_pylist(), key=lambda r: r["id"]) == model[w2][("shop", "Items")]
+    # The change feed reads the DDL the same way: W1 + changes == W2 over every pair, W1 = 0 included.
+    from .changes_invariant import check_pair
+
+    for a, b in [(0, w1), (w1, w2), (0, w2)]:
+        check_pair(config, model, a, b, open_storage(config.storage))
 
 
 # ---------------------------------------------------------------- DDL and rows in one run, in various orders
