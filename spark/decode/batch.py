@@ -5,9 +5,11 @@ per row) spends ~11 us a message in Python objects that live for one row: 5x the
 parsing the message. Here each message is parsed once, by msgspec into a typed struct of the
 common shape (``_RowMessage``, its types checked in C as it parses) -- one row (TiCDC), ``_tidb``
 holding only ``commitTs``, the table's last ``mysqlType`` and ``pkNames``, every column of a kind
-below -- and the rows of a read batch become the change log's columns at once, with Arrow
-compute and numpy: each column's values are checked and MessagePack-encoded as one array, an
-image is the row-wise join of its columns' encodings, the key bytes likewise.
+below --, or, from the batch after its table's schema was first met, into a struct of that schema
+(``SchemaReader``: no dict, no name strings) -- and the rows of a read batch become the change
+log's columns at once, with Arrow compute and numpy: each column's values are checked and
+MessagePack-encoded as one array, an image is the row-wise join of its columns' encodings, the
+key bytes likewise.
 
 Exactness: the bytes are those of the per-change path by construction -- each kind's fast
 case accepts only text whose typed value (``cdc_codecs.rowconv``'s compiled converter) and
@@ -27,10 +29,11 @@ import time
 import zlib
 from collections.abc import Mapping
 from operator import itemgetter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -95,6 +98,69 @@ class _RowMessage(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _ROW_MESSAGE = msgspec.json.Decoder(_RowMessage)
+
+
+# A name's letter escaped (``\u0041``..``\u007a``, hex of either case): the only way a name can read
+# "mysqlType" without those very bytes in the text. Found for a whole read batch at once (RE2).
+_ESCAPED_ASCII = r"\\u00[4-7]"
+
+
+# A union's member no message is (MySQL names hold no NUL): msgspec requires a union's tag, never
+# a lone tagged struct's, which would read a message without "table" as its table's.
+_NO_TABLE = msgspec.defstruct("NoTable", [], tag_field="table", tag="\0", forbid_unknown_fields=True)
+
+
+class SchemaReader:
+    """The common message of one table schema (its mysqlType and pkNames), read by msgspec structs
+    of its own, one per table (``message``): ``_RowMessage`` less the Python objects a generic one
+    builds -- no dict, no name string for the row, mysqlType or sqlType, the row's values in column
+    order in C (``astuple``) and nothing to compare after but mysqlType's bytes. ``CanalBatch``
+    reads with the union of its tables' structs, tagged by the table's name: msgspec picks the
+    message's struct by its "table" in C.
+
+    Sound as ``_RowMessage`` is: every field but mysqlType is typed, each value checked in C each
+    time its name comes, no field unknown; a message of another schema fails the struct (an unknown
+    or a missing column, another key) and goes to ``_RowMessage``. mysqlType is read as its bytes
+    (a ``Raw``: its order is the table's column order, which a struct cannot see) and must be the
+    schema's, exactly as orjson writes it -- so valid and, to orjson too, this very mapping in this
+    order (``holds``) -- and the message's only one: msgspec keeps a name's last value and skips an
+    earlier one unchecked (``"mysqlType":1e400,"mysqlType":{...}``, which orjson refuses). So the
+    name appears once as such, and no letter of the message is escaped (``CanalBatch.split``, a
+    batch at once): a second spelling of the name needs one."""
+
+    def __init__(self, mysql_type: Mapping[str, str], keys: tuple[str, ...], plan: Plan) -> None:
+        self.plan = plan
+        fields = [f"c{i}" for i in range(len(mysql_type))]
+        rename = dict(zip(fields, mysql_type))
+
+        def struct(name: str, kind: Any) -> Any:
+            return msgspec.defstruct(name, [(f, kind) for f in fields], rename=rename, forbid_unknown_fields=True)
+
+        row = struct("Row", str | None)
+        self._fields = [
+            ("type", Literal["INSERT", "UPDATE", "DELETE"]), ("database", str), ("isDdl", Literal[False]),
+            ("data", tuple[row]), ("old", tuple[row] | None), ("mysqlType", msgspec.Raw),
+            ("pkNames", tuple[tuple(Literal[k] for k in keys)]),  # type: ignore[misc]
+            ("_tidb", _TidbExtension), ("es", _JsonInt | None), ("id", _JsonInt, 0), ("ts", _JsonInt, 0), ("sql", str, ""),
+            ("sqlType", struct("SqlType", _JsonInt) | None, None),
+        ]
+        self._mysql_type = msgspec.Raw(orjson.dumps(dict(mysql_type)))
+
+        self._messages: dict[str, Any] = {}
+
+    def message(self, table: str) -> Any:
+        """The struct of this schema's messages of ``table`` (any database), tagged by its name."""
+        message = self._messages.get(table)
+        if message is None:
+            message = self._messages[table] = msgspec.defstruct(
+                "SchemaMessage", self._fields, forbid_unknown_fields=True, tag_field="table", tag=table,
+                namespace={"reader": self, "table": table})
+        return message
+
+    def holds(self, doc: Any, value: bytes) -> bool:
+        """Whether ``doc``, read by one of this schema's structs from ``value``, is this schema's
+        common message (the caller has ruled out an escaped letter)."""
+        return doc.mysqlType == self._mysql_type and value.count(b'"mysqlType"') == 1
 
 
 def _msgpack_str(text: bytes) -> bytes:
@@ -351,6 +417,7 @@ class Plan:
         self.name_bytes = [_msgspec_name(n) for n in self.names]
         self.map_header = _map_header(len(self.names))
         self.key_map_header = _map_header(len(keys))
+        self.reader: SchemaReader | None = None  # made when a message of the schema first comes (``CanalBatch.split``)
 
     def seal(self) -> None:
         """The rows since the last chunk as columns (values as Arrow strings) while their values are
@@ -370,6 +437,9 @@ class Plan:
 
 
 _NO_TEXT = pa.array([], pa.string())
+# A read batch's messages a table of the union of schema structs that make it worth making again
+# (``CanalBatch._union``): ~45 us a table against ~0.5-1 us a message.
+UNION_MESSAGES_PER_TABLE = 100
 # Rows a plan converts at once (``Plan.seal``): enough for Arrow's per-call cost to vanish, few
 # enough for their strings to stay in the cache since they were parsed.
 CHUNK = 1024
@@ -412,7 +482,13 @@ class CanalBatch:
         self._tables: dict[tuple[str, str], tuple[dict[str, Any], Any, Plan | None, int, tuple[str, ...]]] = {}
         self._names: list[tuple[str, str]] = []  # the tables' names, and their ``key_hash`` seeds
         self._seeds: list[int] = []
+        self._index: dict[tuple[str, str], int] = {}  # a table's index in ``_names``
         self._plans: dict[tuple[Any, ...], Plan | None] = {}
+        # A table's name -> the plan of its last schema with one, and the mysqlType it was met with;
+        # the union of their schemas' structs (``SchemaReader``), made again at a batch's start
+        # when a table's schema has changed (None) and the batch is worth it (``_union``).
+        self._schemas: dict[str, tuple[Plan, dict[str, str]]] = {}
+        self._read: Any = None
 
     @staticmethod
     def applies(decoder: Any, commit_ts_clock: bool) -> bool:
@@ -435,20 +511,49 @@ class CanalBatch:
                 self._plans.clear()
             self._plans[ident] = plan_for(types, keys)
         plan = self._plans[ident]
-        if len(self._names) >= 1 << 16:  # names are cached for the segment; a stream of fresh names is not
+        index = self._table_index(database, table)
+        if index < 0:
             return None, -1
-        entry = self._tables.get((database, table))
-        index = entry[3] if entry is not None else len(self._names)
-        if entry is None:
-            self._names.append((database, table))
-            self._seeds.append(table_seed(database, table))
         self._tables[(database, table)] = (dict(mysql_type), list(pk_names), plan, index, tuple(mysql_type))
         return plan, index
 
+    def _remember(self, table: str, plan: Plan, mysql_type: Mapping[str, str]) -> None:
+        """The table's next batches are read by the struct of its schema (``plan``'s, whose mysqlType
+        this message's is), before ``_RowMessage``."""
+        known = self._schemas.get(table)
+        if (known is None or known[0] is not plan) and (len(self._schemas) < 1 << 12 or known is not None):
+            self._schemas[table] = (plan, dict(mysql_type))
+            self._read = None
+
+    def _union(self, messages: int) -> Any:
+        """The decoder of the union of the tables' schema structs, or None while a batch of ``messages``
+        would not pay for it (``UNION_MESSAGES_PER_TABLE``)."""
+        if self._read is None and self._schemas and messages >= UNION_MESSAGES_PER_TABLE * len(self._schemas):
+            structs = []
+            for table, (plan, mysql_type) in self._schemas.items():
+                if plan.reader is None:
+                    plan.reader = SchemaReader(mysql_type, plan.keys, plan)
+                structs.append(plan.reader.message(table))
+            self._read = msgspec.json.Decoder(Union[(*structs, _NO_TABLE)]).decode  # type: ignore[misc]
+        return self._read
+
+    def _table_index(self, database: str, table: str) -> int:
+        """The table's index in ``_names`` (-1 past 2**16 tables: names are cached for the segment;
+        a stream of fresh names is not)."""
+        index = self._index.get((database, table))
+        if index is None:
+            if len(self._names) >= 1 << 16:
+                return -1
+            index = self._index[(database, table)] = len(self._names)
+            self._names.append((database, table))
+            self._seeds.append(table_seed(database, table))
+        return index
+
     def split(self, offsets: np.ndarray, values: list[Any], times: dict[str, float] | None = None,
-              ) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+              arrow_values: pa.Array | None = None) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
         """(change-log rows of the fast messages in offset order or None, each row's message index
-        in the batch, which messages are fast)."""
+        in the batch, which messages are fast). ``arrow_values``: ``values`` as the Arrow array they
+        were read as, if the caller has it (else converted here)."""
         clock = time.process_time if times is not None else None
         started = clock() if clock else 0.0
         decode, ops, tables = _ROW_MESSAGE.decode, _OPS, self._tables
@@ -459,8 +564,39 @@ class CanalBatch:
             plan.reset()
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
+        index_of, astuple = self._index, msgspec.structs.astuple
+        read = self._union(len(values))
+        if read is not None:
+            if arrow_values is None:
+                arrow_values = pa.array(values, pa.binary())
+            escaped = pc.match_substring_regex(arrow_values, _ESCAPED_ASCII).fill_null(True).to_numpy(
+                zero_copy_only=False).tolist()
         fast = np.zeros(len(values), bool)
         for i, value in enumerate(values):
+            if read is not None and not escaped[i]:  # the message's table's schema struct first
+                try:
+                    doc = read(value)
+                except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+                    doc = None
+                if doc is not None and doc.reader.holds(doc, value):
+                    op, old = ops[doc.type], doc.old
+                    if op == UPDATE and old is None:
+                        continue
+                    index = index_of.get((doc.database, doc.table))
+                    if index is None:
+                        index = self._table_index(doc.database, doc.table)
+                        if index < 0:
+                            continue
+                    plan = doc.reader.plan
+                    rows = plan.rows
+                    if not rows and not plan.chunks:
+                        used.append(plan)
+                    rows.append((i, op, doc._tidb.commitTs, index, astuple(doc.data[0]),
+                                 astuple(old[0]) if op == UPDATE else None))
+                    taken += 1
+                    if len(rows) >= CHUNK:
+                        plan.seal()
+                    continue
             try:
                 doc = decode(value)
             except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
@@ -480,6 +616,7 @@ class CanalBatch:
                 plan, index = self._plan(database, table, mysql_type, pk_names)
             if plan is None:  # a table without a fast plan (a FLOAT column, no key, ...)
                 continue
+            self._remember(table, plan, mysql_type)
             row, width = doc.data[0], plan.width
             if len(row) != width or (op == UPDATE and len(old[0]) != width):
                 continue
@@ -510,6 +647,8 @@ class CanalBatch:
                     plan, index = entry[2], entry[3]
                 else:
                     plan, index = self._plan(database, table, mysql_type, pk_names)
+                    if plan is not None:
+                        self._remember(table, plan, mysql_type)
                 if plan is None or len(row) != len(plan.names) or (op == UPDATE and len(old[0]) != len(plan.names)):
                     continue
                 try:

@@ -356,6 +356,10 @@ class RawBatch:
     def offsets(self) -> np.ndarray:
         return self._batch.column("offset").to_numpy()
 
+    def arrow(self, name: str) -> pa.Array:
+        """A column as read, an Arrow array."""
+        return self._batch.column(name)
+
 
 def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
     """A raw segment's messages in offset order, in row-group sized batches."""
@@ -443,7 +447,7 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
             slow: Iterable[int] = range(n)
             if fast is not None:
                 try:
-                    table, row_message, is_fast = fast.split(batch.offsets(), batch.column("value"), times)
+                    table, row_message, is_fast = fast.split(batch.offsets(), batch.column("value"), times, batch.arrow("value"))
                 except Exception:  # noqa: BLE001 - never a message's error: the per-change path decides
                     table = None
                 else:

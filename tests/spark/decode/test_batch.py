@@ -44,32 +44,40 @@ def decode_both(tmp: Path, chunks: list[list[tuple[bytes | None, bytes | None]]]
                 monkeypatch: pytest.MonkeyPatch | None = None, options: dict[str, Any] | None = None,
                 chunk: int = 3) -> int:
     """Decode the segments both ways; assert equal files and side outputs; the messages that took
-    the column-wise path. ``chunk``: the rows a plan converts at once (small: many chunks a batch)."""
+    the column-wise path. ``chunk``: the rows a plan converts at once (small: many chunks a batch).
+    The column-wise path runs twice: in read batches of the usual size, and of two messages, so
+    that most messages meet their table's ``SchemaReader`` (made from a batch for the next ones)."""
     config = make_config(tmp, protocol, options)
     storage = open_storage(config.storage)
     from cdc_codecs import ProducerRecord
     segments = write_segments(storage, config, [[ProducerRecord(0, k, v) for k, v in chunk] for chunk in chunks])
     fast = [0]
+    counted = [True]  # only the usual read batches' count is returned
     split = batch_module.CanalBatch.split
 
     def counting(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         table, rows, is_fast = split(self, *args, **kwargs)
-        fast[0] += int(is_fast.sum())
+        fast[0] += int(is_fast.sum()) if counted[0] else 0
         return table, rows, is_fast
 
     patch = monkeypatch or pytest.MonkeyPatch()
     patch.setattr(batch_module.CanalBatch, "split", counting)
     patch.setattr(batch_module, "CHUNK", chunk)
+    usual = changelog.READ_BATCH
     try:
         for segment in segments:
             task = changelog.ChangeLogTask(config, TOPIC, 0, (segment,), DecoderState())
             out = []
-            for column_wise in (False, True):
+            for column_wise, read_batch in ((False, usual), (True, usual), (True, 2)):
+                patch.setattr(changelog, "READ_BATCH", read_batch)
+                patch.setattr(batch_module, "UNION_MESSAGES_PER_TABLE", 100 if read_batch != 2 else 0)
+                counted[0] = read_batch != 2
                 side = changelog._decode_segment(storage, task, segment, DecoderState(), None, column_wise)
                 out.append((side.to_json(), storage.read(paths(config, segment)[0])))
-            (side_a, file_a), (side_b, file_b) = out
-            assert side_a == side_b
-            assert file_a == file_b, _first_difference(storage, config, segment, out)
+            (side_a, file_a), *others = out
+            for side_b, file_b in others:
+                assert side_a == side_b
+                assert file_a == file_b, _first_difference(storage, config, segment, [out[0], (side_b, file_b)])
     finally:
         if monkeypatch is None:
             patch.undo()
