@@ -13,10 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import zlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -345,6 +347,19 @@ def test_decimal_texts_the_fast_case_takes_are_their_own_str() -> None:
     for text, good in zip(texts, text_shapes.decimals(pa.array(texts))):
         if good:
             assert str(Decimal(text)) == text, text
+
+
+def test_key_hashes_are_zlibs_crc32_of_each_key_from_its_seed() -> None:
+    """``key_hash`` a byte position at a time is zlib's CRC-32 of every key, of any length (empty, the
+    longest taken at once, longer: one by one), sliced arrays too, and seeds over the 32 bits."""
+    rng = random.Random(2)
+    for size in (0, 1, 7, 300):
+        for longest in (0, 1, 9, batch_module._CRC_WIDTH, batch_module._CRC_WIDTH + 1):
+            keys = [bytes(rng.randrange(256) for _ in range(rng.randint(0, longest))) for _ in range(size + 2)]
+            seeds = [rng.choice([0, 1, 2**31, 2**32 - 1, rng.randrange(2**32)]) for _ in keys]
+            got = batch_module._crc32s(pa.array(keys, pa.binary()).slice(2), np.array(seeds[2:], np.int64))
+            assert got.dtype == np.int64
+            assert got.tolist() == [zlib.crc32(k, s) for k, s in zip(keys[2:], seeds[2:])]
 
 
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
