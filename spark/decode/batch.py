@@ -54,7 +54,7 @@ _KEY_KINDS = frozenset({TypeKind.STRING, TypeKind.INT, TypeKind.LONG, TypeKind.U
 # no exponent, and a plain (not scientific) str, which needs the adjusted exponent >= -6: below 1,
 # at most five zeros after the point.
 _U64_MAX_TEXT = "18446744073709551615"
-_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+_DAYS = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)  # a month's longest (0: none)
 
 
 # An integer orjson reads as one (beyond 64 bits it reads a float, which the per-change path refuses);
@@ -153,6 +153,15 @@ def _lengths(a: pa.Array) -> np.ndarray:
 
 def _null_as_nil(null: np.ndarray, encoded: pa.Array) -> pa.Array:
     return pc.if_else(pa.array(null), pa.scalar(None, pa.binary()), encoded) if null.any() else encoded
+
+
+def _decimal(digits: np.ndarray) -> np.ndarray:
+    """The numbers whose decimal digits are ``digits``' rows (most significant first), as int32."""
+    value = digits[0].astype(np.int32)
+    for row in digits[1:]:
+        value *= 10
+        value += row
+    return value
 
 
 # msgspec's smallest int form, by class (0: a fixint): where the value's bytes start in a 9-byte row
@@ -277,19 +286,18 @@ class Column:
 
     @staticmethod
     def _date_ok(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
-        leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-        good_month = (month >= 1) & (month <= 12)
-        days = _DAYS[np.where(good_month, month, 0)] + (leap & (month == 2))
-        return (year >= 1) & good_month & (day >= 1) & (day <= days)
+        good = (year >= 1) & (day >= 1) & (day <= _DAYS[np.where(month <= 12, month, 0)])
+        feb29 = np.flatnonzero((month == 2) & (day == 29))  # few: the leap years' test on those only
+        y = year[feb29]
+        good[feb29] &= (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
+        return good
 
     def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
         chars, length = text_shapes.leading_bytes(texts, 26)
-        good = text_shapes.datetime_shape(chars, length)
-        d = self._digits(chars, _DATETIME_DIGITS)
-        year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-        month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
-        hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
-        micro = d[:, 14:20] @ np.array([100000, 10000, 1000, 100, 10, 1], np.int32)
+        good, d = text_shapes.datetime_digits(chars, length)
+        # Two digits make a byte (at most 99); the year and the microseconds need more.
+        year, micro = _decimal(d[0:4]), _decimal(d[20:26])
+        month, day, hour, minute, second = (d[k] * 10 + d[k + 1] for k in (5, 8, 11, 14, 17))
         good &= self._date_ok(year, month, day) & (hour <= 23) & (minute <= 59) & (second <= 59)
         n = encode
         year, month, day, hour, minute, second, micro = (

@@ -18,6 +18,7 @@ _WIDTH = 26  # 'YYYY-MM-DD HH:MM:SS.ffffff'
 # Per byte position of a datetime: a digit (True) or the literal below.
 _DATETIME_DIGIT = np.array([c == "d" for c in "dddd-dd-dd dd:dd:dd.dddddd"])
 _DATETIME_LITERAL = np.frombuffer(b"0000-00-00 00:00:00.000000", np.uint8)
+_DATETIME_TOP = np.where(_DATETIME_DIGIT, 9, 0).astype(np.uint8)  # a byte less the literal's, at most
 
 
 def value_bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +127,26 @@ def _fixed(chars: np.ndarray, length: np.ndarray, digit: np.ndarray, literal: np
 def datetime_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:
     """``[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?``, the whole text, of
     ``leading_bytes(texts, 26)`` (NULL's length 0 fails)."""
-    return _fixed(chars, length, _DATETIME_DIGIT, _DATETIME_LITERAL, (length == 19) | ((length >= 21) & (length <= 26)))
+    return datetime_digits(chars, length)[0]
+
+
+def datetime_digits(chars: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``datetime_shape``, and the values' digits by position: 26 rows, a position's digits contiguous
+    (0 at a literal and past a value's end; garbage for a value not of the shape, which fails)."""
+    n, w = chars.shape
+    # A byte less the literal's (whose digits are '0'): a digit's value, 0 at a literal; else above the top.
+    digits = np.subtract(chars, _DATETIME_LITERAL[:w], dtype=np.uint8)
+    wrong = digits > _DATETIME_TOP[:w]
+    if not (length == w).all():
+        inside = np.arange(w) < length[:, None]
+        wrong &= inside
+        digits *= inside
+    good = (length == 19) | ((length >= 21) & (length <= 26))
+    if w:
+        good[np.flatnonzero(wrong) // w] = False  # wrong bytes are few: a pass over them, not a reduce per row
+    by_position = np.zeros((_WIDTH, n), np.uint8)
+    by_position[:w] = digits.T
+    return good, by_position
 
 
 def date_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:

@@ -362,6 +362,23 @@ def test_key_hashes_are_zlibs_crc32_of_each_key_from_its_seed() -> None:
             assert got.tolist() == [zlib.crc32(k, s) for k, s in zip(keys[2:], seeds[2:])]
 
 
+def test_the_dates_the_fast_case_takes_are_the_calendars() -> None:
+    """A year, month and day pass as Python's ``date`` takes them: leap years by 4, 100 and 400 included."""
+    cases = [(y, m, d) for y in (0, 1, 4, 100, 200, 400, 1900, 2000, 2023, 2024, 9999) for m in range(14) for d in range(33)]
+    year, month, day = (np.array(c, np.int32) for c in zip(*cases))
+
+    def valid(y: int, m: int, d: int) -> bool:
+        try:
+            dt.date(y, m, d)
+        except ValueError:
+            return False
+        return True
+
+    assert batch_module.Column._date_ok(year, month, day).tolist() == [valid(*c) for c in cases]
+    assert batch_module.Column._date_ok(year, month.astype(np.uint8), day.astype(np.uint8)).tolist() == \
+        [valid(*c) for c in cases]
+
+
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
     """Every kind with a fast case has a compiled (inlined) conversion in cdc_codecs.rowconv, so a
     row of them converts in column order, as the image encoder expects."""
