@@ -67,6 +67,15 @@ def signed_integers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return _not_null(texts, good), negative
 
 
+def own_str_integers(texts: pa.Array) -> np.ndarray:
+    """Which texts of ``signed_integers``' shape are ``str(int(text))``: no leading zero, no '-0' (the
+    answer for other texts means nothing)."""
+    data, offsets = value_bytes(texts)
+    start, length = offsets[:-1], np.diff(offsets)
+    c0, c1 = _at(data, start), _at(data, start + 1)
+    return ~(((c0 == _ZERO) & (length > 1)) | ((c0 == _MINUS) & (c1 == _ZERO)))
+
+
 def integers(texts: pa.Array) -> np.ndarray:
     """``-?[0-9]{1,20}``, the whole text."""
     return signed_integers(texts)[0]
