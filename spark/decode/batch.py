@@ -349,10 +349,10 @@ class Column:
         follows = np.flatnonzero(data == 0xC3) + 1
         follows = follows[follows < len(out)]
         out[follows] = out[follows] + 0x40
-        row = np.searchsorted(offsets, np.flatnonzero(lead), side="right") - 1
-        lengths = np.diff(offsets) - np.bincount(row, minlength=n)
-        new_offsets = np.zeros(n + 1, np.int32)
-        np.cumsum(lengths, out=new_offsets[1:])
+        before = np.zeros(len(data) + 1, np.int32)  # the lead bytes before each byte: a value's offset drops by those
+        np.cumsum(lead, out=before[1:])
+        new_offsets = (offsets - before[offsets]).astype(np.int32)
+        lengths = np.diff(new_offsets)
         body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[~lead])])
         return _null_as_nil(null, _headed("bin", lengths, body))
 

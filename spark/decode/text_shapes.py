@@ -46,7 +46,10 @@ def _digit(chars: np.ndarray) -> np.ndarray:
 def _non_digits(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The positions of the bytes that are not ASCII digits, and the value each is in."""
     position = np.flatnonzero(~_digit(data[offsets[0]:offsets[-1]])) + offsets[0]
-    return position, np.searchsorted(offsets, position, side="right") - 1
+    if len(position) * 8 < len(offsets):  # few (integers): each one's value by a binary search
+        return position, np.searchsorted(offsets, position, side="right") - 1
+    value = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))  # many (decimals' points): each byte's value
+    return position, value[position - offsets[0]]
 
 
 def _not_null(texts: pa.Array, good: np.ndarray) -> np.ndarray:
