@@ -23,6 +23,7 @@ extremes and the fuzzer's mutations.
 
 from __future__ import annotations
 
+import functools
 import time
 import zlib
 from collections.abc import Mapping
@@ -129,9 +130,18 @@ _HEADS: dict[str, tuple[pa.Array, Any]] = {
 }
 
 
-def _headed(kind: str, lengths: np.ndarray, body: pa.Array) -> pa.Array:
-    """``body`` (binary or string) with each value's MessagePack prefix; nulls stay null."""
+@functools.lru_cache(maxsize=1024)
+def _named_heads(kind: str, name: bytes) -> tuple[pa.Array, Any]:
+    """``_HEADS[kind]`` after a column's name: its values' bytes as an image has them, in one join."""
     table, slow = _HEADS[kind]
+    if not name:
+        return table, slow
+    return pa.array([name + h for h in table.to_pylist()], pa.binary()), lambda n: name + slow(n)
+
+
+def _headed(kind: str, lengths: np.ndarray, body: pa.Array, name: bytes = b"") -> pa.Array:
+    """``body`` (binary or string) with each value's MessagePack prefix, after ``name``; nulls stay null."""
+    table, slow = _named_heads(kind, name)
     small = lengths < len(table)
     head = table.take(pa.array(np.where(small, lengths, 0)))
     if not small.all():  # long values are few: their prefixes one by one
@@ -232,31 +242,36 @@ class Column:
     """One column's values of a batch (texts, None for NULL): which are fast, their MessagePack
     bytes, and for a key column the key bytes' part."""
 
-    def __init__(self, ct: ColumnType, texts: pa.Array, key: bool, encode: int) -> None:
+    def __init__(self, ct: ColumnType, texts: pa.Array, key: bool, encode: int, name: bytes = b"") -> None:
         """``texts``: the values (strings, null for NULL); ``encode``: how many of them (the first)
-        need their bytes; the rest (old images' values of a column outside the key) are only checked."""
+        need their bytes; the rest (old images' values of a column outside the key) are only checked.
+        ``name``: the column's name (MessagePack) that the kinds whose bytes are a prefix's and the text's,
+        or a matrix's rows, write before each value's bytes at no cost (``named``): the images' joins
+        then have a piece less each, ~7 ns a row (measured)."""
         ok = np.ones(len(texts), bool)
         self.null = texts.is_null().to_numpy(zero_copy_only=False)
         kind = ct.kind
         head = texts.slice(0, encode)
+        self.named = bool(name) and kind not in _SIGNED_INTS and kind is not TypeKind.UNSIGNED_LONG
+        name = name if self.named else b""
         if kind is TypeKind.STRING or kind is TypeKind.JSON:
-            encoded = _headed("str", _lengths(head), head)
+            encoded = _headed("str", _lengths(head), head, name)
         elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
             ok, encoded = self._int(ct, texts, ok, encode)
         elif kind is TypeKind.DECIMAL:
             ok &= text_shapes.decimals(texts) | self.null
-            encoded = _headed("decimal", _lengths(head), head)
+            encoded = _headed("decimal", _lengths(head), head, name)
         elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
-            ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode)
+            ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode, name)
         elif kind is TypeKind.DATE:
-            ok, encoded = self._date(texts, ok, encode)
+            ok, encoded = self._date(texts, ok, encode, name)
         elif kind is TypeKind.BINARY:
             ok = ok & ~self._not_latin1(texts)
-            encoded = self._latin1(head, self.null[:encode])
+            encoded = self._latin1(head, self.null[:encode], name)
         else:  # pragma: no cover - plans hold only _FAST_KINDS
             raise AssertionError(kind)
         self.ok = ok
-        self.encoded = encoded.fill_null(_NIL) if self.null[:encode].any() else encoded
+        self.encoded = encoded.fill_null(name + _NIL) if self.null[:encode].any() else encoded
         if key:
             self.key = self._key_part(kind, texts)
 
@@ -297,7 +312,7 @@ class Column:
         good[feb29] &= (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
         return good
 
-    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int) -> tuple[np.ndarray, pa.Array]:
+    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int, name: bytes) -> tuple[np.ndarray, pa.Array]:
         chars, length = text_shapes.leading_bytes(texts, 26)
         good, d = text_shapes.datetime_digits(chars, length)
         # Two digits make a byte (at most 99); the year and the microseconds need more.
@@ -307,14 +322,16 @@ class Column:
         n = encode
         year, month, day, hour, minute, second, micro = (
             x[:n] for x in (year, month, day, hour, minute, second, micro))
-        matrix = np.empty((n, 14), np.uint8)
+        named = np.empty((n, len(name) + 14), np.uint8)
+        named[:, :len(name)] = np.frombuffer(name, np.uint8)
+        matrix = named[:, len(name):]
         matrix[:, 0], matrix[:, 1], matrix[:, 2] = 0xC7, 11, code
         matrix[:, 3], matrix[:, 4] = year & 0xFF, year >> 8
         matrix[:, 5], matrix[:, 6], matrix[:, 7], matrix[:, 8], matrix[:, 9] = month, day, hour, minute, second
         matrix[:, 10:14] = micro.astype("<u4").view(np.uint8).reshape(n, 4)
-        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(named))
 
-    def _date(self, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
+    def _date(self, texts: pa.Array, ok: np.ndarray, encode: int, name: bytes) -> tuple[np.ndarray, pa.Array]:
         chars, length = text_shapes.leading_bytes(texts, 10)
         good = text_shapes.date_shape(chars, length)
         d = self._digits(chars, _DATETIME_DIGITS[:8])
@@ -323,10 +340,12 @@ class Column:
         good &= self._date_ok(year, month, day)
         n = encode
         year, month, day = year[:n], month[:n], day[:n]
-        matrix = np.empty((n, 6), np.uint8)
+        named = np.empty((n, len(name) + 6), np.uint8)
+        named[:, :len(name)] = np.frombuffer(name, np.uint8)
+        matrix = named[:, len(name):]
         matrix[:, 0], matrix[:, 1] = 0xD6, 4
         matrix[:, 2], matrix[:, 3], matrix[:, 4], matrix[:, 5] = year & 0xFF, year >> 8, month, day
-        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(matrix))
+        return ok & (good | self.null), _null_as_nil(self.null[:n], _fixed(named))
 
     def _not_latin1(self, texts: pa.Array) -> np.ndarray:
         """Values with a character above U+00FF (a lead byte from C4 on): not bytes, the per-change path errs."""
@@ -337,13 +356,13 @@ class Column:
             bad[np.searchsorted(offsets, wide, side="right") - 1] = True
         return bad
 
-    def _latin1(self, texts: pa.Array, null: np.ndarray) -> pa.Array:
+    def _latin1(self, texts: pa.Array, null: np.ndarray, name: bytes) -> pa.Array:
         """Canal's bytes: one ISO-8859-1 character per byte -- U+0080..U+00FF are the UTF-8 pairs
         C2 xx and C3 xx (values of other characters are dropped by the caller)."""
         n = len(texts)
         data, offsets = text_shapes.value_bytes(texts)
         if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
-            return _headed("bin", _lengths(texts), texts)
+            return _headed("bin", _lengths(texts), texts, name)
         lead = (data == 0xC2) | (data == 0xC3)
         out = data.copy()
         follows = np.flatnonzero(data == 0xC3) + 1
@@ -354,7 +373,7 @@ class Column:
         new_offsets = (offsets - before[offsets]).astype(np.int32)
         lengths = np.diff(new_offsets)
         body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[~lead])])
-        return _null_as_nil(null, _headed("bin", lengths, body))
+        return _null_as_nil(null, _headed("bin", lengths, body, name))
 
     def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
         """``f"{len(t)}:{t}"`` of ``spark.core.keys._canonical``'s text t: ``s`` + the string, ``n`` + the
@@ -616,7 +635,8 @@ class CanalBatch:
         """The delete's ``change`` (the key columns' values) of the rows at ``index``."""
         parts: list[Any] = [b"\x92" + _OP_TEXT[DELETE] + plan.key_map_header]
         for k in plan.keys:
-            parts += [_msgspec_name(k), columns[k].encoded.take(index)]
+            parts += [] if columns[k].named else [_msgspec_name(k)]
+            parts.append(columns[k].encoded.take(index))
         return pc.binary_join_element_wise(*parts, b"")
 
     def _columns(self, plan: Plan, offsets: np.ndarray) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
@@ -635,7 +655,7 @@ class CanalBatch:
             # The rows' values, then the old images'.
             texts = pa.concat_arrays([c[4][k] for c in chunks] + [c[5][k] for c in chunks])
             key = name in plan.keys
-            column = columns[name] = Column(plan.types[name], texts, key, len(texts) if key else n)
+            column = columns[name] = Column(plan.types[name], texts, key, len(texts) if key else n, plan.name_bytes[k])
             good &= column.ok[:n]
             good[updates] &= column.ok[n:]
         keep = np.flatnonzero(good)
@@ -655,8 +675,9 @@ class CanalBatch:
         pieces: list[Any] = [pa.array([b"\x92" + _OP_TEXT[o] + plan.map_header for o in (INSERT, UPDATE)], pa.binary())
                              .take(pa.array(is_update.astype(np.int8)))]
         for name, name_bytes in zip(plan.names, plan.name_bytes):
-            encoded = columns[name].encoded
-            pieces += [name_bytes, encoded.slice(0, n) if every else encoded.take(new_index)]
+            column = columns[name]
+            pieces += [] if column.named else [name_bytes]
+            pieces.append(column.encoded.slice(0, n) if every else column.encoded.take(new_index))
         image = pc.binary_join_element_wise(*pieces, b"")
         new_key = self._key(plan, columns, new_index, n)
         # Only updates have an old image, and only a moved one (its key changed) needs its old image's

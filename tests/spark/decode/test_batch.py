@@ -379,6 +379,22 @@ def test_the_dates_the_fast_case_takes_are_the_calendars() -> None:
         [valid(*c) for c in cases]
 
 
+def test_a_named_columns_bytes_are_its_name_then_its_values() -> None:
+    """A column given its name writes it before each value (NULL's too, long values' too) when its kind
+    can, and says so; otherwise its values' bytes are as without it."""
+    texts = {"varchar": ["a", "", None, "é" * 300], "json": ["{}", None], "decimal": ["1.5", None, "-2"],
+             "datetime": ["2024-01-01 00:00:00", None, "2024-01-01 00:00:00.5"], "date": ["2024-02-29", None],
+             "varbinary": ["ab", "\u00ff" * 300, None, "é"], "bigint": ["1", None, "-300"], "int": ["5", None]}
+    name = batch_module._msgspec_name("col")
+    for mysql_type, values in texts.items():
+        ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
+        plain = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values))
+        named = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values), name)
+        assert named.named == (mysql_type not in ("bigint", "int")), mysql_type
+        assert named.encoded.to_pylist() == [(name if named.named else b"") + v for v in plain.encoded.to_pylist()]
+        assert named.ok.tolist() == plain.ok.tolist()
+
+
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
     """Every kind with a fast case has a compiled (inlined) conversion in cdc_codecs.rowconv, so a
     row of them converts in column order, as the image encoder expects."""
