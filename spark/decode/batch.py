@@ -130,23 +130,34 @@ _HEADS: dict[str, tuple[pa.Array, Any]] = {
 }
 
 
+_HEAD_NIL = 256  # in a ``_named_heads`` table, after the 256 prefixes: NULL's bytes
+
+
 @functools.lru_cache(maxsize=1024)
 def _named_heads(kind: str, name: bytes) -> tuple[pa.Array, Any]:
-    """``_HEADS[kind]`` after a column's name: its values' bytes as an image has them, in one join."""
+    """``_HEADS[kind]`` after a column's name (its values' bytes as an image has them, in one join),
+    then the name and nil (a NULL's: no pass to set it afterwards)."""
     table, slow = _HEADS[kind]
-    if not name:
-        return table, slow
-    return pa.array([name + h for h in table.to_pylist()], pa.binary()), lambda n: name + slow(n)
+    return (pa.array([name + h for h in table.to_pylist()] + [name + _NIL], pa.binary()),
+            (lambda n: name + slow(n)) if name else slow)
 
 
-def _headed(kind: str, lengths: np.ndarray, body: pa.Array, name: bytes = b"") -> pa.Array:
-    """``body`` (binary or string) with each value's MessagePack prefix, after ``name``; nulls stay null."""
+def _headed(kind: str, body: pa.Array, name: bytes, null: np.ndarray) -> pa.Array:
+    """``body``'s values (binary or string) each after ``name`` and its MessagePack prefix, a NULL's
+    bytes ``name`` and nil: no nulls."""
     table, slow = _named_heads(kind, name)
-    small = lengths < len(table)
-    head = table.take(pa.array(np.where(small, lengths, 0)))
-    if not small.all():  # long values are few: their prefixes one by one
-        big = np.flatnonzero(~small)
-        head = pc.replace_with_mask(head, pa.array(~small), pa.array([slow(int(lengths[i])) for i in big], pa.binary()))
+    lengths = np.diff(text_shapes.value_bytes(body)[1])
+    if lengths[null].any():  # a NULL's slot holds bytes (Arrow allows it): emptied
+        body = pc.if_else(pa.array(null), pa.scalar("" if pa.types.is_string(body.type) else b"", body.type), body)
+    if body.null_count:  # the bytes as they are, the NULLs' empty: their heads are their whole bytes
+        body = pa.Array.from_buffers(body.type, len(body), [None, *body.buffers()[1:]], offset=body.offset)
+    small = lengths < _HEAD_NIL
+    head = table.take(pa.array(np.where(null, _HEAD_NIL, np.where(small, lengths, 0))))
+    big = np.flatnonzero(~small & ~null)
+    if len(big):  # long values are few: their prefixes one by one
+        long = np.zeros(len(lengths), bool)
+        long[big] = True
+        head = pc.replace_with_mask(head, pa.array(long), pa.array([slow(int(lengths[i])) for i in big], pa.binary()))
     return pc.binary_join_element_wise(head, body.cast(pa.binary()), b"")
 
 
@@ -155,10 +166,6 @@ def _fixed(matrix: np.ndarray) -> pa.Array:
     n, width = matrix.shape
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
-
-
-def _lengths(a: pa.Array) -> np.ndarray:
-    return pc.binary_length(a).fill_null(0).to_numpy(zero_copy_only=False)
 
 
 def _null_as_nil(null: np.ndarray, encoded: pa.Array) -> pa.Array:
@@ -183,8 +190,8 @@ _SINT_TAG = np.array([0, 0xD0, 0xD1, 0xD2, 0xD3], np.uint8)
 _INT_SHIFT = np.array([0, 56, 48, 32, 0], np.uint64)
 
 
-def _msgpack_ints(magnitude: np.ndarray, negative: np.ndarray) -> pa.Array:
-    """msgspec's bytes of each integer (its magnitude, and whether it is negative), each built first
+def _msgpack_ints(magnitude: np.ndarray, negative: np.ndarray, null: np.ndarray) -> pa.Array:
+    """msgspec's bytes of each integer (its magnitude, and whether it is negative; nil for NULL), each built first
     in the 16 bytes of an Arrow binary view (its length, then up to 12 bytes inline) that Arrow's
     cast then packs: no per-value shifting of variable-length rows in numpy (twice as slow, measured)."""
     n = len(magnitude)
@@ -205,6 +212,9 @@ def _msgpack_ints(magnitude: np.ndarray, negative: np.ndarray) -> pa.Array:
     inline = views.view(np.uint8)
     inline[:, 4] = np.where(cls == 0, value.astype(np.uint8), tag)  # a fixint is its own (low) byte
     inline[:, 5:13] = np.left_shift(value, _INT_SHIFT[cls]).astype(">u8").view(np.uint8).reshape(n, 8)
+    if null.any():
+        views[null, 0] = 1
+        inline[null, 4] = _NIL[0]
     return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views)]).cast(pa.binary())
 
 
@@ -249,18 +259,18 @@ class Column:
         or a matrix's rows, write before each value's bytes at no cost (``named``): the images' joins
         then have a piece less each, ~7 ns a row (measured)."""
         ok = np.ones(len(texts), bool)
-        self.null = texts.is_null().to_numpy(zero_copy_only=False)
+        self.null = texts.is_null().to_numpy(zero_copy_only=False) if texts.null_count else np.zeros(len(texts), bool)
         kind = ct.kind
         head = texts.slice(0, encode)
         self.named = bool(name) and kind not in _SIGNED_INTS and kind is not TypeKind.UNSIGNED_LONG
         name = name if self.named else b""
         if kind is TypeKind.STRING or kind is TypeKind.JSON:
-            encoded = _headed("str", _lengths(head), head, name)
+            encoded = _headed("str", head, name, self.null[:encode])
         elif kind in _SIGNED_INTS or kind is TypeKind.UNSIGNED_LONG:
             ok, encoded = self._int(ct, texts, ok, encode)
         elif kind is TypeKind.DECIMAL:
             ok &= text_shapes.decimals(texts) | self.null
-            encoded = _headed("decimal", _lengths(head), head, name)
+            encoded = _headed("decimal", head, name, self.null[:encode])
         elif kind is TypeKind.TIMESTAMP or kind is TypeKind.TIMESTAMPTZ:
             ok, encoded = self._datetime(texts, ok, 2 if kind is TypeKind.TIMESTAMP else 3, encode, name)
         elif kind is TypeKind.DATE:
@@ -271,7 +281,7 @@ class Column:
         else:  # pragma: no cover - plans hold only _FAST_KINDS
             raise AssertionError(kind)
         self.ok = ok
-        self.encoded = encoded.fill_null(name + _NIL) if self.null[:encode].any() else encoded
+        self.encoded = encoded.fill_null(name + _NIL) if encoded.null_count else encoded
         if key:
             self.key = self._key_part(kind, texts)
 
@@ -291,8 +301,7 @@ class Column:
         ok = ok & (good | self.null)
         magnitude = np.where(good, magnitude, np.uint64(0))
         self.magnitude, self.negative = magnitude, negative & (magnitude > 0)
-        encoded = _msgpack_ints(magnitude[:encode], self.negative[:encode])
-        return ok, _null_as_nil(self.null[:encode], encoded)
+        return ok, _msgpack_ints(magnitude[:encode], self.negative[:encode], self.null[:encode])
 
     @staticmethod
     def _digits(chars: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -362,7 +371,7 @@ class Column:
         n = len(texts)
         data, offsets = text_shapes.value_bytes(texts)
         if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
-            return _headed("bin", _lengths(texts), texts, name)
+            return _headed("bin", texts, name, null)
         lead = (data == 0xC2) | (data == 0xC3)
         out = data.copy()
         follows = np.flatnonzero(data == 0xC3) + 1
@@ -371,9 +380,8 @@ class Column:
         before = np.zeros(len(data) + 1, np.int32)  # the lead bytes before each byte: a value's offset drops by those
         np.cumsum(lead, out=before[1:])
         new_offsets = (offsets - before[offsets]).astype(np.int32)
-        lengths = np.diff(new_offsets)
         body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out[~lead])])
-        return _null_as_nil(null, _headed("bin", lengths, body, name))
+        return _headed("bin", body, name, null)
 
     def _key_part(self, kind: TypeKind, texts: pa.Array) -> pa.Array:
         """``f"{len(t)}:{t}"`` of ``spark.core.keys._canonical``'s text t: ``s`` + the string, ``n`` + the

@@ -395,6 +395,27 @@ def test_a_named_columns_bytes_are_its_name_then_its_values() -> None:
         assert named.ok.tolist() == plain.ok.tolist()
 
 
+def test_a_nulls_bytes_are_nil_whatever_its_slot_holds() -> None:
+    """Arrow lets a NULL's slot hold bytes: the prefixed values are the same as with it empty, and so are
+    a column's (values past a prefix table's 256 lengths too)."""
+    values = ["ab", None, "x" * 256, None, "é"]
+    empty = pa.array(values, pa.string())
+    data = b"ab" + b"junk" + b"x" * 256 + b"more" + "é".encode()
+    offsets = np.array([0, 2, 6, 262, 266, 268], np.int32)
+    validity = pa.array([v is not None for v in values]).buffers()[1]
+    holding = pa.Array.from_buffers(pa.string(), 5, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    assert holding.to_pylist() == values
+    null = np.array([v is None for v in values])
+    for kind in ("str", "bin", "decimal"):
+        for name in (b"", b"\xa1n"):
+            want = batch_module._headed(kind, empty, name, null).to_pylist()
+            assert batch_module._headed(kind, holding, name, null).to_pylist() == want
+            assert want[1] == name + b"\xc0" and want[2][len(name):] == batch_module._HEADS[kind][1](256) + b"x" * 256
+    for mysql_type in ("varchar", "varbinary", "decimal"):
+        ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
+        assert batch_module.Column(ct, holding, False, 5).encoded.equals(batch_module.Column(ct, empty, False, 5).encoded)
+
+
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
     """Every kind with a fast case has a compiled (inlined) conversion in cdc_codecs.rowconv, so a
     row of them converts in column order, as the image encoder expects."""
