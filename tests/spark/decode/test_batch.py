@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -384,15 +385,19 @@ def test_a_named_columns_bytes_are_its_name_then_its_values() -> None:
     can, and says so; otherwise its values' bytes are as without it."""
     texts = {"varchar": ["a", "", None, "é" * 300], "json": ["{}", None], "decimal": ["1.5", None, "-2"],
              "datetime": ["2024-01-01 00:00:00", None, "2024-01-01 00:00:00.5"], "date": ["2024-02-29", None],
-             "varbinary": ["ab", "\u00ff" * 300, None, "é"], "bigint": ["1", None, "-300"], "int": ["5", None]}
+             "varbinary": ["ab", "\u00ff" * 300, None, "é"], "int": ["5", None, "-40", "2147483647"],
+             "bigint": ["1", None, "-300", "-9223372036854775808", "127", "128", "65536", "-32", "-33"],
+             "bigint unsigned": ["18446744073709551615", "0", None, "4294967296"]}
     name = batch_module._msgspec_name("col")
     for mysql_type, values in texts.items():
         ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
         plain = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values))
         named = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values), name)
-        assert named.named == (mysql_type not in ("bigint", "int")), mysql_type
+        assert named.named == ("int" not in mysql_type), mysql_type
         assert named.encoded.to_pylist() == [(name if named.named else b"") + v for v in plain.encoded.to_pylist()]
         assert named.ok.tolist() == plain.ok.tolist()
+        if "int" in mysql_type:
+            assert plain.encoded.to_pylist() == [msgspec.msgpack.encode(None if v is None else int(v)) for v in values]
 
 
 def test_a_nulls_bytes_are_nil_whatever_its_slot_holds() -> None:
