@@ -288,15 +288,19 @@ class Column:
     def _int(self, ct: ColumnType, texts: pa.Array, ok: np.ndarray, encode: int) -> tuple[np.ndarray, pa.Array]:
         lo, hi = int_range(ct)
         good, negative = text_shapes.signed_integers(texts)
-        digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
-        # 20 digits may pass 2**64 - 1: compared as text
-        long = np.flatnonzero(good & (np.diff(text_shapes.value_bytes(texts)[1]) - negative == 20))
-        if len(long):
-            good[long] &= ~np.asarray(pc.greater(digits.take(pa.array(long)), _U64_MAX_TEXT)
-                                      .to_numpy(zero_copy_only=False), bool)
-        if not good.all():  # the cast takes only digits
-            digits = pc.if_else(pa.array(good), digits, "0")
-        magnitude = digits.cast(pa.uint64()).to_numpy()
+        count = np.diff(text_shapes.value_bytes(texts)[1]) - negative  # digits
+        if count.max(initial=0, where=good) <= 18:  # int64's, sign and all: one cast
+            digits = texts if good.all() else pc.if_else(pa.array(good), texts, "0")  # the cast takes only those
+            magnitude = np.abs(digits.cast(pa.int64()).to_numpy()).astype(np.uint64)
+        else:
+            digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
+            long = np.flatnonzero(good & (count == 20))  # 20 digits may pass 2**64 - 1: compared as text
+            if len(long):
+                good[long] &= ~np.asarray(pc.greater(digits.take(pa.array(long)), _U64_MAX_TEXT)
+                                          .to_numpy(zero_copy_only=False), bool)
+            if not good.all():
+                digits = pc.if_else(pa.array(good), digits, "0")
+            magnitude = digits.cast(pa.uint64()).to_numpy()
         good &= np.where(negative, magnitude <= np.uint64(-lo), magnitude <= np.uint64(hi))
         ok = ok & (good | self.null)
         magnitude = np.where(good, magnitude, np.uint64(0))
