@@ -191,9 +191,10 @@ _INT_SHIFT = np.array([0, 56, 48, 32, 0], np.uint64)
 
 
 def _msgpack_ints(magnitude: np.ndarray, negative: np.ndarray, null: np.ndarray) -> pa.Array:
-    """msgspec's bytes of each integer (its magnitude, and whether it is negative; nil for NULL), each built first
-    in the 16 bytes of an Arrow binary view (its length, then up to 12 bytes inline) that Arrow's
-    cast then packs: no per-value shifting of variable-length rows in numpy (twice as slow, measured)."""
+    """msgspec's bytes of each integer (its magnitude, and whether it is negative; nil for NULL), each
+    built first in the 16 bytes of an Arrow binary view (its length, then up to 12 bytes inline) that
+    Arrow's cast then packs: no per-value shifting of variable-length rows in numpy (twice as slow,
+    measured)."""
     n = len(magnitude)
     if negative.any():
         value = np.where(negative, np.negative(magnitude), magnitude)  # two's complement as uint64
@@ -293,7 +294,8 @@ class Column:
             digits = texts if good.all() else pc.if_else(pa.array(good), texts, "0")  # the cast takes only those
             magnitude = np.abs(digits.cast(pa.int64()).to_numpy()).astype(np.uint64)
         else:
-            digits = pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts) if negative.any() else texts
+            digits = texts if not negative.any() else \
+                pc.if_else(pa.array(negative), pc.utf8_slice_codeunits(texts, 1), texts)
             long = np.flatnonzero(good & (count == 20))  # 20 digits may pass 2**64 - 1: compared as text
             if len(long):
                 good[long] &= ~np.asarray(pc.greater(digits.take(pa.array(long)), _U64_MAX_TEXT)
@@ -325,7 +327,8 @@ class Column:
         good[feb29] &= (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
         return good
 
-    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int, name: bytes) -> tuple[np.ndarray, pa.Array]:
+    def _datetime(self, texts: pa.Array, ok: np.ndarray, code: int, encode: int, name: bytes,
+                  ) -> tuple[np.ndarray, pa.Array]:
         chars, length = text_shapes.leading_bytes(texts, 26)
         good, d = text_shapes.datetime_digits(chars, length)
         # Two digits make a byte (at most 99); the year and the microseconds need more.
@@ -640,7 +643,10 @@ class CanalBatch:
     def _key(plan: Plan, columns: dict[str, Column], index: pa.Array | None, n: int) -> pa.Array:
         """The key bytes of the rows at ``index`` (None: the first ``n``, the rows' new values)."""
         parts = [columns[k].key.slice(0, n) if index is None else columns[k].key.take(index) for k in plan.keys]
-        return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, b"")
+        if len(parts) > 1:
+            return pc.binary_join_element_wise(*parts, b"")
+        # A slice's buffers hold the old images' keys too: the change log's are its own (copied, ~10 bytes a row).
+        return pa.concat_arrays(parts) if index is None else parts[0]
 
     @staticmethod
     def _delete_image(plan: Plan, columns: dict[str, Column], index: pa.Array) -> pa.Array:

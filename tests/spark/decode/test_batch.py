@@ -365,7 +365,8 @@ def test_key_hashes_are_zlibs_crc32_of_each_key_from_its_seed() -> None:
 
 def test_the_dates_the_fast_case_takes_are_the_calendars() -> None:
     """A year, month and day pass as Python's ``date`` takes them: leap years by 4, 100 and 400 included."""
-    cases = [(y, m, d) for y in (0, 1, 4, 100, 200, 400, 1900, 2000, 2023, 2024, 9999) for m in range(14) for d in range(33)]
+    years = (0, 1, 4, 100, 200, 400, 1900, 2000, 2023, 2024, 9999)
+    cases = [(y, m, d) for y in years for m in range(14) for d in range(33)]
     year, month, day = (np.array(c, np.int32) for c in zip(*cases))
 
     def valid(y: int, m: int, d: int) -> bool:
@@ -389,15 +390,16 @@ def test_a_named_columns_bytes_are_its_name_then_its_values() -> None:
              "bigint": ["1", None, "-300", "-9223372036854775808", "127", "128", "65536", "-32", "-33"],
              "bigint unsigned": ["18446744073709551615", "0", None, "4294967296"]}
     name = batch_module._msgspec_name("col")
-    for mysql_type, values in texts.items():
+    for mysql_type, column_texts in texts.items():
         ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
-        plain = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values))
-        named = batch_module.Column(ct, pa.array(values, pa.string()), False, len(values), name)
+        plain = batch_module.Column(ct, pa.array(column_texts, pa.string()), False, len(column_texts))
+        named = batch_module.Column(ct, pa.array(column_texts, pa.string()), False, len(column_texts), name)
         assert named.named == ("int" not in mysql_type), mysql_type
         assert named.encoded.to_pylist() == [(name if named.named else b"") + v for v in plain.encoded.to_pylist()]
         assert named.ok.tolist() == plain.ok.tolist()
         if "int" in mysql_type:
-            assert plain.encoded.to_pylist() == [msgspec.msgpack.encode(None if v is None else int(v)) for v in values]
+            assert plain.encoded.to_pylist() == [msgspec.msgpack.encode(None if v is None else int(v))
+                                                 for v in column_texts]
 
 
 def test_a_nulls_bytes_are_nil_whatever_its_slot_holds() -> None:
@@ -418,7 +420,35 @@ def test_a_nulls_bytes_are_nil_whatever_its_slot_holds() -> None:
             assert want[1] == name + b"\xc0" and want[2][len(name):] == batch_module._HEADS[kind][1](256) + b"x" * 256
     for mysql_type in ("varchar", "varbinary", "decimal"):
         ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
-        assert batch_module.Column(ct, holding, False, 5).encoded.equals(batch_module.Column(ct, empty, False, 5).encoded)
+        column = batch_module.Column(ct, holding, False, 5)
+        assert column.encoded.equals(batch_module.Column(ct, empty, False, 5).encoded)
+
+
+def test_the_change_logs_columns_own_their_buffers() -> None:
+    """The rows' arrays hold only their own bytes (no slice of a longer array, e.g. keys with the old
+    images' after them): their IPC bytes are those of compacted copies, with and without moved rows."""
+    ts = tso(1_700_000_000_000)
+    for moved in (False, True):
+        docs = []
+        for i, op in enumerate(["INSERT", "UPDATE", "DELETE", "UPDATE", "INSERT"] * 10):
+            ts += 1
+            doc = _base_doc(ts, 1000 + i, op)
+            if op == "UPDATE" and moved and i % 10 == 1:
+                doc["old"][0]["id"] = str(5000 + i)
+            docs.append(orjson.dumps(doc))
+        fast = batch_module.CanalBatch(batch_module.CanalJsonDecoder(enable_tidb_extension=True), TOPIC, 0,
+                                       lambda keys, types: 7, lambda keys, types: None)
+        table, _, is_fast = fast.split(np.arange(len(docs)), docs)
+        assert is_fast.all() and table.num_rows == len(docs) + (5 if moved else 0)
+        compact = pa.table([pa.concat_arrays(column.chunks) for column in table.columns], names=table.column_names)
+
+        def ipc(t: pa.Table) -> bytes:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, t.schema) as writer:
+                writer.write_table(t)
+            return sink.getvalue().to_pybytes()
+
+        assert ipc(table) == ipc(compact)
 
 
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:
