@@ -379,11 +379,9 @@ class Column:
         data, offsets = text_shapes.value_bytes(texts)
         if not (data >= 0xC2).any():  # ASCII: the text's bytes are the value's
             return _headed("bin", texts, name, null)
-        lead = (data == 0xC2) | (data == 0xC3)
+        lead = (data & 0xFE) == 0xC2
         out = data.copy()
-        follows = np.flatnonzero(data == 0xC3) + 1
-        follows = follows[follows < len(out)]
-        out[follows] = out[follows] + 0x40
+        out[1:] += (data[:-1] == 0xC3) * np.uint8(0x40)  # after C3: the byte + 0x40
         before = np.zeros(len(data) + 1, np.int32)  # the lead bytes before each byte: a value's offset drops by those
         np.cumsum(lead, out=before[1:])
         new_offsets = (offsets - before[offsets]).astype(np.int32)
