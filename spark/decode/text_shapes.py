@@ -18,6 +18,7 @@ _WIDTH = 26  # 'YYYY-MM-DD HH:MM:SS.ffffff'
 # Per byte position of a datetime: a digit (True) or the literal below.
 _DATETIME_DIGIT = np.array([c == "d" for c in "dddd-dd-dd dd:dd:dd.dddddd"])
 _DATETIME_LITERAL = np.frombuffer(b"0000-00-00 00:00:00.000000", np.uint8)
+_DATETIME_TOP = np.where(_DATETIME_DIGIT, 9, 0).astype(np.uint8)  # a byte less the literal's, at most
 
 
 def value_bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -48,6 +49,13 @@ def _non_digits(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.n
     return position, np.searchsorted(offsets, position, side="right") - 1
 
 
+def _running_count(data: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """How many bytes ``which`` holds before each position of ``data`` (len(data) + 1 counts)."""
+    count = np.zeros(len(data) + 1, np.int32)
+    np.cumsum(which, out=count[1:])
+    return count
+
+
 def _not_null(texts: pa.Array, good: np.ndarray) -> np.ndarray:
     if texts.null_count:
         good &= texts.is_valid().to_numpy(zero_copy_only=False)
@@ -64,6 +72,15 @@ def signed_integers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     sign = (data[position] == _MINUS) & (position == start[row])
     good[row[~sign]] = False
     return _not_null(texts, good), negative
+
+
+def own_str_integers(texts: pa.Array) -> np.ndarray:
+    """Which texts of ``signed_integers``' shape are ``str(int(text))``: no leading zero, no '-0' (the
+    answer for other texts means nothing)."""
+    data, offsets = value_bytes(texts)
+    start, length = offsets[:-1], np.diff(offsets)
+    c0, c1 = _at(data, start), _at(data, start + 1)
+    return ~(((c0 == _ZERO) & (length > 1)) | ((c0 == _MINUS) & (c1 == _ZERO)))
 
 
 def integers(texts: pa.Array) -> np.ndarray:
@@ -87,15 +104,13 @@ def decimals(texts: pa.Array) -> np.ndarray:
     if small.any():
         zeros = _at(data, first[:, None] + 2 + np.arange(6)) == _ZERO
         good &= ~(small & zeros.all(axis=1))
-    position, row = _non_digits(data, offsets)
-    byte = data[position]
-    sign = (byte == _MINUS) & (position == start[row])
-    # A point between two digits: after the first digit, before the last byte (what is beside it
-    # is checked by its own position: a second point or a sign there fails).
-    point = (byte == _DOT) & (position > first[row]) & (position < end[row] - 1)
-    good[row[~(sign | point)]] = False
-    points = np.bincount(row[point], minlength=len(good))
-    good &= points <= 1
+    # Then the bytes but digits are the sign and the points, and the points one at most: the point, if
+    # any, is between digits (after the first digit, whose position is checked, and before the last byte,
+    # a digit). Counted per value as the differences of running counts (every value has a point: a
+    # search per point costs more, measured).
+    others, points = _running_count(data, ~_digit(data)), _running_count(data, data == _DOT)
+    point_count = points[end] - points[start]
+    good &= _digit(_at(data, end - 1)) & (point_count <= 1) & (others[end] - others[start] == negative + point_count)
     return _not_null(texts, good)
 
 
@@ -126,7 +141,26 @@ def _fixed(chars: np.ndarray, length: np.ndarray, digit: np.ndarray, literal: np
 def datetime_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:
     """``[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?``, the whole text, of
     ``leading_bytes(texts, 26)`` (NULL's length 0 fails)."""
-    return _fixed(chars, length, _DATETIME_DIGIT, _DATETIME_LITERAL, (length == 19) | ((length >= 21) & (length <= 26)))
+    return datetime_digits(chars, length)[0]
+
+
+def datetime_digits(chars: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``datetime_shape``, and the values' digits by position: 26 rows, a position's digits contiguous
+    (0 at a literal and past a value's end; garbage for a value not of the shape, which fails)."""
+    n, w = chars.shape
+    # A byte less the literal's (whose digits are '0'): a digit's value, 0 at a literal; else above the top.
+    digits = np.subtract(chars, _DATETIME_LITERAL[:w], dtype=np.uint8)
+    wrong = digits > _DATETIME_TOP[:w]
+    if not (length == w).all():
+        inside = np.arange(w) < length[:, None]
+        wrong &= inside
+        digits *= inside
+    good = (length == 19) | ((length >= 21) & (length <= 26))
+    if w:
+        good[np.flatnonzero(wrong) // w] = False  # wrong bytes are few: a pass over them, not a reduce per row
+    by_position = np.zeros((_WIDTH, n), np.uint8)
+    by_position[:w] = digits.T
+    return good, by_position
 
 
 def date_shape(chars: np.ndarray, length: np.ndarray) -> np.ndarray:

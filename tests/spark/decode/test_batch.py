@@ -13,10 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import zlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -353,6 +356,107 @@ def test_decimal_texts_the_fast_case_takes_are_their_own_str() -> None:
     for text, good in zip(texts, text_shapes.decimals(pa.array(texts))):
         if good:
             assert str(Decimal(text)) == text, text
+
+
+def test_key_hashes_are_zlibs_crc32_of_each_key_from_its_seed() -> None:
+    """``key_hash`` a byte position at a time is zlib's CRC-32 of every key, of any length (empty, the
+    longest taken at once, longer: one by one), sliced arrays too, and seeds over the 32 bits."""
+    rng = random.Random(2)
+    for size in (0, 1, 7, 300):
+        for longest in (0, 1, 9, batch_module._CRC_WIDTH, batch_module._CRC_WIDTH + 1):
+            keys = [bytes(rng.randrange(256) for _ in range(rng.randint(0, longest))) for _ in range(size + 2)]
+            seeds = [rng.choice([0, 1, 2**31, 2**32 - 1, rng.randrange(2**32)]) for _ in keys]
+            got = batch_module._crc32s(pa.array(keys, pa.binary()).slice(2), np.array(seeds[2:], np.int64))
+            assert got.dtype == np.int64
+            assert got.tolist() == [zlib.crc32(k, s) for k, s in zip(keys[2:], seeds[2:])]
+
+
+def test_the_dates_the_fast_case_takes_are_the_calendars() -> None:
+    """A year, month and day pass as Python's ``date`` takes them: leap years by 4, 100 and 400 included."""
+    years = (0, 1, 4, 100, 200, 400, 1900, 2000, 2023, 2024, 9999)
+    cases = [(y, m, d) for y in years for m in range(14) for d in range(33)]
+    year, month, day = (np.array(c, np.int32) for c in zip(*cases))
+
+    def valid(y: int, m: int, d: int) -> bool:
+        try:
+            dt.date(y, m, d)
+        except ValueError:
+            return False
+        return True
+
+    assert batch_module.Column._date_ok(year, month, day).tolist() == [valid(*c) for c in cases]
+    assert batch_module.Column._date_ok(year, month.astype(np.uint8), day.astype(np.uint8)).tolist() == \
+        [valid(*c) for c in cases]
+
+
+def test_a_named_columns_bytes_are_its_name_then_its_values() -> None:
+    """A column given its name writes it before each value (NULL's too, long values' too) when its kind
+    can, and says so; otherwise its values' bytes are as without it."""
+    texts = {"varchar": ["a", "", None, "é" * 300], "json": ["{}", None], "decimal": ["1.5", None, "-2"],
+             "datetime": ["2024-01-01 00:00:00", None, "2024-01-01 00:00:00.5"], "date": ["2024-02-29", None],
+             "varbinary": ["ab", "\u00ff" * 300, None, "é"], "int": ["5", None, "-40", "2147483647"],
+             "bigint": ["1", None, "-300", "-9223372036854775808", "127", "128", "65536", "-32", "-33"],
+             "bigint unsigned": ["18446744073709551615", "0", None, "4294967296"]}
+    name = batch_module._msgspec_name("col")
+    for mysql_type, column_texts in texts.items():
+        ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
+        plain = batch_module.Column(ct, pa.array(column_texts, pa.string()), False, len(column_texts))
+        named = batch_module.Column(ct, pa.array(column_texts, pa.string()), False, len(column_texts), name)
+        assert named.named == ("int" not in mysql_type), mysql_type
+        assert named.encoded.to_pylist() == [(name if named.named else b"") + v for v in plain.encoded.to_pylist()]
+        assert named.ok.tolist() == plain.ok.tolist()
+        if "int" in mysql_type:
+            assert plain.encoded.to_pylist() == [msgspec.msgpack.encode(None if v is None else int(v))
+                                                 for v in column_texts]
+
+
+def test_a_nulls_bytes_are_nil_whatever_its_slot_holds() -> None:
+    """Arrow lets a NULL's slot hold bytes: the prefixed values are the same as with it empty, and so are
+    a column's (values past a prefix table's 256 lengths too)."""
+    values = ["ab", None, "x" * 256, None, "é"]
+    empty = pa.array(values, pa.string())
+    data = b"ab" + b"junk" + b"x" * 256 + b"more" + "é".encode()
+    offsets = np.array([0, 2, 6, 262, 266, 268], np.int32)
+    validity = pa.array([v is not None for v in values]).buffers()[1]
+    holding = pa.Array.from_buffers(pa.string(), 5, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    assert holding.to_pylist() == values
+    null = np.array([v is None for v in values])
+    for kind in ("str", "bin", "decimal"):
+        for name in (b"", b"\xa1n"):
+            want = batch_module._headed(kind, empty, name, null).to_pylist()
+            assert batch_module._headed(kind, holding, name, null).to_pylist() == want
+            assert want[1] == name + b"\xc0" and want[2][len(name):] == batch_module._HEADS[kind][1](256) + b"x" * 256
+    for mysql_type in ("varchar", "varbinary", "decimal"):
+        ct = batch_module.CanalJsonDecoder()._schema("d", "t", {"x": mysql_type})[0]["x"]
+        column = batch_module.Column(ct, holding, False, 5)
+        assert column.encoded.equals(batch_module.Column(ct, empty, False, 5).encoded)
+
+
+def test_the_change_logs_columns_own_their_buffers() -> None:
+    """The rows' arrays hold only their own bytes (no slice of a longer array, e.g. keys with the old
+    images' after them): their IPC bytes are those of compacted copies, with and without moved rows."""
+    ts = tso(1_700_000_000_000)
+    for moved in (False, True):
+        docs = []
+        for i, op in enumerate(["INSERT", "UPDATE", "DELETE", "UPDATE", "INSERT"] * 10):
+            ts += 1
+            doc = _base_doc(ts, 1000 + i, op)
+            if op == "UPDATE" and moved and i % 10 == 1:
+                doc["old"][0]["id"] = str(5000 + i)
+            docs.append(orjson.dumps(doc))
+        fast = batch_module.CanalBatch(batch_module.CanalJsonDecoder(enable_tidb_extension=True), TOPIC, 0,
+                                       lambda keys, types: 7, lambda keys, types: None)
+        table, _, is_fast = fast.split(np.arange(len(docs)), docs)
+        assert is_fast.all() and table.num_rows == len(docs) + (5 if moved else 0)
+        compact = pa.table([pa.concat_arrays(column.chunks) for column in table.columns], names=table.column_names)
+
+        def ipc(t: pa.Table) -> bytes:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, t.schema) as writer:
+                writer.write_table(t)
+            return sink.getvalue().to_pybytes()
+
+        assert ipc(table) == ipc(compact)
 
 
 def test_the_fast_kinds_are_the_converters_inlined_kinds() -> None:

@@ -81,3 +81,13 @@ def test_an_array_without_values_or_bytes() -> None:
         assert shape(pa.array([], pa.string())).tolist() == []
         assert shape(pa.array([None, None], pa.string())).tolist() == [False, False]
         assert shape(pa.array(["", ""], pa.string())).tolist() == [False, False]
+
+
+@given(st.lists(st.one_of(st.none(), st.from_regex(r"-?[0-9]{1,20}", fullmatch=True),
+                          st.sampled_from(["0", "-0", "00", "-00", "07", "-07", "10", "-10", "1", "-1"])), max_size=40),
+       st.integers(0, 3))
+def test_own_str_integers_are_the_texts_str_int_gives_back(texts: list[str | None], cut: int) -> None:
+    array = pa.array(texts, pa.string()).slice(min(cut, len(texts)))
+    texts = texts[min(cut, len(texts)):]
+    assert [bool(own) for own, t in zip(text_shapes.own_str_integers(array), texts) if t is not None] == \
+        [str(int(t)) == t for t in texts if t is not None]
