@@ -1,0 +1,98 @@
+"""The change-log writer's file layout (docs/archive.md, "Change log"), whatever its Parquet encodings:
+each write of up to ROW_GROUP rows in offset order, sorted by ``key_hash`` (stable), cut into
+HASH_RANGES row groups; statistics on the listed columns only; every value as given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
+from spark.archive.storage import LocalStorage
+from spark.decode import changelog
+from spark.decode.changelog import CHANGE_LOG_SCHEMA, HASH_RANGES, encode_effect, read_change_log
+
+TOPIC = "cdc"
+TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)")}
+I64 = np.iinfo(np.int64)
+
+
+def _table(rng: np.random.Generator, offsets: np.ndarray, table: str) -> pa.Table:
+    """Keyed column-wise rows (as spark/decode/batch.py hands them over), one per offset, with
+    hashes that repeat (a stable sort keeps their offset order) and reach the int64 extremes."""
+    n = len(offsets)
+    hashes = rng.choice(np.array([I64.min, I64.max, -1, 0, 1, 7, 7, 7], np.int64), n) if rng.random() < 0.3 \
+        else rng.integers(I64.min, I64.max, n, dtype=np.int64, endpoint=True)
+    stamps = np.where(rng.random(n) < 0.1, I64.max, 450_000_000_000_000_000 + (offsets // 3) * 17)
+    return pa.Table.from_arrays([
+        pa.array([TOPIC] * n, pa.string()), pa.array([2] * n, pa.int32()), pa.array(offsets, pa.int64()),
+        pa.array(np.zeros(n, np.int32)), pa.array(stamps, pa.int64()), pa.array(["shop"] * n, pa.string()),
+        pa.array([table] * n, pa.string()), pa.array([b"k%d" % o for o in offsets], pa.binary()),
+        pa.array(np.zeros(n, bool)), pa.array(np.ones(n, bool)),
+        pa.array([encode_effect(Op.INSERT, {"id": int(o), "name": "x" * int(rng.integers(0, 300))}) for o in offsets], pa.binary()),
+        pa.array(rng.choice(np.array([I64.min, 5, I64.max], np.int64), n)), pa.array(hashes, pa.int64()),
+        pa.array(np.full(n, -1), pa.int64()),
+    ], schema=CHANGE_LOG_SCHEMA)
+
+
+def _change(offset: int, commit_ts: int, keyless: bool) -> RowChange:
+    keys, after = ((), {"id": offset % 5, "name": "bag"}) if keyless else (("id",), {"id": offset, "name": "n"})
+    return RowChange(Op.INSERT, "shop", "bag" if keyless else "t", None, after, keys, TYPES, commit_ts,
+                     SourcePosition(TOPIC, 2, offset))
+
+
+@pytest.mark.parametrize("row_group", [50, 37, 20_000])
+def test_each_write_is_its_offset_ordered_rows_sorted_by_hash_in_hash_range_row_groups(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row_group: int) -> None:
+    monkeypatch.setattr(changelog, "ROW_GROUP", row_group)
+    rng = np.random.default_rng(row_group)
+    storage = LocalStorage(str(tmp_path))
+    writer = changelog.ChangeLogWriter(storage, "c.parquet")
+    offset, given = (1 << 62), []
+    for step in range(60):  # column-wise tables between per-change rows, as _decode_segment hands them over
+        if step % 3:
+            n = int(rng.integers(1, 90))
+            given.append(_table(rng, np.arange(offset, offset + n), "wide" if step % 2 else "t"))
+            writer.add_table(given[-1])
+            offset += n
+        else:
+            for _ in range(int(rng.integers(0, 4))):
+                writer.add(_change(offset, 450_000_000_000_000_000 + offset // 4, keyless=bool(rng.random() < 0.5)))
+                offset += int(rng.integers(1, 3))
+    writer.close()
+
+    source = pq.ParquetFile(tmp_path / "c.parquet")
+    assert source.schema_arrow == CHANGE_LOG_SCHEMA
+    in_order = read_change_log(storage, ["c.parquet"])  # message order: offset, index, deletes descending
+    assert in_order.equals(pq.read_table(tmp_path / "c.parquet").sort_by(
+        [("offset", "ascending"), ("index", "ascending"), ("deletes", "descending")]))
+    assert in_order.num_rows == writer.rows
+    # The column-wise rows come back exactly as given.
+    given_rows = pa.concat_tables(given)
+    assert in_order.filter(pc.is_in(in_order.column("offset"), given_rows.column("offset"))).equals(given_rows)
+    # Each write: ROW_GROUP rows in message order, sorted by key_hash (ties in message order), in
+    # HASH_RANGES row groups of ceil(rows / HASH_RANGES) rows.
+    expected = []
+    for start in range(0, in_order.num_rows, row_group):
+        write = in_order.slice(start, row_group)
+        write = write.take(np.argsort(write.column("key_hash").to_numpy(), kind="stable"))
+        size = -(-write.num_rows // HASH_RANGES)
+        expected += [write.slice(i, size) for i in range(0, write.num_rows, size)]
+    assert source.num_row_groups == len(expected)
+    for i, want in enumerate(expected):
+        got = source.read_row_group(i)
+        assert got.equals(want), i
+        meta = source.metadata.row_group(i)
+        for c, name in enumerate(CHANGE_LOG_SCHEMA.names):
+            stats = meta.column(c).statistics
+            if name not in changelog._STATISTICS:
+                assert not meta.column(c).is_stats_set, name
+                continue
+            assert stats is not None and stats.has_min_max and stats.null_count == 0, name
+            column = want.column(name)
+            assert (stats.min, stats.max) == (pc.min(column).as_py(), pc.max(column).as_py()), (i, name)
