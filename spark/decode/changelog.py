@@ -461,11 +461,6 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
                 if cpu:
                     started = cpu()
             for i in slow:
-                if table is not None:  # the column-wise rows of the messages before this one
-                    cut = int(np.searchsorted(row_message, i))
-                    if cut > done:
-                        writer.add_table(table.slice(done, cut - done))
-                        done = cut
                 msg = _raw_message(task.topic, task.partition, batch, i)
                 try:
                     decoded, proved = clock.stamp(decoder.decode(msg))
@@ -479,11 +474,18 @@ def _decode_segment(storage: Storage, task: ChangeLogTask, segment: SegmentRef, 
                     mark = proved
                 for e in decoded:
                     if isinstance(e, RowChange):
+                        if table is not None:  # the column-wise rows of the messages before this one first
+                            cut = int(np.searchsorted(row_message, i))
+                            if cut > done:
+                                writer.add_table(table.slice(done, cut - done))
+                                done = cut
                         writer.add(e)
                     elif isinstance(e, DdlChange):
                         ddl.append(e)
+            # Most per-change messages (watermarks, DDL) have no rows: the batch's column-wise rows
+            # then go to the writer whole, not cut around each of them.
             if table is not None and done < table.num_rows:
-                writer.add_table(table.slice(done))
+                writer.add_table(table.slice(done) if done else table)
             if cpu:
                 started = note("per-change path, sort, Parquet", started)
         # Messages still waiting for a schema at the segment's end (Simple) are undecodable here.
