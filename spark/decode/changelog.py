@@ -321,13 +321,30 @@ class ChangeLogWriter:
         if self._chunks:
             table = self._number_runs(pa.concat_tables(self._chunks))  # the take below copies once
             self._chunks, self._pending = [], 0
-            table = table.take(np.argsort(table.column("key_hash").to_numpy(), kind="stable"))
+            table = table.take(_hash_order(table.column("key_hash").to_numpy()))
             self._writer.write_table(table, row_group_size=-(-table.num_rows // HASH_RANGES))
 
     def close(self) -> None:
         self._flush()
         self._writer.close()
         self._out.close()
+
+
+def _hash_order(hashes: np.ndarray) -> np.ndarray:
+    """``np.argsort(hashes, kind="stable")``, ~3x cheaper: numpy's vectorized quicksort, then the
+    rows of each run of equal hashes (one key's rows in a write) put back in row order."""
+    order = np.argsort(hashes)
+    ranked = hashes[order]
+    tie = ranked[1:] == ranked[:-1]
+    if tie.any():
+        member = np.zeros(len(order), bool)
+        member[1:] = tie
+        member[:-1] |= tie
+        at = np.flatnonzero(member)
+        run = np.cumsum(np.concatenate(([True], ranked[at[1:]] != ranked[at[:-1]])))
+        n = len(order)
+        order[at] = np.sort(run * n + order[at]) % n  # by run, then row
+    return order
 
 
 def _tuple_table(rows: list[tuple[Any, ...]]) -> pa.Table:

@@ -96,3 +96,13 @@ def test_each_write_is_its_offset_ordered_rows_sorted_by_hash_in_hash_range_row_
             assert stats is not None and stats.has_min_max and stats.null_count == 0, name
             column = want.column(name)
             assert (stats.min, stats.max) == (pc.min(column).as_py(), pc.max(column).as_py()), (i, name)
+
+
+def test_the_hash_order_is_the_stable_argsort_of_the_hashes() -> None:
+    rng = np.random.default_rng(37)
+    extremes = np.array([I64.min, I64.min + 1, -1, 0, 1, I64.max - 1, I64.max], np.int64)
+    for trial in range(2000):
+        n = int(rng.integers(0, 200))
+        hashes = [rng.integers(-3, 3, n), rng.integers(I64.min, I64.max, n, endpoint=True), rng.choice(extremes, n),
+                  rng.permutation(np.repeat(rng.integers(I64.min, I64.max, n // 4 + 1), 4)[:n])][trial % 4].astype(np.int64)
+        assert changelog._hash_order(hashes).tolist() == np.argsort(hashes, kind="stable").tolist(), hashes
