@@ -182,9 +182,13 @@ class ChangeLogWriter:
         self._out = storage.open_output(path)
         self._writer = pq.ParquetWriter(self._out, CHANGE_LOG_SCHEMA, compression=_COMPRESSION, use_dictionary=_DICTIONARY,
                                         write_statistics=_STATISTICS, column_encoding=_ENCODING)
-        self._rows: list[tuple[Any, ...]] = []  # a row group's rows, as tuples: one append per row
-        self._chunks: list[pa.Table] = []  # rows before ``_rows``, as Arrow: the column-wise path's, in order
-        self._pending = 0  # rows in ``_chunks``
+        # A write's rows in order: the column-wise path's as Arrow tables, the per-change path's as
+        # tuples (one append per row) in ``_rows``, each run of them placed in ``_chunks`` by its
+        # (start, stop) there, so a write builds one Arrow table of them, not one per run.
+        self._rows: list[tuple[Any, ...]] = []
+        self._chunks: list[pa.Table | tuple[int, int]] = []
+        self._placed = 0  # rows of ``_rows`` placed in ``_chunks``
+        self._pending = 0  # rows of the tables in ``_chunks``
         self.rows = 0
         # Decoders share one column-types mapping per table schema: encoded once per mapping.
         self._schemas: dict[tuple[int, tuple[str, ...]], tuple[Any, int]] = {}
@@ -275,18 +279,21 @@ class ChangeLogWriter:
     def add_table(self, table: pa.Table) -> None:
         """Change-log rows already in columns (``CHANGE_LOG_SCHEMA``, keyed tables', in offset order)
         after the rows added so far: written exactly as the same rows added one by one."""
-        if self._rows:
-            self._chunks.append(_tuple_table(self._rows))
-            self._pending += len(self._rows)
-            self._rows = []
+        self._place_rows()
         while table.num_rows:
-            take = min(ROW_GROUP - self._pending, table.num_rows)
+            take = min(ROW_GROUP - self._pending - len(self._rows), table.num_rows)
             self._chunks.append(table.slice(0, take))
             self._pending += take
             self.rows += take
             table = table.slice(take)
-            if self._pending >= ROW_GROUP:
+            if self._pending + len(self._rows) >= ROW_GROUP:
                 self._flush()
+
+    def _place_rows(self) -> None:
+        """Place the per-change rows added since the last table before what follows."""
+        if len(self._rows) > self._placed:
+            self._chunks.append((self._placed, len(self._rows)))
+            self._placed = len(self._rows)
 
     def _number_runs(self, table: pa.Table) -> pa.Table:
         """Give the buffered key-less rows their ``run`` (they are in offset order), and note the
@@ -315,12 +322,12 @@ class ChangeLogWriter:
         return table.set_column(table.schema.get_field_index("run"), "run", pa.array(runs, pa.int64()))
 
     def _flush(self) -> None:
-        if self._rows:
-            self._chunks.append(_tuple_table(self._rows))
-            self._rows = []
+        self._place_rows()
         if self._chunks:
-            table = self._number_runs(pa.concat_tables(self._chunks))  # the take below copies once
-            self._chunks, self._pending = [], 0
+            rows = _tuple_table(self._rows) if self._rows else None
+            chunks = [c if isinstance(c, pa.Table) else rows.slice(c[0], c[1] - c[0]) for c in self._chunks]  # type: ignore[union-attr]
+            table = self._number_runs(pa.concat_tables(chunks))  # the take below copies once
+            self._chunks, self._rows, self._placed, self._pending = [], [], 0, 0
             table = table.take(_hash_order(table.column("key_hash").to_numpy()))
             self._writer.write_table(table, row_group_size=-(-table.num_rows // HASH_RANGES))
 

@@ -5,6 +5,7 @@ HASH_RANGES row groups; statistics on the listed columns only; every value as gi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,13 +23,18 @@ TYPES = {"id": parse_mysql_type("bigint"), "name": parse_mysql_type("varchar(64)
 I64 = np.iinfo(np.int64)
 
 
+def _stamp(offset: Any) -> Any:
+    """A commitTs every 3 offsets: runs of key-less rows go on across column-wise rows."""
+    return 450_000_000_000_000_000 + (offset // 3) * 17
+
+
 def _table(rng: np.random.Generator, offsets: np.ndarray, table: str) -> pa.Table:
     """Keyed column-wise rows (as spark/decode/batch.py hands them over), one per offset, with
     hashes that repeat (a stable sort keeps their offset order) and reach the int64 extremes."""
     n = len(offsets)
     hashes = rng.choice(np.array([I64.min, I64.max, -1, 0, 1, 7, 7, 7], np.int64), n) if rng.random() < 0.3 \
         else rng.integers(I64.min, I64.max, n, dtype=np.int64, endpoint=True)
-    stamps = np.where(rng.random(n) < 0.1, I64.max, 450_000_000_000_000_000 + (offsets // 3) * 17)
+    stamps = np.where(rng.random(n) < 0.1, I64.max, _stamp(offsets))
     return pa.Table.from_arrays([
         pa.array([TOPIC] * n, pa.string()), pa.array([2] * n, pa.int32()), pa.array(offsets, pa.int64()),
         pa.array(np.zeros(n, np.int32)), pa.array(stamps, pa.int64()), pa.array(["shop"] * n, pa.string()),
@@ -53,7 +59,7 @@ def test_each_write_is_its_offset_ordered_rows_sorted_by_hash_in_hash_range_row_
     rng = np.random.default_rng(row_group)
     storage = LocalStorage(str(tmp_path))
     writer = changelog.ChangeLogWriter(storage, "c.parquet")
-    offset, given = (1 << 62), []
+    offset, given = (1 << 58), []
     for step in range(60):  # column-wise tables between per-change rows, as _decode_segment hands them over
         if step % 3:
             n = int(rng.integers(1, 90))
@@ -62,7 +68,7 @@ def test_each_write_is_its_offset_ordered_rows_sorted_by_hash_in_hash_range_row_
             offset += n
         else:
             for _ in range(int(rng.integers(0, 4))):
-                writer.add(_change(offset, 450_000_000_000_000_000 + offset // 4, keyless=bool(rng.random() < 0.5)))
+                writer.add(_change(offset, _stamp(offset), keyless=bool(rng.random() < 0.5)))
                 offset += int(rng.integers(1, 3))
     writer.close()
 
@@ -72,6 +78,13 @@ def test_each_write_is_its_offset_ordered_rows_sorted_by_hash_in_hash_range_row_
     assert in_order.equals(pq.read_table(tmp_path / "c.parquet").sort_by(
         [("offset", "ascending"), ("index", "ascending"), ("deletes", "descending")]))
     assert in_order.num_rows == writer.rows
+    # A key-less row's run: the offset of the first of the offset-contiguous rows at its commitTs around it.
+    run, last = None, None
+    for row in in_order.select(["offset", "commit_ts", "table", "run"]).to_pylist():
+        if last is None or row["commit_ts"] != last["commit_ts"] or row["offset"] - last["offset"] > 1:
+            run = row["offset"]
+        assert row["run"] == (run if row["table"] == "bag" else -1), row
+        last = row
     # The column-wise rows come back exactly as given.
     given_rows = pa.concat_tables(given)
     assert in_order.filter(pc.is_in(in_order.column("offset"), given_rows.column("offset"))).equals(given_rows)
