@@ -393,7 +393,8 @@ class RawBatch:
 def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
     """A raw segment's messages in offset order, in row-group sized batches."""
     source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
-    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS)):
+    # One thread: a task has its core, and handing a batch's five columns to Arrow's pool cost CPU.
+    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS), use_threads=False):
         yield RawBatch(batch)
 
 
