@@ -362,16 +362,21 @@ def _tuple_table(rows: list[tuple[Any, ...]]) -> pa.Table:
 _RAW_COLUMNS = ("offset", "timestamp_ms", "key", "value", "headers")
 
 
+_UNSET: Any = object()
+_ONE_BY_ONE = 64  # a column's values a batch reads one by one (``RawBatch.item``) before converting it whole
+
+
 class RawBatch:
     """One read batch of a raw segment: its columns as Python lists, each converted when first
     asked for (the column-wise path reads only offsets and values; the per-change path's
     messages the rest)."""
 
-    __slots__ = ("_batch", "_columns")
+    __slots__ = ("_batch", "_columns", "_taken")
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         self._batch = batch
         self._columns: dict[str, list[Any] | None] = {}
+        self._taken: dict[str, int] = {}
 
     def __len__(self) -> int:
         return self._batch.num_rows
@@ -385,6 +390,21 @@ class RawBatch:
             values = None if name == "headers" and array.null_count == len(array) else array.to_pylist()
             self._columns[name] = values
             return values
+
+    def item(self, name: str, i: int) -> Any:
+        """One message's field, as ``column(name)[i]`` (None for ``headers`` when it has none): a
+        column-wise batch's few per-change messages read theirs one by one, not whole columns."""
+        values = self._columns.get(name, _UNSET)
+        if values is _UNSET:
+            array = self._batch.column(name)
+            if array.null_count == len(array):
+                return None
+            taken = self._taken.get(name, 0)
+            if taken < _ONE_BY_ONE:
+                self._taken[name] = taken + 1
+                return array[i].as_py()
+            values = self.column(name)
+        return values[i] if values is not None else None
 
     def offsets(self) -> np.ndarray:
         return self._batch.column("offset").to_numpy()
@@ -404,12 +424,10 @@ _message, _position = partial(tuple.__new__, RawMessage), partial(tuple.__new__,
 
 
 def _raw_message(topic: str, partition: int, batch: RawBatch, i: int) -> RawMessage:
-    headers = batch.column("headers")
-    pairs = headers[i] if headers is not None else None
-    return _message((batch.column("key")[i], batch.column("value")[i],  # type: ignore[index]
-                     _position((topic, partition, batch.column("offset")[i], 0)),  # type: ignore[index]
-                     tuple((h["key"], h["value"]) for h in pairs) if pairs else (),
-                     batch.column("timestamp_ms")[i]))  # type: ignore[index]
+    item = batch.item
+    pairs = item("headers", i)
+    return _message((item("key", i), item("value", i), _position((topic, partition, item("offset", i), 0)),
+                     tuple((h["key"], h["value"]) for h in pairs) if pairs else (), item("timestamp_ms", i)))
 
 
 def raw_messages(storage: Storage, topic: str, partition: int, segment: SegmentRef) -> Iterator[RawMessage]:

@@ -1,4 +1,4 @@
-"""The change-log writer's file layout (docs/archive.md, "Change log"), whatever its Parquet encodings:
+"""The raw read's batches, and the change-log writer's file layout (docs/archive.md, "Change log"), whatever its Parquet encodings:
 each write of up to ROW_GROUP rows in offset order, sorted by ``key_hash`` (stable), cut into
 HASH_RANGES row groups; statistics on the listed columns only; every value as given."""
 
@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_codecs import Op, RowChange, SourcePosition, parse_mysql_type
+from spark.archive.land import segment_table
 from spark.archive.storage import LocalStorage
 from spark.decode import changelog
 from spark.decode.changelog import CHANGE_LOG_SCHEMA, HASH_RANGES, encode_effect, read_change_log
@@ -119,3 +120,21 @@ def test_the_hash_order_is_the_stable_argsort_of_the_hashes() -> None:
         hashes = [rng.integers(-3, 3, n), rng.integers(I64.min, I64.max, n, endpoint=True), rng.choice(extremes, n),
                   rng.permutation(np.repeat(rng.integers(I64.min, I64.max, n // 4 + 1), 4)[:n])][trial % 4].astype(np.int64)
         assert changelog._hash_order(hashes).tolist() == np.argsort(hashes, kind="stable").tolist(), hashes
+
+
+def test_a_raw_batch_item_is_its_column_value_read_one_by_one_or_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RawBatch.item`` (a column-wise batch's few per-change messages) reads what ``column`` does,
+    one by one for the first few of a column, then from the whole column converted."""
+    monkeypatch.setattr(changelog, "_ONE_BY_ONE", 3)
+    headers = [None, [{"key": "trace", "value": b"\x00\x01"}, {"key": "none", "value": None}], [], None, None, None]
+    table = segment_table(TOPIC, 3, list(range(10, 16)), [7, None, 9, 10, 11, 12], [0] * 6,
+                          [b"k", None, b"k2", None, b"k4", b""], [b"v0", b"v1", None, b"v3", b"v4", b"v5"], headers)
+    no_headers = segment_table(TOPIC, 3, list(range(2)), [1, 2], [0] * 2, [None, None], [b"a", b"b"], [None, None])
+    for source in (table, no_headers):
+        batch = source.select(list(changelog._RAW_COLUMNS)).to_batches()[0]
+        one, whole = changelog.RawBatch(batch), changelog.RawBatch(batch)
+        order = [4, 0, 1, 5, 2, 3][:len(batch)] if len(batch) > 2 else [1, 0]  # three one by one, then converted
+        for name in changelog._RAW_COLUMNS:
+            expected = whole.column(name)
+            got = [one.item(name, i) for i in order]
+            assert got == [expected[i] if expected is not None else None for i in order], name
