@@ -73,6 +73,10 @@ PartitionKey = tuple[str, int]
 # Each write is sorted by ``key_hash`` and cut into HASH_RANGES row groups, so the row groups of
 # one write cover disjoint hash ranges and a fold slice (a hash range) reads ~1/slices of them.
 READ_BATCH = 10_000
+# A segment's first read batch is cut after this many messages: the column-wise path meets its
+# tables' schemas there and reads the rest by their schema structs (spark/decode/batch.py), which
+# a batch's messages only get from the batch after the one that met them.
+FIRST_BATCH = 1_000
 ROW_GROUP = 20_000
 HASH_RANGES = 16
 
@@ -418,7 +422,10 @@ def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
     """A raw segment's messages in offset order, in row-group sized batches."""
     source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
     # One thread: a task has its core, and handing a batch's five columns to Arrow's pool cost CPU.
-    for batch in source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS), use_threads=False):
+    for n, batch in enumerate(source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS), use_threads=False)):
+        if n == 0 and batch.num_rows > 2 * FIRST_BATCH:
+            yield RawBatch(batch.slice(0, FIRST_BATCH))
+            batch = batch.slice(FIRST_BATCH)
         yield RawBatch(batch)
 
 
