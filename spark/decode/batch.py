@@ -124,10 +124,10 @@ class SchemaReader:
     or a missing column, another key) and goes to ``_RowMessage``. mysqlType is read as its bytes
     (a ``Raw``: its order is the table's column order, which a struct cannot see) and must be the
     schema's, exactly as orjson writes it -- so valid and, to orjson too, this very mapping in this
-    order (``holds``) -- and the message's only one: msgspec keeps a name's last value and skips an
+    order -- and the message's only one: msgspec keeps a name's last value and skips an
     earlier one unchecked (``"mysqlType":1e400,"mysqlType":{...}``, which orjson refuses). So the
-    name appears once as such, and no letter of the message is escaped (``CanalBatch.split``, a
-    batch at once): a second spelling of the name needs one."""
+    name appears once as such, and no letter of the message is escaped (a batch at once): a second
+    spelling of the name needs one. ``CanalBatch.split`` checks both."""
 
     def __init__(self, mysql_type: Mapping[str, str], keys: tuple[str, ...], plan: Plan) -> None:
         self.plan = plan
@@ -150,18 +150,14 @@ class SchemaReader:
         self._messages: dict[str, Any] = {}
 
     def message(self, table: str) -> Any:
-        """The struct of this schema's messages of ``table`` (any database), tagged by its name."""
+        """The struct of this schema's messages of ``table`` (any database), tagged by its name; on
+        the class, what reading one needs: the schema's mysqlType and the table's index per database."""
         message = self._messages.get(table)
         if message is None:
             message = self._messages[table] = msgspec.defstruct(
                 "SchemaMessage", self._fields, forbid_unknown_fields=True, tag_field="table", tag=table,
-                namespace={"reader": self, "table": table})
+                namespace={"reader": self, "table": table, "mysql_type": self._mysql_type, "indexes": {}})
         return message
-
-    def holds(self, doc: Any, value: bytes) -> bool:
-        """Whether ``doc``, read by one of this schema's structs from ``value``, is this schema's
-        common message (the caller has ruled out an escaped letter)."""
-        return doc.mysqlType == self._mysql_type and value.count(b'"mysqlType"') == 1
 
 
 def _msgpack_str(text: bytes) -> bytes:
@@ -653,7 +649,7 @@ class CanalBatch:
             plan.reset()
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
-        index_of, astuple = self._index, msgspec.structs.astuple
+        astuple = msgspec.structs.astuple
         read = self._union(len(values))
         if read is not None:
             if arrow_values is None:
@@ -667,15 +663,17 @@ class CanalBatch:
                     doc = read(value)
                 except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
                     doc = None
-                if doc is not None and doc.reader.holds(doc, value):
+                # Its mysqlType the schema's, and its only one (``SchemaReader``).
+                if doc is not None and doc.mysqlType == doc.mysql_type and value.count(b'"mysqlType"') == 1:
                     op, old = ops[doc.type], doc.old
                     if op == UPDATE and old is None:
                         continue
-                    index = index_of.get((doc.database, doc.table))
+                    index = doc.indexes.get(doc.database)  # the table's index, by database
                     if index is None:
                         index = self._table_index(doc.database, doc.table)
                         if index < 0:
                             continue
+                        doc.indexes[doc.database] = index
                     plan = doc.reader.plan
                     rows = plan.rows
                     if not rows and not plan.chunks:
