@@ -146,8 +146,7 @@ class SchemaReader:
             ("sqlType", struct("SqlType", _JsonInt) | None, None),
         ]
         self._mysql_type = msgspec.Raw(orjson.dumps(dict(mysql_type)))
-
-        self._messages: dict[str, Any] = {}
+        self._messages: dict[str, Any] = {}  # table -> its struct (``message``)
 
     def message(self, table: str) -> Any:
         """The struct of this schema's messages of ``table`` (any database), tagged by its name; on
