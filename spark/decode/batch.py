@@ -106,8 +106,9 @@ _ROW_MESSAGE = msgspec.json.Decoder(_RowMessage)
 _ESCAPED_ASCII = r"\\u00[4-7]"
 
 
-# A union's member no message is (MySQL names hold no NUL): msgspec requires a union's tag, never
-# a lone tagged struct's, which would read a message without "table" as its table's.
+# A union's member no common message is (MySQL names hold no NUL; a message naming that table reads
+# as this empty struct, declined): msgspec requires a union's tag, never a lone tagged struct's,
+# which would read a message without "table" as its table's.
 _NO_TABLE = msgspec.defstruct("NoTable", [], tag_field="table", tag="\0", forbid_unknown_fields=True)
 
 
@@ -495,7 +496,9 @@ class Plan:
         self.name_bytes = [_msgspec_name(n) for n in self.names]
         self.map_header = _map_header(len(self.names))
         self.key_map_header = _map_header(len(keys))
-        self.reader: SchemaReader | None = None  # made when a message of the schema first comes (``CanalBatch.split``)
+        # Made for the union of a batch after the schema's first message (``CanalBatch._union``); False
+        # where msgspec cannot make it.
+        self.reader: SchemaReader | None | Literal[False] = None
 
     def seal(self) -> None:
         """The rows since the last chunk as columns (values as Arrow strings) while their values are
@@ -616,9 +619,14 @@ class CanalBatch:
             structs = []
             for table, (plan, mysql_type) in self._schemas.items():
                 if plan.reader is None:
-                    plan.reader = SchemaReader(mysql_type, plan.keys, plan)
-                structs.append(plan.reader.message(table))
-            self._read = msgspec.json.Decoder(Union[(*structs, _NO_TABLE)]).decode  # type: ignore[misc]
+                    try:
+                        plan.reader = SchemaReader(mysql_type, plan.keys, plan)
+                    except ValueError:  # a column name msgspec takes for no field ('"', '\' or a control character)
+                        plan.reader = False  # its messages: the generic struct's, as before
+                if plan.reader and table != "\0":
+                    structs.append(plan.reader.message(table))
+            if structs:
+                self._read = msgspec.json.Decoder(Union[(*structs, _NO_TABLE)]).decode  # type: ignore[misc]
         return self._read
 
     def _table_index(self, database: str, table: str) -> int:
@@ -663,7 +671,8 @@ class CanalBatch:
                 except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
                     doc = None
                 # Its mysqlType the schema's, and its only one (``SchemaReader``).
-                if doc is not None and doc.mysqlType == doc.mysql_type and value.count(b'"mysqlType"') == 1:
+                if doc is not None and type(doc) is not _NO_TABLE and doc.mysqlType == doc.mysql_type \
+                        and value.count(b'"mysqlType"') == 1:
                     op, old = ops[doc.type], doc.old
                     if op == UPDATE and old is None:
                         continue
