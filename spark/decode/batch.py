@@ -139,13 +139,13 @@ class SchemaReader:
             return msgspec.defstruct(name, [(f, kind) for f in fields], rename=rename, forbid_unknown_fields=True)
 
         row = struct("Row", str | None)
-        self._fields = [
-            ("type", Literal["INSERT", "UPDATE", "DELETE"]), ("database", str), ("isDdl", Literal[False]),
-            ("data", tuple[row]), ("old", tuple[row] | None), ("mysqlType", msgspec.Raw),
-            ("pkNames", tuple[tuple(Literal[k] for k in keys)]),  # type: ignore[misc]
-            ("_tidb", _TidbExtension), ("es", _JsonInt | None), ("id", _JsonInt, 0), ("ts", _JsonInt, 0), ("sql", str, ""),
-            ("sqlType", struct("SqlType", _JsonInt) | None, None),
-        ]
+        # ``_RowMessage``'s fields (the common shape is spelled there only), the schema's own types in
+        # place of the generic ones, and "table" the union's tag.
+        own = {"data": tuple[row], "old": tuple[row] | None, "mysqlType": msgspec.Raw,
+               "pkNames": tuple[tuple(Literal[k] for k in keys)],  # type: ignore[misc]
+               "sqlType": struct("SqlType", _JsonInt) | None}
+        self._fields = [(f.name, own.get(f.name, f.type)) if f.required else (f.name, own.get(f.name, f.type), f.default)
+                        for f in msgspec.structs.fields(_RowMessage) if f.name != "table"]
         self._mysql_type = msgspec.Raw(orjson.dumps(dict(mysql_type)))
         self._messages: dict[str, Any] = {}  # table -> its struct (``message``)
 
