@@ -327,7 +327,7 @@ def arrow_table(schema: Schema, rows: Iterable[Mapping[str, Any]], upstream_type
                 raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
             try:
                 array = pa.array(values, at)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:  # ValueError: NaN for an int column
                 raise UnsupportedValue(f"column {f.name!r} ({f.field_type}): {exc}") from None
         arrays.append(array)
         fields.append(pa.field(f.name, at, nullable=True))
@@ -355,7 +355,7 @@ def _as_they_are(t: IcebergType, at: pa.DataType, values: list[Any], types: set[
         return None
     try:
         return pa.array(values, at)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):
         return None
 
 

@@ -85,6 +85,14 @@ def test_decimal_out_of_range_is_a_typed_error_naming_the_column(scale: int, val
     assert issubclass(UnsupportedValue, TidelakeError)
 
 
+@pytest.mark.parametrize("mysql_type", ["datetime(6)", "timestamp(6)", "date"])
+@pytest.mark.parametrize("value", [math.nan, Decimal("NaN"), Decimal("sNaN")])
+def test_a_nan_for_a_date_or_time_column_is_a_typed_error_naming_the_column(mysql_type: str, value: object) -> None:
+    # Arrow raises a bare ValueError for these (not ArrowInvalid): it must not escape untyped.
+    with pytest.raises(UnsupportedValue, match=r"column 'c' \((timestamp|timestamptz|date)\): .*NaN"):
+        _round_trip(mysql_type, value)
+
+
 def test_unsigned_bigint_and_bit64_extremes_fit_decimal_20() -> None:
     for mysql_type in ("bigint unsigned", "bit(64)"):
         for value in (0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1):
