@@ -41,10 +41,11 @@ from pyiceberg.transforms import IdentityTransform
 from cdc_codecs import Op
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
+from spark.write.image_columns import ImageColumns, read_images
 from spark.tables.files import partition_values, key_file_pairs
 from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
 from spark.write.target import TableTarget
-from spark.tables.schema_map import UnsupportedValue, arrow_table, metadata_columns
+from spark.tables.schema_map import MetadataColumns, UnsupportedValue, arrow_table, metadata_columns
 
 # A multiset's dropped images carry their counts as one more column, the last: found by its place,
 # never by its name, so that no upstream column name can be taken for it (upstream names are data).
@@ -81,14 +82,77 @@ class UpsertTarget:
         return schema.append(pa.field(COPIES, pa.int64())) if self.multiset else schema
 
 
+# Image shapes read column-wise in a net change, in the order met (a table's full rows, its
+# key-only delete images, ...); images of further shapes are read one by one.
+IMAGE_SHAPES = 4
+
+
 def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
-    """The net change's rows in the table's columns (deleted keys as key-only rows) and which write."""
-    images = []
-    writes = np.zeros(net.num_rows, dtype=bool)
+    """The net change's rows in the table's columns (deleted keys as key-only rows) and which write.
+
+    Images are read column-wise (``image_columns``), a shape at a time: the names of the first
+    image not read yet, then of the next. The rest -- a rename in the run, a value its column does
+    not take as it is, corrupt bytes -- are read one by one, as ever, and the parts are put back
+    in the net change's order."""
     metadata = target.table.metadata()
-    names = metadata_columns(metadata.schema(), metadata.properties)  # upstream names are data: never these
-    for i, (blob, deletes, ts) in enumerate(zip(net.column("change").to_pylist(), net.column("deletes").to_pylist(),
-                                                net.column("ts").to_pylist())):
+    schema = metadata.schema()
+    names = metadata_columns(schema, metadata.properties)  # upstream names are data: never these
+    writes = ~pc.fill_null(net.column("deletes"), False).to_numpy(zero_copy_only=False)
+    parts, order = [], []
+    left = np.arange(net.num_rows)
+    for _ in range(IMAGE_SHAPES if not target.renames else 0):
+        columns = _column_wise(net.take(pa.array(left, pa.int64())) if len(order) else net, schema, names)
+        if columns is None or not columns.read.any():
+            break
+        read = left[columns.read]
+        parts.append(_with_metadata(columns, net, writes[read], read, names))
+        order.append(read)
+        left = left[~columns.read]
+        if not len(left):
+            break
+    if len(left):
+        parts.append(_one_by_one(net, left, target, names))
+        order.append(left)
+    if len(parts) == 1:
+        return parts[0], writes
+    return pa.concat_tables(parts).take(pa.array(np.argsort(np.concatenate(order)), pa.int64())), writes
+
+
+def _column_wise(net: pa.Table, schema: Any, names: MetadataColumns) -> ImageColumns | None:
+    """The images of ``net`` that name its first image's columns in its order, read column-wise."""
+    blobs = net.column("change")
+    if not net.num_rows or blobs.null_count:
+        return None
+    try:
+        first = list(decode_effect(blobs[0].as_py())[1])
+    except CorruptChangeValue:
+        return None  # the one-by-one path names it
+    if set(first) & set(names.names):
+        return None  # an image naming a metadata column (never written): the one-by-one path's rule
+    return read_images(blobs, [(f.name, f.field_type) for f in schema.fields], first)
+
+
+def _with_metadata(columns: ImageColumns, net: pa.Table, writes: np.ndarray, read: np.ndarray, names: MetadataColumns) -> pa.Table:
+    """Rows ``read`` of the net change, read column-wise, with their metadata columns: a written
+    row's commitTs and op, a dropped one's none."""
+    table = columns.table
+    if names.commit_ts is not None:
+        ts = net.column("ts").take(pa.array(read, pa.int64()))
+        at = table.schema.get_field_index(names.commit_ts)
+        table = table.set_column(at, table.schema.field(at), pc.if_else(pa.array(writes), ts, None))
+    if names.op is not None:
+        at = table.schema.get_field_index(names.op)
+        table = table.set_column(at, table.schema.field(at), pc.if_else(pa.array(writes), columns.ops, None))
+    return table
+
+
+def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: MetadataColumns) -> pa.Table:
+    """Rows ``index`` of the net change, each image decoded and fitted to its column alone."""
+    images = []
+    metadata = target.table.metadata()
+    take = pa.array(index, pa.int64())
+    rows = zip(index.tolist(), *(net.column(c).take(take).to_pylist() for c in ("change", "deletes", "ts")))
+    for i, blob, deletes, ts in rows:
         try:
             op, row = decode_effect(blob)
         except CorruptChangeValue as exc:
@@ -100,20 +164,20 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
                 if new is not None:
                     row.setdefault(new, value)
         if not deletes:
-            writes[i] = True
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
         images.append(row)
     try:
-        return arrow_table(metadata.schema(), images, target.upstream_types), writes
+        return arrow_table(metadata.schema(), images, target.upstream_types)
     except UnsupportedValue as exc:
-        raise UnsupportedValue(f"{exc}, in the change at {_unwritable(net, metadata.schema(), images, target)}") from None
+        raise UnsupportedValue(f"{exc}, in the change at {_unwritable(net, index, metadata.schema(), images, target)}") from None
 
 
-def _unwritable(net: pa.Table, schema: Any, images: list[dict], target: UpsertTarget) -> str:
-    """Where the first image no column takes came from (``topic/partition@offset``): bad input names
-    its message, as an undecodable one does. Only on the error: each image is converted alone."""
-    for i, image in enumerate(images):
+def _unwritable(net: pa.Table, index: np.ndarray, schema: Any, images: list[dict], target: UpsertTarget) -> str:
+    """Where the first image no column takes came from (``topic/partition@offset``; ``images`` are
+    rows ``index``): bad input names its message, as an undecodable one does. Only on the error:
+    each image is converted alone."""
+    for i, image in zip(index.tolist(), images):
         try:
             arrow_table(schema, [image], target.upstream_types)
         except UnsupportedValue:
