@@ -250,3 +250,21 @@ def test_floats_keep_their_bits() -> None:
     rows = [{"id": 1, "c_double": -0.0, "c_float": -0.0}, {"id": 2, "c_double": math.inf, "c_float": -math.inf},
             {"id": 3, "c_double": 1 / 3, "c_float": 1 / 3}]
     _assert_same(_net(_images(columns, rows), [False] * 3), _target(columns))
+
+
+@pytest.mark.parametrize("count", [15, 16, 40])
+def test_wide_tables_and_long_column_names_are_read_column_wise(count: int) -> None:
+    # 16 columns and more: a map16 header; names of 31, 32, 255, 256 and 70,000 bytes: fixstr, str8, str16, str32.
+    lengths = [1, 31, 32, 255, 256, 70_000]
+    names = [f"c{i}_" + "é" * ((lengths[i % len(lengths)] - len(f"c{i}_")) // 2) for i in range(count)]
+    kinds = ["id", "name", "amount", "updated_at", "created_at", "payload", "big", "qty"]
+    columns = {name: COLUMN_TYPES[kinds[i % len(kinds)]] for i, name in enumerate(names)}
+    samples = {"id": 7, "name": "x" * 300, "amount": Decimal("-1.25"), "updated_at": dt.datetime(2024, 1, 2, 3, 4, 5, 6),
+               "created_at": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "payload": b"\x00" * 40, "big": 2**64 - 1, "qty": -5}
+    rows = [{name: samples[kinds[i % len(kinds)]] if r else None for i, name in enumerate(names)} for r in range(3)]
+    target = _target(columns)
+    net = _net(_images(columns, rows), [False] * 3)
+    schema = target.table.metadata().schema()
+    read = read_images(net.column("change"), [(f.name, f.field_type) for f in schema.fields], names)
+    assert read is not None and read.read.all()
+    _assert_same(net, target)
