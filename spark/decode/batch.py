@@ -104,6 +104,11 @@ _ROW_MESSAGE = msgspec.json.Decoder(_RowMessage)
 # A name's letter escaped (``\u0041``..``\u007a``, hex of either case): the only way a name can read
 # "mysqlType" without those very bytes in the text. Found for a whole read batch at once (RE2).
 _ESCAPED_ASCII = r"\\u00[4-7]"
+# The name "mysqlType" as RE2 finds it fast (a leading '"' would make it read every byte; with it, it
+# counts over a read batch at ~0.3 us a message, ~0.45 for ``bytes.count`` of each, measured):
+# each '"mysqlType"' holds one, so a message in which this occurs once names "mysqlType" at most
+# once (unescaped), and a message the schema struct reads names it at least once.
+_MYSQL_TYPE_NAME = 'mysqlType"'
 
 
 # A union's member no common message is (MySQL names hold no NUL; a message naming that table reads
@@ -661,18 +666,20 @@ class CanalBatch:
         if read is not None:
             if arrow_values is None:
                 arrow_values = pa.array(values, pa.binary())
-            escaped = pc.match_substring_regex(arrow_values, _ESCAPED_ASCII).fill_null(True).to_numpy(
-                zero_copy_only=False).tolist()
+            # The messages a schema struct may read: no letter escaped and "mysqlType" named once
+            # (``SchemaReader``), found for the whole batch at once.
+            schema_read = pc.and_(pc.invert(pc.match_substring_regex(arrow_values, _ESCAPED_ASCII)),
+                                  pc.equal(pc.count_substring_regex(arrow_values, _MYSQL_TYPE_NAME), 1))
+            schema_read = schema_read.fill_null(False).to_numpy(zero_copy_only=False).tolist()
         fast = np.zeros(len(values), bool)
         for i, value in enumerate(values):
-            if read is not None and not escaped[i]:  # the message's table's schema struct first
+            if read is not None and schema_read[i]:  # the message's table's schema struct first
                 try:
                     doc = read(value)
                 except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
                     doc = None
-                # Its mysqlType the schema's, and its only one (``SchemaReader``).
-                if doc is not None and type(doc) is not _NO_TABLE and doc.mysqlType == doc.mysql_type \
-                        and value.count(b'"mysqlType"') == 1:
+                # Its mysqlType the schema's (its only one: ``schema_read``).
+                if doc is not None and type(doc) is not _NO_TABLE and doc.mysqlType == doc.mysql_type:
                     op, old = ops[doc.type], doc.old
                     if op == UPDATE and old is None:
                         continue
