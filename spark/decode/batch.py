@@ -492,10 +492,16 @@ class Plan:
     def __init__(self, types: Mapping[str, ColumnType], keys: tuple[str, ...]) -> None:
         self.types, self.keys = types, keys
         self.schema: int | None = None  # its ``schema_id``, once it has rows in the segment (side output)
-        self.rows: list[Any] = []  # the fast messages of the batch being split, not yet in ``chunks``
+        # The fast messages of the batch being split, not yet in ``chunks``, flat: each message's index
+        # in the batch, op, commitTs and table index, then its row's values in column order (``stride``
+        # items a message); and the updates' old rows' values, in order (``width`` items each). Flat
+        # lists, extended in C, cost ~0.3 us a message less than a tuple a message transposed after.
+        self.rows: list[Any] = []
+        self.old: list[Any] = []
         self.chunks: list[tuple[Any, ...]] = []  # the batch's rows in columns, a chunk at a time (``seal``)
         self.names = tuple(types)
         self.width = len(self.names)
+        self.stride = 4 + self.width
         # A row's values in column order, in one C call (KeyError: another column set).
         self.values = itemgetter(*self.names) if len(self.names) > 1 else lambda row: (row[self.names[0]],)
         self.name_bytes = [_msgspec_name(n) for n in self.names]
@@ -509,17 +515,18 @@ class Plan:
         """The rows since the last chunk as columns (values as Arrow strings) while their values are
         still in the CPU's cache, and their objects freed for the next messages': a whole read batch
         later most have left the cache, and the conversion takes twice as long."""
-        if not self.rows:
+        rows, old = self.rows, self.old
+        if not rows:
             return
-        at, ops, stamps, indices, datas, olds = zip(*self.rows)  # transposed in C
-        self.rows = []
-        olds = [o for o in olds if o is not None]  # the updates' old images, in order
-        self.chunks.append((np.array(at, np.int64), np.array(ops, np.int8), np.array(stamps, np.int64),
-                            np.array(indices, np.int64), [pa.array(c, pa.string()) for c in zip(*datas)],
-                            [pa.array(c, pa.string()) for c in zip(*olds)] if olds else [_NO_TEXT] * len(self.names)))
+        self.rows, self.old = [], []
+        step, width = self.stride, self.width
+        self.chunks.append((np.array(rows[0::step], np.int64), np.array(rows[1::step], np.int8),
+                            np.array(rows[2::step], np.int64), np.array(rows[3::step], np.int64),
+                            [pa.array(rows[k::step], pa.string()) for k in range(4, step)],
+                            [pa.array(old[k::width], pa.string()) for k in range(width)] if old else [_NO_TEXT] * width))
 
     def reset(self) -> None:
-        self.rows, self.chunks = [], []
+        self.rows, self.old, self.chunks = [], [], []
 
 
 _NO_TEXT = pa.array([], pa.string())
@@ -662,6 +669,7 @@ class CanalBatch:
         used: list[Plan] = []  # the plans with rows in this batch, each holding them (``Plan.rows``)
         self._used = used
         astuple = msgspec.structs.astuple
+        chunk = CHUNK
         read = self._union(len(values))
         if read is not None:
             if arrow_values is None:
@@ -693,10 +701,12 @@ class CanalBatch:
                     rows = plan.rows
                     if not rows and not plan.chunks:
                         used.append(plan)
-                    rows.append((i, op, doc._tidb.commitTs, index, astuple(doc.data[0]),
-                                 astuple(old[0]) if op == UPDATE else None))
+                    rows += (i, op, doc._tidb.commitTs, index)
+                    rows += astuple(doc.data[0])
+                    if op == UPDATE:
+                        plan.old += astuple(old[0])
                     taken += 1
-                    if len(rows) >= CHUNK:
+                    if len(rows) >= plan.stride * chunk:
                         plan.seal()
                     continue
             try:
@@ -730,9 +740,12 @@ class CanalBatch:
             rows = plan.rows
             if not rows and not plan.chunks:
                 used.append(plan)
-            rows.append((i, op, doc._tidb.commitTs, index, row, old))
+            rows += (i, op, doc._tidb.commitTs, index)
+            rows += row
+            if old is not None:
+                plan.old += old
             taken += 1
-            if len(rows) >= CHUNK:
+            if len(rows) >= plan.stride * chunk:
                 plan.seal()
         # The decoder compiles (and caches) the converters of its first 1,024 mysqlTypes only; an
         # uncompiled one yields rows in the message's column order, not the types'. The fast path
@@ -760,7 +773,9 @@ class CanalBatch:
                     continue
                 if not plan.rows and not plan.chunks:
                     used.append(plan)
-                plan.rows.append((i, op, ts, index, row, old))
+                plan.rows += (i, op, ts, index, *row)
+                if old is not None:
+                    plan.old += old
         if clock:
             now = clock()
             times["parse + check"] = times.get("parse + check", 0.0) + now - started
