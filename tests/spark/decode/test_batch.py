@@ -66,6 +66,7 @@ def decode_both(tmp: Path, chunks: list[list[tuple[bytes | None, bytes | None]]]
     patch = monkeypatch or pytest.MonkeyPatch()
     patch.setattr(batch_module.CanalBatch, "split", counting)
     patch.setattr(batch_module, "CHUNK", chunk)
+    patch.setattr(batch_module, "VALUE_SLICE", chunk)  # and the messages it makes objects of at once
     patch.setattr(changelog, "FIRST_BATCH", 3)  # a segment's first batch cut after 3 messages, as after 1,000
     usual = changelog.READ_BATCH
     try:
