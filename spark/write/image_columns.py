@@ -78,10 +78,10 @@ for _t, _payload in ((0xD4, 1), (0xD5, 2), (0xD6, 4), (0xD7, 8), (0xD8, 16)):  #
     _KIND[_t], _SIZE[_t], _HEAD[_t] = _EXT, 2 + _payload, 2
 for _t, _width in ((0xC7, 1), (0xC8, 2), (0xC9, 4)):  # ext 8/16/32: type byte, length, extension type, payload
     _KIND[_t], _HEAD[_t], _LENGTH_BYTES[_t] = _EXT, 2 + _width, _width
-_PAD = 32  # zero bytes after the buffer: a read past an image's end (at most ~20 bytes) stays in memory, and is declined
+_PAD = 32  # zero bytes after the buffer: a read past an image's end (at most ~20 bytes; a name's, clamped) stays in memory, and is declined
 
 # str(Decimal) of a finite value: digits, maybe a fraction, maybe an exponent (0E-10 is 0 at scale 10).
-_DECIMAL_TEXT = r"^-?(?P<int>[0-9]+)(?:\.(?P<fraction>[0-9]+))?(?:E\+?(?P<exponent>-?[0-9]{1,4}))?$"
+_DECIMAL_TEXT = r"^-?(?P<int>[0-9]+)(?:\.(?P<fraction>[0-9]+))?(?:E(?P<exponent>[+-]?[0-9]{1,4}))?$"
 _MAX_DIGITS = 38  # beyond them Arrow's 128-bit parse wraps (schema_map._within_decimal128)
 _OPS = tuple(op.value for op in Op)
 
@@ -202,7 +202,8 @@ class _Walk:
     def expect(self, expected: bytes) -> None:
         for k in range(0, len(expected), 8):
             chunk = expected[k:k + 8]
-            word = self.words[self.pos + k]
+            # A declined image's position may be at the buffer's end, a long name's length before its last word.
+            word = self.words[np.minimum(self.pos + k, len(self.words) - 1)]
             if len(chunk) < 8:
                 word &= np.uint64((1 << (8 * len(chunk))) - 1)
             self.ok &= word == np.uint64(int.from_bytes(chunk, "little"))
@@ -349,12 +350,21 @@ def _decimals(walk: _Walk, v: _Values, ext: np.ndarray, nil: np.ndarray, at: pa.
     except pa.ArrowInvalid:  # not UTF-8
         return None
     whole, fraction = (pc.fill_null(pc.utf8_length(parts.field(k)), 0).to_numpy() for k in ("int", "fraction"))
-    exponent = pc.fill_null(pc.cast(pc.replace_substring_regex(parts.field("exponent"), "^$", "0"), pa.int64()), 0).to_numpy()
+    # One sign at most, as Decimal reads it ("1E+-5" is no number); Arrow's int parse takes no "+".
+    exponent = pc.replace_substring_regex(pc.replace_substring_regex(parts.field("exponent"), r"^\+", ""), "^$", "0")
+    exponent = pc.fill_null(pc.cast(exponent, pa.int64()), 0).to_numpy()
     # Where Arrow parses the text exactly: Python's Decimal.as_tuple() has at most 38 digits (the
     # digits counted here, leading zeros too, are never fewer), an exponent >= -38 and adjusted() < 38
     # (schema_map._within_decimal128); beyond them Arrow's 128-bit parse wraps.
     plain = (pc.is_valid(parts).to_numpy(zero_copy_only=False) & (whole + fraction <= _MAX_DIGITS)
              & (exponent - fraction >= -_MAX_DIGITS) & (whole - 1 + exponent < _MAX_DIGITS))
+    # Arrow rescales the parsed text to the column's scale without checking the product for
+    # overflow (716046739561341199236585413584 cast to decimal(38, 10) wraps to a value of 38
+    # digits, which its precision check then passes): only a value below 10 ** (p - s) is cast,
+    # whose scaled digits (at most p <= 38) cannot wrap. Its int part's digits but leading zeros,
+    # plus the exponent, bound its int digits (never fewer: 0.00125E+4 is declined, 12.5 is not).
+    significant = pc.fill_null(pc.utf8_length(pc.utf8_ltrim(parts.field("int"), "0")), 0).to_numpy()
+    plain &= significant + exponent <= at.precision - at.scale
     walk.ok &= nil | plain | is_int
     try:
         out = pc.if_else(pa.array(plain & text_ok), digits, None).cast(at)
