@@ -110,7 +110,7 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
         left = left[~columns.read]
         if not len(left):
             break
-    if len(left):
+    if len(left) or not parts:  # not parts: an empty net change, whose table is the empty one
         parts.append(_one_by_one(net, left, target, names))
         order.append(left)
     if len(parts) == 1:

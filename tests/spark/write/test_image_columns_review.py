@@ -237,6 +237,7 @@ def test_many_shapes_interleaved_with_null_deletes_and_null_ts_in_several_chunks
     assert rows.column("id").to_pylist() == [i if images[(i * 7) % len(images)] else None for i in range(40)]
 
 
+@pytest.mark.slow  # ~12 s: 47,000 images; make test runs it, make test-fast leaves it out
 def test_every_byte_of_a_wide_image_with_a_long_name_flipped_cut_or_dropped() -> None:
     """Each position of a good image (every column type, a 40-byte name last) set to a few values
     that change its kind or length, cut there, or dropped, between two good images. FAILED on main:
