@@ -12,7 +12,6 @@ import struct
 from decimal import Decimal
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +21,6 @@ from cdc_codecs import Op
 from cdc_codecs.types import parse_mysql_type
 from spark.decode.effect import CorruptChangeValue, image_encoder
 from spark.tables.schema_map import UnsupportedValue
-from spark.write import upsert
 from spark.write.image_columns import read_images
 
 from ..mysql_values import COLUMN_TYPES, values
