@@ -1,14 +1,15 @@
 """What any PySpark job pays before and after its own work: submitted by ``bench.jobs.submit_spark_alone``.
 
 Starts the context exactly as the apply job does (``spark.runtime.session.build_context``), runs one
-trivial job with a task per slot (so every Python worker starts, as in a real run), and stops.
+trivial job with a task per slot (so every Python worker starts, as in a real run), and stops as the
+job does (``stop_context``).
 The throughput benchmark subtracts this from each run's wall time: the part of a run no code
 of ours can scale.
 """
 
 from __future__ import annotations
 
-from spark.runtime.session import build_context
+from spark.runtime.session import build_context, stop_context
 
 
 def main() -> None:
@@ -17,7 +18,7 @@ def main() -> None:
         slots = context.defaultParallelism
         context.parallelize(range(slots), slots).map(abs).count()
     finally:
-        context.stop()
+        stop_context(context)  # as the apply job stops it
 
 
 if __name__ == "__main__":

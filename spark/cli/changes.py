@@ -78,7 +78,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     runner, context = None, None
     if args.spark:
         from spark.runtime.runners import SparkRunner
-        from spark.runtime.session import build_context
+        from spark.runtime.session import build_context, stop_context
 
         context = build_context(f"tidelake-changes-{config.name}", args.spark)
         runner = SparkRunner(context)
@@ -88,7 +88,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
                                    before_images=args.before_images)
     finally:
         if context is not None:
-            context.stop()
+            stop_context(context)
     log.info("-- %s: changes from W=%s (%s) to W=%s (%s)", config.name, changes.from_watermark,
              watermark_time(changes.from_watermark), changes.to_watermark, watermark_time(changes.to_watermark))
     from spark.commit.isolation import held_phrase

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Protocol, Sequence
 
 from spark.runtime import credentials
+from spark.runtime.session import stop_context
 
 log = logging.getLogger(__name__)
 
@@ -99,5 +100,5 @@ class DriverFirstRunner:
 
     def stop(self) -> None:
         if self._context is not None:
-            self._context.stop()
+            stop_context(self._context)  # not waiting for PySpark's accumulator server
             self._context = None
