@@ -23,7 +23,7 @@ install: $(STAMP)
 # imports, measured). Up to date in a fraction of a second; a module edited since is compiled
 # again on import, as before.
 bytecode: $(STAMP)
-	@$(PY) -m compileall -q cdc_codecs spark bench > /dev/null
+	@$(PY) -m compileall -q cdc_codecs spark bench
 
 ## Everything CI runs (17-30 minutes on 2 cores, by the machine, plus the first install).
 test: bytecode
