@@ -11,6 +11,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from spark.runtime import credentials
 from spark.runtime.session import stop_context
+from spark.runtime.tasks import on_executor
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class SparkRunner:
         if not tasks:
             return []
         self.context.environment.update(credentials.executor_environment_of_registered())
-        return self.context.parallelize(list(tasks), len(tasks)).map(fn).collect()
+        return self.context.parallelize(list(tasks), len(tasks)).map(on_executor(fn)).collect()
 
 
 class DriverFirstRunner:

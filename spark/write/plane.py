@@ -38,7 +38,7 @@ from spark.write.rewrite import FileRewrite, fill_columns
 from spark.write.target import TableTarget
 from spark.write.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
 from spark.archive.storage import Storage, open_storage
-from spark.runtime.tasks import no_cyclic_gc
+from spark.runtime.tasks import no_cyclic_gc, on_executor
 
 PKey = tuple[str, int]
 TableRef = tuple[str, str]
@@ -244,7 +244,7 @@ class SparkFold(_NetSchemas):
                     _write_net(storage, layout.net_change_path(config.name, run, index), folded.net)
             return index, folded.net.num_rows, folded.counts, folded.summaries
 
-        reports = plane.context.parallelize(range(slices), slices).map(fold).collect()
+        reports = plane.context.parallelize(range(slices), slices).map(on_executor(fold)).collect()
         summaries = []
         for index, net_rows, _, slice_summaries in reports:
             summaries += slice_summaries
@@ -262,7 +262,8 @@ class SparkFold(_NetSchemas):
         if fills:
             sc = self.plane.context
             slices = min(len(fills), self.plane.parallelism * 4)
-            for i, rewrite in sc.parallelize(fills, slices).map(lambda pair: (pair[0], fill_file(pair[1]))).collect():
+            fill = on_executor(lambda pair: (pair[0], fill_file(pair[1])))
+            for i, rewrite in sc.parallelize(fills, slices).map(fill).collect():
                 out[i].append(rewrite)
         return out
 
@@ -289,9 +290,9 @@ class SparkFold(_NetSchemas):
                 yield from run_groups(_packed_batches(pairs), targets)
 
         sc = self.plane.context
-        rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(routed)
+        rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(on_executor(routed))
                     .repartitionAndSortWithinPartitions(self.plane.parallelism, _group_partition)
-                    .mapPartitions(grouped).collect())
+                    .mapPartitions(on_executor(grouped)).collect())
         return results(rewrites, len(requests))
 
     def close(self) -> None:

@@ -284,3 +284,14 @@ def test_the_fill_runs_on_spark_executors(tmp_path: Path) -> None:
                                                                                   runner=SparkRunner(context))
     finally:
         context.stop()
+
+
+def test_the_fill_runs_through_spark_s_core_api(tmp_path: Path) -> None:
+    """The key-less case through the stand-in for Spark's core API (tests/spark/fold/test_spark_fold.py):
+    the fill's function is shipped as a task's (``on_executor``), pickled and run per partition."""
+    from spark.runtime.runners import SparkRunner
+
+    from .fold.test_spark_fold import FakeContext
+
+    test_a_keyless_delete_and_update_carrying_the_default_find_the_stored_row(tmp_path, "canal-json", LayoutConfig(),
+                                                                              runner=SparkRunner(FakeContext(3)))

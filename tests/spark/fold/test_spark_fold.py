@@ -26,9 +26,16 @@ class _RDD:
         self.partitions = partitions
 
     @staticmethod
-    def _shipped(fn: Callable) -> Callable:
+    def _shipped(fn: Callable, task: bool = True) -> Callable:
+        import functools
+
         from pyspark import cloudpickle
 
+        from spark.runtime import tasks
+
+        # A job's function runs in a Python worker: made one by on_executor (its imports frozen).
+        assert not task or (isinstance(fn, functools.partial) and fn.func is tasks._on_executor), \
+            f"{fn!r} is sent to Spark's workers without spark.runtime.tasks.on_executor"
         return cloudpickle.loads(cloudpickle.dumps(fn))
 
     def map(self, fn: Callable) -> _RDD:
@@ -44,7 +51,7 @@ class _RDD:
         return _RDD([list(fn(iter(p))) for p in self.partitions])
 
     def repartitionAndSortWithinPartitions(self, n: int, partition: Callable) -> _RDD:
-        partition = self._shipped(partition)
+        partition = self._shipped(partition, task=False)
         out: list[list[Any]] = [[] for _ in range(n)]
         for p in self.partitions:
             for kv in p:
