@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark.decode.side_output import SideOutput
 from spark.core.keys import Order
@@ -79,31 +80,32 @@ def select(rows: pa.Table | pa.RecordBatch, window: FoldWindow) -> pa.Table:
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     if table.num_rows == 0:
         return _with_selected(table, *(pa.array([], f.type) for f in SELECTED_FIELDS))
-    topics = table.column("topic").to_numpy(zero_copy_only=False)
     partitions = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
     keep = np.zeros(table.num_rows, dtype=bool)
+    of_topic: dict[str, np.ndarray] = {}
     for (topic, partition), (lo, hi) in window.offsets.items():
-        in_part = (topics == topic) & (partitions == partition)
-        keep |= in_part & (offsets >= lo) & (offsets < hi)
+        if topic not in of_topic:
+            of_topic[topic] = _equal(table.column("topic"), topic)
+        keep |= of_topic[topic] & (partitions == partition) & (offsets >= lo) & (offsets < hi)
     if not keep.all():
         table = table.filter(pa.array(keep))
-        topics = topics[keep]
     ts = table.column("commit_ts").to_numpy().copy()
     derived = np.zeros(len(ts), dtype=bool)
-    if window.derived_topics:
-        derived = np.isin(topics, list(window.derived_topics))
+    for topic in window.derived_topics:
+        derived |= _equal(table.column("topic"), topic)
+    if derived.any():
         ts[derived] = np.maximum(ts[derived], window.w_prev + 1)
     state = np.full(len(ts), APPLY, dtype=np.int8)
     state[ts > window.w] = PENDING
     state[ts <= window.w_prev] = SKIPPED
     segment = _segments(table, ts, window)
     rank = transaction_rank(table.column("deletes").to_numpy(zero_copy_only=False), ~derived)
-    table = _settle_runs(table, topics, derived, window)
+    table = _settle_runs(table, derived, window)
     return _with_selected(table, pa.array(ts), pa.array(state), pa.array(segment), pa.array(rank))
 
 
-def _settle_runs(table: pa.Table, topics: np.ndarray, derived: np.ndarray, window: FoldWindow) -> pa.Table:
+def _settle_runs(table: pa.Table, derived: np.ndarray, window: FoldWindow) -> pa.Table:
     run = table.column("run").to_numpy()
     keyless = run >= 0
     if not keyless.any():
@@ -112,10 +114,22 @@ def _settle_runs(table: pa.Table, topics: np.ndarray, derived: np.ndarray, windo
     run[keyless & derived] = EVERY_CHANGE
     linked = np.flatnonzero(keyless & ~derived) if window.run_links else ()
     if len(linked):
-        links, partitions = window.run_links, table.column("partition").to_numpy()[linked]
-        triples = zip(topics[linked].tolist(), partitions.tolist(), run[linked].tolist())
+        at = pa.array(linked)
+        links = window.run_links
+        triples = zip(table.column("topic").take(at).to_pylist(), table.column("partition").take(at).to_pylist(),
+                      run[linked].tolist())
         run[linked] = [links.get((t, p, r), r) for t, p, r in triples]
     return table.set_column(table.schema.get_field_index("run"), "run", pa.array(run))
+
+
+def _equal(column: pa.ChunkedArray, text: str) -> np.ndarray:
+    """The rows of a text column equal to ``text``: Arrow compares the UTF-8 bytes, with no Python
+    string made a row (a million rows' names as objects cost a fold slice more than its sort)."""
+    try:
+        needle = pa.scalar(text, pa.string())
+    except UnicodeEncodeError:  # a lone surrogate: no valid UTF-8 text (all Arrow holds) equals it
+        return np.zeros(len(column), dtype=bool)
+    return pc.fill_null(pc.equal(column, needle), False).to_numpy(zero_copy_only=False)
 
 
 def _with_selected(table: pa.Table, *columns: pa.Array) -> pa.Table:
@@ -128,18 +142,16 @@ def _segments(table: pa.Table, ts: np.ndarray, window: FoldWindow) -> np.ndarray
     segment = np.zeros(table.num_rows, dtype=np.int32)
     if not window.ddl_orders or table.num_rows == 0:
         return segment
-    databases = table.column("database").to_numpy(zero_copy_only=False)
-    tables = table.column("table").to_numpy(zero_copy_only=False)
-    topics = table.column("topic").to_numpy(zero_copy_only=False)
     partitions = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
     indexes = table.column("index").to_numpy()
     for (database, name), orders in window.ddl_orders.items():
-        rows = np.flatnonzero((databases == database) & (tables == name))
+        rows = np.flatnonzero(_equal(table.column("database"), database) & _equal(table.column("table"), name))
         if not len(rows):
             continue
+        topics = table.column("topic").take(pa.array(rows)).to_numpy(zero_copy_only=False)
         for order in orders:
-            segment[rows] += _after(order, ts[rows], topics[rows], partitions[rows], offsets[rows], indexes[rows])
+            segment[rows] += _after(order, ts[rows], topics, partitions[rows], offsets[rows], indexes[rows])
     return segment
 
 

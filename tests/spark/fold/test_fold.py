@@ -7,6 +7,8 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark.fold.select import APPLY, PENDING, SKIPPED, FoldWindow, select
 from spark.core.keys import key_bytes, key_hash
@@ -51,6 +53,54 @@ def test_rows_after_a_ddl_of_their_table_in_commit_order_are_in_its_next_segment
     window = FoldWindow(0, 1000, {("p", 0): (0, 100)}, ddl_orders={("db", "t"): ((100, "p", 0, 3, 0), (200, "p", 0, 5, 0))})
     assert [(r["table"], r["offset"], r["index"], r["segment"]) for r in select(table, window).to_pylist()] == [
         ("t", 1, 0, 0), ("t", 3, 0, 0), ("t", 3, 1, 1), ("t", 9, 0, 2), ("u", 4, 0, 0)]
+
+
+_NAMES = ["t", "T", "é", "t\u00e9", "ü ber", "`x`", "a\x00b"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_window_matches_a_row_by_row_reading_of_its_rules(data: st.DataObject) -> None:
+    """``select`` against the rules read one row at a time, over topics, partitions, tables of two
+    databases (names differing by case, accents, NUL), DDL orders and derived clocks -- a name the
+    window holds with a lone surrogate matches no row."""
+    topics = ["tidb", "mysql", "m\u00fcsql"]
+    row = st.tuples(st.sampled_from(topics), st.integers(0, 2), st.integers(0, 30), st.integers(0, 2), st.integers(0, 400),
+                    st.sampled_from(["db", "DB", "d\u00e9"]), st.sampled_from(_NAMES), st.booleans(), st.integers(-1, 3))
+    items = data.draw(st.lists(row, min_size=1, max_size=40))
+    offsets = {(t, p): data.draw(st.tuples(st.integers(0, 10), st.integers(10, 31)))
+               for t in topics for p in range(3) if data.draw(st.booleans())}
+    order = st.tuples(st.integers(0, 400), st.sampled_from(topics), st.integers(0, 2), st.integers(0, 30), st.integers(0, 2))
+    ddl_orders = {(d, n): tuple(sorted(data.draw(st.lists(order, min_size=1, max_size=3))))
+                  for d, n in data.draw(st.lists(st.tuples(st.sampled_from(["db", "DB", "d\u00e9"]),
+                                                           st.sampled_from([*_NAMES, "t\ud800"])), max_size=4))}
+    derived = frozenset(data.draw(st.lists(st.sampled_from(topics), max_size=2)))
+    w_prev = data.draw(st.integers(-1, 200))
+    window = FoldWindow(w_prev, data.draw(st.integers(w_prev, 400)), offsets, derived, ddl_orders)
+    n = len(items)
+    table = pa.table({
+        "topic": pa.array([i[0] for i in items]), "partition": pa.array([i[1] for i in items], pa.int32()),
+        "offset": pa.array([i[2] for i in items], pa.int64()), "index": pa.array([i[3] for i in items], pa.int32()),
+        "commit_ts": pa.array([i[4] for i in items], pa.int64()), "database": pa.array([i[5] for i in items]),
+        "table": pa.array([i[6] for i in items]), "key": pa.array([b"k"] * n, pa.binary()),
+        "deletes": pa.array([i[7] for i in items]), "first": pa.array([True] * n),
+        "change": pa.array([b"c"] * n, pa.binary()), "run": pa.array([i[8] for i in items], pa.int64()),
+    })
+    expected = []
+    for topic, partition, offset, index, commit_ts, database, name, deletes, run in items:
+        lo, hi = offsets.get((topic, partition), (0, 0))
+        if not lo <= offset < hi:
+            continue
+        ts = max(commit_ts, w_prev + 1) if topic in derived else commit_ts
+        state = PENDING if ts > window.w else SKIPPED if ts <= w_prev else APPLY
+        at = (ts, topic, partition, offset, index)
+        segment = sum(1 for o in ddl_orders.get((database, name), ()) if at > o)
+        rank = net_change.WRITE_RANK if topic not in derived and not deletes else net_change.DELETE_RANK
+        settled = net_change.EVERY_CHANGE if run >= 0 and topic in derived else run
+        expected.append((topic, partition, offset, database, name, ts, state, segment, rank, settled))
+    got = [(r["topic"], r["partition"], r["offset"], r["database"], r["table"], r["ts"], r["state"], r["segment"], r["rank"], r["run"])
+           for r in select(table, window).to_pylist()]
+    assert got == expected
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 7, 1000])
