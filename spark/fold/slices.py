@@ -92,7 +92,7 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
     lo, hi = part.bounds
     for path in paths:
         where = f"{storage.url}/{path}"
-        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f, _damaged(where, "change log"):
+        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f, damaged_file(where, "change log"):
             source = pq.ParquetFile(f)
             records.check_columns(source.schema_arrow, CHANGE_LOG_SCHEMA, where, "change log")
             groups = slice_row_groups(source.metadata, lo, hi) if part.count > 1 else list(range(source.num_row_groups))
@@ -107,7 +107,8 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
 
 
 @contextlib.contextmanager
-def _damaged(where: str, what: str) -> Iterator[None]:
+def damaged_file(where: str, what: str) -> Iterator[None]:
+    """An Arrow error reading the file at ``where`` as ``CorruptArchiveFile`` naming it."""
     try:
         yield
     except pa.ArrowException as exc:

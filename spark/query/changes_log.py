@@ -46,7 +46,7 @@ from spark.decode.topic_clock import settle_topic_clocks
 from spark.core.keys import change_order
 from spark.fold.net_change import greatest
 from spark.fold.select import APPLY, FoldWindow, select
-from spark.fold.slices import EVERYTHING, Slice, slice_row_groups
+from spark.fold.slices import EVERYTHING, Slice, damaged_file, slice_row_groups
 from spark.fold.window import IntervalWindow, merged
 from spark.archive.floors import ArchivePruned
 from spark.runtime import credentials
@@ -143,12 +143,15 @@ def touched_slice(task: TouchedTask) -> pa.Table:
     lo, hi = task.part.bounds
     applied, changes = [], []
     for path in task.paths:
-        with storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f:
+        with (storage.arrow_fs.open_input_file(storage.arrow_path(path)) as f,
+              damaged_file(f"{storage.url}/{path}", "change log")):
             source = pq.ParquetFile(f)
             groups = slice_row_groups(source.metadata, lo, hi) if task.part.count > 1 else list(range(source.num_row_groups))
             if not groups:
                 continue
-            rows = source.read_row_groups(groups).cast(CHANGE_LOG_SCHEMA)
+            rows = source.read_row_groups(groups)
+            rows.validate(full=True)  # Arrow reads text without checking it is UTF-8 (as the fold's read_slice)
+            rows = rows.cast(CHANGE_LOG_SCHEMA)
         # ``change`` (the row's image: most of its bytes) stays aside, named by its position, and is
         # taken once for the rows the fold keeps, not copied by every filter on the way.
         first = sum(len(c) for c in changes)

@@ -55,7 +55,9 @@ def test_rows_after_a_ddl_of_their_table_in_commit_order_are_in_its_next_segment
         ("t", 1, 0, 0), ("t", 3, 0, 0), ("t", 3, 1, 1), ("t", 9, 0, 2), ("u", 4, 0, 0)]
 
 
-_NAMES = ["t", "T", "é", "t\u00e9", "ü ber", "`x`", "a\x00b"]
+# Names that differ by case, accents, a NUL inside or at the end (numpy's fixed-width comparison drops
+# trailing NULs: the window compared as objects took "t" for "t\x00"), or are empty.
+_NAMES = ["t", "T", "é", "t\u00e9", "ü ber", "`x`", "a\x00b", "t\x00", "", "\x00"]
 
 
 @settings(max_examples=150, deadline=None)
@@ -64,7 +66,7 @@ def test_the_window_matches_a_row_by_row_reading_of_its_rules(data: st.DataObjec
     """``select`` against the rules read one row at a time, over topics, partitions, tables of two
     databases (names differing by case, accents, NUL), DDL orders and derived clocks -- a name the
     window holds with a lone surrogate matches no row."""
-    topics = ["tidb", "mysql", "m\u00fcsql"]
+    topics = ["tidb", "mysql", "m\u00fcsql", "tidb\x00"]
     row = st.tuples(st.sampled_from(topics), st.integers(0, 2), st.integers(0, 30), st.integers(0, 2), st.integers(0, 400),
                     st.sampled_from(["db", "DB", "d\u00e9"]), st.sampled_from(_NAMES), st.booleans(), st.integers(-1, 3))
     items = data.draw(st.lists(row, min_size=1, max_size=40))

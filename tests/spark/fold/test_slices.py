@@ -218,3 +218,38 @@ def test_key_less_copies_add_up_to_the_transactions_however_they_are_re_sent_and
         deficit = max(0, -min(itertools.accumulate(deltas)))
         truth[(image, True)], truth[(image, False)] = deficit, sum(deltas) + deficit
     assert got == {k: n for k, n in truth.items() if n}
+
+
+@pytest.mark.parametrize("reader", ["fold", "change feed"])
+def test_a_change_log_whose_text_is_not_utf8_is_refused_naming_the_file(tmp_path: Path, reader: str) -> None:
+    """Arrow reads Parquet text without checking it is UTF-8: the fold (``read_slice``) and the change
+    feed (``touched_slice``) check, and a damaged change log is a ``CorruptArchiveFile`` naming it --
+    never rows compared as text that is not (a table's name that matches nothing, dropped silently)."""
+    import pyarrow as pa
+
+    from spark.archive.records import CorruptArchiveFile
+    from spark.query.changes_log import TouchedTask, touched_slice
+
+    from tests.spark.archives import make_config
+
+    from spark.archive.storage import open_storage
+
+    config = make_config(tmp_path, "canal-json")
+    storage = open_storage(config.storage)
+    path = "shop/changelog/x.parquet"
+    writer = changelog.ChangeLogWriter(storage, path)
+    for offset in range(3):
+        writer.add(RowChange(Op.INSERT, "shop", "t", None, {"id": offset, "name": "a"}, ("id",), TYPES, 50,
+                             SourcePosition("cdc", 0, offset)))
+    writer.close()
+    table = pq.read_table(storage.arrow_path(path))
+    names = pa.Array.from_buffers(pa.string(), 3, [None, pa.py_buffer(bytes([0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0])),
+                                                   pa.py_buffer(b"t\xfft")])
+    damaged = table.set_column(table.schema.get_field_index("table"), "table", pa.chunked_array([names]))
+    pq.write_table(damaged, storage.arrow_path(path))
+    window = FoldWindow(0, 100, {("cdc", 0): (0, 3)})
+    with pytest.raises(CorruptArchiveFile, match=r"x\.parquet: damaged change log"):
+        if reader == "fold":
+            list(read_slice(storage, [path], window))
+        else:
+            touched_slice(TouchedTask(config, (path,), (window,), None))
