@@ -176,6 +176,15 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
         yield service
     finally:
         stop_process_group(proc)
+        _remove_sockets([s3, master, volume, filer])
+
+
+def _remove_sockets(ports: list[int], grpc_offset: int = 10000) -> None:
+    """The Unix sockets ``weed mini`` makes in /tmp for its services (``seaweedfs-s3-<port>.sock``,
+    ``seaweedfs-master-grpc-<port>.sock``, ...), which it leaves behind when stopped."""
+    for port in {*ports, *(p + grpc_offset for p in ports)}:
+        for path in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+            path.unlink(missing_ok=True)
 
 
 def spark_home() -> Path:

@@ -39,3 +39,12 @@ def test_seaweedfs_ports_never_take_another_service_grpc_port(monkeypatch: pytes
                   20002, 31002, 30003, 32002])
     monkeypatch.setattr(embedded, "free_port", lambda also_plus=None: next(draws))
     assert embedded.seaweed_ports() == [20002, 31002, 30003, 32002]
+
+
+def test_a_stopped_object_store_leaves_no_socket_in_tmp(tmp_path: Path) -> None:
+    """``weed mini`` makes Unix sockets in /tmp named by its ports and leaves them when stopped."""
+    before = set(Path("/tmp").glob("seaweedfs-*.sock"))
+    with s3_service(tmp_path):
+        made = set(Path("/tmp").glob("seaweedfs-*.sock")) - before
+        assert made, "weed mini made no socket in /tmp: this test no longer checks anything"
+    assert not made & set(Path("/tmp").glob("seaweedfs-*.sock"))
