@@ -1,5 +1,6 @@
 """`python -m bench apply --only growth` at a tiny size, both write modes: every figure printed,
-merge-on-read replaces no data file, copy-on-write does, and the second mode is compared to the first."""
+merge-on-read replaces no data file, copy-on-write does, the second mode is compared to the first,
+and a warm-up comes before anything measured."""
 
 from __future__ import annotations
 
@@ -24,3 +25,6 @@ def test_the_growth_bench_measures_each_write_mode_and_compares_them(tmp_path: P
     assert all(int(r[4]) > 0 for r in rows["copy-on-write"])
     assert all(r[5].endswith("x") for r in rows["copy-on-write"])  # its seconds as a ratio to merge-on-read's
     assert out.count("growth ") == 2
+    # The first mode's smallest size is applied once unmeasured first, and only the measured batches are listed.
+    assert out.count("warm-up, not measured: the smallest size's 1 uniform batches") == 1, out
+    assert out.count(" rows: batch ") == 2 * 2, out
