@@ -38,6 +38,9 @@ def key_mask(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -> p
     if rows.num_rows == 0 or touched.num_rows == 0:
         return pa.array(np.zeros(rows.num_rows, dtype=bool))
     if len(key_columns) == 1:
+        ascending = _ascending_integers(left[0])
+        if ascending is not None:
+            return pa.array(_sorted_mask(ascending, right[0]))
         return pc.is_in(left[0], value_set=right[0], skip_nulls=False)
     left_cols, right_cols = _joinable(left, right)
     join_keys = list(left_cols)
@@ -72,6 +75,34 @@ def key_matches(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -
     pairs = pa.table(left_cols).join(pa.table(right_cols), keys=join_keys, join_type="inner") \
         .select(["touched", "row"]).sort_by([("touched", "ascending"), ("row", "ascending")])
     return pairs.column("row").to_numpy(), pairs.column("touched").to_numpy()
+
+
+def _ascending_integers(column: pa.Array) -> np.ndarray | None:
+    """An integer column without NULLs whose values never decrease, as numpy; else None.
+
+    tidelake writes every data file sorted by key (``rewrite.write_rows``), so a file's key
+    column usually is: its touched rows are then found by binary search, ~1 ms a million rows
+    against ~12 for a hash lookup of every row (``pc.is_in``), which a uniform batch pays over
+    every file of the table. Checking the order costs one pass, cheaper than the lookup."""
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return None
+    values = column.to_numpy()
+    return values if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])) else None
+
+
+def _sorted_mask(values: np.ndarray, touched: pa.Array) -> np.ndarray:
+    """The rows of ascending ``values`` equal to one of ``touched`` (a NULL touched key matches no row)."""
+    keys = pc.drop_null(touched).to_numpy()
+    first, end = np.searchsorted(values, keys, "left"), np.searchsorted(values, keys, "right")
+    if np.all(end - first <= 1):  # each key on one row at most (a key column): mark those rows
+        mask = np.zeros(len(values), dtype=bool)
+        mask[first[end > first]] = True
+        return mask
+    # Each touched key marks its run of equal rows [first, end): +1 where a run starts, -1 after it ends.
+    edges = np.zeros(len(values) + 1, dtype=np.int64)
+    np.add.at(edges, first, 1)
+    np.add.at(edges, end, -1)
+    return np.cumsum(edges[:-1]) > 0
 
 
 def unmatched(n: int, matched: np.ndarray) -> np.ndarray:

@@ -105,3 +105,26 @@ def test_key_matches_pairs_every_equal_key(row_keys, unique_touched, repeated_to
 def test_unmatched_is_the_rest_of_the_range(n, matched):
     matched = np.array([m for m in matched if m < n], np.int64)
     assert unmatched(n, matched).tolist() == np.setdiff1d(np.arange(n), matched).tolist()
+
+
+int_types = st.sampled_from([(pa.int8(), -128, 127), (pa.int32(), -(2**31), 2**31 - 1), (pa.int64(), -(2**63), 2**63 - 1),
+                             (pa.uint64(), 0, 2**64 - 1), (pa.uint16(), 0, 2**16 - 1)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_types.flatmap(lambda t: st.tuples(
+    st.just(t[0]), st.lists(st.integers(t[1], t[2]) | st.sampled_from([t[1], t[2], 0]), max_size=40),
+    st.lists(st.none() | st.integers(t[1], t[2]) | st.sampled_from([t[1], t[2], 0]), max_size=20), st.booleans())))
+def test_one_integer_key_column_sorted_or_not_matches_python_membership(case):
+    """Sorted files take a binary search (``_ascending_integers``), others a hash lookup: both are membership."""
+    type_, row_keys, touched_keys, ascending = case
+    if ascending:
+        row_keys = sorted(row_keys)  # runs of equal keys included
+    rows = pa.table({"id": pa.array(row_keys, type_)})
+    touched = pa.table({"id": pa.array(touched_keys, type_)})
+    assert key_mask(rows, touched, ["id"]).to_pylist() == [k in set(touched_keys) for k in row_keys]
+
+
+def test_a_sorted_integer_column_with_a_null_takes_the_hash_lookup_and_matches_nulls():
+    rows = pa.table({"id": pa.array([None, 1, 2], pa.int64())})
+    assert key_mask(rows, pa.table({"id": pa.array([None, 2], pa.int64())}), ["id"]).to_pylist() == [True, False, True]
