@@ -9,8 +9,9 @@ Who runs what, for one table and one run:
 - Executors, one task per candidate file. Merge-on-read (the default), ``rewrite.delete_keys``:
   read the file's key columns, write its one position delete file anew with the touched rows
   added, return ``FileRewrite(deletes_added, deletes_removed)``. Copy-on-write,
-  ``rewrite.rewrite_file``: read the file, drop the rows whose key is touched (Arrow ``is_in``; a
-  NULL-safe semi-join for composite and whole-row keys), write the kept rows (plus, optionally,
+  ``rewrite.rewrite_file``: read the file, drop the rows whose key is touched (``key_match.key_mask``:
+  a binary search in a key-sorted integer column, else Arrow ``is_in``; a NULL-safe semi-join for
+  composite and whole-row keys), write the kept rows (plus, optionally,
   upserts routed to the file) as new files, return ``FileRewrite(removed, added)``.
   ``rewrite.write_rows``: new and updated rows, sorted by key, as new files. Tasks get a
   ``target.TableTarget`` (the table's metadata without its history and the FileIO properties,
