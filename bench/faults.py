@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from spark.runtime.embedded import (
-    BIN, StandaloneCluster, seaweed_ports, free_port, postgres_service, standalone_cluster, start_process_group,
-    stop_process_group, wait_for_port,
+    BIN, StandaloneCluster, seaweed_ports, free_port, postgres_service, remove_weed_sockets, standalone_cluster,
+    start_process_group, stop_process_group, wait_for_port,
 )
 
 UTC = dt.timezone.utc
@@ -74,19 +74,19 @@ class Seaweed:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.ports = seaweed_ports()
+        self.ports = seaweed_ports(5)  # every port named, its admin service's too: its sockets in /tmp are found by them
         self.data = workdir / "seaweed"
         self.data.mkdir(parents=True)
         self.proc: subprocess.Popen | None = None
         self.endpoint = f"http://127.0.0.1:{self.ports[0]}"
 
     def start(self) -> None:
-        s3, master, volume, filer = self.ports
+        s3, master, volume, filer, admin = self.ports
         log = self.workdir / "seaweed.log"
         self.proc = start_process_group(
             [str(BIN / "weed"), "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3}",
-             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-webdav=false", "-admin.ui=false",
-             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false", "-s3.allowDeleteBucketNotEmpty=false"],
+             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-admin.port={admin}", "-webdav=false",
+             "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false", "-s3.allowDeleteBucketNotEmpty=false"],
             log, {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET})
         wait_for_port(s3, self.proc, "SeaweedFS S3", log, timeout=60)
         deadline = time.monotonic() + 60
@@ -132,6 +132,7 @@ class Seaweed:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGCONT)
             stop_process_group(self.proc)
+            remove_weed_sockets(self.ports)
 
 
 class Broker:

@@ -7,6 +7,9 @@ cluster the executors are JVMs the worker starts, with their Python workers belo
 worker's tree is watched too (``executors_under``), and the driver's JVM is the driver alone.
 A sampler thread reads every process's RSS every ``interval`` seconds with psutil and keeps
 each role's peak, so "driver peak RSS" is measured, not inferred from the JVM's settings.
+Around each job the machine's own CPU counters are read (``machine_cpu``): the core-seconds it
+was busy and idle, which a process tree's own times miss (PySpark's workers are reaped by their
+daemon, not by us) and which show how much of a run left a core waiting.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class JobRun:
     workers_peak_total: int = 0  # bytes: all Python workers at once
     tail: str = ""
     executor_jvm_peak: int = 0  # bytes: the largest executor JVM (a standalone cluster's; 0 on local[N])
+    busy_core_seconds: float = 0.0  # the machine's cores busy while the job ran (``machine_cpu``), every process's but ours
+    idle_core_seconds: float = 0.0  # and idle: on N cores, busy + idle is N times the wall time
 
     @property
     def warm_seconds(self) -> float:
@@ -61,6 +66,16 @@ class JobRun:
     @property
     def driver_peak(self) -> int:
         return self.python_driver_peak + self.jvm_driver_peak
+
+
+def machine_cpu(stat: str = "/proc/stat") -> tuple[float, float]:
+    """(busy, idle) core-seconds of this machine since boot, from the kernel's first ``cpu`` line:
+    busy is user, nice, system, irq and softirq time; idle is idle and iowait; steal (a
+    hypervisor's other guests) is neither."""
+    fields = [int(v) for v in Path(stat).read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq = fields[:7]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, (idle + iowait) / hz
 
 
 class _Sampler(threading.Thread):
@@ -138,6 +153,7 @@ def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | N
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
+    cpu_before, own_before = machine_cpu(), time.process_time()
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=None if cores is None else pinned(cores))
@@ -145,10 +161,12 @@ def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | N
     sampler.start()
     output, _ = proc.communicate()
     seconds = time.perf_counter() - started
+    busy, idle = (after - before for after, before in zip(machine_cpu(), cpu_before))
+    busy -= time.process_time() - own_before  # not the sampler's own reads (this process runs on any core)
     sampler.stop.set()
     sampler.join()
     return JobRun(seconds, proc.returncode, {}, sampler.python_driver, sampler.jvm, sampler.worker,
-                  sampler.workers_total, output.decode(errors="replace")[-3000:], sampler.executor_jvm)
+                  sampler.workers_total, output.decode(errors="replace")[-3000:], sampler.executor_jvm, busy, idle)
 
 
 def pinned(cores: int) -> Callable[[], None]:

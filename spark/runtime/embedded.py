@@ -176,10 +176,10 @@ def s3_service(workdir: Path) -> Iterator[S3Service]:
         yield service
     finally:
         stop_process_group(proc)
-        _remove_sockets([s3, master, volume, filer, admin])
+        remove_weed_sockets([s3, master, volume, filer, admin])
 
 
-def _remove_sockets(ports: list[int], grpc_offset: int = 10000) -> None:
+def remove_weed_sockets(ports: list[int], grpc_offset: int = 10000) -> None:
     """The Unix sockets ``weed mini`` makes in /tmp for its services (``seaweedfs-s3-<port>.sock``,
     ``seaweedfs-master-grpc-<port>.sock``, ...), which it leaves behind when stopped."""
     for port in {*ports, *(p + grpc_offset for p in ports)}:

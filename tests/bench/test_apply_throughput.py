@@ -30,6 +30,8 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
     assert re.search(r"round 1: local\[1\] on one core [\d.]+s \(Spark alone [\d.]+s\)", out), out
     assert re.search(r"scale-out one core -> two \(local\[1\] on one core [\d.]+s, Spark alone [\d.]+s; local\[2\] on both\): "
                      r"[\d.]+x whole; beyond Spark alone: -?[\d.]+x \(target >= 1.8\)", out), out
+    assert re.search(r"serial part by the machine's CPU counters \(beyond Spark alone, medians\): one core works -?[\d.]+ core-s; "
+                     r"local\[2\] works -?[\d.]+ \([+-][\d.]+: done once per task slot", out), out
 
 
 @pytest.mark.parametrize("rounds", [1, 3])

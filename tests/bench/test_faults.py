@@ -124,3 +124,26 @@ def test_spark_faults_an_executor_lost_is_survived_and_a_full_local_disk_fails_c
     assert [(c.fault, c.stage, c.outcome, c.detail) for c, e in cells if c.outcome not in e] == []
     assert "killed with" in cells[0][0].detail  # a task was in flight when its executor died
     assert the_lab.scratch is not None and str(the_lab.scratch.path) in cells[1][0].detail  # the line names the disk
+
+
+def test_the_fault_lab_s_object_store_leaves_no_socket_in_tmp_when_stopped(tmp_path: Path) -> None:
+    """Like the tests' object store (test_embedded.py): the lab's ``weed mini``, killed and started again
+    as the matrix does, leaves none of its Unix sockets in /tmp once stopped."""
+    from bench.faults import Seaweed
+
+    before = set(Path("/tmp").glob("seaweedfs-*.sock"))
+    s3 = Seaweed(tmp_path)
+    try:
+        s3.start()
+        s3.kill()
+        s3.start()
+        deadline = time.monotonic() + 20
+        while True:  # the admin service's socket comes a moment after the S3 port answers
+            made = set(Path("/tmp").glob("seaweedfs-*.sock")) - before
+            if any(p.name.startswith("seaweedfs-admin-") for p in made) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert any(p.name.startswith("seaweedfs-admin-") for p in made), made
+    finally:
+        s3.stop()
+    assert not made & set(Path("/tmp").glob("seaweedfs-*.sock"))
