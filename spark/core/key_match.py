@@ -77,6 +77,17 @@ def key_matches(rows: pa.Table, touched: pa.Table, key_columns: Sequence[str]) -
     return pairs.column("row").to_numpy(), pairs.column("touched").to_numpy()
 
 
+def ascending_unique(positions: np.ndarray) -> np.ndarray:
+    """``positions`` ascending, each once: as given when already so (a delete file tidelake wrote),
+    else sorted -- a stable sort merges ascending runs (two delete files, or old and new positions)
+    in one pass. Not ``np.unique``: its hash-based path (numpy 2) takes ~40 ms for 200k positions
+    that a check or a merge does in well under 1."""
+    if len(positions) < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return positions
+    ordered = np.sort(positions, kind="stable")
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def _ascending_integers(column: pa.Array) -> np.ndarray | None:
     """An integer column without NULLs whose values never decrease, as numpy; else None.
 

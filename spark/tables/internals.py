@@ -56,6 +56,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import StringType
 
+from spark.core.key_match import ascending_unique
 from spark.tables.errors import CommitConflictError, InternalsChanged, LayoutUnavailable, OverwriteRejected
 
 WRITTEN_FOR_PYICEBERG = "0.12.0"
@@ -235,7 +236,7 @@ def deleted_positions(io: FileIO, data_file: DataFile, deletes: Iterable[DataFil
     """
     found = [np.asarray(positions.to_numpy(), dtype=np.int64) for d in deletes
              for path, positions in _read_deletes(io, d).items() if path == data_file.file_path]
-    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return ascending_unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
 def write_position_deletes(io: FileIO, metadata: TableMetadata, data_file: DataFile, positions: np.ndarray) -> DataFile:

@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 
 from cdc_codecs import TidelakeError
 from spark.tables import internals
-from spark.core.key_match import key_mask, key_matches
+from spark.core.key_match import ascending_unique, key_mask, key_matches
 from spark.write.target import TableTarget
 
 
@@ -94,7 +94,7 @@ def delete_keys(
     new = np.setdiff1d(positions, deleted, assume_unique=True)
     if not len(new):
         return FileRewrite(None, (), keys.num_rows - len(deleted), 0)
-    written = internals.write_position_deletes(io, metadata, data_file, np.union1d(deleted, new))
+    written = internals.write_position_deletes(io, metadata, data_file, ascending_unique(np.concatenate([deleted, new])))
     return FileRewrite(None, (), keys.num_rows - len(deleted) - len(new), len(new), deletes_added=(written,),
                        deletes_removed=tuple(deletes))
 
@@ -136,12 +136,12 @@ def drop_copies(
     # Matches are sorted by image, then row: the first copies[image] of each image's rows go.
     starts = np.searchsorted(image, image, "left")
     chosen = (np.arange(len(row)) - starts) < copies[image]
-    dropped_rows = np.unique(row[chosen])
+    dropped_rows = ascending_unique(row[chosen])
     dropped = np.bincount(image[chosen], minlength=len(copies)).astype(np.int64)
     if not len(dropped_rows):
         return FileRewrite(None, (), rows.num_rows - len(deleted), 0), dropped
     if merge_on_read:
-        written = internals.write_position_deletes(io, metadata, data_file, np.union1d(deleted, dropped_rows))
+        written = internals.write_position_deletes(io, metadata, data_file, ascending_unique(np.concatenate([deleted, dropped_rows])))
         live = rows.num_rows - len(deleted) - len(dropped_rows)
         return FileRewrite(None, (), live, len(dropped_rows), deletes_added=(written,), deletes_removed=tuple(deletes)), dropped
     keep = np.ones(rows.num_rows, dtype=bool)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import numpy as np
 
-from spark.core.key_match import KeyColumnsMissing, key_mask, key_matches, unmatched
+from spark.core.key_match import KeyColumnsMissing, ascending_unique, key_mask, key_matches, unmatched
 
 
 def test_one_key_column_with_a_wider_touched_type():
@@ -128,3 +128,12 @@ def test_one_integer_key_column_sorted_or_not_matches_python_membership(case):
 def test_a_sorted_integer_column_with_a_null_takes_the_hash_lookup_and_matches_nulls():
     rows = pa.table({"id": pa.array([None, 1, 2], pa.int64())})
     assert key_mask(rows, pa.table({"id": pa.array([None, 2], pa.int64())}), ["id"]).to_pylist() == [True, False, True]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 60), max_size=25).map(sorted), max_size=4), st.lists(st.integers(0, 60), max_size=10))
+def test_ascending_unique_is_the_sorted_set_of_any_positions(runs, loose):
+    """Delete files' positions: ascending runs (one file, or old and new ones) and any order at all."""
+    positions = np.array([p for run in runs for p in run] + loose, dtype=np.int64)
+    got = ascending_unique(positions)
+    assert got.dtype == np.int64 and got.tolist() == sorted(set(positions.tolist()))
