@@ -92,9 +92,9 @@ def _ascending_integers(column: pa.Array) -> np.ndarray | None:
     """An integer column without NULLs whose values never decrease, as numpy; else None.
 
     tidelake writes every data file sorted by key (``rewrite.write_rows``), so a file's key
-    column usually is: its touched rows are then found by binary search, ~1 ms a million rows
-    against ~12 for a hash lookup of every row (``pc.is_in``), which a uniform batch pays over
-    every file of the table. Checking the order costs one pass, cheaper than the lookup."""
+    column usually is: its touched rows are then found by binary search, ~3 ms a million rows
+    against ~18 for a hash lookup of every row (``pc.is_in``), which a uniform batch pays over
+    every file of the table. Checking the order costs one pass (~0.5 ms), cheaper than the lookup."""
     if not pa.types.is_integer(column.type) or column.null_count:
         return None
     values = column.to_numpy()

@@ -247,8 +247,8 @@ def write_position_deletes(io: FileIO, metadata: TableMetadata, data_file: DataF
     which delete files go with the data files it replaces. Nothing is committed.
     """
     positions = np.asarray(positions, dtype=np.int64)
-    rows = pa.table([pa.repeat(pa.scalar(data_file.file_path, pa.string()), len(positions)), pa.array(positions, pa.int64())],
-                    schema=POSITION_DELETE_ARROW)
+    rows = pa.table([pa.repeat(pa.scalar(data_file.file_path, pa.string()), len(positions)),
+                     pa.array(positions, pa.int64())], schema=POSITION_DELETE_ARROW)
     path = f"{metadata.location}/data/{uuid.uuid4()}-deletes.parquet"
     sink = pa.BufferOutputStream()
     pq.write_table(rows, sink)

@@ -94,7 +94,8 @@ def delete_keys(
     new = np.setdiff1d(positions, deleted, assume_unique=True)
     if not len(new):
         return FileRewrite(None, (), keys.num_rows - len(deleted), 0)
-    written = internals.write_position_deletes(io, metadata, data_file, ascending_unique(np.concatenate([deleted, new])))
+    written = internals.write_position_deletes(io, metadata, data_file,
+                                               ascending_unique(np.concatenate([deleted, new])))
     return FileRewrite(None, (), keys.num_rows - len(deleted) - len(new), len(new), deletes_added=(written,),
                        deletes_removed=tuple(deletes))
 
@@ -141,7 +142,8 @@ def drop_copies(
     if not len(dropped_rows):
         return FileRewrite(None, (), rows.num_rows - len(deleted), 0), dropped
     if merge_on_read:
-        written = internals.write_position_deletes(io, metadata, data_file, ascending_unique(np.concatenate([deleted, dropped_rows])))
+        positions = ascending_unique(np.concatenate([deleted, dropped_rows]))
+        written = internals.write_position_deletes(io, metadata, data_file, positions)
         live = rows.num_rows - len(deleted) - len(dropped_rows)
         return FileRewrite(None, (), live, len(dropped_rows), deletes_added=(written,), deletes_removed=tuple(deletes)), dropped
     keep = np.ones(rows.num_rows, dtype=bool)
