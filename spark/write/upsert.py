@@ -186,17 +186,22 @@ def _unwritable(net: pa.Table, index: np.ndarray, schema: Any, images: list[dict
 
 
 def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
-    """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``."""
+    """Drop rows (one per key and file that can hold it) and write rows, packed per group of ``request``.
+
+    A drop row is its key alone: a file's group reads only the keys it drops (``_one_group``), and
+    a key pairs with every file whose bounds may hold it -- with uniform keys, every file a batch
+    wrote -- so whole images would be shuffled once per such file."""
     rows, writes = _rows(net, target)
     if target.multiset:
         return _route_copies(rows, writes, net.column("count").to_numpy(), target, request)
     metadata = target.table.metadata()
-    key_index, file_index = key_file_pairs(metadata, target.key_columns, rows.select(list(target.key_columns)), target.files)
-    drops = rows.take(pa.array(key_index, pa.int64()))
+    keys = rows.select(list(target.key_columns))
+    key_index, file_index = key_file_pairs(metadata, target.key_columns, keys, target.files)
+    schema = target.routed_schema()
+    drops = keys.take(pa.array(key_index, pa.int64())).cast(pa.schema([schema.field(k) for k in target.key_columns]))
     drop_groups = pa.array([f"f{i}" for i in file_index.tolist()], pa.string())
-    written = rows.filter(pa.array(writes))
-    routed = pa.concat_tables([drops, written]).cast(target.routed_schema())
-    return _pack(routed, pa.concat_arrays([drop_groups, _partition_groups(written, target)]), request)
+    written = rows.filter(pa.array(writes)).cast(schema)
+    return pa.concat_tables([_pack(drops, drop_groups, request), _pack(written, _partition_groups(written, target), request)])
 
 
 def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget, request: int) -> pa.Table:
