@@ -26,5 +26,5 @@ def test_the_growth_bench_measures_each_write_mode_and_compares_them(tmp_path: P
     assert all(r[5].endswith("x") for r in rows["copy-on-write"])  # its seconds as a ratio to merge-on-read's
     assert out.count("growth ") == 2
     # The first mode's smallest size is applied once unmeasured first, and only the measured batches are listed.
-    assert out.count("warm-up, not measured: the smallest size's 1 uniform batches") == 1, out
+    assert out.count("warm-up, not measured: the smallest size's 1 uniform batches applied 3 times") == 1, out
     assert out.count(" rows: batch ") == 2 * 2, out
