@@ -11,8 +11,10 @@ growing millions of rows through the pipeline would dominate the benchmark).
 Before anything is measured, the first mode's smallest size is applied ``WARM_UP_PASSES`` times,
 each on its own copy, and thrown away (``warm_up``): a fresh context's first batches pay the JVM's
 compilation of the shuffle and the Python workers' first tasks, ~0.1-0.3 s a batch here, which
-would inflate the baseline and show growth below what it is. Per size: median seconds per batch, its ratio to the smallest
-size (the baseline, measured in the same run), and bytes written per batch / table bytes: the sum of ``added-files-size`` (data
+would inflate the baseline and show growth below what it is.
+
+Per size: median seconds per batch, its ratio to the smallest size (the baseline, measured in
+the same run), and bytes written per batch / table bytes: the sum of ``added-files-size`` (data
 and delete files) over the snapshots the batch committed, over ``total-files-size`` after it.
 Each ``--write-modes`` entry runs the whole suite on a fresh copy of the archive; later modes'
 seconds are also printed as a ratio to the first's at the same size.
