@@ -131,19 +131,15 @@ def test_the_fault_lab_s_object_store_leaves_no_socket_in_tmp_when_stopped(tmp_p
     as the matrix does, leaves none of its Unix sockets in /tmp once stopped."""
     from bench.faults import Seaweed
 
-    before = set(Path("/tmp").glob("seaweedfs-*.sock"))
+    from tests.weed_sockets import sockets_made_since, weed_sockets
+
+    before = weed_sockets()
     s3 = Seaweed(tmp_path)
     try:
         s3.start()
         s3.kill()
         s3.start()
-        deadline = time.monotonic() + 20
-        while True:  # the admin service's socket comes a moment after the S3 port answers
-            made = set(Path("/tmp").glob("seaweedfs-*.sock")) - before
-            if any(p.name.startswith("seaweedfs-admin-") for p in made) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert any(p.name.startswith("seaweedfs-admin-") for p in made), made
+        made = sockets_made_since(before)
     finally:
         s3.stop()
-    assert not made & set(Path("/tmp").glob("seaweedfs-*.sock"))
+    assert not made & weed_sockets()

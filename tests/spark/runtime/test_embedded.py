@@ -43,15 +43,9 @@ def test_seaweedfs_ports_never_take_another_service_grpc_port(monkeypatch: pytes
 
 def test_a_stopped_object_store_leaves_no_socket_in_tmp(tmp_path: Path) -> None:
     """``weed mini`` makes Unix sockets in /tmp named by its ports and leaves them when stopped."""
-    import time
+    from tests.weed_sockets import sockets_made_since, weed_sockets
 
-    before = set(Path("/tmp").glob("seaweedfs-*.sock"))
+    before = weed_sockets()
     with s3_service(tmp_path):
-        deadline = time.monotonic() + 20
-        while True:  # its admin service's socket comes a moment after the S3 port answers
-            made = set(Path("/tmp").glob("seaweedfs-*.sock")) - before
-            if any(p.name.startswith("seaweedfs-admin-") for p in made) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert any(p.name.startswith("seaweedfs-admin-") for p in made), made
-    assert not made & set(Path("/tmp").glob("seaweedfs-*.sock"))
+        made = sockets_made_since(before)
+    assert not made & weed_sockets()
