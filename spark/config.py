@@ -125,7 +125,9 @@ class MaintenanceConfig:
     # Files younger than this are never deleted: a concurrent writer (another engine, a run that
     # lost its lease) may still be about to commit them.
     grace_period: dt.timedelta = dt.timedelta(hours=1)
-    target_file_size: int = 128 * 1024 * 1024  # bytes; compaction bin-packs small files to this
+    # bytes; compaction bin-packs small files (under 3/4 of this: ``files.is_small``) to this, and a
+    # merge-on-read run merges small files into the files it writes (``upsert.small_file_merges``)
+    target_file_size: int = 128 * 1024 * 1024
     # How old raw segments and change-log segments may get before archive retention may delete
     # them (None: never; the archive then stays the full source of truth).
     archive_horizon: dt.timedelta | None = None

@@ -84,7 +84,7 @@ from spark.tables import internals
 from spark.tables.files import LiveFiles, live_files
 from spark.write.rewrite import FileRewrite
 from spark.write.target import TableTarget
-from spark.write.upsert import UpsertTarget
+from spark.write.upsert import UpsertTarget, small_file_merges
 
 if TYPE_CHECKING:
     from spark.write.plane import Fold
@@ -384,7 +384,8 @@ class TableCommitter:
                     fold: Fold) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
-        target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read)
+        target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read,
+                                     self.config.maintenance.target_file_size)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
@@ -447,9 +448,11 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 
 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
-                  merge_on_read: bool) -> tuple[UpsertTarget, int | None]:
+                  merge_on_read: bool, target_file_size: int = 0) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
-    snapshot id of the branch head that plan is made against."""
+    snapshot id of the branch head that plan is made against. Merge-on-read, files smaller than
+    ``target_file_size`` makes small (``files.is_small``) are merged into the files the step writes
+    (``upsert.UpsertTarget.drop_groups``); 0: none is."""
     props = metadata.properties
     renames = row_columns(metadata, plan, step, fold)
     keys = key_columns(props)
@@ -464,7 +467,9 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     target = TableTarget.from_metadata(".".join(table.name()), metadata, table.io.properties)
     deletes = tuple(live.deletes_of(f) for f in live.data) if live.deletes else ()
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
-    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, multiset, renames),
+    merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
+              if merge_on_read and not multiset and target_file_size else ())
+    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, multiset, renames),
             head.snapshot_id if head is not None else None)
 
 

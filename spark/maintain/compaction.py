@@ -37,7 +37,7 @@ from cdc_codecs import TidelakeError
 from spark.tables.catalog import KEY_COLUMNS
 from spark.tables import internals
 from spark.tables.errors import CommitConflictError
-from spark.tables.files import live_files
+from spark.tables.files import is_small, live_files
 from spark.write.target import TableTarget
 from spark.runtime.runners import Runner
 from spark.archive.lease import LeaseLostError
@@ -45,8 +45,6 @@ from spark.core.watermark import tag_name, watermark_tags
 from spark.runtime.tasks import sized
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
-# A file below this share of the target is "small" (Spark's rewrite_data_files uses 75% too).
-SMALL_FILE_SHARE = 0.75
 MAINTENANCE = "tidelake.maintenance"  # snapshot summary: which maintenance step wrote the snapshot
 
 
@@ -112,7 +110,7 @@ def plan_bins(files: Sequence[DataFile], target_file_size: int, min_input_files:
     partition of one spec, of at most ``target_file_size`` input bytes (first fit, largest first);
     a bin of fewer than ``max(2, min_input_files)`` files without deletes would gain nothing and
     is left out."""
-    small = [f for f in files if f.file_size_in_bytes < target_file_size * SMALL_FILE_SHARE or f.file_path in with_deletes]
+    small = [f for f in files if is_small(f, target_file_size) or f.file_path in with_deletes]
     groups: dict[tuple[int, tuple[object, ...]], list[DataFile]] = {}
     for f in small:
         groups.setdefault((f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))), []).append(f)

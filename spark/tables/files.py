@@ -318,6 +318,16 @@ def _ranked(test: _Test) -> _Ranked:
     return _Ranked(key_rank, lower, upper, test.may_hold_null)
 
 
+# A data file below this share of the target file size is *small*: compaction bin-packs it, and a
+# merge-on-read run merges it into the files it writes (``spark.write.upsert``). Spark's
+# rewrite_data_files uses 75% too.
+SMALL_FILE_SHARE = 0.75
+
+
+def is_small(data_file: DataFile, target_file_size: int) -> bool:
+    return data_file.file_size_in_bytes < target_file_size * SMALL_FILE_SHARE
+
+
 def key_file_pairs(
     metadata: TableMetadata, key_columns: Sequence[str], touched: pa.Table, files: Sequence[DataFile],
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,9 @@ Who runs what, for one table and one run:
   a binary search in a key-sorted integer column, else Arrow ``is_in``; a NULL-safe semi-join for
   composite and whole-row keys), write the kept rows (plus, optionally,
   upserts routed to the file) as new files, return ``FileRewrite(removed, added)``.
-  ``rewrite.write_rows``: new and updated rows, sorted by key, as new files. Tasks get a
+  ``rewrite.write_rows``: new and updated rows, sorted by key, as new files; merge-on-read,
+  ``rewrite.merge_files`` writes them together with the small files the driver chose to merge
+  (``upsert.small_file_merges``: size tiers), whose touched keys it drops. Tasks get a
   ``target.TableTarget`` (the table's metadata without its history and the FileIO properties,
   plain strings) and Arrow tables; no catalog connection leaves the driver.
 - Across the wire back to the driver: only ``DataFile`` metadata (path, size, counts, bounds,

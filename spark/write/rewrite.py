@@ -12,6 +12,7 @@ Spark task can call them with nothing captured but values; they write data files
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -159,6 +160,35 @@ def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) 
     metadata = target.metadata()
     fitted = _sorted(fit_rows(rows, metadata.schema(), target.name), key_columns)
     return tuple(internals.write_data_files(target.io(), metadata, fitted))
+
+
+def merge_files(
+    target: TableTarget, data_files: Sequence[DataFile], deletes: Sequence[Sequence[DataFile]], key_columns: Sequence[str],
+    touched: pa.Table | None, rows: pa.Table | None,
+) -> list[FileRewrite]:
+    """Write ``rows`` (new and updated rows) together with what is left of ``data_files`` (each
+    read with its ``deletes`` applied, without the rows whose key is in ``touched``), sorted by
+    key, as new files replacing them all: merge-on-read's small files folded into the files a run
+    writes (``upsert``). One ``FileRewrite`` per file, the first carrying the written files; with no
+    files, one carrying them alone."""
+    metadata, io = target.metadata(), target.io()
+    schema = metadata.schema()
+    parts = [fit_rows(rows, schema, target.name)] if rows is not None and rows.num_rows else []
+    replaced: list[FileRewrite] = []
+    for data_file, its_deletes in zip(data_files, deletes):
+        read = internals.read_data_file(io, metadata, data_file, its_deletes)
+        kept = read
+        if touched is not None and touched.num_rows:
+            kept = read.filter(pc.invert(key_mask(read, touched, key_columns)))
+        parts.append(fit_rows(kept, schema, target.name))
+        replaced.append(FileRewrite(data_file, (), kept.num_rows, read.num_rows - kept.num_rows,
+                                    deletes_removed=tuple(its_deletes)))
+    merged = _sorted(pa.concat_tables(parts), key_columns) if parts else None
+    added = tuple(internals.write_data_files(io, metadata, merged)) if merged is not None and merged.num_rows else ()
+    if not replaced:
+        return [FileRewrite(None, added, 0, 0)]
+    replaced[0] = dataclasses.replace(replaced[0], added=added)
+    return replaced
 
 
 def fit_rows(rows: pa.Table, schema: Schema, where: str) -> pa.Table:

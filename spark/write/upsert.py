@@ -10,6 +10,11 @@ into the table's own typed columns and sends every key where it must go:
 - a *write* row for every key the net change writes: group ``p<partition>`` (one writer per
   bucket of a bucketed table; ``p`` alone for an unpartitioned one), written sorted by key
   (``rewrite.write_rows``).
+- merge-on-read, a small file the driver chose to merge (``UpsertTarget.merged``,
+  ``small_file_merges``) takes its drop rows in the write group of its partition instead of a
+  group of its own: that group writes its rows together with what is left of the file
+  (``rewrite.merge_files``), and the file goes. Drop rows travel as packs whose schema metadata
+  says so (``DROPS``), beside the write rows of the same group.
 
 A key-less table is a multiset (``UpsertTarget.multiset``): a net row writes or deletes
 ``count`` copies of its image. Written copies are write rows, one per copy, and nothing is
@@ -36,14 +41,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.partitioning import PartitionField
+from pyiceberg.transforms import BucketTransform, IdentityTransform
 
 from cdc_codecs import Op
 from spark.decode.changelog import decode_effect
 from spark.decode.effect import CorruptChangeValue
 from spark.write.image_columns import ImageColumns, read_images
-from spark.tables.files import partition_values, key_file_pairs
-from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, rewrite_file, write_rows
+from spark.tables.files import is_small, key_file_pairs, partition_values
+from spark.write.rewrite import FileRewrite, delete_keys, drop_copies, merge_files, rewrite_file, write_rows
 from spark.write.target import TableTarget
 from spark.tables.schema_map import MetadataColumns, UnsupportedValue, arrow_table, metadata_columns
 
@@ -54,6 +60,9 @@ MULTISET_DROPS = "m"
 # Routed rows cross the shuffle as (group, Arrow IPC bytes of that group's rows): Spark moves
 # them without mapping Iceberg types (time, uuid, fixed) onto its own.
 ROUTED_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("group", pa.string()), pa.field("rows", pa.binary())])
+# A pack of drop rows (keys alone) says so in its schema's metadata, never by a column's name
+# (upstream names are data): a write group that merges small files receives both kinds.
+DROPS = {b"tidelake.routed": b"drops"}
 RESULT_SCHEMA = pa.schema([pa.field("request", pa.int32()), pa.field("rewrite", pa.binary())])
 _OP_VALUES = {op: op.value for op in Op}  # a dict lookup: Enum.value is a Python property call, per written row
 
@@ -68,6 +77,9 @@ class UpsertTarget:
     upstream_types: Mapping[str, str] = field(default_factory=dict)
     deletes: tuple[tuple[DataFile, ...], ...] = ()  # each file's position delete files (empty: none)
     merge_on_read: bool = False  # drop keys with position deletes instead of rewriting files
+    # Merge-on-read: small files (indexes into ``files``) the write group of their partition merges
+    # into the files it writes, instead of giving each a position delete file (``small_file_merges``).
+    merged: tuple[int, ...] = ()
     multiset: bool = False  # a key-less table: identical rows are copies, counted
     # Row column names -> the table's column (None: dropped), where rows name a column otherwise
     # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
@@ -75,6 +87,14 @@ class UpsertTarget:
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
+
+    def drop_groups(self, metadata: Any) -> list[str]:
+        """The group each file's dropped keys go to: ``f<file index>``, or for a merged file the
+        write group of its partition."""
+        groups = [f"f{i}" for i in range(len(self.files))]
+        for i in self.merged:
+            groups[i] = _write_group_of(metadata, self.key_columns, self.files[i]) or groups[i]
+        return groups
 
     def routed_schema(self) -> pa.Schema:
         """A group's rows: the table's columns, then (a multiset) the copies, by place."""
@@ -197,11 +217,18 @@ def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
     metadata = target.table.metadata()
     keys = rows.select(list(target.key_columns))
     key_index, file_index = key_file_pairs(metadata, target.key_columns, keys, target.files)
+    names, code = np.unique(np.array(target.drop_groups(metadata), dtype=object), return_inverse=True)
+    if len(names) < len(target.files):  # small files merged by one write group: a key drops there once
+        pairs = np.unique(code[file_index].astype(np.int64) * max(1, keys.num_rows) + key_index)
+        key_index, pair_code = pairs % max(1, keys.num_rows), pairs // max(1, keys.num_rows)
+    else:
+        pair_code = code[file_index]
     schema = target.routed_schema()
-    drops = keys.take(pa.array(key_index, pa.int64())).cast(pa.schema([schema.field(k) for k in target.key_columns]))
-    drop_groups = pa.array([f"f{i}" for i in file_index.tolist()], pa.string())
+    drop_schema = pa.schema([schema.field(k) for k in target.key_columns], metadata=DROPS)
+    drops = keys.take(pa.array(key_index, pa.int64())).cast(drop_schema)
     written = rows.filter(pa.array(writes)).cast(schema)
-    return pa.concat_tables([_pack(drops, drop_groups, request), _pack(written, _partition_groups(written, target), request)])
+    return pa.concat_tables([_pack(drops, pa.array(names[pair_code].tolist(), pa.string()), request),
+                             _pack(written, _partition_groups(written, target), request)])
 
 
 def _route_copies(rows: pa.Table, writes: np.ndarray, count: np.ndarray, target: UpsertTarget, request: int) -> pa.Table:
@@ -247,16 +274,23 @@ def _unipc(blob: bytes) -> pa.Table:
 def _partition_groups(rows: pa.Table, target: UpsertTarget) -> pa.Array:
     """``p<value>`` of the default spec's partition field on a key column (the bucket), else ``p``."""
     metadata = target.table.metadata()
-    spec, schema = metadata.spec(), metadata.schema()
-    values: pa.Array | None = None
-    for pfield in spec.fields:
-        source = schema.find_field(pfield.source_id)
-        if source.name in target.key_columns and not isinstance(pfield.transform, IdentityTransform):
-            values = partition_values(pfield.transform, source.field_type, rows.column(source.name).combine_chunks())
-            break
-    if values is None or rows.num_rows == 0:
+    by = _group_field(metadata, target.key_columns)
+    if by is None or rows.num_rows == 0:
         return pa.array(["p"] * rows.num_rows, pa.string())
+    _, pfield, source = by
+    values = partition_values(pfield.transform, source.field_type, rows.column(source.name).combine_chunks())
     return pc.binary_join_element_wise("p", pc.cast(pc.fill_null(pc.cast(values, pa.string()), "null"), pa.string()), "")
+
+
+def _group_field(metadata: Any, key_columns: Sequence[str]) -> tuple[int, PartitionField, Any] | None:
+    """The default spec's field the write groups follow (its place, the field, its source column):
+    the first on a key column by a transform other than identity; None: one write group, ``p``."""
+    schema = metadata.schema()
+    for place, pfield in enumerate(metadata.spec().fields):
+        source = schema.find_field(pfield.source_id)
+        if source.name in key_columns and not isinstance(pfield.transform, IdentityTransform):
+            return place, pfield, source
+    return None
 
 
 def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget]) -> Iterator[pa.RecordBatch]:
@@ -268,27 +302,79 @@ def run_groups(batches: Iterable[pa.RecordBatch], targets: Sequence[UpsertTarget
         for request, group, blob in zip(batch.column("request").to_pylist(), batch.column("group").to_pylist(),
                                         batch.column("rows").to_pylist()):
             if (request, group) != current and current is not None:
-                yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
+                yield _result(current[0], _one_group(current[1], parts, targets[current[0]]))
                 parts = []
             current = (request, group)
             parts.append(_unipc(blob))
     if current is not None:
-        yield _result(current[0], _one_group(current[1], pa.concat_tables(parts), targets[current[0]]))
+        yield _result(current[0], _one_group(current[1], parts, targets[current[0]]))
 
 
-def _one_group(group: str, rows: pa.Table, target: UpsertTarget) -> list[FileRewrite]:
-    data = rows
+def _one_group(group: str, parts: list[pa.Table], target: UpsertTarget) -> list[FileRewrite]:
     if target.multiset:  # the copies: the last column, by place
+        rows = pa.concat_tables(parts)
         copies, data = rows.column(rows.num_columns - 1), rows.remove_column(rows.num_columns - 1)
         if group == MULTISET_DROPS:
             return _drop_copies(data, copies.to_numpy(), target)
+        return [FileRewrite(None, write_rows(target.table, data, target.key_columns), 0, 0)]
+    drops = [p for p in parts if p.schema.metadata == DROPS]
+    written = [p for p in parts if p.schema.metadata != DROPS]
+    touched = pa.concat_tables(drops).select(list(target.key_columns)) if drops else None
     if group.startswith("f"):
-        touched = data.select(list(target.key_columns))
         index = int(group[1:])
         drop = delete_keys if target.merge_on_read else rewrite_file
         return [drop(target.table, target.files[index], target.key_columns, touched, deletes=target.deletes_of(index))]
-    added = write_rows(target.table, data, target.key_columns)
-    return [FileRewrite(None, added, 0, 0)]
+    return _write_group(group, pa.concat_tables(written) if written else None, touched, target)
+
+
+def _write_group(group: str, rows: pa.Table | None, touched: pa.Table | None, target: UpsertTarget) -> list[FileRewrite]:
+    """A write group's rows written as new files, with the small files it merges folded in, less
+    their touched keys."""
+    groups = target.drop_groups(target.table.metadata())
+    merged = [i for i in target.merged if groups[i] == group]
+    return merge_files(target.table, [target.files[i] for i in merged], [target.deletes_of(i) for i in merged],
+                       target.key_columns, touched, rows)
+
+
+def small_file_merges(metadata: Any, files: Sequence[DataFile], key_columns: Sequence[str], upserts: int,
+                      target_file_size: int) -> tuple[int, ...]:
+    """Which small files (``files.is_small``) of the default spec a merge-on-read net change writing
+    ``upserts`` rows merges into the files it writes, per write group: smallest first, each while
+    it holds no more rows than the group writes and the files merged before it hold (a bucketed
+    table's groups each write an equal share). Size tiers, as a log-structured merge keeps them: a
+    run of equal batches leaves about log2(batches) small files for the next batch to touch, not one
+    per batch, and a row is rewritten about once per doubling of its file until the file is no
+    longer small. Planned by the driver, once: every slice routes the same files to the same group."""
+    by = _group_field(metadata, key_columns)
+    share = upserts // by[1].transform.num_buckets if by is not None and isinstance(by[1].transform, BucketTransform) else upserts
+    small: dict[str, list[int]] = {}
+    for i, data_file in enumerate(files):
+        group = _write_group_of(metadata, key_columns, data_file)
+        if group is not None and is_small(data_file, target_file_size):
+            small.setdefault(group, []).append(i)
+    merged: list[int] = []
+    for indexes in small.values():
+        rows = share
+        for i in sorted(indexes, key=lambda i: (files[i].record_count, i)):
+            if files[i].record_count > rows:
+                break
+            merged.append(i)
+            rows += files[i].record_count
+    return tuple(sorted(merged))
+
+
+def _write_group_of(metadata: Any, key_columns: Sequence[str], data_file: DataFile) -> str | None:
+    """The write group whose files ``data_file`` belongs with: ``p``, or ``p<bucket>`` of a table
+    bucketed on a key column; None for a file of another spec or a table partitioned otherwise."""
+    if data_file.spec_id != metadata.default_spec_id:
+        return None
+    by = _group_field(metadata, key_columns)
+    if by is None:
+        return "p"
+    if not isinstance(by[1].transform, BucketTransform):
+        return None
+    value = data_file.partition[by[0]]
+    return f"p{'null' if value is None else value}"
 
 
 def _drop_copies(drops: pa.Table, copies: np.ndarray, target: UpsertTarget) -> list[FileRewrite]:

@@ -106,8 +106,8 @@ def _inject(monkeypatch: pytest.MonkeyPatch, where: str, exc: BaseException) -> 
             def metadata(self):  # noqa: ANN201
                 raise exc
 
-        def upsert_target(table, metadata, plan, step, fold, merge_on_read):  # noqa: ANN001, ANN202
-            target, head = make(table, metadata, plan, step, fold, merge_on_read)
+        def upsert_target(table, metadata, plan, *rest):  # noqa: ANN001, ANN002, ANN202
+            target, head = make(table, metadata, plan, *rest)
             if plan.table == "a":
                 failing = Failing(target.table.name, target.table.metadata_json, target.table.io_properties)
                 target = type(target)(**{**target.__dict__, "table": failing})
