@@ -469,7 +469,7 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
               if merge_on_read and not multiset and target_file_size else ())
-    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, multiset, renames),
+    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts, multiset, renames),
             head.snapshot_id if head is not None else None)
 
 

@@ -36,7 +36,7 @@ from spark.fold.slices import (
 )
 from spark.write.rewrite import FileRewrite, fill_columns
 from spark.write.target import TableTarget
-from spark.write.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, results, route, run_groups
+from spark.write.upsert import ROUTED_SCHEMA, UpsertTarget, group_sorted, placements, results, route, run_groups
 from spark.archive.storage import Storage, open_storage
 from spark.runtime.tasks import no_cyclic_gc, on_executor
 
@@ -289,9 +289,14 @@ class SparkFold(_NetSchemas):
             with no_cyclic_gc():
                 yield from run_groups(_packed_batches(pairs), targets)
 
+        placed = placements(targets, self.plane.parallelism)
+
+        def partition(key: tuple[int, str]) -> int:
+            return placed.get(key, _group_partition(key))
+
         sc = self.plane.context
         rewrites = (sc.parallelize(self.net_paths, len(self.net_paths)).flatMap(on_executor(routed))
-                    .repartitionAndSortWithinPartitions(self.plane.parallelism, _group_partition)
+                    .repartitionAndSortWithinPartitions(self.plane.parallelism, partition)
                     .mapPartitions(on_executor(grouped)).collect())
         return results(rewrites, len(requests))
 
@@ -303,7 +308,8 @@ class SparkFold(_NetSchemas):
 
 
 def _group_partition(key: tuple[int, str]) -> int:
-    # Not Python's hash of the group name: a stable one, whatever PYTHONHASHSEED the workers have.
+    # A group ``placements`` does not list. Not Python's hash of the group name: a stable one,
+    # whatever PYTHONHASHSEED the workers have.
     return zlib.crc32(f"{key[0]}/{key[1]}".encode("utf-8", "surrogatepass"))
 
 

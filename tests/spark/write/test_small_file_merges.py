@@ -176,3 +176,41 @@ def test_the_routed_drop_rows_say_so_whatever_the_columns_are_named(catalog) -> 
     packs = [upsert._unipc(b) for b in groups.column("rows").to_pylist()]
     assert sorted(p.schema.metadata == upsert.DROPS for p in packs) == [False, True]
     assert isinstance(packs[0], pa.Table)
+
+
+@pytest.mark.parametrize("spec", [UNPARTITIONED_PARTITION_SPEC, BUCKETED], ids=["unpartitioned", "bucketed"])
+def test_every_group_a_net_change_routes_to_has_a_placement_and_big_files_spread(catalog, spec) -> None:
+    """``placements`` names the groups as ``route`` does (else they would fall back to the hash), and
+    puts the largest expected work first, each on the least loaded task."""
+    table = _table(catalog, f"placed_{len(spec.fields)}", spec)
+    for version in range(4):
+        _commit(table, [(Op.INSERT, _row(k, version)) for k in range(version * 40, version * 40 + 40)], merge=False)
+    changes = [(Op.UPDATE, _row(k, 9)) for k in range(0, 160, 7)] + [(Op.INSERT, _row(k, 9)) for k in range(500, 520)]
+    targets = [_target(table, 43), _target(table, 43, merge=False)]
+    placed = upsert.placements(targets, 4)
+    routed = pa.concat_tables([upsert.route(_net(changes), t, request) for request, t in enumerate(targets)])
+    keys = set(zip(routed.column("request").to_pylist(), routed.column("group").to_pylist()))
+    assert keys <= set(placed), keys - set(placed)
+    assert set(placed.values()) == set(range(4))  # every task gets work
+
+
+def test_placements_put_the_largest_work_first_on_the_least_loaded_task() -> None:
+    class Target:  # what placements reads of a target: its table's metadata and its groups' costs
+        def __init__(self, costs: dict[str, int]) -> None:
+            self.costs = costs
+            self.table = self
+
+        def metadata(self) -> None:
+            return None
+
+    costs = {"f0": 100, "f1": 90, "f2": 20, "f3": 10, "p": 80}
+    original = upsert.group_costs
+    try:
+        upsert.group_costs = lambda target, metadata: target.costs  # type: ignore[assignment]
+        placed = upsert.placements([Target(costs), None], 2)
+    finally:
+        upsert.group_costs = original
+    loads = [sum(c for g, c in costs.items() if placed[(0, g)] == p) for p in range(2)]
+    # Largest first, each to the least loaded: f0 | f1, p to f1's (90 < 100), f2 and f3 to f0's.
+    assert sorted(loads) == [130, 170] and placed[(0, "p")] == placed[(0, "f1")]
+    assert placed[(0, "f0")] != placed[(0, "f1")]
