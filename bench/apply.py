@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", type=_sizes, default="500000,2000000,5000000", help="table sizes in rows, increasing (default %(default)s)")
     b.add_argument("--batch", type=int, default=20_000, help="changes per batch (default %(default)s)")
     b.add_argument("--keys", type=_choices(("hot", "uniform")), default="hot,uniform", help="key distributions (default %(default)s)")
+    b.add_argument("--rounds", type=int, default=3,
+                   help="measured suites, one after another, each on a fresh copy; a size's figure is the median of "
+                        "all its batches (default %(default)s)")
     b.add_argument("--write-modes", type=_choices(WRITE_MODES), default=",".join(WRITE_MODES),
                    help="layout.write_mode of each measured pipeline; later ones also as a ratio to the first (default %(default)s)")
     c = parser.add_argument_group("(c) memory")
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import apply_growth
 
         apply_growth.main(args.sizes, args.batch, args.keys, args.partitions, args.repeat, args.buckets, args.workdir, conf,
-                          args.write_modes)
+                          args.write_modes, args.rounds)
     if "memory" in args.only:
         from bench import apply_memory
 

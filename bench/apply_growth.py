@@ -5,16 +5,23 @@ keys (after the largest, as an auto-increment key grows). ``hot`` draws the upda
 keys from the newest ``5 * batch`` live keys, ``uniform`` from every live key. At each table
 size, ``repeat`` batches are applied one after another (each its own landed interval) by
 ``apply_interval`` with a SparkRunner on a warm local[2] context; the table grows between sizes
-by appending generated rows straight to the Iceberg table the pipeline created (not timed;
-growing millions of rows through the pipeline would dominate the benchmark).
+by appending generated rows straight to the Iceberg table the pipeline created, then compacting
+it as the pipeline's maintenance does (``compaction.compact_table`` at the pipeline's target file
+size), neither timed: growing millions of rows through the pipeline would dominate the benchmark,
+and a table that grew 10x grew over many maintenance runs. Without the compaction each size's
+batches also met the ~1M-row files of every earlier append (six at 5M rows, each a file opened,
+its key column read and its delete file rewritten) and the files the earlier sizes' batches left.
 
 Before anything is measured, the first mode's smallest size is applied ``WARM_UP_PASSES`` times,
 each on its own copy, and thrown away (``warm_up``): a fresh context's first batches pay the JVM's
 compilation of the shuffle and the Python workers' first tasks, ~0.1-0.3 s a batch here, which
 would inflate the baseline and show growth below what it is.
 
-Per size: median seconds per batch, its ratio to the smallest size (the baseline, measured in
-the same run), and bytes written per batch / table bytes: the sum of ``added-files-size`` (data
+The measured suite runs ``rounds`` times, each on a fresh copy, one after another in the same
+context (only the first round's batches are listed): this machine is shared, and one batch of the
+same work took 0.39 to 0.74 s from one suite to the next, so five batches a size decided little.
+Per size: median seconds of all its batches over the rounds, its ratio to the smallest size (the
+baseline, measured in the same run; the ratio of each round is printed too), and bytes written per batch / table bytes: the sum of ``added-files-size`` (data
 and delete files) over the snapshots the batch committed, over ``total-files-size`` after it.
 Each ``--write-modes`` entry runs the whole suite on a fresh copy of the archive; later modes'
 seconds are also printed as a ratio to the first's at the same size.
@@ -39,6 +46,7 @@ from bench.jobs import JobFailed
 from cdc_codecs import Op, Watermark, get_encoder
 from spark.tables import catalog as cat
 from spark.commit.apply import apply_interval
+from spark.maintain.compaction import compact_table
 from spark.tables.properties import table_watermark
 from spark.config import LayoutConfig
 from spark.runtime.runners import SparkRunner
@@ -116,8 +124,9 @@ def _table(config: Any) -> Any:
     return table
 
 
-def _seed(config: Any, first: int, end: int) -> None:
-    """Append rows ``first..end-1`` straight to the table, in its own schema (not timed)."""
+def _seed(config: Any, first: int, end: int, runner: SparkRunner) -> None:
+    """Append rows ``first..end-1`` straight to the table, in its own schema, and compact it as the
+    pipeline's maintenance would (not timed)."""
     for lo in range(first, end, SEED_CHUNK):
         table = _table(config)
         target = table.schema().as_arrow()
@@ -126,6 +135,7 @@ def _seed(config: Any, first: int, end: int) -> None:
         data = data.append_column(COMMIT_TS, pa.repeat(pa.scalar(table_watermark(table), pa.int64()), len(data)))
         data = data.append_column(OP, pa.repeat(pa.scalar(Op.INSERT.value, pa.string()), len(data)))
         table.append(data.select(target.names).cast(target))
+    compact_table(_table(config), runner, target_file_size=config.maintenance.target_file_size)
 
 
 def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buckets: int, runner: SparkRunner,
@@ -139,7 +149,7 @@ def run_mode(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buc
         if sizes is not None and "seed" in step and len(out) == sizes:
             break
         if "seed" in step:
-            _seed(config, *step["seed"])
+            _seed(config, *step["seed"], runner)
             continue
         i = step.get("apply", step.get("batch"))
         start = T0 + i * HOUR
@@ -171,11 +181,16 @@ def warm_up(mode: str, archive: Path, facts: dict[str, Any], run_dir: Path, buck
           f"{time.perf_counter() - t:.1f}s (first batch {seconds[0]:.2f}s, last {seconds[-1]:.2f}s)", flush=True)
 
 
+def _median_seconds(batches: list[tuple[float, float, int]]) -> float:
+    return statistics.median(t for t, _, _ in batches)
+
+
 def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat: int, buckets: int, workdir: Path,
-         conf: dict[str, str], write_modes: Sequence[str] = (LayoutConfig.write_mode,)) -> None:
+         conf: dict[str, str], write_modes: Sequence[str] = (LayoutConfig.write_mode,), rounds: int = 1) -> None:
     print(f"(b) one {batch:,}-change batch (60% updates, 20% deletes, 20% inserts) as the table grows "
           f"{' -> '.join(f'{s:,}' for s in sizes)} rows; {partitions} partitions, layout.buckets={buckets}; "
-          f"median of {repeat} batches per size; apply_interval + SparkRunner on a warm local[2]", flush=True)
+          f"median of {repeat} batches per size in each of {rounds} rounds; apply_interval + SparkRunner on a warm local[2]",
+          flush=True)
     context = build_context("tidelake-bench-growth", "local[2]", **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf})
     try:
         runner = SparkRunner(context)
@@ -189,7 +204,15 @@ def main(sizes: list[int], batch: int, modes: list[str], partitions: int, repeat
                 warm_up(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner, write_modes[0])
             first: dict[int, float] = {}
             for write_mode in write_modes:
-                measured = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner, write_mode)
+                measured: dict[int, list[tuple[float, float, int]]] = {}
+                for r in range(rounds):
+                    this = run_mode(mode, archive, facts, workdir / "runs" / f"growth-{mode}", buckets, runner, write_mode,
+                                    echo=r == 0)
+                    for size, batches in this.items():
+                        measured.setdefault(size, []).extend(batches)
+                    if rounds > 1:
+                        print(f"    {mode} keys, {write_mode}, round {r + 1}: growth "
+                              f"{_median_seconds(this[sizes[-1]]) / _median_seconds(this[sizes[0]]):.2f}x", flush=True)
                 base = statistics.median(t for t, _, _ in measured[sizes[0]])
                 later = write_mode != write_modes[0]
                 print(f"    {mode} keys, {write_mode}: {'rows':>12} {'s/batch':>8} {'vs ' + format(sizes[0], ','):>14} "
