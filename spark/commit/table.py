@@ -25,6 +25,7 @@ one aside (``catalog.release_name``): its history stays readable at the Ws befor
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,7 @@ from spark.tables import internals
 from spark.tables.files import LiveFiles, live_files
 from spark.write.rewrite import FileRewrite
 from spark.write.target import TableTarget
-from spark.write.upsert import UpsertTarget, small_file_merges
+from spark.write.upsert import UpsertTarget, group_costs, small_file_merges
 
 if TYPE_CHECKING:
     from spark.write.plane import Fold
@@ -469,8 +470,9 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
               if merge_on_read and not multiset and target_file_size else ())
-    return (UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts, multiset, renames),
-            head.snapshot_id if head is not None else None)
+    planned = UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts, multiset=multiset,
+                           renames=renames)
+    return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
 
 
 def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> dict[str, str | None]:

@@ -82,6 +82,9 @@ class UpsertTarget:
     # into the files it writes, instead of giving each a position delete file (``small_file_merges``).
     merged: tuple[int, ...] = ()
     upserts: int = 0  # rows the net change writes, as the driver counted them: what ``group_costs`` goes by
+    # Each group's expected work (``group_costs``), computed by the driver from the metadata it
+    # planned with: ``placements`` reads it there, and never the target's own metadata.
+    costs: Mapping[str, int] = field(default_factory=dict)
     multiset: bool = False  # a key-less table: identical rows are copies, counted
     # Row column names -> the table's column (None: dropped), where rows name a column otherwise
     # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
@@ -328,12 +331,13 @@ def group_costs(target: UpsertTarget, metadata: Any) -> dict[str, int]:
 
 def placements(targets: Sequence[UpsertTarget | None], partitions: int) -> dict[tuple[int, str], int]:
     """The shuffle partition (the Spark task) of each (request, group) the requests' net changes can
-    route rows to: largest expected work first (``group_costs``), each to the least loaded of
+    route rows to: largest expected work first (``UpsertTarget.costs``), each to the least loaded of
     ``partitions``. A hash of the group's name spread them unevenly: at the growth bench's 5M rows
     one task of four ran 157 ms where the other three ran 37-67 ms. Groups not listed here (a
-    key-less table's) are placed by the hash."""
+    key-less table's, a target without costs) are placed by the hash. Every file's group counts as
+    touched: with hot keys most are not, and the placement is then no better than the hash's."""
     work = [(cost, request, group) for request, target in enumerate(targets) if target is not None
-            for group, cost in group_costs(target, target.table.metadata()).items()]
+            for group, cost in target.costs.items()]
     load = [(0, p) for p in range(partitions)]
     placed: dict[tuple[int, str], int] = {}
     for cost, request, group in sorted(work, key=lambda w: (-w[0], w[1], w[2])):

@@ -7,6 +7,7 @@ unpartitioned and bucketed, and equal batches leave about log2(batches) small fi
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from decimal import Decimal
 
@@ -38,8 +39,9 @@ def _target(table, upserts: int, merge: bool = True) -> UpsertTarget:  # noqa: A
     head = table.current_snapshot()
     live = files.live_files(table.io, head) if head is not None else files.LiveFiles((), {})
     merged = upsert.small_file_merges(table.metadata, live.data, ("id",), upserts, TARGET_FILE_SIZE) if merge else ()
-    return UpsertTarget(TableTarget.of(table), live.data, ("id",), deletes=tuple(live.deletes_of(f) for f in live.data),
-                        merge_on_read=True, merged=merged)
+    target = UpsertTarget(TableTarget.of(table), live.data, ("id",), deletes=tuple(live.deletes_of(f) for f in live.data),
+                          merge_on_read=True, merged=merged, upserts=upserts)
+    return dataclasses.replace(target, costs=upsert.group_costs(target, table.metadata))
 
 
 def _commit(table, changes: list[tuple[Op, dict]], merge: bool = True) -> UpsertTarget:  # noqa: ANN001
@@ -195,21 +197,9 @@ def test_every_group_a_net_change_routes_to_has_a_placement_and_big_files_spread
 
 
 def test_placements_put_the_largest_work_first_on_the_least_loaded_task() -> None:
-    class Target:  # what placements reads of a target: its table's metadata and its groups' costs
-        def __init__(self, costs: dict[str, int]) -> None:
-            self.costs = costs
-            self.table = self
-
-        def metadata(self) -> None:
-            return None
-
     costs = {"f0": 100, "f1": 90, "f2": 20, "f3": 10, "p": 80}
-    original = upsert.group_costs
-    try:
-        upsert.group_costs = lambda target, metadata: target.costs  # type: ignore[assignment]
-        placed = upsert.placements([Target(costs), None], 2)
-    finally:
-        upsert.group_costs = original
+    target = UpsertTarget(TableTarget("db.t", "not read by placements", {}), (), ("id",), costs=costs)
+    placed = upsert.placements([target, None], 2)
     loads = [sum(c for g, c in costs.items() if placed[(0, g)] == p) for p in range(2)]
     # Largest first, each to the least loaded: f0 | f1, p to f1's (90 < 100), f2 and f3 to f0's.
     assert sorted(loads) == [130, 170] and placed[(0, "p")] == placed[(0, "f1")]
