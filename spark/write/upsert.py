@@ -318,15 +318,19 @@ def group_costs(target: UpsertTarget, metadata: Any) -> dict[str, int]:
         rows = target.files[i].record_count
         per_row = 1 if group.startswith("f") and target.merge_on_read else ROW_COST
         costs[group] = costs.get(group, GROUP_COST) + per_row * rows
-    by = _group_field(metadata, target.key_columns)
-    if by is not None and isinstance(by[1].transform, BucketTransform):
-        buckets = by[1].transform.num_buckets
-        shares = {f"p{b}": target.upserts // buckets for b in range(buckets)}
-    else:
-        shares = {"p": target.upserts}
-    for group, rows in shares.items():
+    for group, rows in _write_shares(metadata, target.key_columns, target.upserts).items():
         costs[group] = costs.get(group, GROUP_COST) + ROW_COST * rows
     return costs
+
+
+def _write_shares(metadata: Any, key_columns: Sequence[str], upserts: int) -> dict[str, int]:
+    """The rows each write group is expected to write of ``upserts``: a bucketed table's buckets an
+    equal share each (``pnull``, NULL keys, none), else ``p`` all of them."""
+    by = _group_field(metadata, key_columns)
+    if by is not None and isinstance(by[1].transform, BucketTransform):
+        buckets = by[1].transform.num_buckets
+        return {f"p{b}": upserts // buckets for b in range(buckets)}
+    return {"p": upserts}
 
 
 def placements(targets: Sequence[UpsertTarget | None], partitions: int) -> dict[tuple[int, str], int]:
@@ -399,16 +403,15 @@ def small_file_merges(metadata: Any, files: Sequence[DataFile], key_columns: Seq
     run of equal batches leaves about log2(batches) small files for the next batch to touch, not one
     per batch, and a row is rewritten about once per doubling of its file until the file is no
     longer small. Planned by the driver, once: every slice routes the same files to the same group."""
-    by = _group_field(metadata, key_columns)
-    share = upserts // by[1].transform.num_buckets if by is not None and isinstance(by[1].transform, BucketTransform) else upserts
+    shares = _write_shares(metadata, key_columns, upserts)
     small: dict[str, list[int]] = {}
     for i, data_file in enumerate(files):
         group = _write_group_of(metadata, key_columns, data_file)
         if group is not None and is_small(data_file, target_file_size):
             small.setdefault(group, []).append(i)
     merged: list[int] = []
-    for indexes in small.values():
-        rows = share
+    for group, indexes in small.items():
+        rows = shares.get(group, 0)
         for i in sorted(indexes, key=lambda i: (files[i].record_count, i)):
             if files[i].record_count > rows:
                 break

@@ -23,7 +23,9 @@ def test_the_fresh_compaction_reads_the_same_rows_from_one_file_per_table(tmp_pa
     arm = bench.run(tmp_path / "without", args, False, records)
     assert arm.runs == 4 and sorted(arm.measures) == [2, 4] and len(arm.apply_seconds) == 4 and not arm.maintain_seconds
     m = arm.measures[4]
-    assert m.files == m.latest_files == m.snapshots == m.tags == 4  # one file and one tagged snapshot per run
+    assert m.snapshots == m.tags == 4  # one tagged snapshot per run
+    # A file written per run, the smaller ones merged by later runs (upsert.small_file_merges): fewer than the runs.
+    assert 1 < m.files == m.latest_files < 4
     assert m.metadata_log > 0
     # compacted: one file per (unpartitioned) table; fresh_compaction raises if the head's rows differ from the latest W's
     assert arm.fresh is not None and arm.fresh.files == 1
