@@ -635,7 +635,12 @@ def test_a_row_re_sent_after_its_table_was_renamed_away_holds_both_names() -> No
     "rate 0.3), under both write modes and on the code before that session too: the change feed "
     "from the first interval's W to the second's gives shop._t0_del (dropped and created again by "
     "gh-ost's cut-over in that window: a whole-table change) before images that are not its rows "
-    "at W1. The tables read exactly the model at every W; only read_changes over that pair is wrong."))
+    "at W1. The tables read exactly the model at every W; only read_changes over that pair is wrong. "
+    "Why: the table keeps its Iceberg uuid across the DROP and CREATE, so changes._table_changes "
+    "treats it as the same table; W1's `id` (a field id W2 lacks) is a dropped column whose name W2's "
+    "new `id` holds, so it is renamed `_id` (the documented rule for dropped columns), and every "
+    "before image carries W1's id as `_id` with `id` NULL: not the row at W1, and nothing in "
+    "TableChanges maps `_id` back to `id` for a downstream to mirror it."))
 def test_a_gh_ost_cut_over_of_a_key_less_table_gives_the_feed_only_rows_it_had() -> None:
     class First:  # the machine's draws of an interval: the first
         def draw(self, strategy: Any, label: str | None = None) -> int:
