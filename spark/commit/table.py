@@ -451,9 +451,9 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
                   merge_on_read: bool, target_file_size: int = 0) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
-    snapshot id of the branch head that plan is made against. Merge-on-read, files smaller than
-    ``target_file_size`` makes small (``files.is_small``) are merged into the files the step writes
-    (``upsert.UpsertTarget.drop_groups``); 0: none is."""
+    snapshot id of the branch head that plan is made against. Merge-on-read, the small files
+    (``files.is_small`` of ``target_file_size``; 0: none) that ``upsert.small_file_merges`` picks
+    are merged into the files the step writes."""
     props = metadata.properties
     renames = row_columns(metadata, plan, step, fold)
     keys = key_columns(props)
@@ -470,8 +470,8 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
               if merge_on_read and not multiset and target_file_size else ())
-    planned = UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts, multiset=multiset,
-                           renames=renames)
+    planned = UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts,
+                           multiset=multiset, renames=renames)
     return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
 
 
