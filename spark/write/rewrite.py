@@ -157,9 +157,7 @@ def drop_copies(
 def write_rows(target: TableTarget, rows: pa.Table, key_columns: Sequence[str]) -> tuple[DataFile, ...]:
     """Write new and updated rows as new data files, sorted by key (so each file's key bounds
     are tight and later plans touch few files)."""
-    metadata = target.metadata()
-    fitted = _sorted(fit_rows(rows, metadata.schema(), target.name), key_columns)
-    return tuple(internals.write_data_files(target.io(), metadata, fitted))
+    return merge_files(target, (), (), key_columns, None, rows)[0].added
 
 
 def merge_files(

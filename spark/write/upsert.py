@@ -222,17 +222,19 @@ def route(net: pa.Table, target: UpsertTarget, request: int = 0) -> pa.Table:
     metadata = target.table.metadata()
     keys = rows.select(list(target.key_columns))
     key_index, file_index = key_file_pairs(metadata, target.key_columns, keys, target.files)
-    names, code = np.unique(np.array(target.drop_groups(metadata), dtype=object), return_inverse=True)
-    if len(names) < len(target.files):  # small files merged by one write group: a key drops there once
-        pairs = np.unique(code[file_index].astype(np.int64) * max(1, keys.num_rows) + key_index)
-        key_index, pair_code = pairs % max(1, keys.num_rows), pairs // max(1, keys.num_rows)
+    groups = np.array(target.drop_groups(metadata), dtype=object)
+    if target.merged:  # small files merged by one write group: a key drops there once
+        names, code = np.unique(groups, return_inverse=True)
+        n = max(1, keys.num_rows)
+        pairs = np.unique(code[file_index].astype(np.int64) * n + key_index)
+        key_index, pair_groups = pairs % n, names[pairs // n]
     else:
-        pair_code = code[file_index]
+        pair_groups = groups[file_index]
     schema = target.routed_schema()
     drop_schema = pa.schema([schema.field(k) for k in target.key_columns], metadata=DROPS)
     drops = keys.take(pa.array(key_index, pa.int64())).cast(drop_schema)
     written = rows.filter(pa.array(writes)).cast(schema)
-    return pa.concat_tables([_pack(drops, pa.array(names[pair_code].tolist(), pa.string()), request),
+    return pa.concat_tables([_pack(drops, pa.array(pair_groups.tolist(), pa.string()), request),
                              _pack(written, _partition_groups(written, target), request)])
 
 
