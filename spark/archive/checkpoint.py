@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from spark.archive import layout, records
-from spark.archive.manifest import SegmentRef
+from spark.archive.manifest import SegmentRef, list_manifests, read_manifest
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
@@ -74,3 +74,21 @@ def read_checkpoint(storage: Storage, pipeline: str, start: dt.datetime, end: dt
     """The interval's checkpoint, None if no run applied it."""
     path = checkpoint_path(pipeline, start, end)
     return Checkpoint.from_json(storage.read(path), f"{storage.url}/{path}") if storage.exists(path) else None
+
+
+def applied_from(storage: Storage, pipeline: str, chain: list[tuple[dt.datetime, dt.datetime, str]], target: int) -> bool:
+    """Whether a run applied the chain's interval ``target`` or any after it (its checkpoint is there):
+    if not, the interval has work ahead and nothing can confirm it done."""
+    return any(storage.exists(checkpoint_path(pipeline, s, e)) for s, e, _ in chain[target:])
+
+
+def unapplied_messages(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> int | None:
+    """The messages the interval landed, when no run applied it or a later one: the least an apply run
+    of it will decode (the walk may replay earlier intervals too). None when it is not landed or a run
+    went past it (a rerun, which may only confirm it). Read from the archive's small records alone,
+    before a job loads anything else (``spark.runtime.runners.DriverFirstRunner.expect``)."""
+    chain = list_manifests(storage, pipeline)
+    target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (start, end)), None)
+    if target is None or applied_from(storage, pipeline, chain, target):
+        return None
+    return read_manifest(storage, chain[target][2]).messages

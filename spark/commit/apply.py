@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spark.archive import layout
-from spark.archive.checkpoint import checkpoint_path
+from spark.archive.checkpoint import applied_from
 from spark.archive.floors import require_interval_kept
 from spark.archive.format import require_format
 from spark.runtime.runners import LocalRunner, Runner
@@ -92,7 +92,7 @@ def confirm_if_done(config: PipelineConfig, interval_start: dt.datetime, interva
     target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (interval_start, interval_end)), None)
     if target is None:
         return None
-    if not any(storage.exists(checkpoint_path(config.name, s, e)) for s, e, _ in chain[target:]):
+    if not applied_from(storage, config.name, chain, target):
         return None  # nothing at or after the interval was applied (the schedule's next run): no table is read
     run = PipelineRun(config, storage, cat.RunTables(catalog or cat.open_catalog(config), config))
     base, checkpoints = run.base(run.lowest())

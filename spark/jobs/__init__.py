@@ -43,20 +43,24 @@ def configure_logging(verbose: bool) -> None:
 
 def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespace], int],
                  argv: Sequence[str] | None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
-                 before_spark: Callable[[Any, Any, Any, argparse.Namespace], int | None] | None = None) -> int:
+                 before_spark: Callable[[Any, Any, Any, argparse.Namespace], int | None] | None = None,
+                 ahead: Callable[[Any, Any, Any], int | None] | None = None) -> int:
     """Parse ``--config --start --end [--master] [--verbose]``, call ``run(config, start, end, runner, args)``.
 
     ``before_spark(config, start, end, args)`` may settle the run without Spark (an interval
     that is done already): an exit code, or None to go on. ``runner`` is a
     ``DriverFirstRunner``: Spark starts only if the interval holds more than the pipeline's
-    ``driver_max_messages`` messages.
+    ``driver_max_messages`` messages. ``ahead(config, start, end)``: the messages the run has
+    ahead for sure, read before ``before_spark`` and ``run`` load their modules (None: not
+    known); more than the driver takes starts Spark then, beside that loading
+    (``DriverFirstRunner.expect``). A job's module therefore imports what ``run`` needs inside it.
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
     from spark.runtime.runners import DriverFirstRunner
-    from spark.runtime.session import build_context
+    from spark.runtime.session import build_context, load_pyspark
 
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
@@ -83,18 +87,15 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    if before_spark is not None:
-        try:
-            settled = before_spark(config, start, end, args)
-        except Exception as exc:  # noqa: BLE001 - see failed()
-            return failed(exc)
-        if settled is not None:
-            return settled
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
     runner = DriverFirstRunner(
         lambda: build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level),
-        config.driver_max_messages)
+        config.driver_max_messages, load=load_pyspark)
     try:
+        if ahead is not None:
+            runner.expect(ahead(config, start, end))
+        if before_spark is not None and (settled := before_spark(config, start, end, args)) is not None:
+            return settled
         return run(config, start, end, runner, args)
     except Exception as exc:  # noqa: BLE001 - see failed()
         return failed(exc)

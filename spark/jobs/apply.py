@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __name__ == "__main__":  # run by spark-submit: this file is the installation's, the library may be the --py-files archive
     import runpy
@@ -22,14 +22,21 @@ if __name__ == "__main__":  # run by spark-submit: this file is the installation
 
     runpy.run_path(str(Path(__file__).with_name("same_build.py")))["require_same_build"](__file__)
 
-from spark.commit.apply import ApplyResult, apply_interval, confirm_if_done
-from spark.commit.report import isolated_lines
 from spark.core.text import human_duration, utc_text
 from spark.jobs import emit, interval_job
+
+if TYPE_CHECKING:
+    from spark.commit.apply import ApplyResult
+
+# The run's modules (spark.commit.apply and what it imports: pyiceberg, pyarrow's datasets, the
+# catalog's SQLAlchemy; about a second) load inside ``run`` and ``confirm_without_spark``, after
+# ``ahead`` has started Spark beside them (spark.jobs.interval_job).
 
 
 def apply_summary(result: ApplyResult) -> list[str]:
     """The task log's account of an apply run, from its report (whatever its outcome)."""
+    from spark.commit.report import isolated_lines
+
     r: dict[str, Any] = result.report
     interval_end = dt.datetime.fromisoformat(r["interval"]["end"])
     span = f"{utc_text(dt.datetime.fromisoformat(r['interval']['start']))}..{utc_text(interval_end)}"
@@ -61,6 +68,8 @@ def apply_summary(result: ApplyResult) -> list[str]:
 
 
 def run(config, start, end, runner, args) -> int:  # noqa: ANN001 - see interval_job
+    from spark.commit.apply import apply_interval
+
     if args.on_bad_message:
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
     if args.on_table_error:
@@ -71,6 +80,8 @@ def run(config, start, end, runner, args) -> int:  # noqa: ANN001 - see interval
 
 def confirm_without_spark(config, start, end, args) -> int | None:  # noqa: ANN001 - see interval_job
     """An interval that is done already (a rerun, a completed backfill) is confirmed before Spark starts."""
+    from spark.commit.apply import confirm_if_done
+
     result = confirm_if_done(config, start, end)
     if result is None:
         return None
@@ -78,12 +89,20 @@ def confirm_without_spark(config, start, end, args) -> int | None:  # noqa: ANN0
     return 0
 
 
+def messages_ahead(config, start, end) -> int | None:  # noqa: ANN001 - see interval_job
+    """The interval's landed messages if no run applied it or a later one (``unapplied_messages``)."""
+    from spark.archive.checkpoint import unapplied_messages
+    from spark.archive.storage import open_storage
+
+    return unapplied_messages(open_storage(config.storage), config.name, start, end)
+
+
 def main(argv: list[str] | None = None) -> int:
     def options(p):  # noqa: ANN001, ANN202
         p.add_argument("--on-bad-message", choices=["fail", "continue"], default=None, help="override the pipeline's policy")
         p.add_argument("--on-table-error", choices=["fail", "isolate"], default=None, help="override the pipeline's policy")
 
-    return interval_job("apply", run, argv, options, before_spark=confirm_without_spark)
+    return interval_job("apply", run, argv, options, before_spark=confirm_without_spark, ahead=messages_ahead)
 
 
 if __name__ == "__main__":

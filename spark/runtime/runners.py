@@ -6,6 +6,7 @@ same task functions run either way."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Protocol, Sequence
 
@@ -67,11 +68,14 @@ class DriverFirstRunner:
     need. The same functions run either way.
     """
 
-    def __init__(self, start_context: Callable[[], Any], driver_max_messages: int) -> None:
+    def __init__(self, start_context: Callable[[], Any], driver_max_messages: int,
+                 load: Callable[[], None] | None = None) -> None:
         self._start_context = start_context
+        self._load = load  # what a start ahead imports, imported on the caller's thread (``expect``)
         self._context: Any = None
+        self._starting: _Starting | None = None  # a start ``expect`` began, not waited for yet
         self.driver_max_messages = driver_max_messages
-        # Seconds spent starting the context: a job's report counts them apart from its stages
+        # Seconds the run waited for the context: a job's report counts them apart from its stages
         # (what any Spark job pays first, and what a benchmark beside a warm session leaves out).
         self.start_seconds = 0.0
 
@@ -79,20 +83,40 @@ class DriverFirstRunner:
     def started(self) -> bool:
         return self._context is not None
 
+    def expect(self, messages: int | None) -> None:
+        """The run has at least ``messages`` messages ahead (None: not known yet). If that is more
+        than the driver takes, Spark starts now, on a thread, while the driver loads the rest of
+        its modules and plans: the JVM starting the context and the driver's imports use a core
+        each (a second's wait on two cores), instead of one after the other. On one core they
+        take turns and the run takes as long as before. The first stage that needs the context
+        waits for it, and fails with the start's error if it failed."""
+        if messages is None or self._context is not None or self._starting is not None or self._in_driver(messages):
+            return
+        log.info("starting Spark: %d messages ahead", messages)
+        if self._load is not None:
+            self._load()
+        self._starting = _Starting(self._start_context)
+
     @property
     def context(self) -> Any:
         if self._context is None:
-            log.info("starting Spark")
             clock = time.perf_counter()
-            started = self._start_context()
+            if self._starting is not None:
+                starting, self._starting = self._starting, None
+                started = starting.result()
+            else:
+                log.info("starting Spark")
+                started = self._start_context()
             self._context = getattr(started, "sparkContext", started)
             self.start_seconds += time.perf_counter() - clock
         return self._context
 
-    def for_messages(self, messages: int) -> LocalRunner | SparkRunner:
+    def _in_driver(self, messages: int) -> bool:
         # 0 sends everything to Spark, an empty interval included: a cluster's settings stay exercised.
-        in_driver = self.driver_max_messages > 0 and messages <= self.driver_max_messages
-        return LocalRunner() if in_driver else SparkRunner(self.context)
+        return self.driver_max_messages > 0 and messages <= self.driver_max_messages
+
+    def for_messages(self, messages: int) -> LocalRunner | SparkRunner:
+        return LocalRunner() if self._in_driver(messages) else SparkRunner(self.context)
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         if not tasks:
@@ -100,6 +124,33 @@ class DriverFirstRunner:
         return SparkRunner(self.context).map(fn, tasks)  # work nobody sized: Spark, as before
 
     def stop(self) -> None:
+        if self._starting is not None:  # started ahead and never needed (the run failed, or settled without it)
+            starting, self._starting = self._starting, None
+            self._context = getattr(started := starting.result(), "sparkContext", started)
         if self._context is not None:
             stop_context(self._context)  # not waiting for PySpark's accumulator server
             self._context = None
+
+
+class _Starting:
+    """``start()`` running on a daemon thread; ``result()`` waits for it and returns what it returned,
+    or raises what it raised. A daemon thread, so a job that fails before it needs the context
+    never waits at exit for one it will not use (``stop`` waits for it and stops it)."""
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(start,), name="tidelake-spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self, start: Callable[[], Any]) -> None:
+        try:
+            self._value = start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for it
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -126,18 +126,24 @@ def test_session_defaults_apply_unless_spark_submit_sets_them(tmp_path: Path) ->
 def test_driver_daemon_and_workers_import_pyspark_from_its_installed_package_not_sparks_zip(tmp_path: Path) -> None:
     """spark-submit and the executors put Spark's zip of PySpark sources first on the path; from
     it every process compiles what it imports (0.53 s against 0.12 s). The driver, the daemon
-    (``spark.runtime.daemon``) and its workers import the installed package it came from."""
+    (``spark.runtime.daemon``) and its workers import the installed package it came from, and the
+    workers start with tidelake's task modules loaded by the daemon."""
     probe = tmp_path / "probe.py"
     probe.write_text(
         f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import build_context\n"
         "s = build_context('probe')\n"
         "def where(_):\n"
-        "    import os, pyspark, py4j\n"
-        "    return pyspark.__file__, py4j.__file__, open(f'/proc/{os.getppid()}/cmdline').read().replace(chr(0), ' ')\n"
+        "    import os, sys, pyspark, py4j\n"
+        "    preloaded = all(m in sys.modules for m in ('spark.decode.changelog', 'spark.write.plane', 'pyiceberg.manifest'))\n"
+        "    return pyspark.__file__, py4j.__file__, preloaded, open(f'/proc/{os.getppid()}/cmdline').read().replace(chr(0), ' ')\n"
         "import pyspark, py4j\n"
         "print('DRIVER', pyspark.__file__, py4j.__file__)\n"
         "for w in set(s.parallelize(range(2), 2).map(where).collect()):\n"
         "    print('WORKER', *w)\n"
+        "s.stop()\n"
+        "s = build_context('probe', **{'spark.executorEnv.TIDELAKE_DAEMON_PRELOAD': '0'})\n"
+        "for w in set(s.parallelize(range(2), 2).map(where).collect()):\n"
+        "    print('BARE', *w)\n"
         "s.stop()\n"
     )
     bin_dir = Path(sys.executable).parent
@@ -145,8 +151,12 @@ def test_driver_daemon_and_workers_import_pyspark_from_its_installed_package_not
     run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[2]", str(probe)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    lines = [line.split() for line in run.stdout.splitlines() if line.startswith(("DRIVER", "WORKER"))]
-    assert {line[0] for line in lines} == {"DRIVER", "WORKER"}
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith(("DRIVER", "WORKER", "BARE"))]
+    assert {line[0] for line in lines} == {"DRIVER", "WORKER", "BARE"}
     for line in lines:
         assert ".zip" not in line[1] and ".zip" not in line[2], line
-    assert all("spark.runtime.daemon" in " ".join(line[3:]) for line in lines if line[0] == "WORKER")
+    assert all("spark.runtime.daemon" in " ".join(line[4:]) for line in lines if line[0] != "DRIVER")
+    # Forked by a daemon that imported tidelake's task modules first, unless the context's
+    # environment turned that off (the benchmarks' Spark-alone baseline).
+    assert {line[3] for line in lines if line[0] == "WORKER"} == {"True"}
+    assert {line[3] for line in lines if line[0] == "BARE"} == {"False"}

@@ -135,7 +135,7 @@ def test_apply_job_prints_one_summary_block(context: dict, pipeline: Path, monke
         seen.update(policy=config.on_bad_message, tables=config.on_table_error, start=start, end=end)
         return ApplyResult(W, W - 1, ["shop.orders", "shop.x"], apply_report(), replayed=["20231231T230000Z"])
 
-    monkeypatch.setattr(apply_job, "apply_interval", apply_interval)
+    monkeypatch.setattr("spark.commit.apply.apply_interval", apply_interval)  # the job imports it when it runs
     assert apply_job.main([*interval_args(pipeline), "--on-bad-message", "continue", "--on-table-error", "fail"]) == 0
     assert seen == {"policy": "continue", "tables": "fail", "start": T0, "end": T0 + dt.timedelta(hours=1)}
     assert context["spark"].stdout_at_stop.splitlines() == [
@@ -230,13 +230,20 @@ def test_the_apply_job_confirms_a_done_interval_before_starting_spark(tmp_path: 
                                 "topics": [{"name": "cdc", "protocol": "canal-json"}],
                                 "storage": {"url": str(tmp_path / "archive")}}))
 
+    started = []
+
     def no_spark(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        started.append(args)  # recorded: a start ahead runs on a thread, whose error the job would only log
         raise AssertionError("Spark was started for an interval that is done")
 
     monkeypatch.setattr("spark.runtime.session.build_context", no_spark)
     code = job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()])
     assert code == 0
     assert f"W {w} confirmed" in capsys.readouterr().out
+    # Nor when every interval goes to Spark (driver_max_messages 0): a run went past it, so nothing is ahead.
+    path.write_text(json.dumps({**json.loads(path.read_text()), "driver_max_messages": 0}))
+    assert job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()]) == 0
+    assert f"W {w} confirmed" in capsys.readouterr().out and started == []
 
 
 def test_the_apply_job_runs_a_small_interval_in_the_driver_and_a_larger_one_on_spark(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
@@ -362,3 +369,62 @@ def test_the_report_counts_spark_start_up_apart_from_the_stage_that_started_it(t
     assert set(stages) == {"start Spark", "decode", "fold", "commit and tag", "rewrite"}
     second = apply_interval(config, T0 + HOUR, T0 + 2 * HOUR, runner=runner).report
     assert "start Spark" not in second["stage_seconds"] and second["stage_seconds"]["decode"] >= 0
+
+
+def test_an_interval_with_work_ahead_starts_spark_before_the_run_loads(context: dict, pipeline: Path) -> None:
+    """``ahead`` is read first; more messages than the driver takes start Spark on a thread before
+    ``before_spark`` and ``run`` load their modules, and the job stops it even if no stage used it."""
+    import threading
+
+    began = threading.Event()
+    build = spark.runtime.session.build_context
+
+    def recorded(*args, **kwargs):
+        context["thread"] = threading.current_thread()
+        began.set()
+        return build(*args, **kwargs)
+
+    spark.runtime.session.build_context = recorded
+    try:
+        seen: list[bool] = []
+
+        def confirm(config, start, end, args):
+            seen.append(began.wait(5))  # started without any stage asking
+            return None
+
+        def run(config, start, end, runner, args):
+            return 0
+
+        ahead = lambda config, start, end: config.driver_max_messages + 1  # noqa: E731
+        assert interval_job("apply", run, interval_args(pipeline), before_spark=confirm, ahead=ahead) == 0
+        assert seen == [True] and context["thread"] is not threading.main_thread()
+        assert context["spark"].stdout_at_stop == ""  # stopped at the end
+        context.clear()
+        began.clear()
+        assert interval_job("apply", run, interval_args(pipeline), before_spark=confirm,
+                            ahead=lambda config, start, end: config.driver_max_messages) == 0
+        assert context == {}  # what the driver takes starts nothing
+    finally:
+        spark.runtime.session.build_context = build
+
+
+def test_the_apply_job_s_work_ahead_is_an_unapplied_interval_s_landed_messages(tmp_path: Path) -> None:
+    from cdc_codecs import get_encoder
+    from spark.archive.storage import open_storage
+    from spark.commit.apply import apply_interval
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
+
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=2, events=60, seed=5, watermark_every=7)).events()), 1)
+    config = make_config(tmp_path, "canal-json")
+    writer = ArchiveWriter(config, open_storage(config.storage), {"cdc": 1})
+    first = writer.interval(T0, T0 + HOUR, [("cdc", r) for r in records[:30]])
+    second = writer.interval(T0 + HOUR, T0 + 2 * HOUR, [("cdc", r) for r in records[30:]])
+    ahead = [apply_job.messages_ahead(config, T0 + i * HOUR, T0 + (i + 1) * HOUR) for i in range(3)]
+    assert ahead == [first.messages, second.messages, None] and first.messages == 30  # the third is not landed
+    apply_interval(config, T0, T0 + HOUR)
+    assert apply_job.messages_ahead(config, T0, T0 + HOUR) is None  # applied: a rerun may only confirm it
+    assert apply_job.messages_ahead(config, T0 + HOUR, T0 + 2 * HOUR) == second.messages
+    apply_interval(config, T0 + HOUR, T0 + 2 * HOUR)
+    assert apply_job.messages_ahead(config, T0, T0 + HOUR) is None  # a later interval applied: nothing ahead

@@ -19,14 +19,16 @@ def _worker_heaps(runner: Any) -> list[tuple[int, int]]:
 
 
 def test_a_worker_that_ran_a_task_of_tidelake_walks_only_what_tasks_left(spark_runner: Any) -> None:
+    # A fresh context's workers: forked by a daemon that imported tidelake's task modules and froze
+    # them (spark.runtime.daemon): a collection walks a small part of what they hold.
     before = _worker_heaps(spark_runner)
-    assert all(frozen == 0 for _, frozen in before)  # a fresh context's workers: nothing frozen yet
+    assert all(walked * 4 < frozen for walked, frozen in before), before
 
     def task(n: int) -> tuple[int, int]:
         import gc
         import sys
 
-        import pyarrow.parquet  # noqa: F401 - what a task imports itself is frozen from its next task on
+        import pyarrow.json  # noqa: F401 - no stage's: what a task imports itself is frozen from its next task on
 
         from spark.runtime import tasks
 
@@ -36,6 +38,5 @@ def test_a_worker_that_ran_a_task_of_tidelake_walks_only_what_tasks_left(spark_r
     assert all(frozen > 0 and imported > 0 for frozen, imported in first)
     assert all(frozen > 0 and imported == 0 for frozen, imported in spark_runner.map(task, [1, 2]))
     after = _worker_heaps(spark_runner)
-    assert all(frozen > 0 for _, frozen in after)
-    # What a collection walks: tens of thousands of objects before, a few thousand after.
-    assert max(walked for walked, _ in after) * 4 < min(walked for walked, _ in before), (before, after)
+    # What a collection walks: a few thousand objects of the >100k a worker holds.
+    assert all(walked * 4 < frozen for walked, frozen in after), after
