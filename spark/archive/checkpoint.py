@@ -83,10 +83,11 @@ def applied_from(storage: Storage, pipeline: str, chain: list[tuple[dt.datetime,
 
 
 def unapplied_messages(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> int | None:
-    """The messages the interval landed, when no run applied it or a later one: the least an apply run
-    of it will decode (the walk may replay earlier intervals too). None when it is not landed or a run
-    went past it (a rerun, which may only confirm it). Read from the archive's small records alone,
-    before a job loads anything else (``spark.runtime.runners.DriverFirstRunner.expect``)."""
+    """The messages the interval landed, when no run applied it or a later one: what an apply run of
+    it decodes (the walk may replay earlier intervals too), or, retried after an attempt that
+    decoded them and failed later, about the change-log rows it folds. None when it is not landed
+    or a run went past it (a rerun, which may only confirm it). Read from the archive's small
+    records alone, before a job loads anything else (``spark.runtime.runners.DriverFirstRunner.expect``)."""
     chain = list_manifests(storage, pipeline)
     target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (start, end)), None)
     if target is None or applied_from(storage, pipeline, chain, target):

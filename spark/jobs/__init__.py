@@ -51,9 +51,11 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     that is done already): an exit code, or None to go on. ``runner`` is a
     ``DriverFirstRunner``: Spark starts only if the interval holds more than the pipeline's
     ``driver_max_messages`` messages. ``ahead(config, start, end)``: the messages the run has
-    ahead for sure, read before ``before_spark`` and ``run`` load their modules (None: not
-    known); more than the driver takes starts Spark then, beside that loading
+    ahead, read before ``before_spark`` and ``run`` load their modules (None: not known, or the
+    interval may be done); more than the driver takes starts Spark then, beside that loading
     (``DriverFirstRunner.expect``). A job's module therefore imports what ``run`` needs inside it.
+    An interval with work ahead is not done: ``before_spark`` is not asked (it would read the
+    same manifests and checkpoints again to say so).
 
     Exit codes: 0 done, 2 configuration error, 1 the run failed (the message says why).
     """
@@ -92,9 +94,9 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
         lambda: build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level),
         config.driver_max_messages, load=load_pyspark)
     try:
-        if ahead is not None:
-            runner.expect(ahead(config, start, end))
-        if before_spark is not None and (settled := before_spark(config, start, end, args)) is not None:
+        work = ahead(config, start, end) if ahead is not None else None
+        runner.expect(work)
+        if before_spark is not None and work is None and (settled := before_spark(config, start, end, args)) is not None:
             return settled
         return run(config, start, end, runner, args)
     except Exception as exc:  # noqa: BLE001 - see failed()

@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 # ``ahead`` has started Spark beside them (spark.jobs.interval_job).
 
 
-def apply_summary(result: ApplyResult) -> list[str]:
-    """The task log's account of an apply run, from its report (whatever its outcome)."""
+def apply_summary(result: ApplyResult, spark_started: bool = False) -> list[str]:
+    """The task log's account of an apply run, from its report (whatever its outcome);
+    ``spark_started``: the job started Spark (ahead, ``DriverFirstRunner.expect``) though the run
+    went on in the driver."""
     from spark.commit.report import isolated_lines
 
     r: dict[str, Any] = result.report
@@ -55,7 +57,12 @@ def apply_summary(result: ApplyResult) -> list[str]:
     if "messages_decoded" in r:
         lines.append(f"  decoded {r['messages_decoded']} messages, {r['events_decoded']} events in {r['seconds']:.2f} s; "
                      f"{r['already_applied_skipped']} already applied, {r['quarantined']} quarantined")
-        if r.get("ran_in") == "driver":
+        if r.get("ran_in") == "driver" and spark_started:
+            # A retry whose failed attempt decoded the interval: its landed messages started Spark
+            # ahead, and the fold of what was decoded was small enough for the driver.
+            lines.append("  ran in the driver (at most driver_max_messages messages to read); Spark, started "
+                         "ahead for the interval's landed messages, was not needed")
+        elif r.get("ran_in") == "driver":
             lines.append("  ran in the driver without starting Spark (at most driver_max_messages messages to read)")
     if result.replayed:
         lines.append(f"  replayed first: intervals ending {', '.join(result.replayed)}")
@@ -74,7 +81,8 @@ def run(config, start, end, runner, args) -> int:  # noqa: ANN001 - see interval
         config = dataclasses.replace(config, on_bad_message=args.on_bad_message)
     if args.on_table_error:
         config = dataclasses.replace(config, on_table_error=args.on_table_error)
-    emit(apply_summary(apply_interval(config, start, end, runner=runner)))
+    result = apply_interval(config, start, end, runner=runner)
+    emit(apply_summary(result, spark_started=runner.started or runner.starting))
     return 0
 
 

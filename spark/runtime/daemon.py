@@ -12,8 +12,10 @@ Each worker used to import the modules of its first task itself (``TASK_MODULES`
 import: pyarrow's compute and parquet, pyiceberg's manifests, the codecs; 0.8 s), once per task
 slot: on two cores, a core's worth of that work was done twice. The daemon imports them once,
 before its first fork, and every worker starts with them loaded (copy-on-write pages, shared
-until written). Nothing in them starts a thread or opens a file at import that a fork would
-break: pyarrow's thread pools start on first use, in the worker. ``PRELOAD_ENV`` set to 0 in the
+until written). They open no file or socket at import; the two threads they start (numpy's
+OpenBLAS pool, jemalloc's background thread under pyarrow) are rebuilt in a forked child by
+their own fork handlers, and pyarrow's thread pools start on first use, in the worker
+(tests/spark/runtime/test_daemon.py forks after the preload and runs them). ``PRELOAD_ENV`` set to 0 in the
 context's environment (``spark.executorEnv.TIDELAKE_DAEMON_PRELOAD=0``) turns the preload off: the
 benchmarks' Spark-alone baseline (bench/spark_alone.py) measures Spark's own start, not tidelake's imports.
 """

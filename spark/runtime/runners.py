@@ -83,6 +83,11 @@ class DriverFirstRunner:
     def started(self) -> bool:
         return self._context is not None
 
+    @property
+    def starting(self) -> bool:
+        """A start ``expect`` began that no stage has waited for yet."""
+        return self._starting is not None
+
     def expect(self, messages: int | None) -> None:
         """The run has at least ``messages`` messages ahead (None: not known yet). If that is more
         than the driver takes, Spark starts now, on a thread, while the driver loads the rest of

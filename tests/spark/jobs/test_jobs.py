@@ -373,7 +373,8 @@ def test_the_report_counts_spark_start_up_apart_from_the_stage_that_started_it(t
 
 def test_an_interval_with_work_ahead_starts_spark_before_the_run_loads(context: dict, pipeline: Path) -> None:
     """``ahead`` is read first; more messages than the driver takes start Spark on a thread before
-    ``before_spark`` and ``run`` load their modules, and the job stops it even if no stage used it."""
+    ``run`` loads its modules, and the job stops it even if no stage used it. An interval with work
+    ahead is not done: ``before_spark`` is not asked; with none known it is."""
     import threading
 
     began = threading.Event()
@@ -386,26 +387,43 @@ def test_an_interval_with_work_ahead_starts_spark_before_the_run_loads(context: 
 
     spark.runtime.session.build_context = recorded
     try:
-        seen: list[bool] = []
+        seen: list[str] = []
 
         def confirm(config, start, end, args):
-            seen.append(began.wait(5))  # started without any stage asking
+            seen.append("confirm")
             return None
 
         def run(config, start, end, runner, args):
+            seen.append(f"run, started ahead: {began.wait(5)}")  # started without any stage asking
             return 0
 
         ahead = lambda config, start, end: config.driver_max_messages + 1  # noqa: E731
         assert interval_job("apply", run, interval_args(pipeline), before_spark=confirm, ahead=ahead) == 0
-        assert seen == [True] and context["thread"] is not threading.main_thread()
+        assert seen == ["run, started ahead: True"] and context["thread"] is not threading.main_thread()
         assert context["spark"].stdout_at_stop == ""  # stopped at the end
         context.clear()
         began.clear()
+        seen.clear()
         assert interval_job("apply", run, interval_args(pipeline), before_spark=confirm,
                             ahead=lambda config, start, end: config.driver_max_messages) == 0
-        assert context == {}  # what the driver takes starts nothing
+        assert context == {} and seen == ["run, started ahead: False"]  # what the driver takes starts nothing
+        assert interval_job("apply", run, interval_args(pipeline), before_spark=confirm,
+                            ahead=lambda config, start, end: None) == 0
+        assert context == {} and seen[1:] == ["confirm", "run, started ahead: False"]  # may be done: confirm first
     finally:
         spark.runtime.session.build_context = build
+
+
+def test_a_run_that_stayed_in_the_driver_says_when_spark_was_started_ahead() -> None:
+    """A retry whose failed attempt decoded the interval folds what was decoded, maybe in the driver,
+    though the interval's landed messages started Spark ahead: the summary does not say it never started."""
+    report = {**apply_report(), "ran_in": "driver"}
+    quiet = apply_job.apply_summary(ApplyResult(W, W - 1, [], report))
+    ahead = apply_job.apply_summary(ApplyResult(W, W - 1, [], report), spark_started=True)
+    assert "  ran in the driver without starting Spark (at most driver_max_messages messages to read)" in quiet
+    assert ("  ran in the driver (at most driver_max_messages messages to read); Spark, started ahead for the "
+            "interval's landed messages, was not needed") in ahead
+    assert not any("without starting Spark" in line for line in ahead)
 
 
 def test_the_apply_job_s_work_ahead_is_an_unapplied_interval_s_landed_messages(tmp_path: Path) -> None:
