@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from spark.archive import layout, records
-from spark.archive.manifest import SegmentRef, list_manifests, read_manifest
+from spark.archive.manifest import SegmentRef, chain_index, list_manifests, read_manifest
 from spark.archive.storage import Storage
 
 PKey = tuple[str, int]
@@ -89,7 +89,7 @@ def unapplied_messages(storage: Storage, pipeline: str, start: dt.datetime, end:
     or a run went past it (a rerun, which may only confirm it). Read from the archive's small
     records alone, before a job loads anything else (``spark.runtime.runners.DriverFirstRunner.expect``)."""
     chain = list_manifests(storage, pipeline)
-    target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (start, end)), None)
+    target = chain_index(chain, start, end)
     if target is None or applied_from(storage, pipeline, chain, target):
         return None
     return read_manifest(storage, chain[target][2]).messages

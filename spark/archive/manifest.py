@@ -141,6 +141,11 @@ def list_manifests(storage: Storage, pipeline: str) -> list[tuple[dt.datetime, d
     return sorted(out)
 
 
+def chain_index(chain: list[tuple[dt.datetime, dt.datetime, str]], start: dt.datetime, end: dt.datetime) -> int | None:
+    """The index of the interval [start, end) in ``list_manifests``' chain; None if it is not landed."""
+    return next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (start, end)), None)
+
+
 def neighbours(storage: Storage, pipeline: str, start: dt.datetime, end: dt.datetime) -> tuple[Manifest | None, Manifest | None]:
     """The manifest ending last at or before ``start``, and the first starting at or after ``end``."""
     before = after = None

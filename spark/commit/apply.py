@@ -25,7 +25,7 @@ from spark.archive.checkpoint import applied_from
 from spark.archive.floors import require_interval_kept
 from spark.archive.format import require_format
 from spark.runtime.runners import LocalRunner, Runner
-from spark.archive.manifest import list_manifests
+from spark.archive.manifest import chain_index, list_manifests
 from spark.archive.storage import Storage, open_storage
 from spark.archive.lease import Lease
 from spark.commit.run import ApplyError, ApplyResult, BadMessagesError, PipelineRun, TablesAheadError
@@ -89,7 +89,7 @@ def confirm_if_done(config: PipelineConfig, interval_start: dt.datetime, interva
     storage = storage or open_storage(config.storage)
     require_interval_kept(storage, config.name, interval_start, interval_end, "confirm")
     chain = list_manifests(storage, config.name)
-    target = next((i for i, (s, e, _) in enumerate(chain) if (s, e) == (interval_start, interval_end)), None)
+    target = chain_index(chain, interval_start, interval_end)
     if target is None:
         return None
     if not applied_from(storage, config.name, chain, target):
