@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spark.archive import layout, records
 from spark.archive.records import CorruptArchiveFile
@@ -22,6 +25,10 @@ FORMAT = 1
 
 class ManifestError(CorruptArchiveFile):
     """A manifest is unreadable or contradicts its neighbours."""
+
+
+class MissingSegment(CorruptArchiveFile):
+    """A raw segment a manifest lists is not in the archive (deleted under it)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,27 @@ class Manifest:
             raise ManifestError(f"{where}: damaged manifest: its interval ends before it starts")
         return Manifest(doc["pipeline"], start, end, tuple(parts), doc.get("previous"),
                         records.instant(doc["created_at"], where, "created_at", ManifestError))
+
+
+def segment_batches(storage: Storage, path: str, columns: list[str], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """A raw segment's messages in offset order, ``batch_size`` at a time, read on this thread (a
+    task has its core: handing a batch's columns to Arrow's pool cost CPU). Every reader of raw
+    segments reads them here.
+
+    Raises:
+        MissingSegment: the file is not in the archive, naming it.
+        CorruptArchiveFile: Arrow refuses it (not Parquet, other columns), naming it. An ``OSError``
+            past the open stays the storage's, as in every streamed read of the archive: it cannot be
+            told from damaged bytes here.
+    """
+    where = f"{storage.url}/{path}"
+    try:
+        source = storage.arrow_fs.open_input_file(storage.arrow_path(path))
+    except FileNotFoundError:
+        raise MissingSegment(f"{where}: raw segment missing from the archive, though a manifest lists it: no run can "
+                             "derive its interval without it; restore the file (a backup, the bucket's versioning)") from None
+    with source, records.damaged_file(where, "raw segment"):
+        yield from pq.ParquetFile(source).iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
 
 
 def read_manifest(storage: Storage, path: str) -> Manifest:

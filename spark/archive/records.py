@@ -15,7 +15,9 @@ version's additions) but not checked.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from typing import Annotated, Any, NotRequired, TypedDict, TypeVar
 
 import msgspec
@@ -36,6 +38,15 @@ Seconds = Annotated[float, msgspec.Meta(ge=0, lt=1e11)]  # epoch seconds before 
 class CorruptArchiveFile(TidelakeError):
     """Bytes read back from the archive are not the record tidelake writes there: names the file
     and what is wrong in it."""
+
+
+@contextlib.contextmanager
+def damaged_file(where: str, what: str) -> Iterator[None]:
+    """An Arrow error reading the file at ``where`` as ``CorruptArchiveFile`` naming it."""
+    try:
+        yield
+    except pa.ArrowException as exc:
+        raise CorruptArchiveFile(f"{where}: damaged {what}: {type(exc).__name__}: {exc}") from None
 
 
 def read_record(data: bytes, shape: Any, where: str, what: str, error: type[CorruptArchiveFile] = CorruptArchiveFile) -> Any:

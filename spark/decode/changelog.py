@@ -54,7 +54,7 @@ from spark.decode.batch import CanalBatch
 from spark.decode.clock import CommitTsClock, DerivedClock
 from spark.archive.records import CorruptArchiveFile
 from spark.decode.effect import CorruptChangeValue, decode_effect, encode_effect, image_encoder
-from spark.archive.manifest import SegmentRef
+from spark.archive.manifest import SegmentRef, segment_batches
 from spark.decode.side_output import DecoderState, SegmentRuns, SideOutput, read_side_output
 from spark.core.keys import change_effects, key_bytes, key_hash, table_seed
 from spark.archive.storage import AlreadyExists, Storage, open_storage
@@ -424,9 +424,7 @@ class RawBatch:
 
 def _raw_batches(storage: Storage, segment: SegmentRef) -> Iterator[RawBatch]:
     """A raw segment's messages in offset order, in row-group sized batches."""
-    source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
-    # One thread: a task has its core, and handing a batch's five columns to Arrow's pool cost CPU.
-    for n, batch in enumerate(source.iter_batches(batch_size=READ_BATCH, columns=list(_RAW_COLUMNS), use_threads=False)):
+    for n, batch in enumerate(segment_batches(storage, segment.path, list(_RAW_COLUMNS), READ_BATCH)):
         if n == 0 and batch.num_rows > 2 * FIRST_BATCH:
             yield RawBatch(batch.slice(0, FIRST_BATCH))
             batch = batch.slice(FIRST_BATCH)

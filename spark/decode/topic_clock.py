@@ -20,13 +20,12 @@ from __future__ import annotations
 import dataclasses
 
 import orjson
-import pyarrow.parquet as pq
 
 from cdc_codecs.canal_json import AUTO, TIDB_EXTENSION_OPTION
 from cdc_codecs.registry import protocol_spec
 from spark.archive import layout
 from spark.config import PipelineConfig, TopicConfig
-from spark.archive.manifest import list_manifests, read_manifest
+from spark.archive.manifest import list_manifests, read_manifest, segment_batches
 from spark.archive.storage import AlreadyExists, Storage
 
 FORMAT = 1
@@ -76,9 +75,8 @@ def _first_message_says(storage: Storage, config: PipelineConfig, topic: str) ->
     for _, _, path in list_manifests(storage, config.name):
         segments = [(p.partition, s) for p in read_manifest(storage, path).partitions if p.topic == topic for s in p.segments]
         for partition, segment in sorted(segments, key=lambda x: (x[1].start, x[0])):
-            source = pq.ParquetFile(storage.arrow_fs.open_input_file(storage.arrow_path(segment.path)))
             seen = 0
-            for batch in source.iter_batches(batch_size=_PEEK, columns=["offset", "value"]):
+            for batch in segment_batches(storage, segment.path, ["offset", "value"], _PEEK):
                 for offset, value in zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist()):
                     seen += 1
                     doc = _document(value)

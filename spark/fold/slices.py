@@ -16,7 +16,6 @@ one task per slice; the local plane folds one slice covering everything.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -25,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark.archive import records
-from spark.archive.records import CorruptArchiveFile
+from spark.archive.records import damaged_file
 from spark.decode.changelog import CHANGE_LOG_SCHEMA
 from spark.fold.select import APPLY, PENDING, SELECTED_FIELDS, SKIPPED, FoldWindow, select
 from spark.core.keys import Order
@@ -104,15 +103,6 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
             hashes = rows.column("key_hash")
             rows = rows.filter(pc.and_(pc.greater_equal(hashes, lo), pc.less(hashes, hi)))
         yield select(rows, window)
-
-
-@contextlib.contextmanager
-def damaged_file(where: str, what: str) -> Iterator[None]:
-    """An Arrow error reading the file at ``where`` as ``CorruptArchiveFile`` naming it."""
-    try:
-        yield
-    except pa.ArrowException as exc:
-        raise CorruptArchiveFile(f"{where}: damaged {what}: {type(exc).__name__}: {exc}") from None
 
 
 def read_net_change(storage: Storage, path: str) -> pa.Table:

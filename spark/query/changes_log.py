@@ -46,7 +46,8 @@ from spark.decode.topic_clock import settle_topic_clocks
 from spark.core.keys import change_order
 from spark.fold.net_change import greatest
 from spark.fold.select import APPLY, FoldWindow, select
-from spark.fold.slices import EVERYTHING, Slice, damaged_file, slice_row_groups
+from spark.archive.records import damaged_file
+from spark.fold.slices import EVERYTHING, Slice, slice_row_groups
 from spark.fold.window import IntervalWindow, merged
 from spark.archive.floors import ArchivePruned
 from spark.runtime import credentials

@@ -446,3 +446,34 @@ def test_the_apply_job_s_work_ahead_is_an_unapplied_interval_s_landed_messages(t
     assert apply_job.messages_ahead(config, T0 + HOUR, T0 + 2 * HOUR) == second.messages
     apply_interval(config, T0 + HOUR, T0 + 2 * HOUR)
     assert apply_job.messages_ahead(config, T0, T0 + HOUR) is None  # a later interval applied: nothing ahead
+
+
+@pytest.mark.parametrize("harm", ["deleted", "damaged"])
+def test_a_raw_segment_deleted_or_damaged_under_its_manifest_fails_the_run_in_one_line_naming_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, harm: str) -> None:
+    """The archive is the system of record: a segment a manifest lists that is gone, or that Arrow
+    cannot read, stops the run with a typed error naming the file (``manifest.segment_batches``),
+    never a traceback; nothing is applied."""
+    from cdc_codecs import get_encoder
+    from spark.archive.storage import open_storage
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
+
+    config = make_config(tmp_path, "canal-json")
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=30, seed=2)).events()), 1)
+    manifest = ArchiveWriter(config, open_storage(config.storage), {"cdc": 1}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+    segment = tmp_path / "archive" / manifest.partitions[0].segments[0].path
+    if harm == "deleted":
+        segment.unlink()
+    else:
+        segment.write_bytes(b"not a Parquet file, overwritten")  # Arrow: ArrowInvalid (an OSError stays the storage's)
+    path = tmp_path / "shop.json"
+    path.write_text(json.dumps({"name": "shop", "kafka": {"bootstrap_servers": "unused:9092"},
+                                "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")}}))
+    caplog.set_level(logging.ERROR, logger="tidelake")
+    assert apply_job.main(["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()]) == 1
+    [line] = [r.getMessage() for r in caplog.records]
+    expected = "raw segment missing from the archive, though a manifest lists it" if harm == "deleted" else "damaged raw segment"
+    assert line.startswith(f"{open_storage(config.storage).url}/{manifest.partitions[0].segments[0].path}: {expected}"), line
+    assert not (tmp_path / "archive" / "shop" / "published").exists()
