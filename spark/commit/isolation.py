@@ -56,7 +56,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
-from cdc_codecs import DdlChange
+from cdc_codecs import DdlChange, TidelakeError
 from spark.archive import layout
 from spark.commit.plan import SchemaStep, TablePlan
 from spark.core.keys import Order, change_order
@@ -160,6 +160,17 @@ def executor_error(exc: BaseException) -> tuple[str, str] | None:
             name, _, message = line.partition(": ")
             return name.strip(), message.strip()
     return None
+
+
+def executor_tidelake_error(exc: BaseException) -> str | None:
+    """The line of a tidelake error (``TidelakeError``: a damaged or missing archive file, a value it
+    refuses) that a Spark task raised, out of the Spark error the driver got: what a job prints
+    for it, as for the same error raised in the driver; None for anything else."""
+    if not type(exc).__module__.startswith(("py4j", "pyspark")):
+        return None
+    raised = executor_error(exc)
+    cls = _known_class(raised[0]) if raised else None
+    return raised[1] if cls is not None and issubclass(cls, TidelakeError) and raised[1] else None
 
 
 def _known_class(name: str) -> type | None:

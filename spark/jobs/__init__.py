@@ -110,12 +110,18 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
 
 def failed(exc: BaseException) -> int:
     """A job's failure as one line on stderr and exit code 1 (Airflow retries the task): tidelake's own
-    errors as they say, a service's (S3, catalog, Kafka, Spark) naming the service and what to do
+    errors as they say (raised in the driver, or in a Spark task: ``executor_tidelake_error``), a
+    service's (S3, catalog, Kafka, Spark) naming the service and what to do
     (``spark.runtime.services``). Anything else is a bug: raised, with its traceback."""
     from spark.runtime.services import classify
 
     found = classify(exc)
     if found is None and not isinstance(exc, TidelakeError):
-        raise exc
+        from spark.commit.isolation import executor_tidelake_error
+
+        if (own := executor_tidelake_error(exc)) is None:
+            raise exc
+        log.error("%s", own)
+        return 1
     log.error("%s", found or exc)
     return 1

@@ -477,3 +477,30 @@ def test_a_raw_segment_deleted_or_damaged_under_its_manifest_fails_the_run_in_on
     expected = "raw segment missing from the archive, though a manifest lists it" if harm == "deleted" else "damaged raw segment"
     assert line.startswith(f"{open_storage(config.storage).url}/{manifest.partitions[0].segments[0].path}: {expected}"), line
     assert not (tmp_path / "archive" / "shop" / "published").exists()
+
+
+@pytest.mark.slow  # a Spark context
+def test_a_tidelake_error_a_spark_task_raised_is_the_job_s_one_line_too(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The same deleted segment, decoded by a Spark task (``driver_max_messages = 0``; the segment of
+    partition 1, which the topic clock's peek in the driver does not read): the driver gets a Py4J
+    error carrying the task's traceback; the job prints the task's error line, not that traceback."""
+    from cdc_codecs import get_encoder
+    from spark.archive.storage import open_storage
+    from spark.demo.workload import Workload, WorkloadSpec
+
+    from tests.spark.archives import HOUR, T0, ArchiveWriter, make_config
+
+    config = make_config(tmp_path, "canal-json")
+    records = get_encoder("canal-json").encode_all(list(Workload(WorkloadSpec(tables=1, events=40, seed=2)).events()), 2)
+    manifest = ArchiveWriter(config, open_storage(config.storage), {"cdc": 2}).interval(T0, T0 + HOUR, [("cdc", r) for r in records])
+    [gone] = [s.path for p in manifest.partitions if p.partition == 1 for s in p.segments]
+    (tmp_path / "archive" / gone).unlink()
+    path = tmp_path / "shop.json"
+    path.write_text(json.dumps({"name": "shop", "kafka": {"bootstrap_servers": "unused:9092"}, "driver_max_messages": 0,
+                                "topics": [{"name": "cdc", "protocol": "canal-json"}], "storage": {"url": str(tmp_path / "archive")}}))
+    caplog.set_level(logging.ERROR, logger="tidelake")
+    argv = ["--config", str(path), "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat(), "--master", "local[1]"]
+    assert apply_job.main(argv) == 1
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line == (f"{open_storage(config.storage).url}/{gone}: raw segment missing from the archive, though a manifest lists it: "
+                    "no run can derive its interval without it; restore the file (a backup, the bucket's versioning)"), line
