@@ -8,8 +8,8 @@ previous manifest's ``end``, so intervals are contiguous in offset space.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
