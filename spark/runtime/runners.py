@@ -6,6 +6,7 @@ same task functions run either way."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -15,6 +16,8 @@ from spark.runtime.session import stop_context
 from spark.runtime.tasks import on_executor
 
 log = logging.getLogger(__name__)
+
+START_SWITCH_INTERVAL = 0.0005  # seconds: the GIL's switch interval while Spark starts on a thread (``_Starting``)
 
 
 class Runner(Protocol):
@@ -149,10 +152,17 @@ class _Starting:
         self._thread.start()
 
     def _run(self, start: Callable[[], Any]) -> None:
+        # The start makes ~90 calls into the JVM before the JVM's own start of the context, each
+        # waiting for the GIL while the driver imports: at the default 5 ms switch interval, up to
+        # 0.45 s. Until the context is up, the driver's thread hands the GIL over sooner.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, START_SWITCH_INTERVAL))
         try:
             self._value = start()
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for it
             self._error = exc
+        finally:
+            sys.setswitchinterval(interval)
 
     def result(self) -> Any:
         self._thread.join()

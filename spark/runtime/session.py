@@ -51,11 +51,6 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
     load_pyspark()
     from pyspark import SparkConf, SparkContext
 
-    # PySpark 4.2 imports pyspark.testing while converting SparkConf's arguments, which warns that
-    # pandas >= 3 is not fully supported: tidelake's jobs use no pandas, and the line stood in
-    # every job's log before anything of the run.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-
     # PySpark reads the worker interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Under spark-submit, SparkConf() holds what spark-submit was given (--conf, spark-defaults.conf).
@@ -83,11 +78,29 @@ def load_pyspark() -> None:
     """Import PySpark's context (from its installed package: ``pyspark_path``), as ``build_context``
     does first. A job that starts Spark on another thread calls this on its own before
     (``DriverFirstRunner``): imported on that thread, PySpark would take turns for the GIL with the
-    driver's own imports and reach the JVM later (0.55 s against 0.13 s)."""
+    driver's own imports and reach the JVM later (0.55 s against 0.13 s).
+
+    Under spark-submit (the JVM is up: PYSPARK_GATEWAY_PORT) it also makes the first call into the
+    JVM, a ``SparkConf``: PySpark 4.2 converts a call's arguments with a numpy converter whose first
+    use imports pandas, numpy and protobuf (``pyspark.testing.utils``, 0.35 s of the 0.41 s before
+    the JVM begins to start the context). Left to the start's thread, that import took turns with
+    the driver's, and the JVM waited ~1.3 s with a core idle before it began (bench: the CPU
+    counters while the apply job starts). Elsewhere connecting starts the JVM, which is the
+    start's own work."""
     from spark.runtime.pyspark_path import prefer_installed_pyspark
 
     prefer_installed_pyspark()  # the driver too, when spark-submit started it
     import pyspark  # noqa: F401
+
+    # PySpark 4.2 imports pyspark.testing while converting a JVM call's arguments, which warns that
+    # pandas >= 3 is not fully supported: tidelake's jobs use no pandas, and the line stood in
+    # every job's log before anything of the run.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        SparkConf()
 
 
 def stop_context(context: Any) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.runtime.runners import DriverFirstRunner, LocalRunner, SparkRunner
+from spark.runtime.runners import START_SWITCH_INTERVAL, DriverFirstRunner, LocalRunner, SparkRunner
 
 
 class Context:
@@ -55,6 +55,28 @@ def test_more_messages_ahead_than_the_driver_takes_start_spark_on_another_thread
     assert len(start.made) == 1  # once
     runner.stop()
     assert start.made[0].stopped and not runner.started
+
+
+def test_while_spark_starts_ahead_the_driver_hands_the_gil_over_sooner() -> None:
+    """The start's ~90 calls into the JVM each wait for the GIL while the driver imports: the switch
+    interval is short until the context is up, and as it was after, whether the start failed or not."""
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def start() -> Context:
+        seen.append(sys.getswitchinterval())
+        return Context()
+
+    runner = DriverFirstRunner(start, driver_max_messages=0)
+    runner.expect(1)
+    runner.for_messages(1)
+    assert seen == [START_SWITCH_INTERVAL] and START_SWITCH_INTERVAL < before
+    assert sys.getswitchinterval() == before
+    failing = DriverFirstRunner(Starts(error=RuntimeError("no JVM")), driver_max_messages=0)
+    failing.expect(1)
+    with pytest.raises(RuntimeError):
+        failing.for_messages(1)
+    assert sys.getswitchinterval() == before
 
 
 def test_what_the_driver_takes_or_an_unknown_size_starts_nothing_ahead() -> None:

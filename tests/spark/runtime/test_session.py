@@ -57,3 +57,24 @@ def test_a_process_ending_right_after_the_stop_leaves_no_socket_behind() -> None
     path = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert path.endswith(".sock"), done.stdout  # the defaults use a Unix socket (session.DEFAULTS)
     assert not os.path.exists(path)
+
+
+def test_under_spark_submit_load_pyspark_leaves_the_start_nothing_to_import(tmp_path: Path) -> None:
+    """``load_pyspark`` runs on the job's thread before Spark starts on another: what building the
+    context's conf imports (PySpark 4.2's first argument conversion imports pandas, numpy and
+    protobuf) is imported there, so the start's thread goes straight to the JVM instead of taking
+    turns for the GIL with the driver's imports."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import load_pyspark\n"
+        "load_pyspark()\nbefore = set(sys.modules)\nfrom pyspark import SparkConf, SparkContext\n"
+        "SparkContext._ensure_initialized()\nSparkConf().setAppName('probe').set('spark.ui.enabled', 'false')\n"
+        "print('NEW', sorted(set(sys.modules) - before))\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(probe)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "NEW []" in run.stdout, run.stdout
+    assert "fully support pandas" not in run.stderr  # that import's warning, about a pandas tidelake does not use
