@@ -10,7 +10,7 @@ of ours can scale.
 
 from __future__ import annotations
 
-from spark.runtime.daemon import PRELOAD_ENV
+from spark.runtime.preload import PRELOAD_ENV
 from spark.runtime.session import build_context, stop_context
 
 

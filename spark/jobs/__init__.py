@@ -62,7 +62,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     from spark.config import load_pipeline_config, parse_instant
     from spark.runtime.credentials import from_environment
     from spark.runtime.runners import DriverFirstRunner
-    from spark.runtime.session import build_context, load_pyspark
+    from spark.runtime.session import build_context, load_ahead
 
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--config", required=True, help="pipeline file (.toml, .json, .yaml)")
@@ -92,7 +92,7 @@ def interval_job(prog: str, run: Callable[[Any, Any, Any, Any, argparse.Namespac
     spark_log_level = "INFO" if args.verbose else os.environ.get(SPARK_LOG_LEVEL_ENV)
     runner = DriverFirstRunner(
         lambda: build_context(f"tidelake-{prog}-{config.name}", args.master, log_level=spark_log_level),
-        config.driver_max_messages, load=load_pyspark)
+        config.driver_max_messages, load=load_ahead)
     try:
         work = ahead(config, start, end) if ahead is not None else None
         runner.expect(work)

@@ -68,10 +68,44 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
             spark_conf.set(key, value)
     for key, value in conf.items():
         spark_conf.set(key, value)
+    if _preloading_daemon(spark_conf):
+        from spark.runtime import forkserver
+
+        spark_conf.set(f"spark.executorEnv.{forkserver.SOCKET_ENV}", forkserver.start())
     context = SparkContext.getOrCreate(spark_conf)
     if not (master or spark_conf.get("spark.master", "local")).startswith("local"):
         watch_executors(context)  # a cluster's workers can go away; a local master's executor is the driver
     return context
+
+
+def _preloading_daemon(spark_conf: Any) -> bool:
+    """Whether a context of ``spark_conf`` runs tidelake's local daemon with its preload, which a
+    fork server can do ahead (``spark.runtime.forkserver``): not when the conf names another
+    daemon module or none, turns the preload off (the benchmarks' Spark alone), or names a server."""
+    from spark.runtime import forkserver
+    from spark.runtime.preload import PRELOAD_ENV
+
+    module = spark_conf.get("spark.python.daemon.module",
+                            LOCAL_DAEMON["spark.python.daemon.module"] if _local(spark_conf.get("spark.master", "")) else None)
+    env = "spark.executorEnv."
+    return (module == LOCAL_DAEMON["spark.python.daemon.module"]
+            and spark_conf.get("spark.python.use.daemon", "true").lower() != "false"
+            and spark_conf.get(env + PRELOAD_ENV) != "0" and not spark_conf.contains(env + forkserver.SOCKET_ENV))
+
+
+def load_ahead() -> None:
+    """What a job starting Spark on another thread does first, on its own thread
+    (``DriverFirstRunner``'s ``load``): ``load_pyspark``, then, when the context spark-submit
+    describes will run tidelake's local daemon, that daemon's fork server started: its imports
+    (~0.9 s) run while the JVM builds the context, not while the first tasks wait for the daemon."""
+    load_pyspark()
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkConf
+
+        if _preloading_daemon(SparkConf()):
+            from spark.runtime import forkserver
+
+            forkserver.start()
 
 
 def load_pyspark() -> None:

@@ -155,8 +155,10 @@ def test_driver_daemon_and_workers_import_pyspark_from_its_installed_package_not
     assert {line[0] for line in lines} == {"DRIVER", "WORKER", "BARE"}
     for line in lines:
         assert ".zip" not in line[1] and ".zip" not in line[2], line
-    assert all("spark.runtime.daemon" in " ".join(line[4:]) for line in lines if line[0] != "DRIVER")
-    # Forked by a daemon that imported tidelake's task modules first, unless the context's
-    # environment turned that off (the benchmarks' Spark-alone baseline).
+    # Forked by a daemon the driver's fork server made, which imported tidelake's task modules while
+    # the context started (spark.runtime.forkserver); unless the context's environment turned that
+    # off (the benchmarks' Spark-alone baseline): then by the daemon Spark launched, without them.
+    assert all("spark.runtime.forkserver" in " ".join(line[4:]) for line in lines if line[0] == "WORKER")
+    assert all("spark.runtime.daemon" in " ".join(line[4:]) for line in lines if line[0] == "BARE")
     assert {line[3] for line in lines if line[0] == "WORKER"} == {"True"}
     assert {line[3] for line in lines if line[0] == "BARE"} == {"False"}

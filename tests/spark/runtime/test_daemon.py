@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spark.runtime.daemon import TASK_MODULES
+from spark.runtime.preload import TASK_MODULES
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -30,7 +30,7 @@ def test_a_worker_forked_after_the_preload_runs_arrow_s_threads_and_parquet() ->
     run pyarrow's thread pools (compute, a multi-threaded parquet read) without deadlocking."""
     probe = (
         "import os, io, sys\n"
-        "from spark.runtime.daemon import preload\n"
+        "from spark.runtime.preload import preload\n"
         "preload()\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"

@@ -78,3 +78,24 @@ def test_under_spark_submit_load_pyspark_leaves_the_start_nothing_to_import(tmp_
     assert run.returncode == 0, run.stderr[-3000:]
     assert "NEW []" in run.stdout, run.stdout
     assert "fully support pandas" not in run.stderr  # that import's warning, about a pandas tidelake does not use
+
+
+def test_a_job_starting_spark_ahead_starts_the_daemon_s_fork_server_first(tmp_path: Path) -> None:
+    """``load_ahead`` (the apply job's first step when Spark will be needed) starts the local daemon's
+    fork server, so its imports overlap the context's start -- not for the benchmarks' Spark alone."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import load_ahead\n"
+        "from spark.runtime import forkserver\nload_ahead()\nprint('SERVER', forkserver._server is not None)\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def submitted(*conf: str) -> str:
+        run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", *conf, str(probe)],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout
+
+    assert "SERVER True" in submitted()
+    assert "SERVER False" in submitted("--conf", "spark.executorEnv.TIDELAKE_DAEMON_PRELOAD=0")
