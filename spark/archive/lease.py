@@ -114,9 +114,24 @@ class CorruptLease(CorruptArchiveFile):
     """A lease file is not one tidelake writes: which run holds the pipeline cannot be told."""
 
 
+# A lease record is the one record rewritten in place while other runs read it (renewed, released).
+# An S3 PUT replaces an object whole, but an S3-compatible store that does not (SeaweedFS, loaded:
+# the old body's tail after a shorter new one) can serve a read mid-overwrite. Such a read is read
+# again after a pause; a record still malformed then is damaged.
+REREADS = 2
+REREAD_PAUSE = 0.25  # seconds
+
+
 def _record(storage: Storage, path: str) -> LeaseRecord:
     where = f"{storage.url}/{path}"
-    doc = records.read_record(storage.read(path), records.Lease, where, "lease record", CorruptLease)
+    for attempt in range(REREADS + 1):
+        try:
+            doc = records.read_record(storage.read(path), records.Lease, where, "lease record", CorruptLease)
+            break
+        except CorruptLease:
+            if attempt == REREADS:
+                raise
+            time.sleep(REREAD_PAUSE)
     return LeaseRecord(_epoch_of(path), doc["owner"], float(doc["acquired_at"]), float(doc["expires_at"]), doc["released"], doc.get("run"))
 
 

@@ -51,9 +51,15 @@ from cdc_codecs import TidelakeError
 
 
 
+# The environment variables the bounds below are read from, once, at import (a process forked from
+# one that imported this module keeps its values: spark.runtime.forkserver compares them).
+SETTINGS: list[str] = []
+
+
 def _setting(name: str, default: float) -> float:
     """A bound, overridden by ``$TIDELAKE_<NAME>`` in the driver's environment (the fault bench shortens them)."""
-    value = os.environ.get(f"TIDELAKE_{name}")
+    SETTINGS.append(f"TIDELAKE_{name}")
+    value = os.environ.get(SETTINGS[-1])
     return type(default)(float(value)) if value else default
 
 

@@ -71,7 +71,7 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
     if _preloading_daemon(spark_conf):
         from spark.runtime import forkserver
 
-        spark_conf.set(f"spark.executorEnv.{forkserver.SOCKET_ENV}", forkserver.start())
+        spark_conf.set(f"spark.executorEnv.{forkserver.SOCKET_ENV}", forkserver.start(_daemon_environment(spark_conf)))
     context = SparkContext.getOrCreate(spark_conf)
     if not (master or spark_conf.get("spark.master", "local")).startswith("local"):
         watch_executors(context)  # a cluster's workers can go away; a local master's executor is the driver
@@ -85,12 +85,33 @@ def _preloading_daemon(spark_conf: Any) -> bool:
     from spark.runtime import forkserver
     from spark.runtime.preload import PRELOAD_ENV
 
-    module = spark_conf.get("spark.python.daemon.module",
-                            LOCAL_DAEMON["spark.python.daemon.module"] if _local(spark_conf.get("spark.master", "")) else None)
+    ours = LOCAL_DAEMON["spark.python.daemon.module"]
     env = "spark.executorEnv."
-    return (module == LOCAL_DAEMON["spark.python.daemon.module"]
+    return (_local(spark_conf.get("spark.master", "")) and spark_conf.get("spark.python.daemon.module", ours) == ours
             and spark_conf.get("spark.python.use.daemon", "true").lower() != "false"
-            and spark_conf.get(env + PRELOAD_ENV) != "0" and not spark_conf.contains(env + forkserver.SOCKET_ENV))
+            and spark_conf.get(env + PRELOAD_ENV, os.environ.get(PRELOAD_ENV)) != "0"
+            and not spark_conf.contains(env + forkserver.SOCKET_ENV))
+
+
+def _daemon_environment(spark_conf: Any) -> dict[str, str]:
+    """What the local daemon will have of the variables the fork server's modules read at import
+    (``forkserver.IMPORT_TIME_ENV``, ``services.SETTINGS``), as Spark sets them: the context's
+    ``spark.executorEnv.*``, else the driver's environment (the JVM's, which the daemon inherits);
+    PYTHONHASHSEED the driver's or 0 (PySpark's SparkContext); OMP_NUM_THREADS ``spark.task.cpus``
+    unless set (Spark's Python runner)."""
+    from spark.runtime.forkserver import IMPORT_TIME_ENV
+    from spark.runtime.services import SETTINGS
+
+    env = {}
+    for name in (*IMPORT_TIME_ENV, *SETTINGS):
+        value = spark_conf.get(f"spark.executorEnv.{name}", None)
+        if value is None:
+            value = os.environ.get(name)
+        if value is not None:
+            env[name] = value
+    env["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
+    env.setdefault("OMP_NUM_THREADS", spark_conf.get("spark.task.cpus", "1"))
+    return env
 
 
 def load_ahead() -> None:
@@ -102,10 +123,10 @@ def load_ahead() -> None:
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         from pyspark import SparkConf
 
-        if _preloading_daemon(SparkConf()):
+        if _preloading_daemon(conf := SparkConf()):
             from spark.runtime import forkserver
 
-            forkserver.start()
+            forkserver.start(_daemon_environment(conf))
 
 
 def load_pyspark() -> None:

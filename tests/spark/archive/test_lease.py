@@ -160,3 +160,29 @@ def test_the_catalog_fence_refuses_a_write_of_a_run_whose_lease_was_taken(tmp_pa
     catalog.load_table("ns.t").append(pa.table({"a": [3]}))
     assert sorted(catalog.load_table("ns.t").scan().to_arrow()["a"].to_pylist()) == [1, 3]
     taker.release()
+
+
+class MidOverwrite(LocalStorage):
+    """A store that serves a lease record mid-overwrite ``torn`` times (the new body, then the old
+    one's tail: what SeaweedFS served a loaded test once), then whole."""
+
+    def __init__(self, root: Path, torn: int) -> None:
+        super().__init__(root)
+        self.torn = torn
+
+    def read(self, path: str) -> bytes:
+        data = super().read(path)
+        if "/lease/" in path and self.torn:
+            self.torn -= 1
+            return data + b'ires_at": 1.0}'
+        return data
+
+
+def test_a_lease_record_read_mid_overwrite_is_read_again_and_one_still_malformed_is_damaged(tmp_path: Path) -> None:
+    from spark.archive import lease as leases
+
+    clock = Clock()
+    lease(LocalStorage(tmp_path), clock, "a").acquire()
+    assert current_lease(MidOverwrite(tmp_path, torn=leases.REREADS), "shop").owner == "a"
+    with pytest.raises(leases.CorruptLease, match="lease record"):
+        current_lease(MidOverwrite(tmp_path, torn=leases.REREADS + 1), "shop")
