@@ -17,6 +17,7 @@ from spark.runtime.runners import SparkRunner
 from spark.archive.storage import open_storage
 
 from tests.spark.archive.test_land import HOUR, T0, assert_exact, config, produce
+from tests.spark.submit import submit_probe
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
@@ -105,22 +106,10 @@ def test_land_benchmark_runs_the_parallel_runners() -> None:
 
 
 def test_session_defaults_apply_unless_spark_submit_sets_them(tmp_path: Path) -> None:
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import build_context\n"
-        "s = build_context('probe')\nprint('UDS=' + s.getConf().get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n"
-    )
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-
-    def submitted(*conf: str) -> str:
-        run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", *conf, str(probe)],
-                             capture_output=True, text=True, env=env, timeout=300)
-        assert run.returncode == 0, run.stderr[-3000:]
-        return run.stdout
-
-    assert "UDS=true" in submitted()
-    assert "UDS=false" in submitted("--conf", "spark.python.unix.domain.socket.enabled=false")
+    code = ("from spark.runtime.session import build_context\ns = build_context('probe')\n"
+            "print('UDS=' + s.getConf().get('spark.python.unix.domain.socket.enabled'))\ns.stop()\n")
+    assert "UDS=true" in submit_probe(tmp_path, code).stdout
+    assert "UDS=false" in submit_probe(tmp_path, code, "--conf", "spark.python.unix.domain.socket.enabled=false").stdout
 
 
 def test_driver_daemon_and_workers_import_pyspark_from_its_installed_package_not_sparks_zip(tmp_path: Path) -> None:

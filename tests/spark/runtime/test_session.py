@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from spark.runtime.session import build_context, stop_context
+from tests.spark.submit import submit_probe
 
 pytestmark = pytest.mark.slow  # starts Spark
 
@@ -64,18 +65,10 @@ def test_under_spark_submit_load_pyspark_leaves_the_start_nothing_to_import(tmp_
     context's conf imports (PySpark 4.2's first argument conversion imports pandas, numpy and
     protobuf) is imported there, so the start's thread goes straight to the JVM instead of taking
     turns for the GIL with the driver's imports."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import load_pyspark\n"
-        "load_pyspark()\nbefore = set(sys.modules)\nfrom pyspark import SparkConf, SparkContext\n"
-        "SparkContext._ensure_initialized()\nSparkConf().setAppName('probe').set('spark.ui.enabled', 'false')\n"
-        "print('NEW', sorted(set(sys.modules) - before))\n"
-    )
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(probe)],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = submit_probe(tmp_path, "from spark.runtime.session import load_pyspark\n"
+                       "load_pyspark()\nbefore = set(sys.modules)\nfrom pyspark import SparkConf, SparkContext\n"
+                       "SparkContext._ensure_initialized()\nSparkConf().setAppName('probe').set('spark.ui.enabled', 'false')\n"
+                       "print('NEW', sorted(set(sys.modules) - before))\n")
     assert "NEW []" in run.stdout, run.stdout
     assert "fully support pandas" not in run.stderr  # that import's warning, about a pandas tidelake does not use
 
@@ -83,19 +76,7 @@ def test_under_spark_submit_load_pyspark_leaves_the_start_nothing_to_import(tmp_
 def test_a_job_starting_spark_ahead_starts_the_daemon_s_fork_server_first(tmp_path: Path) -> None:
     """``load_ahead`` (the apply job's first step when Spark will be needed) starts the local daemon's
     fork server, so its imports overlap the context's start -- not for the benchmarks' Spark alone."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom spark.runtime.session import load_ahead\n"
-        "from spark.runtime import forkserver\nload_ahead()\nprint('SERVER', forkserver._server is not None)\n"
-    )
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-
-    def submitted(*conf: str) -> str:
-        run = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", *conf, str(probe)],
-                             capture_output=True, text=True, env=env, timeout=300)
-        assert run.returncode == 0, run.stderr[-3000:]
-        return run.stdout
-
-    assert "SERVER True" in submitted()
-    assert "SERVER False" in submitted("--conf", "spark.executorEnv.TIDELAKE_DAEMON_PRELOAD=0")
+    code = ("from spark.runtime.session import load_ahead\nfrom spark.runtime import forkserver\nload_ahead()\n"
+            "print('SERVER', forkserver._server is not None)\n")
+    assert "SERVER True" in submit_probe(tmp_path, code).stdout
+    assert "SERVER False" in submit_probe(tmp_path, code, "--conf", "spark.executorEnv.TIDELAKE_DAEMON_PRELOAD=0").stdout
