@@ -119,17 +119,14 @@ def load_ahead() -> None:
     (``DriverFirstRunner``'s ``load``): ``load_pyspark``, then, when the context spark-submit
     describes will run tidelake's local daemon, that daemon's fork server started: its imports
     (~0.9 s) run while the JVM builds the context, not while the first tasks wait for the daemon."""
-    load_pyspark()
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):
-        from pyspark import SparkConf
+    conf = load_pyspark()
+    if conf is not None and _preloading_daemon(conf):
+        from spark.runtime import forkserver
 
-        if _preloading_daemon(conf := SparkConf()):
-            from spark.runtime import forkserver
-
-            forkserver.start(_daemon_environment(conf))
+        forkserver.start(_daemon_environment(conf))
 
 
-def load_pyspark() -> None:
+def load_pyspark() -> Any:
     """Import PySpark's context (from its installed package: ``pyspark_path``), as ``build_context``
     does first. A job that starts Spark on another thread calls this on its own before
     (``DriverFirstRunner``): imported on that thread, PySpark would take turns for the GIL with the
@@ -141,7 +138,7 @@ def load_pyspark() -> None:
     the JVM begins to start the context). Left to the start's thread, that import took turns with
     the driver's, and the JVM waited ~1.3 s with a core idle before it began (bench: the CPU
     counters while the apply job starts). Elsewhere connecting starts the JVM, which is the
-    start's own work."""
+    start's own work. Returns that conf (spark-submit's), or None."""
     from spark.runtime.pyspark_path import prefer_installed_pyspark
 
     prefer_installed_pyspark()  # the driver too, when spark-submit started it
@@ -155,7 +152,8 @@ def load_pyspark() -> None:
         from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()
-        SparkConf()
+        return SparkConf()
+    return None
 
 
 def stop_context(context: Any) -> None:
