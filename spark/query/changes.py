@@ -30,6 +30,8 @@ renamed, dropped or retyped, a column added with a value for the existing rows (
 NOT NULL), a column of a key-less table changed, a DDL of it tidelake cannot parse. Its columns
 are those of W2; a column dropped in the window is kept in the before images (``delete``,
 ``update_before``) and NULL in the after images, and rows are compared on W2's columns only.
+Another table under the name at W1 (made anew, renamed onto it) has its columns matched by name,
+every W1 value kept as it was (``_matched_by_name``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from spark.query.names import QueryError
 from spark.tables import catalog as cat
 from spark.tables.properties import upstream_schema_at
 from spark.tables.schema_map import metadata_columns
+from spark.tables.updates import widened
 
 __all__ = ["AFTER_IMAGE_TYPES", "CHANGE_TYPES", "DELETE", "INSERT", "KEYS", "NOTHING", "UPDATE_AFTER", "UPDATE_BEFORE",
            "UPSERT", "WHOLE", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError",
@@ -327,12 +330,12 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         up2, commit_field, shown = [], None, up1
     taken = {f.name.casefold() for f in [*up1, *up2]}
     change_col, ts_col = _free(CHANGE_TYPE, taken), _free(COMMIT_TS, taken)
+    retyped: list[str] = []  # what the reason says of columns matched by name whose types differ
     if same:
         ids2 = {f.field_id for f in up2}
         dropped = [f for f in up1 if f.field_id not in ids2]
     elif t2 is not None:
-        names2 = {f.name for f in up2}
-        dropped = [f for f in up1 if f.name not in names2]
+        shown, dropped, retyped = _matched_by_name(up1, up2)
     else:
         dropped = []
     # A dropped column keeps its name unless a column of W2 (or a change column) has it.
@@ -351,6 +354,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         reasons.append("created in the window" if t1 is None else "dropped in the window")
     elif not same:
         reasons.append("another table holds its name at the later W")
+        reasons += retyped
     if len(seen_keys) > 1:
         reasons.append("its key columns changed in the window")
     elif key != key_property:
@@ -386,7 +390,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
 
     # The images: W1's rows in W2's columns (+ the dropped ones), W2's rows with their commitTs.
     read1 = Schema(*shown, *dropped_out) if same else Schema(*up1)
-    read2 = Schema(*up2, commit_field) if t2 is not None else None
+    read2 = Schema(*shown, commit_field) if t2 is not None else None  # W2's columns, some widened to W1's types
     keys_arg = None if whole else typed.keys  # type: ignore[union-attr]
     manifests: dict[str, list] = {}  # read whole, W1 and W2 share most manifests: each read once
     if t1 is None:
@@ -451,17 +455,40 @@ def _inexact(reasons: list[str], gone: Removals) -> None:
                        f"one that took it ({gone.inexact})")
 
 
+def _matched_by_name(up1: list[NestedField], up2: list[NestedField]) -> tuple[list[NestedField], list[NestedField], list[str]]:
+    """For another table under the name at W1 (made anew in the window, or renamed onto it), columns
+    matched by name: W2's fields as the feed shows them, W1's fields kept apart (as dropped ones
+    are), and what the reason says of the columns whose types differ. Every W1 value stays as it
+    was: a column takes the wider of its two types where one holds every value of the other
+    (``widened``: Iceberg's promotions; a BIGINT id of W1 in W2's INT would not fit); where neither
+    does (a VARCHAR made an INT), W1's column is kept apart and W2's is NULL in W1's rows."""
+    fields1 = {f.name: f for f in up1}
+    shown, apart, notes = [], set(), []
+    for f in up2:
+        f1 = fields1.get(f.name)
+        if f1 is None or widened(f1.field_type, f.field_type):
+            shown.append(f)
+        elif widened(f.field_type, f1.field_type):
+            shown.append(NestedField(f.field_id, f.name, f1.field_type, required=f.required, doc=f.doc))
+            notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: shown as {f1.field_type}")
+        else:
+            shown.append(f)
+            apart.add(f.name)
+            notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: W1's values are "
+                         f"kept apart, as a dropped column's")
+    names2 = {f.name for f in up2}
+    return shown, [f for f in up1 if f.name not in names2 or f.name in apart], notes
+
+
 def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField], dropped_out: list[NestedField]) -> pa.Table:
-    """Rows of another table (the one a name held at W1) in W2's columns by name, then the dropped ones."""
-    columns, out = [], arrow_schema(Schema(*shown, *dropped_out))
-    for f, target in zip([*shown, *dropped], out):
-        if f.name in rows.column_names:
-            try:
-                columns.append(rows.column(f.name).cast(target.type))
-                continue
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass  # a type no cast reaches: not comparable, every row differs there
-        columns.append(pa.nulls(rows.num_rows, target.type))
+    """Rows of another table (the one a name held at W1) in W2's columns by name, then the dropped
+    ones (``_matched_by_name``: each cast is to the same or a wider type, exact)."""
+    out = arrow_schema(Schema(*shown, *dropped_out))
+    apart = {f.name for f in dropped}  # W1's, under their own (freed) names: NULL in W2's columns of the name
+    sources = [f.name if f.name in rows.column_names and f.name not in apart else None for f in shown]
+    sources += [f.name for f in dropped]
+    columns = [rows.column(name).cast(target.type) if name is not None else pa.nulls(rows.num_rows, target.type)
+               for name, target in zip(sources, out)]
     return pa.Table.from_arrays(columns, schema=out)
 
 

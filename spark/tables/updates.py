@@ -88,7 +88,9 @@ class RowSchemaMismatch(UnsupportedSchemaChange):
     written by another, so the table is held rather than written wrong."""
 
 
-def _widened(old: IcebergType, new: IcebergType) -> bool:
+def widened(old: IcebergType, new: IcebergType) -> bool:
+    """Whether ``new`` holds every value of ``old`` as it is: the same type, or one of Iceberg's
+    promotions (int to long, float to double, a decimal's precision at the same scale)."""
     if old == new:
         return True
     if isinstance(old, IntegerType) and isinstance(new, LongType):
@@ -285,7 +287,7 @@ def _change_column_type(change: ChangeColumnType, u: SchemaUpdate) -> None:
     column = u.field(change.name)
     new_type = iceberg_type(change.type)
     old_type = u.fields()[column].field_type
-    if not _widened(old_type, new_type):
+    if not widened(old_type, new_type):
         raise u.fail(
             f"changes {column!r} from {old_type} to {new_type}, which Iceberg cannot do in place (only int->long, "
             "float->double, decimal precision widening). Add a new column upstream and backfill it, or re-create the "
