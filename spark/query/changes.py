@@ -77,7 +77,7 @@ from spark.query.names import QueryError
 from spark.tables import catalog as cat
 from spark.tables.properties import upstream_schema_at
 from spark.tables.schema_map import metadata_columns
-from spark.tables.updates import widened
+from spark.tables.updates import field_name, widened
 
 __all__ = ["AFTER_IMAGE_TYPES", "CHANGE_TYPES", "DELETE", "INSERT", "KEYS", "NOTHING", "UPDATE_AFTER", "UPDATE_BEFORE",
            "UPSERT", "WHOLE", "ChangeSet", "ChangesError", "ChangesNeedDecoding", "ChangesRequestError",
@@ -331,11 +331,12 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
     taken = {f.name.casefold() for f in [*up1, *up2]}
     change_col, ts_col = _free(CHANGE_TYPE, taken), _free(COMMIT_TS, taken)
     retyped: list[str] = []  # what the reason says of columns matched by name whose types differ
+    sources: list[str | None] = [f.name for f in shown]  # the W1 column of each shown one (``_by_name``)
     if same:
         ids2 = {f.field_id for f in up2}
         dropped = [f for f in up1 if f.field_id not in ids2]
     elif t2 is not None:
-        shown, dropped, retyped = _matched_by_name(up1, up2)
+        shown, sources, dropped, retyped = _matched_by_name(up1, up2)
     else:
         dropped = []
     # A dropped column keeps its name unless a column of W2 (or a change column) has it.
@@ -399,7 +400,7 @@ def _table_changes(name: TableRef, before: query.View, after: query.View, touche
         rows1 = read_rows(t1, t1.snapshot_by_name(tag_name(w1)).snapshot_id, read1, match, keys_arg,
                           manifests_read=manifests)
         if not same:
-            rows1 = _by_name(rows1, shown, dropped, dropped_out)
+            rows1 = _by_name(rows1, shown, sources, dropped, dropped_out)
     # A touched key's row at W2 was written in the window (its change was applied after W1, with
     # its commitTs): files whose commitTs bound is at most W1 hold none of them. Not so for a
     # key-less table's copies, nor for rows a DDL changed (read whole anyway).
@@ -455,40 +456,40 @@ def _inexact(reasons: list[str], gone: Removals) -> None:
                        f"one that took it ({gone.inexact})")
 
 
-def _matched_by_name(up1: list[NestedField], up2: list[NestedField]) -> tuple[list[NestedField], list[NestedField], list[str]]:
+def _matched_by_name(up1: list[NestedField], up2: list[NestedField],
+                     ) -> tuple[list[NestedField], list[str | None], list[NestedField], list[str]]:
     """For another table under the name at W1 (made anew in the window, or renamed onto it), columns
-    matched by name: W2's fields as the feed shows them, W1's fields kept apart (as dropped ones
-    are), and what the reason says of the columns whose types differ. Every W1 value stays as it
-    was: a column takes the wider of its two types where one holds every value of the other
-    (``widened``: Iceberg's promotions; a BIGINT id of W1 in W2's INT would not fit); where neither
-    does (a VARCHAR made an INT), W1's column is kept apart and W2's is NULL in W1's rows."""
+    matched by name as MySQL matches them (ignoring case, ``field_name``): W2's fields as the feed
+    shows them, the W1 column each one takes its W1 values from (None: NULL in W1's rows), W1's
+    fields kept apart (as dropped ones are), and what the reason says of the columns whose types
+    differ. Every W1 value stays as it was: a column takes the wider of its two types where one
+    holds every value of the other (``widened``: Iceberg's promotions; a BIGINT id of W1 in W2's
+    INT would not fit); where neither does (a VARCHAR made an INT), W1's column is kept apart."""
     fields1 = {f.name: f for f in up1}
-    shown, apart, notes = [], set(), []
+    shown, sources, notes = [], [], []
     for f in up2:
-        f1 = fields1.get(f.name)
-        if f1 is None or widened(f1.field_type, f.field_type):
-            shown.append(f)
-        elif widened(f.field_type, f1.field_type):
-            shown.append(NestedField(f.field_id, f.name, f1.field_type, required=f.required, doc=f.doc))
-            notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: shown as {f1.field_type}")
-        else:
-            shown.append(f)
-            apart.add(f.name)
-            notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: W1's values are "
-                         f"kept apart, as a dropped column's")
-    names2 = {f.name for f in up2}
-    return shown, [f for f in up1 if f.name not in names2 or f.name in apart], notes
+        name1 = field_name(fields1, f.name)
+        f1 = fields1[name1] if name1 is not None else None
+        if f1 is not None and not widened(f1.field_type, f.field_type):
+            if widened(f.field_type, f1.field_type):
+                notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: shown as {f1.field_type}")
+                f = NestedField(f.field_id, f.name, f1.field_type, required=f.required, doc=f.doc)
+            else:
+                notes.append(f"column {f.name!r} is {f1.field_type} at W1 and {f.field_type} at W2: W1's values are "
+                             f"kept apart, as a dropped column's")
+                name1 = None
+        shown.append(f)
+        sources.append(name1)
+    return shown, sources, [f for f in up1 if f.name not in sources], notes
 
 
-def _by_name(rows: pa.Table, shown: list[NestedField], dropped: list[NestedField], dropped_out: list[NestedField]) -> pa.Table:
-    """Rows of another table (the one a name held at W1) in W2's columns by name, then the dropped
-    ones (``_matched_by_name``: each cast is to the same or a wider type, exact)."""
+def _by_name(rows: pa.Table, shown: list[NestedField], sources: list[str | None], dropped: list[NestedField],
+             dropped_out: list[NestedField]) -> pa.Table:
+    """Rows of another table (the one a name held at W1) in W2's columns, each from its W1 column of
+    ``sources`` (``_matched_by_name``: a cast to the same or a wider type, exact), then the dropped ones."""
     out = arrow_schema(Schema(*shown, *dropped_out))
-    apart = {f.name for f in dropped}  # W1's, under their own (freed) names: NULL in W2's columns of the name
-    sources = [f.name if f.name in rows.column_names and f.name not in apart else None for f in shown]
-    sources += [f.name for f in dropped]
     columns = [rows.column(name).cast(target.type) if name is not None else pa.nulls(rows.num_rows, target.type)
-               for name, target in zip(sources, out)]
+               for name, target in zip([*sources, *(f.name for f in dropped)], out)]
     return pa.Table.from_arrays(columns, schema=out)
 
 

@@ -21,13 +21,13 @@ from spark.query.changes_keys import TouchedKeys
 from spark.query.changes_read import added_since, arrow_schema, read_rows
 from spark.query.changes_removals import Removals
 from spark.query.changes_ts import deleted_ts, fallback_ts, logged_ts
-from spark.tables.updates import widened
+from spark.tables.updates import field_name, widened
 
 
 def key_fields_at(key: tuple[str, ...], fields2: Mapping[str, NestedField], up1: list[NestedField],
                   same: bool) -> list[NestedField] | None:
     """W1's fields of W2's key columns, in the feed's types (by field id in the same table, else by
-    name); None if one is not a column at W1, or of a type the feed's column does not hold
+    name, ignoring case); None if one is not a column at W1, or of a type the feed's column does not hold
     (``changes._matched_by_name`` keeps such a column apart)."""
     ids1, names1 = {f.field_id for f in up1}, {f.name: f for f in up1}
     out = []
@@ -35,8 +35,8 @@ def key_fields_at(key: tuple[str, ...], fields2: Mapping[str, NestedField], up1:
         f = fields2[k]
         if same and f.field_id in ids1:
             out.append(f)
-        elif not same and k in names1 and widened(names1[k].field_type, f.field_type):
-            out.append(NestedField(names1[k].field_id, k, f.field_type, required=False))
+        elif not same and (k1 := field_name(names1, k)) is not None and widened(names1[k1].field_type, f.field_type):
+            out.append(NestedField(names1[k1].field_id, k, f.field_type, required=False))
         else:
             return None
     return out

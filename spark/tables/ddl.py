@@ -354,6 +354,11 @@ def _create_table(sql: str, text: str, tokens: list[Token], default_db: str) -> 
             raise DdlParseError(f"{text!r}: cannot tell what {e.sql(dialect='mysql')!r} does to the table")
     if not columns:
         raise DdlParseError(f"{text!r}: CREATE TABLE without columns")
+    # MySQL's column names ignore case: PRIMARY KEY (id) over a column `ID` keys it, by its own name.
+    names = {c.name.casefold(): c.name for c in columns}
+    if any(k.casefold() not in names for k in keys):
+        raise DdlParseError(f"{text!r}: the primary key {list(keys)} names a column the table does not have")
+    keys = tuple(names[k.casefold()] for k in keys)
     out: list[tuple[TableRef, Change]] = [(ref, CreateTable(TableSchema(ref[0], ref[1], tuple(columns), keys), if_not_exists))]
     partition_by = partition_by_at(rest[close + 1 :])
     if partition_by is not None:

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 def _made_anew(tmp_path: Path, before: list[tuple[str, str]], after: list[tuple[str, str]],
-               rows1: list[dict], rows2: list[dict]) -> tuple[Lake, int, int, int, int]:
+               rows1: list[dict], rows2: list[dict], keys1: tuple[str, ...] = ("id",)) -> tuple[Lake, int, int, int, int]:
     lake = Lake(tmp_path, "canal-json")
-    t = lake.create("t", before)
+    t = lake.create("t", before, keys=keys1)
     for row in rows1:
         lake.insert(t, **row)
     w1 = lake.publish()
@@ -69,3 +69,17 @@ def test_a_key_of_another_kind_keeps_w1s_keys_apart_in_both_modes(tmp_path: Path
         assert sorted(rows(changes, "t"), key=repr) == [("delete", t_drop, {"v": 1, "_id": "7"}),
                                                         ("insert", t_new, {"id": 7, "v": 1})]
         assert changes[("shop", "t")].column_names == ["_change_type", "_commit_ts", "id", "v", "_id"]
+
+
+def test_columns_match_by_name_ignoring_case_as_mysql_does(tmp_path: Path) -> None:
+    lake, w1, w2, t_drop, t_new = _made_anew(
+        tmp_path, [("ID", "bigint"), ("V", "int")], [("id", "int"), ("v", "int")],
+        [{"ID": 1, "V": 1}, {"ID": 2, "V": 2}], [{"id": 1, "v": 1}, {"id": 2, "v": 20}], keys1=("ID",))
+    for before_images in (True, False):
+        changes = read_changes(lake.config, w1, w2, before_images=before_images)
+        assert changes[("shop", "t")].column_names == ["_change_type", "_commit_ts", "id", "v"]
+        if before_images:  # W1's ID is W2's id: the row with id 1 is the same, id 2's v changed
+            assert rows(changes, "t") == [("update_before", t_new, {"id": 2, "v": 2}),
+                                          ("update_after", t_new, {"id": 2, "v": 20})]
+        else:
+            assert rows(changes, "t") == [("upsert", t_new - (1 << 18), {"id": 1, "v": 1}), ("upsert", t_new, {"id": 2, "v": 20})]

@@ -277,6 +277,10 @@ CORPUS: list[tuple[str, list | Fails]] = [
     ("CREATE TABLE IF NOT EXISTS t (id INT, PRIMARY KEY (id))", [create("t", [col("id", "int")], ("id",), if_not_exists=True)]),
     ("CREATE TABLE t (a INT, b INT, CONSTRAINT pk PRIMARY KEY (a, b))", [create("t", [col("a", "int"), col("b", "int")], ("a", "b"))]),
     ("CREATE TABLE t (a INT)", [create("t", [col("a", "int")])]),
+    # a key part names its column ignoring case, as MySQL does; the key is the column's own name
+    ("CREATE TABLE t (ID BIGINT, Region VARCHAR(8), PRIMARY KEY (id, REGION))",
+     [create("t", [col("ID", "bigint"), col("Region", "varchar(8)")], ("ID", "Region"))]),
+    ("CREATE TABLE t (id INT, PRIMARY KEY (nope))", Fails(r"the primary key \['nope'\] names a column the table does not have")),
     ("CREATE TABLE `other db`.`t.x` (`a.b` INT, `ü x` TEXT)", [create("t.x", [col("a.b", "int"), col("ü x", "text")], db="other db")]),
     (("CREATE TABLE t (id BIGINT NOT NULL AUTO_INCREMENT, c VARCHAR(10) CHARACTER SET utf8mb4 DEFAULT NULL, "
       "g INT AS (id + 1) STORED, PRIMARY KEY (id) /*T![clustered_index] CLUSTERED */, KEY k (c), UNIQUE KEY u (c), "
