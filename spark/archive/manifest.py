@@ -141,9 +141,8 @@ def segment_batches(storage: Storage, path: str, columns: list[str], batch_size:
 
     Raises:
         MissingSegment: the file is not in the archive, naming it.
-        CorruptArchiveFile: Arrow refuses it (not Parquet, other columns), naming it. An ``OSError``
-            past the open stays the storage's, as in every streamed read of the archive: it cannot be
-            told from damaged bytes here.
+        CorruptArchiveFile: Arrow refuses it (not Parquet, other columns, damaged bytes), naming it
+            (``records.damaged_file``). An ``OSError`` of the storage stays the storage's.
     """
     where = f"{storage.url}/{path}"
     try:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_codecs import TidelakeError
+from spark.runtime.services import storage_failed
 
 T = TypeVar("T")
 
@@ -42,11 +43,17 @@ class CorruptArchiveFile(TidelakeError):
 
 @contextlib.contextmanager
 def damaged_file(where: str, what: str) -> Iterator[None]:
-    """An Arrow error reading the file at ``where`` as ``CorruptArchiveFile`` naming it."""
+    """An Arrow error reading the file at ``where`` as ``CorruptArchiveFile`` naming it: Arrow's own
+    errors, and the bare ``OSError`` its Parquet reader raises for damaged bytes past the footer (a
+    page, a dictionary). An ``OSError`` of the storage (``services.storage_failed``) stays its own."""
     try:
         yield
     except pa.ArrowException as exc:
         raise CorruptArchiveFile(f"{where}: damaged {what}: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or storage_failed(exc):
+            raise
+        raise CorruptArchiveFile(f"{where}: damaged {what}: {exc}") from None
 
 
 def read_record(data: bytes, shape: Any, where: str, what: str, error: type[CorruptArchiveFile] = CorruptArchiveFile) -> Any:

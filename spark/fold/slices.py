@@ -86,7 +86,7 @@ def read_slice(storage: Storage, paths: Iterable[str], window: FoldWindow, part:
 
     Raises:
         CorruptArchiveFile: a file that is not a change log (Arrow refuses it, or other columns),
-        naming it. (An ``OSError`` stays the storage's: it cannot be told from damaged bytes here.)
+        naming it (``records.damaged_file``; an ``OSError`` of the storage stays the storage's).
     """
     lo, hi = part.bounds
     for path in paths:

@@ -184,6 +184,15 @@ _S3_HINTS = ("AWS Error", "curlCode", "S3 ", "s3://", "HeadObject", "GetObject",
              "When uploading", "When deleting", "When creating")
 
 
+
+
+def storage_failed(exc: OSError) -> bool:
+    """Whether an ``OSError`` met while a file is read is the storage's (the system's errno, the S3
+    client's words), not the file's bytes: Arrow's Parquet reader refuses damaged bytes with a bare
+    ``OSError`` ("Couldn't deserialize thrift", "Corrupt snappy compressed data"), no errno."""
+    return exc.errno is not None or any(h in str(exc) for h in _S3_HINTS)
+
+
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
 # A Java exception's path: "/spark/blockmgr-.../temp_shuffle_... (No space left on device)".

@@ -503,3 +503,71 @@ def test_the_crafted_changes_are_each_refused_typed() -> None:
     for blob in [*CRAFTED_CHANGES, _nested_list(3000)]:
         with pytest.raises(CorruptChangeValue):
             decode_effect(blob)
+
+
+# ---------------------------------------------------------------- raw segments, streamed
+
+
+def _raw_segment() -> bytes:
+    """A raw segment as landing writes it, in small row groups: damage lands in its pages too,
+    which Arrow's reader meets only while it streams them (a bare ``OSError``)."""
+    from spark.archive.land import segment_table
+
+    n = 64
+    table = segment_table("cdc", 0, list(range(n)), [1700000000000 + i for i in range(n)], [0] * n,
+                          [None if i % 3 else b"k%d" % i for i in range(n)],
+                          [b'{"id":%d,"data":[{"v":"%s"}]}' % (i, b"x" * (i % 40)) for i in range(n)],
+                          [[("h", b"v")] if i % 5 == 0 else [] for i in range(n)])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=16)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_raw_segment_damaged_anywhere_fails_typed_naming_it_while_streamed(tmp_path: Path) -> None:
+    from spark.archive.manifest import segment_batches
+    from spark.decode.changelog import _RAW_COLUMNS
+
+    storage = LocalStorage(tmp_path)
+    path = "orders/segments/cdc/0/00000000000000000000-00000000000000000064.parquet"
+    (tmp_path / path).parent.mkdir(parents=True)
+    where = f"{storage.url}/{path}"
+    data = _raw_segment()
+
+    def read(blob: bytes) -> list[pa.RecordBatch]:
+        (tmp_path / path).write_bytes(blob)
+        return list(segment_batches(storage, path, list(_RAW_COLUMNS), 7))
+
+    assert sum(b.num_rows for b in read(data)) == 64
+    # A page's bytes damaged, the footer whole: Arrow's reader refuses it mid-stream with a bare OSError.
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    page = bytearray(data)
+    page[len(data) // 3: len(data) // 3 + 200] = b"\xab" * 200
+    assert len(data) // 3 + 200 < len(data) - footer
+    with pytest.raises(CorruptArchiveFile, match="damaged raw segment") as info:
+        read(bytes(page))
+    assert where in str(info.value)
+    rng = random.Random("raw segment")
+    outcomes: Counter[str] = Counter()
+    for _ in range(FAST // 4):
+        _one("raw segment", mutate_bytes(data, rng), read, lambda batches: [b.to_pylist() for b in batches],
+             CorruptArchiveFile, where, outcomes)
+    assert outcomes["refused"] > FAST // 8, outcomes
+
+
+@pytest.mark.parametrize(("error", "storage_s"), [
+    (OSError("Couldn't deserialize thrift: TProtocolException: Invalid data"), False),
+    (OSError("Corrupt snappy compressed data."), False),
+    (OSError(5, "Input/output error"), True),  # the disk's
+    (OSError("When reading information for key 'a' in bucket 'b': AWS Error NETWORK_CONNECTION"), True),
+    (FileNotFoundError(2, "gone"), True),
+])
+def test_an_oserror_while_streamed_is_the_files_unless_the_storage_says_it_is_its_own(error: OSError, storage_s: bool) -> None:
+    from spark.archive.records import damaged_file
+
+    with pytest.raises(OSError if storage_s else CorruptArchiveFile) as info:
+        with damaged_file("s3://b/p.parquet", "raw segment"):
+            raise error
+    if storage_s:
+        assert info.value is error
+    else:
+        assert str(info.value) == f"s3://b/p.parquet: damaged raw segment: {error}"
