@@ -16,7 +16,9 @@ W2 (``tests/model/oracle.py``, which shares no code with tidelake):
 
 Rows compare as the state machine compares them (``archive.normalise``: NULLs left out), columns by
 name: the histories of the machine add columns, they do not rename them (targeted tests in
-``test_changes.py`` cover renamed and dropped columns).
+``test_changes.py`` cover renamed and dropped columns). A column of W1 the feed keeps apart under
+a name with leading underscores (W2 holds its name: another table's column of another kind, made
+anew in the window) is W1's column of that name in a before image.
 """
 
 from __future__ import annotations
@@ -51,6 +53,19 @@ def _project(row: tuple, columns: set[str]) -> tuple:
     return tuple((k, v) for k, v in row if k in columns)
 
 
+def _w1_names(dropped: tuple[str, ...], columns1: set[str]) -> dict[str, str]:
+    """The feed's name of each column of W1 it keeps apart -> its name at W1 (the feed adds leading
+    underscores while W2 holds the name: ``changes._free``)."""
+    out = {}
+    for name in dropped:
+        stripped = name
+        while stripped not in columns1 and stripped.startswith("_"):
+            stripped = stripped[1:]
+        if stripped in columns1 and stripped != name:
+            out[name] = stripped
+    return out
+
+
 def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage: Any,
                removed_at: Callable[[tuple[str, str], dict[str, Any], int, int], int | None] | None = None) -> None:
     """``read_changes(w1, w2)`` against the model at both Ws (see the module doc); ``removed_at(name,
@@ -79,7 +94,9 @@ def check_pair(config: Any, model_at: dict[int, dict], w1: int, w2: int, storage
             (where, [r[detail.commit_ts_column] for r in rows])
         image = [{k: v for k, v in r.items() if k not in meta} for r in rows]
         kinds = [r[detail.change_type_column] for r in rows]
-        before = Counter(_canon(i) for i, k in zip(image, kinds) if k in (DELETE, UPDATE_BEFORE))
+        named = _w1_names(detail.dropped_columns, {c for row in at1 for c in row})
+        before = Counter(_canon({named.get(c, c): v for c, v in i.items()}) for i, k in zip(image, kinds)
+                         if k in (DELETE, UPDATE_BEFORE))
         after = Counter(_project(_canon(i), columns2) for i, k in zip(image, kinds) if k in (INSERT, UPDATE_AFTER))
         state = Counter(map(_canon, at1))
         assert not before - state, f"{where}: before images that are not rows at W1: {before - state}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from cdc_codecs import PROTOCOLS, DecodeError, ProducerRecord, RawMessage, SourcePosition, get_decoder, get_encoder
@@ -37,6 +38,12 @@ def _ident(database: str, table: str) -> str:
 
 # The key-less table's rows: few images, so that identical rows are the rule.
 BAG_IMAGES = ({"x": 1, "s": "a"}, {"x": 1, "s": "b"}, {"x": 2, "s": None})
+# A plain table's name made again with its columns' types changed (a DROP and CREATE, as a MODIFY
+# done by hand): id narrower (BIGINT -> INT), amount and qty wider, name another kind (VARCHAR ->
+# INT), the rest gone. The change feed keeps every W1 value: id shown as W1's long, name's W1 texts apart.
+REMADE_COLUMNS = (("id", "int"), ("name", "int"), ("amount", "decimal(14,2)"), ("qty", "bigint"))
+REMADE_IMAGES = ({"name": 7, "amount": Decimal("1.50"), "qty": 5_000_000_000}, {"name": None, "amount": Decimal("-3.25"), "qty": 1},
+                 {"name": -1, "amount": None, "qty": None})
 
 
 @dataclass
@@ -54,13 +61,14 @@ class Upstream(Workload):
     """A database whose tables come and go; ``events`` holds its whole history so far."""
 
     def __init__(self, seed: int, tables: tuple[str, ...] = ("t0", "t.1"), key_space: int = 12, skew_ms: int = 0,
-                 partitioned: bool = False, keyless: bool = False, typed: TypedTables | None = None) -> None:
+                 partitioned: bool = False, keyless: bool = False, typed: TypedTables | None = None, remade: bool = False) -> None:
         super().__init__(WorkloadSpec(database="shop", tables=len(tables), seed=seed, key_space=key_space,
                                       alter=False, table_names=list(tables)))
         # The shaped tables' own draws: a seed's plain history stays as it was without them.
         self.shape_rng = random.Random(seed + 3)
         self.shapes: dict[str, Shape] = {}
         self._row_numbers = 0
+        self.remade = remade  # a dropped plain table's name may come back of REMADE_COLUMNS (``create``)
         if keyless:
             self._shape("bag", (("x", "int"), ("s", "varchar(8)")), Shape((), [], [dict(i) for i in BAG_IMAGES]))
         if typed is not None:
@@ -322,6 +330,10 @@ class Upstream(Workload):
         """CREATE TABLE: a dropped table's name again, or a new one."""
         if self.dropped and self.rng.random() < 0.7:
             t = self.dropped.pop(0)
+            if self.remade and self.shape_rng.random() < 0.5:  # the shapes' own draws: a seed's plain history stays
+                self._shape(t, REMADE_COLUMNS, Shape(("id",), list(range(self.spec.key_space)), [dict(i) for i in REMADE_IMAGES]))
+                self._create(t, self.schemas[t])
+                return
         else:
             self._created += 1
             t = f"c{self._created}"
