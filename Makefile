@@ -29,7 +29,7 @@ bytecode: $(STAMP)
 test: bytecode
 	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults and not mirror_e2e" tests
 
-## The change-feed mirror built from a real scheduler's Asset events through a catch-up (~5 minutes), apart.
+## A real Airflow scheduler end to end: scheduled intervals then a backfill, and the change-feed mirror built from its Asset events through a catch-up (~10-15 minutes), apart.
 test-e2e: bytecode
 	$(PY) -m pytest -m mirror_e2e tests/dags/test_scheduler_e2e.py
 

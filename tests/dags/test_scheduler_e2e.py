@@ -199,6 +199,7 @@ def stop_airflow(procs: list, admin: Any, db: str) -> None:
     admin.close()
 
 
+@pytest.mark.mirror_e2e  # kept apart for time (9 min on session 29's host): make test-e2e
 def test_scheduled_intervals_then_a_backfill(kafka, make_topic, tmp_path: Path) -> None:
     home, pipelines = tmp_path / "airflow", tmp_path / "pipelines"  # home: airflow_env's AIRFLOW_HOME
     pipelines.mkdir()
