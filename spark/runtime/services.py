@@ -184,13 +184,16 @@ _S3_HINTS = ("AWS Error", "curlCode", "S3 ", "s3://", "HeadObject", "GetObject",
              "When uploading", "When deleting", "When creating")
 
 
+def _s3_words(text: str) -> bool:
+    """Whether an error's text is the S3 client's (pyarrow's S3 file system quotes the AWS SDK)."""
+    return any(h in text for h in _S3_HINTS)
 
 
 def storage_failed(exc: OSError) -> bool:
     """Whether an ``OSError`` met while a file is read is the storage's (the system's errno, the S3
     client's words), not the file's bytes: Arrow's Parquet reader refuses damaged bytes with a bare
     ``OSError`` ("Couldn't deserialize thrift", "Corrupt snappy compressed data"), no errno."""
-    return exc.errno is not None or any(h in str(exc) for h in _S3_HINTS)
+    return exc.errno is not None or _s3_words(str(exc))
 
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -278,7 +281,7 @@ def _classify_one(exc: BaseException) -> _Match | None:
             return _Match(SPARK, lost or _first_line(text))
     if name == "StorageError" and "already exists" not in text:
         return _Match(S3, _first_line(text))
-    if isinstance(exc, OSError) and any(h in text for h in _S3_HINTS):
+    if isinstance(exc, OSError) and _s3_words(text):
         return _Match(S3, _first_line(text))
     return None
 
