@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bytecode test test-fast test-faults test-e2e bench demo clean
+.PHONY: install bytecode test test-fast test-faults test-e2e test-bench bench demo clean
 
 # The editable install: setuptools says "Editable installation." (an InformationOnly warning: mind
 # folders named like the packages), nothing to act on, so it is not printed; any other warning is.
@@ -25,9 +25,15 @@ install: $(STAMP)
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q cdc_codecs spark bench
 
-## Everything CI runs (17-30 minutes on 2 cores, by the machine, plus the first install).
+## Everything CI runs (17-30 minutes on 2 cores, by the machine, plus the first install). worksteal: a
+## worker done early takes tests queued on the other, rather than idling beside its last long test.
 test: bytecode
-	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 -m "not faults and not mirror_e2e" tests
+	HYPOTHESIS_PROFILE=replay $(PY) -m pytest -n 2 --dist worksteal -m "not faults and not mirror_e2e and not bench" tests
+
+## The benchmark commands run end to end at a tiny size (what each prints, not its figures): ~6 minutes of
+## Spark jobs, apart. The fast parts of tests/bench stay in make test.
+test-bench: bytecode
+	$(PY) -m pytest -n 2 -m bench tests/bench
 
 ## A real Airflow scheduler end to end: scheduled intervals then a backfill, and the change-feed mirror built from its Asset events through a catch-up (~10-15 minutes), apart.
 test-e2e: bytecode

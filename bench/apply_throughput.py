@@ -201,6 +201,9 @@ def main(events: int, tables: int, partitions: int, key_space: int | None, repea
     c1, g1 = statistics.median(j.seconds for j in one_core), statistics.median(j.seconds for j in one_core_alone)
     print(f"    scale-out one core -> two ({ONE_CORE} {c1:.2f}s, Spark alone {g1:.2f}s; local[2] on both): {c1 / t2:.2f}x whole; "
           f"beyond Spark alone: {(c1 - g1) / (t2 - f2):.2f}x (target >= 1.8)")
+    print(f"    speed-up per stage one core -> two ({ONE_CORE} -> local[2]): " + ", ".join(
+        f"{stage} {_stage_seconds(one_core, stage):.2f}s -> {_stage_seconds(jobs['local[2]'], stage):.2f}s "
+        f"{_stage_seconds(one_core, stage) / max(1e-9, _stage_seconds(jobs['local[2]'], stage)):.2f}x" for stage in stages))
     print(serial_part(jobs["local[2]"], alone["local[2]"], one_core, one_core_alone))
     two = jobs["local[2]"]
     print(f"    local[2] peak RSS (median): Python driver {mib(int(statistics.median(j.python_driver_peak for j in two)))}, "

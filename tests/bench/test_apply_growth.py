@@ -14,6 +14,7 @@ from bench import apply_growth
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.bench
 def test_the_growth_bench_measures_each_write_mode_and_compares_them(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_growth.main([2000, 4000], 200, ["uniform"], 2, 1, 0, tmp_path, {}, ["merge-on-read", "copy-on-write"], rounds=2)
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ from bench import apply_memory
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.bench
 def test_the_memory_bench_on_a_standalone_cluster_samples_driver_and_executors_apart(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_memory.main(3000, 2, 2, 1, 0, tmp_path, {}, "standalone")
     out = capsys.readouterr().out

@@ -25,6 +25,7 @@ def test_the_second_interval_changes_every_table_and_each_table_reads_its_rows(t
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_the_tables_bench_prints_both_runs_per_table_and_spark_alone(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_tables.main(3, 2, 2, 1, tmp_path, {}, None)
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ from bench import apply_throughput
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.bench
 def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_masters(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_throughput.main(3000, 2, 2, None, 1, 0, tmp_path, {})
     out = capsys.readouterr().out
@@ -30,6 +31,9 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
     assert re.search(r"round 1: local\[1\] on one core [\d.]+s \(Spark alone [\d.]+s\)", out), out
     assert re.search(r"scale-out one core -> two \(local\[1\] on one core [\d.]+s, Spark alone [\d.]+s; local\[2\] on both\): "
                      r"[\d.]+x whole; beyond Spark alone: -?[\d.]+x \(target >= 1.8\)", out), out
+    assert re.search(r"speed-up per stage one core -> two \(local\[1\] on one core -> local\[2\]\): start Spark [\d.]+s -> "
+                     r"[\d.]+s [\d.]+x, decode [\d.]+s -> [\d.]+s [\d.]+x, fold .*, commit and tag [\d.]+s -> [\d.]+s [\d.]+x$",
+                     out, re.M), out
     assert re.search(r"serial part by the machine's CPU counters \(beyond Spark alone, medians\): one core works -?[\d.]+ core-s; "
                      r"local\[2\] works -?[\d.]+ \([+-][\d.]+: done once per task slot", out), out
 

@@ -21,6 +21,7 @@ def test_the_archive_holds_the_asked_row_changes_over_two_tables(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_the_tiny_bench_prints_each_figure_beside_spark_alone(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     apply_tiny.main([40], 2, 1, tmp_path, {})
     out = capsys.readouterr().out
