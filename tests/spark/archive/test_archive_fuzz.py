@@ -10,7 +10,7 @@ read back by the reader a run uses, and what it returns is used as a run uses it
 works, or the reader raised its own ``TidelakeError`` subclass naming the file -- never a
 ``KeyError``, ``TypeError``, ``InvalidOperation``, ``OverflowError`` ..., and never by running
 anything (a planted pickle would raise SystemExit). ``FUZZ_CASES`` per reader; ``make test``
-runs the fast count, ``-m slow`` ten times as many.
+runs the fast count, and ``-m slow`` (in ``make test`` too) five times as many (``MANY``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from spark.fold.slices import NET_SCHEMA, read_net_change
 pytestmark = pytest.mark.slow  # whole intervals, Spark or services: make test-fast leaves it out (docs/testing.md)
 
 FAST = int(os.environ.get("TIDELAKE_FUZZ_CASES", "2000"))
+# The slow variants' cases: five times the fast count (ten took 3 minutes of a worker of make test's 30).
+MANY = FAST * 5
 UTC = dt.timezone.utc
 T = dt.datetime(2024, 1, 1, tzinfo=UTC)
 COUNTS: Counter[str] = Counter()  # cases per reader, for the note (printed with -s)
@@ -348,7 +350,7 @@ def test_every_json_record_reader_refuses_crafted_bytes_with_a_typed_error_namin
 @pytest.mark.parametrize("reader", JSON_READERS)
 def test_every_json_record_reader_many(tmp_path: Path, reader: str) -> None:
     written, read, use, error, where = _json_readers(tmp_path)[reader]
-    print(f"{reader}: {FAST * 10} cases, {dict(fuzz_json(reader, written, read, use, error, where, FAST * 10))}")
+    print(f"{reader}: {MANY} cases, {dict(fuzz_json(reader, written, read, use, error, where, MANY))}")
 
 
 # ---------------------------------------------------------------- Parquet files and their changes
@@ -493,7 +495,7 @@ def test_every_parquet_reader_refuses_crafted_bytes_and_changes_with_a_typed_err
 @pytest.mark.parametrize("reader", PARQUET_READERS)
 def test_every_parquet_reader_many(tmp_path: Path, reader: str) -> None:
     table, read, where = _parquet_readers(tmp_path)[reader]
-    print(f"{reader}: {FAST * 10} cases, {dict(fuzz_parquet(reader, table, read, _use_rows, where, FAST * 10))}")
+    print(f"{reader}: {MANY} cases, {dict(fuzz_parquet(reader, table, read, _use_rows, where, MANY))}")
 
 
 def test_the_crafted_changes_are_each_refused_typed() -> None:
