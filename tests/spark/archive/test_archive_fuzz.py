@@ -9,8 +9,8 @@ or retired extension) and at random (bytes flipped, cut, inserted, doubled). Eac
 read back by the reader a run uses, and what it returns is used as a run uses it: either that
 works, or the reader raised its own ``TidelakeError`` subclass naming the file -- never a
 ``KeyError``, ``TypeError``, ``InvalidOperation``, ``OverflowError`` ..., and never by running
-anything (a planted pickle would raise SystemExit). ``FUZZ_CASES`` per reader; ``make test``
-runs the fast count, and ``-m slow`` (in ``make test`` too) five times as many (``MANY``).
+anything (a planted pickle would raise SystemExit). ``FUZZ_CASES`` per reader (``FAST``); the
+``many`` tests, in ``make test`` too, five times as many (``MANY``).
 """
 
 from __future__ import annotations
