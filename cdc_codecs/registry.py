@@ -36,6 +36,13 @@ class ProtocolSpec:
     # Canal-JSON: partition 0; a copy seen elsewhere is ignored); None: DDL of every partition,
     # broadcast copies applied once.
     ddl_partition: int | None = None
+    # Every after image holds every column of its table. False where the upstream may leave out
+    # the columns a statement did not change (Alibaba Canal passes on what MySQL's binlog holds:
+    # with binlog_row_image NOBLOB or MINIMAL, an UPDATE's after image lacks them). TiCDC sends
+    # whole rows; Debezium and DTS require binlog_row_image FULL. A column a row then lacks was
+    # filtered out upstream (Debezium's column.exclude.list, TiCDC's column selectors, Canal's
+    # canal.instance.filter.field): PipelineConfig.holds_omitted_columns.
+    whole_rows: bool = True
 
     def carries_commit_ts(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether a topic of this protocol, read with these decoder options, is ordered by its
@@ -51,7 +58,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ProtocolSpec("canal-json", CanalJsonDecoder, CanalJsonEncoder, True,
                      "TiCDC Canal-JSON (option enable_tidb_extension=false: without _tidb, in derived order)",
                      ddl_partition=0),
-        ProtocolSpec("canal", CanalFlatDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON"),
+        ProtocolSpec("canal", CanalFlatDecoder, CanalFlatEncoder, False, "Alibaba Canal flat message JSON", whole_rows=False),
         ProtocolSpec("cloudcanal-canal-json", CanalFlatDecoder, CanalFlatEncoder, False, "CloudCanal's Canal JSON (tableChanges on DDL)"),
         ProtocolSpec("open-protocol", OpenProtocolDecoder, OpenProtocolEncoder, True, "TiCDC Open Protocol (binary-framed batches)"),
         ProtocolSpec("debezium", DebeziumDecoder, DebeziumEncoder, True, "TiCDC Debezium (commit_ts, watermarks)"),

@@ -77,6 +77,7 @@ class ScheduleConfig:
 
 MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
 WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
+OMITTED_COLUMNS = ("hold", "null")  # ``PipelineConfig.omitted_columns``
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,11 @@ class PipelineConfig:
     # One table's DDL or value tidelake cannot apply: "isolate" the table (held at its last good
     # W, the others go on; spark.commit.isolation) or "fail" the run.
     on_table_error: str = "isolate"
+    # Rows lacking a column their table has: "hold" the table (it cannot be told whether upstream
+    # left the column out as unchanged -- binlog_row_image NOBLOB or MINIMAL -- or filters it out),
+    # or write the column "null" (a filter). None: "hold" when a topic's protocol may send after
+    # images without their unchanged columns (``ProtocolSpec.whole_rows``), else "null".
+    omitted_columns: str | None = None
     schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig())
     # The pipeline's lease (one run at a time): how long it lives without renewal, and how long
     # a run waits for another run's lease before failing.
@@ -166,6 +172,13 @@ class PipelineConfig:
     lease_wait_seconds: float = 0.0
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+
+    @property
+    def holds_omitted_columns(self) -> bool:
+        """Whether a table whose rows lack one of its columns is held (``omitted_columns``)."""
+        if self.omitted_columns is not None:
+            return self.omitted_columns == "hold"
+        return any(not protocol_spec(t.protocol).whole_rows for t in self.topics)
 
     @property
     def namespace(self) -> str:
@@ -430,6 +443,7 @@ def _parse_pipeline(doc: Mapping[str, Any], source: str) -> PipelineConfig:
         catalog=catalog_config,
         on_bad_message=r.get("on_bad_message", str, "fail", choices=("fail", "continue")),
         on_table_error=r.get("on_table_error", str, "isolate", choices=("fail", "isolate")),
+        omitted_columns=r.get("omitted_columns", str, None, choices=OMITTED_COLUMNS),
         schedule=schedule_config,
         lease_ttl_seconds=float(r.get("lease_ttl_seconds", (int, float), 600)),
         lease_wait_seconds=float(r.get("lease_wait_seconds", (int, float), 0)),

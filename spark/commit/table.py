@@ -386,7 +386,7 @@ class TableCommitter:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read,
-                                     self.config.maintenance.target_file_size)
+                                     self.config.maintenance.target_file_size, self.config.holds_omitted_columns)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
@@ -449,13 +449,14 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 
 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
-                  merge_on_read: bool, target_file_size: int = 0) -> tuple[UpsertTarget, int | None]:
+                  merge_on_read: bool, target_file_size: int = 0, hold_omitted: bool = False,
+                  ) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against. Merge-on-read, the small files
     (``files.is_small`` of ``target_file_size``; 0: none) that ``upsert.small_file_merges`` picks
-    are merged into the files the step writes."""
+    are merged into the files the step writes. ``hold_omitted``: ``row_columns``'."""
     props = metadata.properties
-    renames = row_columns(metadata, plan, step, fold)
+    renames = row_columns(metadata, plan, step, fold, hold_omitted)
     keys = key_columns(props)
     if not keys:
         keys = fold.row_schema(plan.database, plan.table, step.segment)[1]
@@ -475,7 +476,8 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
 
 
-def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> dict[str, str | None]:
+def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold, hold_omitted: bool = False,
+                ) -> dict[str, str | None]:
     """How the rows a data step writes name the table's columns: ``{row name: table column}``
     where they differ (None: a column the run dropped), empty where they do not.
 
@@ -490,12 +492,14 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
         commitTs, after its table was made again), and writing them would lose those values (or
         write a key such a column holds NULL): the table is held instead. And rows naming a column
         the run renamed away and added again without its new name: of before that DDL or after it,
-        which a derived clock cannot tell (``_renamed_and_added_again``).
+        which a derived clock cannot tell (``_renamed_and_added_again``). With ``hold_omitted``,
+        rows lacking a column the table has (``_omitted``).
     """
     fields = updates.upstream_fields(metadata)
     folded = {name.casefold(): name for name in fields}
     index = next(i for i, s in enumerate(plan.steps) if s is step)
-    gone = _taken_by_ddl([c for s in plan.steps[:index] if isinstance(s, SchemaStep) for c in s.changes])
+    changes = [c for s in plan.steps[:index] if isinstance(s, SchemaStep) for c in s.changes]
+    gone = _taken_by_ddl(changes)
 
     def column(name: str) -> str | None | bool:
         """The table's column a row's ``name`` is (None: dropped; False: none)."""
@@ -528,15 +532,41 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold) -> d
                 f"{name!r}'s -- which cannot be told where the clock is derived from binlog time (a row "
                 "committed just before a DDL in its second can be placed after it: docs/consistency.md)")
     if extra:
-        shown = ", ".join(map(repr, extra[:8])) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
         raise RowSchemaMismatch(
-            f"{where} name columns the table does not have then: {shown} (its columns: {', '.join(map(repr, fields))}). "
+            f"{where} name columns the table does not have then: {_shown(extra)} (its columns: {', '.join(map(repr, fields))}). "
             "A schema change the stream did not carry, or a change re-sent after the table was made again "
             "under its name; its values have no column to go to")
+    if hold_omitted and (omitted := _omitted(fields, column_sets, column, changes)):
+        raise RowSchemaMismatch(
+            f"{where} lack columns the table has: {_shown(omitted)}. An after image without the columns its statement "
+            "did not change (MySQL's binlog_row_image NOBLOB or MINIMAL, which Canal passes on) cannot be told from "
+            "rows whose columns the upstream filters out (canal.instance.filter.field), and writing them NULL would "
+            "lose their values: the table is held. Set binlog_row_image=FULL upstream and re-create the table from a "
+            "snapshot (the rows already sent lack those values); where the upstream filters these columns out, set "
+            "the pipeline's omitted_columns = \"null\": the next run replays the table from its held W")
     # The rows' key columns are not held to the table's: on a derived clock a row just before or after
     # a key change of the run carries its neighbour's key, written right by the table's (a reviewer's
     # tests/spark/test_row_keys_review.py); Debezium's message.key.columns is the gap (docs/known-gaps.md).
     return renames
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(map(repr, names[:8])) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def _omitted(fields: list[str], column_sets: set[frozenset[str]], column: Callable[[str], str | None | bool],
+             changes: list[Any]) -> list[str]:
+    """The table's columns some written rows lack (rows carrying no column names -- a protocol
+    without column types -- lack none), but for columns the run's DDL before them added: on a
+    derived clock a row committed just before an ADD COLUMN can be placed after it, and MySQL
+    gives such a row the column's DEFAULT, as the table's new column holds for the rows before."""
+    added = {c.column.name.casefold() for c in changes if isinstance(c, AddColumn)}
+    missing: set[str] = set()
+    for columns in column_sets:
+        if columns:
+            carried = {to.casefold() for to in map(column, columns) if isinstance(to, str)}
+            missing |= {f for f in fields if f.casefold() not in carried and f.casefold() not in added}
+    return sorted(missing)
 
 
 def _renamed_and_added_again(columns: frozenset[str], folded: dict[str, str], gone: dict[str, str | None],

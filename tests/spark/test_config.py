@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_codecs import ConfigError, protocol_spec
+from cdc_codecs import PROTOCOLS, ConfigError, protocol_spec
 from spark.config import PipelineConfig, load_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +125,19 @@ def test_fold_slice_rows_defaults_to_a_million_and_must_be_positive() -> None:
         with pytest.raises(ConfigError) as err:
             PipelineConfig.from_mapping({**pipeline_doc({}), "fold_slice_rows": bad}, "p.toml")
         assert str(err.value) == message
+
+
+def test_omitted_columns_hold_where_the_protocol_may_leave_unchanged_columns_out() -> None:
+    """Alibaba Canal passes on MySQL's after images, which lack unchanged columns under binlog_row_image
+    NOBLOB or MINIMAL: held unless the file says "null"; every other protocol sends whole rows."""
+    def holds(protocol: str, **more: str) -> bool:
+        return PipelineConfig.from_mapping({**pipeline_doc({}, protocol), **more}, "prod.toml").holds_omitted_columns
+
+    assert holds("canal") and not holds("canal", omitted_columns="null")
+    assert [p for p in sorted(PROTOCOLS) if holds(p)] == ["canal"]
+    assert holds("debezium-mysql", omitted_columns="hold")
+    with pytest.raises(ConfigError, match=r"prod.toml: omitted_columns: expected one of hold, null, found 'default'"):
+        holds("canal", omitted_columns="default")
 
 
 def test_on_table_error_is_isolate_unless_the_file_says_fail() -> None:
