@@ -26,6 +26,7 @@ one aside (``catalog.release_name``): its history stays readable at the Ws befor
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,7 @@ from spark.tables.properties import (
     table_watermark,
     upstream_types,
 )
+from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
 from spark.tables.schema_map import arrow_table, iceberg_schema, table_columns
 from spark.tables.updates import RowSchemaMismatch, UnsupportedSchemaChange
 from spark.tables import internals
@@ -557,16 +559,25 @@ def _shown(names: list[str]) -> str:
 def _omitted(fields: list[str], column_sets: set[frozenset[str]], column: Callable[[str], str | None | bool],
              changes: list[Any]) -> list[str]:
     """The table's columns some written rows lack (rows carrying no column names -- a protocol
-    without column types -- lack none), but for columns the run's DDL before them added: on a
-    derived clock a row committed just before an ADD COLUMN can be placed after it, and MySQL
-    gives such a row the column's DEFAULT, as the table's new column holds for the rows before."""
-    added = {c.column.name.casefold() for c in changes if isinstance(c, AddColumn)}
+    without column types -- lack none), but for columns the run's DDL before them added NULL to
+    every existing row: on a derived clock a row committed just before an ADD COLUMN can be placed
+    after it, and MySQL gave it what the ADD COLUMN gave the rows then (``existing_rows_value``),
+    which the row is written with only where that is NULL. Another DEFAULT: held."""
+    added = {c.column.name.casefold() for c in changes if isinstance(c, AddColumn) and _null_for_existing_rows(c)}
     missing: set[str] = set()
     for columns in column_sets:
         if columns:
             carried = {to.casefold() for to in map(column, columns) if isinstance(to, str)}
             missing |= {f for f in fields if f.casefold() not in carried and f.casefold() not in added}
     return sorted(missing)
+
+
+def _null_for_existing_rows(change: AddColumn) -> bool:
+    """Whether MySQL gives the rows a table holds NULL in the column ``change`` adds."""
+    try:  # the statement's time and zone matter only to a DEFAULT CURRENT_TIMESTAMP, never NULL
+        return existing_rows_value(change.column, change.default, 0, dt.timezone.utc) is None
+    except ValueNotReproducible:
+        return False
 
 
 def _renamed_and_added_again(columns: frozenset[str], folded: dict[str, str], gone: dict[str, str | None],
