@@ -30,6 +30,7 @@ import psutil
 from bench.archive import PIPELINE
 from cdc_codecs import TidelakeError
 from spark.archive import layout
+from spark.runtime.session import submit_environment
 
 REPO = Path(__file__).resolve().parents[1]
 APPLY_JOB = REPO / "spark" / "jobs" / "apply.py"
@@ -150,7 +151,8 @@ def _submit(script: Path, args: list[str], master: str, conf: dict[str, str] | N
     for key, value in (conf or {}).items():
         argv += ["--conf", f"{key}={value}"]
     argv += [str(script), *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+    # As tidelake starts spark-submit (session.submit_environment; the deploy's spark-defaults.conf likewise).
+    env = {**submit_environment(os.environ), "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "TIDELAKE_SPARK_LOG_LEVEL": "ERROR"}
     cpu_before, own_before = machine_cpu(), time.process_time()

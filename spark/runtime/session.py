@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -34,6 +35,28 @@ DEFAULTS = {
 LOCAL_DAEMON = {"spark.python.daemon.module": "spark.runtime.daemon"}
 
 
+# The JIT of a driver JVM tidelake starts: C1 only (HotSpot's tiered compilation stopped at level 1).
+# A run's JVM lives for one interval and does little of the work -- the Python workers decode,
+# fold and write; the JVM schedules tasks and moves their bytes -- yet C2 compiled its hot paths
+# on every core it could get: the apply job over the throughput bench's 1M messages on local[2]
+# (where the driver's JVM is the executor too) took 14.35 s and 26.0 core-s busy with C2, 11.97 s
+# and 20.4 core-s with C1 only (medians of 3 interleaved runs); on one core 25.3 s -> 20.4 s; over
+# 3M messages 27.9 s -> 25.4 s; Spark alone (start, a task per slot, stop) 4.11 -> 3.48 s: C2
+# never paid back within a run. It goes first on the java command line (``submit_environment``), so a
+# user's own ``-XX:TieredStopAtLevel=4`` (SPARK_SUBMIT_OPTS, spark.driver.extraJavaOptions or
+# defaultJavaOptions) comes after it and wins. deploy/spark/spark-defaults.conf sets the same for
+# the DAG's spark-submit (``spark.driver.defaultJavaOptions``).
+DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"  # the java options spark-submit puts first on the driver's command line
+
+
+def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a spark-submit tidelake starts (PySpark's gateway, the benchmarks' jobs):
+    ``DRIVER_JIT`` before the options SPARK_SUBMIT_OPTS holds already, which follow it and win."""
+    theirs = environ.get(SUBMIT_OPTS, "").strip()
+    return {**environ, SUBMIT_OPTS: f"{DRIVER_JIT} {theirs}".strip()}
+
+
 # Spark's log4j level when the caller asks for none: its own default, INFO, prints ~100 lines
 # per job (and its shutdown lines) around the few a task log is read for.
 QUIET_LOG_LEVEL = "WARN"
@@ -54,7 +77,7 @@ def build_context(app: str, master: str | None = None, *, log_level: str | None 
     # PySpark reads the worker interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Under spark-submit, SparkConf() holds what spark-submit was given (--conf, spark-defaults.conf).
-    SparkContext._ensure_initialized()
+    _start_gateway()
     spark_conf = SparkConf().setAppName(app)
     if master:
         spark_conf.setMaster(master)
@@ -154,6 +177,27 @@ def load_pyspark() -> Any:
         SparkContext._ensure_initialized()
         return SparkConf()
     return None
+
+
+def _start_gateway() -> None:
+    """PySpark's JVM: started by this process unless spark-submit started it (PYSPARK_GATEWAY_PORT)
+    or an earlier context did -- then with ``DRIVER_JIT`` (``submit_environment``). PySpark's
+    ``launch_gateway`` runs spark-submit with this process's environment, read as it starts, and
+    takes no other: SPARK_SUBMIT_OPTS is set for that call only."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        SparkContext._ensure_initialized()
+        return
+    before = os.environ.get(SUBMIT_OPTS)
+    os.environ[SUBMIT_OPTS] = submit_environment(os.environ)[SUBMIT_OPTS]
+    try:
+        SparkContext._ensure_initialized()
+    finally:
+        if before is None:
+            os.environ.pop(SUBMIT_OPTS, None)
+        else:
+            os.environ[SUBMIT_OPTS] = before
 
 
 def stop_context(context: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.runtime.session import build_context, stop_context
+from spark.runtime.session import DRIVER_JIT, build_context, stop_context, submit_environment
 from tests.spark.submit import submit_probe
 
 pytestmark = pytest.mark.slow  # starts Spark
@@ -80,3 +81,44 @@ def test_a_job_starting_spark_ahead_starts_the_daemon_s_fork_server_first(tmp_pa
             "print('SERVER', forkserver._server is not None)\n")
     assert "SERVER True" in submit_probe(tmp_path, code).stdout
     assert "SERVER False" in submit_probe(tmp_path, code, "--conf", "spark.executorEnv.TIDELAKE_DAEMON_PRELOAD=0").stdout
+
+
+# The JVM's own arguments, as the driver sees them from inside (java.lang.management).
+JVM_ARGUMENTS = ("print('ARGS', list(SparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()"
+                 ".getInputArguments()))\n")
+
+
+def _tiers(stdout: str) -> list[str]:
+    line = next(x for x in stdout.splitlines() if x.startswith("ARGS "))
+    return [a for a in ast.literal_eval(line[5:]) if a.startswith("-XX:TieredStopAtLevel")]
+
+
+@pytest.mark.parametrize("theirs", [None, "-XX:TieredStopAtLevel=4 -Dprobe=1"])
+def test_a_jvm_this_process_starts_compiles_with_c1_and_a_user_s_option_wins(theirs: str | None) -> None:
+    """``build_context`` starting PySpark's JVM itself gives it ``DRIVER_JIT`` first on the command line:
+    the user's SPARK_SUBMIT_OPTS follow (a later -XX wins in HotSpot) and the variable is theirs again after."""
+    script = ("import os\nfrom pyspark import SparkContext\nfrom spark.runtime.session import build_context, stop_context\n"
+              f"context = build_context('tidelake-jit', 'local[1]', **{LOCAL!r})\n" + JVM_ARGUMENTS +
+              "print('AFTER', os.environ.get('SPARK_SUBMIT_OPTS'))\nstop_context(context)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_SUBMIT_OPTS", "PYSPARK_GATEWAY_PORT")}
+    env["PYTHONPATH"] = str(REPO)
+    if theirs is not None:
+        env["SPARK_SUBMIT_OPTS"] = theirs
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _tiers(done.stdout) == [DRIVER_JIT] + (["-XX:TieredStopAtLevel=4"] if theirs else [])
+    assert f"AFTER {theirs}" in done.stdout
+
+
+def test_under_the_deploy_s_spark_defaults_the_driver_compiles_with_c1(tmp_path: Path) -> None:
+    """The DAG's spark-submit gets ``DRIVER_JIT`` from deploy/spark/spark-defaults.conf
+    (``spark.driver.defaultJavaOptions``): the JVM spark-submit starts runs with it."""
+    run = submit_probe(tmp_path, "from pyspark import SparkContext\nSparkContext._ensure_initialized()\n" + JVM_ARGUMENTS,
+                       "--properties-file", str(REPO / "deploy/spark/spark-defaults.conf"))
+    assert _tiers(run.stdout) == [DRIVER_JIT]
+
+
+def test_submit_environment_puts_the_jit_before_the_user_s_options() -> None:
+    assert DRIVER_JIT == "-XX:TieredStopAtLevel=1"
+    assert submit_environment({"A": "1"}) == {"A": "1", "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1"}
+    assert submit_environment({"SPARK_SUBMIT_OPTS": " -Xss4m "})["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -Xss4m"
