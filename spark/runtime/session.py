@@ -16,6 +16,30 @@ from collections.abc import Mapping
 from typing import Any
 
 
+# The JIT of a run's JVMs: C1 only (HotSpot's tiered compilation stopped at level 1). A run's JVMs
+# live for one interval and do little of its work -- the Python workers decode, fold and write; the
+# JVMs schedule tasks and move their bytes -- yet C2 compiled their hot paths on every core it could
+# get. Measured 2026-11-30 over the throughput bench's 1M messages (3 interleaved runs each): on
+# local[2], where the driver's JVM is the executor too, the apply job 14.35 s and 26.0 core-s busy
+# with C2, 11.97 s and 20.4 with C1 only; on one core 25.3 -> 20.4 s; over 3M messages 27.9 -> 25.4 s;
+# Spark alone (start, a task per slot, stop) 4.11 -> 3.48 s. On a standalone worker of 2 cores, the
+# executor's JVM alone: 16.09 -> 14.95 s, 28.0 -> 24.9 core-s. C2 never paid back within a run.
+# Each JVM gets it first among its options, so one of the user's own (-XX:TieredStopAtLevel=4 in
+# spark.driver/executor.extraJavaOptions, or SPARK_SUBMIT_OPTS) comes after it and wins: the driver
+# through ``submit_environment`` where tidelake starts spark-submit (PySpark's gateway, the
+# benchmarks) and through deploy/spark/spark-defaults.conf's spark.driver.defaultJavaOptions for
+# the DAG's (a driver's options are fixed before any code of ours runs); executors through DEFAULTS.
+JIT = "-XX:TieredStopAtLevel=1"
+SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"  # the java options spark-submit puts first on the driver's command line
+
+
+def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a spark-submit tidelake starts (PySpark's gateway, the benchmarks' jobs):
+    ``JIT`` before the options SPARK_SUBMIT_OPTS holds already, which follow it and win."""
+    theirs = environ.get(SUBMIT_OPTS, "").strip()
+    return {**environ, SUBMIT_OPTS: f"{JIT} {theirs}".strip()}
+
+
 # Settings tidelake's jobs want unless spark-submit or the caller says otherwise.
 DEFAULTS = {
     # Python workers talk to their executor over a Unix socket instead of loopback TCP:
@@ -25,6 +49,8 @@ DEFAULTS = {
     # Spark's console progress bar ("[Stage 0:> (0 + 1) / 2]", on stderr, redrawn with carriage returns)
     # garbles a task log and stands before a failure's one line; tidelake reports its own progress.
     "spark.ui.showConsoleProgress": "false",
+    # A cluster's executors: C1 only (``JIT``). Prepended to spark.executor.extraJavaOptions by Spark.
+    "spark.executor.defaultJavaOptions": JIT,
 }
 
 # On a local master the Python daemon imports PySpark from its installed package, not Spark's
@@ -33,28 +59,6 @@ DEFAULTS = {
 # --py-files, which a worker adds to its path after the daemon has started), and a daemon
 # module they cannot import would fail every task.
 LOCAL_DAEMON = {"spark.python.daemon.module": "spark.runtime.daemon"}
-
-
-# The JIT of a driver JVM tidelake starts: C1 only (HotSpot's tiered compilation stopped at level 1).
-# A run's JVM lives for one interval and does little of the work -- the Python workers decode,
-# fold and write; the JVM schedules tasks and moves their bytes -- yet C2 compiled its hot paths
-# on every core it could get: the apply job over the throughput bench's 1M messages on local[2]
-# (where the driver's JVM is the executor too) took 14.35 s and 26.0 core-s busy with C2, 11.97 s
-# and 20.4 core-s with C1 only (medians of 3 interleaved runs); on one core 25.3 s -> 20.4 s; over
-# 3M messages 27.9 s -> 25.4 s; Spark alone (start, a task per slot, stop) 4.11 -> 3.48 s: C2
-# never paid back within a run. It goes first on the java command line (``submit_environment``), so a
-# user's own ``-XX:TieredStopAtLevel=4`` (SPARK_SUBMIT_OPTS, spark.driver.extraJavaOptions or
-# defaultJavaOptions) comes after it and wins. deploy/spark/spark-defaults.conf sets the same for
-# the DAG's spark-submit (``spark.driver.defaultJavaOptions``).
-DRIVER_JIT = "-XX:TieredStopAtLevel=1"
-SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"  # the java options spark-submit puts first on the driver's command line
-
-
-def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` for a spark-submit tidelake starts (PySpark's gateway, the benchmarks' jobs):
-    ``DRIVER_JIT`` before the options SPARK_SUBMIT_OPTS holds already, which follow it and win."""
-    theirs = environ.get(SUBMIT_OPTS, "").strip()
-    return {**environ, SUBMIT_OPTS: f"{DRIVER_JIT} {theirs}".strip()}
 
 
 # Spark's log4j level when the caller asks for none: its own default, INFO, prints ~100 lines
@@ -181,7 +185,7 @@ def load_pyspark() -> Any:
 
 def _start_gateway() -> None:
     """PySpark's JVM: started by this process unless spark-submit started it (PYSPARK_GATEWAY_PORT)
-    or an earlier context did -- then with ``DRIVER_JIT`` (``submit_environment``). PySpark's
+    or an earlier context did -- then with ``JIT`` (``submit_environment``). PySpark's
     ``launch_gateway`` runs spark-submit with this process's environment, read as it starts, and
     takes no other: SPARK_SUBMIT_OPTS is set for that call only."""
     from pyspark import SparkContext

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from spark.runtime.embedded import standalone_cluster
+from spark.runtime.session import JIT
 from tests.deploy.submit import build_code_archive, submit_commands
 
 from .archives import normalise, oracle_from_records, oracle_rows, produce_history
@@ -113,6 +114,13 @@ def test_land_and_apply_submitted_as_deploy_documents_match_the_model(kafka, mak
         assert seen.returncode == 0, seen.stderr[-3000:]
         executor_file = next(line.split(" ", 1)[1] for line in seen.stdout.splitlines() if line.startswith("EXECUTOR "))
         assert executor_file.endswith(f"/{archive.name}/spark/archive/land.py"), executor_file
+
+        # Each application's executor command (the worker's log of it): land's and apply's executors run
+        # with C1 only (session.JIT, a DEFAULTS of the jobs' context), the probe's -- a context of its
+        # own, beside the same spark-defaults.conf -- with the JVM's defaults.
+        commands = [next(line for line in (app / "0" / "stderr").read_text().splitlines() if "Executor Command" in line)
+                    for app in sorted((tmp_path / "cluster" / "work").glob("app-*"))]
+        assert [f'"{JIT}"' in command for command in commands] == [True, True, False], commands
 
     config = load_pipeline_config(str(pipeline))
     reader = dataclasses.replace(config, storage=dataclasses.replace(

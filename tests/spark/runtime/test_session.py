@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.runtime.session import DRIVER_JIT, build_context, stop_context, submit_environment
+from spark.runtime.session import JIT, build_context, stop_context, submit_environment
 from tests.spark.submit import submit_probe
 
 pytestmark = pytest.mark.slow  # starts Spark
@@ -95,7 +95,7 @@ def _tiers(stdout: str) -> list[str]:
 
 @pytest.mark.parametrize("theirs", [None, "-XX:TieredStopAtLevel=4 -Dprobe=1"])
 def test_a_jvm_this_process_starts_compiles_with_c1_and_a_user_s_option_wins(theirs: str | None) -> None:
-    """``build_context`` starting PySpark's JVM itself gives it ``DRIVER_JIT`` first on the command line:
+    """``build_context`` starting PySpark's JVM itself gives it ``JIT`` first on the command line:
     the user's SPARK_SUBMIT_OPTS follow (a later -XX wins in HotSpot) and the variable is theirs again after."""
     script = ("import os\nfrom pyspark import SparkContext\nfrom spark.runtime.session import build_context, stop_context\n"
               f"context = build_context('tidelake-jit', 'local[1]', **{LOCAL!r})\n" + JVM_ARGUMENTS +
@@ -106,19 +106,19 @@ def test_a_jvm_this_process_starts_compiles_with_c1_and_a_user_s_option_wins(the
         env["SPARK_SUBMIT_OPTS"] = theirs
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert _tiers(done.stdout) == [DRIVER_JIT] + (["-XX:TieredStopAtLevel=4"] if theirs else [])
+    assert _tiers(done.stdout) == [JIT] + (["-XX:TieredStopAtLevel=4"] if theirs else [])
     assert f"AFTER {theirs}" in done.stdout
 
 
 def test_under_the_deploy_s_spark_defaults_the_driver_compiles_with_c1(tmp_path: Path) -> None:
-    """The DAG's spark-submit gets ``DRIVER_JIT`` from deploy/spark/spark-defaults.conf
+    """The DAG's spark-submit gets ``JIT`` from deploy/spark/spark-defaults.conf
     (``spark.driver.defaultJavaOptions``): the JVM spark-submit starts runs with it."""
     run = submit_probe(tmp_path, "from pyspark import SparkContext\nSparkContext._ensure_initialized()\n" + JVM_ARGUMENTS,
                        "--properties-file", str(REPO / "deploy/spark/spark-defaults.conf"))
-    assert _tiers(run.stdout) == [DRIVER_JIT]
+    assert _tiers(run.stdout) == [JIT]
 
 
 def test_submit_environment_puts_the_jit_before_the_user_s_options() -> None:
-    assert DRIVER_JIT == "-XX:TieredStopAtLevel=1"
+    assert JIT == "-XX:TieredStopAtLevel=1"
     assert submit_environment({"A": "1"}) == {"A": "1", "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1"}
     assert submit_environment({"SPARK_SUBMIT_OPTS": " -Xss4m "})["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -Xss4m"
