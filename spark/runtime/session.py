@@ -184,10 +184,10 @@ def load_pyspark() -> Any:
 
 
 def _start_gateway() -> None:
-    """PySpark's JVM: started by this process unless spark-submit started it (PYSPARK_GATEWAY_PORT)
-    or an earlier context did -- then with ``JIT`` (``submit_environment``). PySpark's
-    ``launch_gateway`` runs spark-submit with this process's environment, read as it starts, and
-    takes no other: SPARK_SUBMIT_OPTS is set for that call only."""
+    """PySpark's JVM, started here (with ``JIT`` first among its options, ``submit_environment``)
+    unless spark-submit (PYSPARK_GATEWAY_PORT) or an earlier context of this process started it.
+    PySpark's ``launch_gateway`` runs spark-submit with this process's environment as it is then
+    and takes no other, so SPARK_SUBMIT_OPTS is set for that call only."""
     from pyspark import SparkContext
 
     if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
