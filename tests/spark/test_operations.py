@@ -521,8 +521,13 @@ def test_operations_match_the_model_with_stages_in_the_driver_and_on_spark_in_tu
             ran.append(chosen.where)
             return chosen
 
-    run_machine(protocol, examples=int(os.environ.get("TIDELAKE_SPARK_HISTORIES", "8")), steps=12,
-                runner=InTurn(lambda: spark_runner.context, 0))
+    # As on Spark executors above: new examples may size too few stages for both ways to be taken
+    # twice (seen once: ['driver', 'spark', 'driver', 'driver']); up to two more draws.
+    for _ in range(3):
+        run_machine(protocol, examples=int(os.environ.get("TIDELAKE_SPARK_HISTORIES", "8")), steps=12,
+                    runner=InTurn(lambda: spark_runner.context, 0))
+        if ran.count("spark") >= 2 and ran.count("driver") >= 2:
+            break
     assert ran.count("spark") >= 2 and ran.count("driver") >= 2, ran
 
 
