@@ -421,6 +421,12 @@ class RunIsolation:
                 renamed_before = made in self._renamed or (entry is not None and entry.renamed)
                 if entry is not None and renamed_before:
                     self._release(made, entry, self._renamed[made][0] if made in self._renamed else None)
+                    if isinstance(change, RenameTable) and self.out(ref, ddl):
+                        # The table taking the freed name is held itself (gh-ost's cut-over of a held table:
+                        # RENAME t TO _t_del, _t_gho TO t): the name is held with it. Its catalog entry is
+                        # still the old held table's (a held table's renames are not applied), which the
+                        # link rule cannot see past: it reads the name as the old table's at this statement.
+                        self.new[made] = self._involved(made, ref, ddl)
 
     def _release(self, ref: TableRef, entry: Isolated, at: Order | None) -> None:
         self.held.pop(ref, None)
@@ -463,14 +469,17 @@ class RunIsolation:
 
     def involve(self, refs: Iterable[TableRef], cause: TableRef, ddl: DdlChange) -> None:
         """Hold ``refs``: ``ddl`` involves ``cause``, an isolated table."""
-        first = self.new.get(cause) or self.held.get(cause) or self.gone[cause][0]
-        position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}"
         for ref in sorted(refs):
             if not self.out(ref, ddl):
-                self.new[ref] = Isolated(ref[0], ref[1], self.w_prev, self.interval, first.error,
-                                         f"involves {first.name}, isolated: {first.message}", ddl.sql, ddl.commit_ts,
-                                         position, involved=first.name, new_name=self._new_name(ref), stays=first.stays,
-                                         renamed=self._left(ref))
+                self.new[ref] = self._involved(ref, cause, ddl)
+
+    def _involved(self, ref: TableRef, cause: TableRef, ddl: DdlChange) -> Isolated:
+        first = self.new.get(cause) or self.held.get(cause) or self.gone[cause][0]
+        position = f"{ddl.position.topic}/{ddl.position.partition}@{ddl.position.offset}"
+        return Isolated(ref[0], ref[1], self.w_prev, self.interval, first.error,
+                        f"involves {first.name}, isolated: {first.message}", ddl.sql, ddl.commit_ts,
+                        position, involved=first.name, new_name=self._new_name(ref), stays=first.stays,
+                        renamed=self._left(ref))
 
     def after(self) -> dict[TableRef, Isolated]:
         """The pipeline's isolated tables once this run is published: the retried ones that went

@@ -469,6 +469,34 @@ def test_a_table_renamed_onto_the_name_a_held_table_left_publishes(tmp_path: Pat
     assert [t["table"] for t in read_published(storage, config.name, w3)["tables"]] == ["a"]
 
 
+def test_a_held_table_renamed_onto_the_name_a_held_table_leaves_is_held_under_it(tmp_path: Path) -> None:
+    """gh-ost's cut-over of a held table: ``CREATE TABLE _a_gho LIKE a`` is held with a, then ``RENAME
+    TABLE a TO _a_del, _a_gho TO a``. The name a is the ghost's from there, and the ghost is held: a is
+    isolated at W3, never published with the held table's rows, which its catalog entry still holds
+    (found by the model machine: cloudcanal-json, a DROP DATABASE re-sent after a restart holding bag)."""
+    h, (first, second), (w1, w2) = _a_held_by_bad()
+    ghost = schema("shop", "_a_gho", [("id", "int"), ("v", "int")])
+    h.ddl("shop", "_a_gho", "CREATE TABLE shop._a_gho LIKE shop.a", ghost, kind="CREATE")
+    h.row(Op.INSERT, ghost, None, {"id": 4, "v": 4})
+    h.mark()
+    third, h.events = h.events, []
+    h.ddl("shop", "a", "RENAME TABLE shop.a TO shop._a_del, shop._a_gho TO shop.a", kind="RENAME")
+    h.row(Op.INSERT, A, None, {"id": 5, "v": 5})
+    h.row(Op.INSERT, B, None, {"id": 1, "v": 1})
+    w4 = h.mark()
+    config = _pipeline(tmp_path, "isolate", [first, second, third, h.events])
+    for i in range(4):
+        _apply(config, i)
+    storage = open_storage(config.storage)
+    record = read_published(storage, config.name, w4)
+    assert [t["table"] for t in record["tables"]] == ["b"]
+    assert {e["table"] for e in record["isolated"]} >= {"a", "_a_del"}
+    assert read_isolated(storage, config.name)[("shop", "a")].involved == "shop._a_gho"
+    with pytest.raises(IsolatedTable, match="shop.a is isolated"):
+        read_table(config, "shop", "a", w4)
+    assert _rows(config, "b", w4) == [(1, 1)]
+
+
 def _held_then(tmp_path: Path, statement: str, table: str, extra: list[tuple]) -> tuple:
     """a held by BAD at W1; then, in the next interval, ``statement`` naming a and another table."""
     h, (first, second), (w1, w2) = _a_held_by_bad(extra, [{"id": 5, "v": 5}])

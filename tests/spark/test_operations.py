@@ -393,8 +393,21 @@ class PipelineMachine(RuleBasedStateMachine):
             return "DISCARD TABLESPACE" in e.get("ddl", "") + e["message"]
         if e["error"] not in ("RowSchemaMismatch", "UnsupportedValue"):
             return False
-        names = {f"{e['database']}.{e['table']}", e.get("involved")}
-        return any(e["held_at"] < ts <= w and f"{n[0]}.{n[1]}" in names for ts, n in self.oracle.unfit)
+        names, since = {f"{e['database']}.{e['table']}"}, e["held_at"]
+        # Held because a DDL involves a table held earlier (a held table renamed, or one renamed onto the
+        # name a held table left): for that table's reason, found through the records of earlier Ws.
+        earlier: dict[str, dict] = {}
+        for w0 in sorted(published_watermarks(self.storage, self.config.name)):
+            if w0 <= w:
+                for x in read_published(self.storage, self.config.name, w0).get("isolated", []):
+                    earlier.setdefault(f"{x['database']}.{x['table']}", x)
+        involved = e.get("involved")
+        while involved is not None and involved not in names:
+            names.add(involved)
+            cause = earlier.get(involved)
+            since = min(since, cause["held_at"]) if cause is not None else since
+            involved = cause.get("involved") if cause is not None else None
+        return any(since < ts <= w and f"{n[0]}.{n[1]}" in names for ts, n in self.oracle.unfit)
 
     def main_equals_the_model_at_each_tables_watermark_and_never_goes_back(self) -> None:
         published = set(published_watermarks(self.storage, self.config.name))
