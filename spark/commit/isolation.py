@@ -26,7 +26,8 @@ still fail the run.
 
 A held table holds only itself, not its name. Renamed away or dropped while held (``RENAME TABLE
 a TO c``: c is held with it; ``Isolated.renamed`` says where a went), its old name is free: a
-later ``CREATE TABLE a`` (or a rename onto a) is a new table, applied and published as any other.
+later ``CREATE TABLE a`` (or a rename onto a) is a new table, applied and published as any other --
+unless what a rename moves onto a is held itself (gh-ost's cut-over of a held table): a is held with it.
 The held table's changes since its held W then reach its new name only through statements a
 replay finds under the old one, which now names another table: c *stays* held
 (``Isolated.stays`` says why; ``tidelake repair`` lists it) until the pipeline is rebuilt under a
