@@ -396,12 +396,12 @@ class PipelineMachine(RuleBasedStateMachine):
         names, since = {f"{e['database']}.{e['table']}"}, e["held_at"]
         # Held because a DDL involves a table held earlier (a held table renamed, or one renamed onto the
         # name a held table left): for that table's reason, found through the records of earlier Ws.
+        involved = e.get("involved")
         earlier: dict[str, dict] = {}
-        for w0 in sorted(published_watermarks(self.storage, self.config.name)):
+        for w0 in sorted(published_watermarks(self.storage, self.config.name)) if involved is not None else ():
             if w0 <= w:
                 for x in read_published(self.storage, self.config.name, w0).get("isolated", []):
                     earlier.setdefault(f"{x['database']}.{x['table']}", x)
-        involved = e.get("involved")
         while involved is not None and involved not in names:
             names.add(involved)
             cause = earlier.get(involved)
