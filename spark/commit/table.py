@@ -57,6 +57,7 @@ from spark.tables.ddl_changes import (
     ExchangePartition,
     RenameColumn,
     RenameTable,
+    SetKeyColumns,
     TruncatePartitions,
     TruncateTable,
 )
@@ -495,7 +496,9 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold, hold
         write a key such a column holds NULL): the table is held instead. And rows naming a column
         the run renamed away and added again without its new name: of before that DDL or after it,
         which a derived clock cannot tell (``_renamed_and_added_again``). With ``hold_omitted``,
-        rows lacking a column the table has (``_omitted``).
+        rows lacking a column the table has (``_omitted``). And rows keyed by columns without the
+        table's primary key (``_keyed_otherwise``: Debezium's message.key.columns), which the fold
+        would net as one row where they are several.
     """
     fields = updates.upstream_fields(metadata)
     folded = {name.casefold(): name for name in fields}
@@ -546,10 +549,44 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold, hold
             "lose their values: the table is held. Set binlog_row_image=FULL upstream and re-create the table from a "
             "snapshot (the rows already sent lack those values); where the upstream filters these columns out, set "
             "the pipeline's omitted_columns = \"null\": the next run replays the table from its held W")
-    # The rows' key columns are not held to the table's: on a derived clock a row just before or after
-    # a key change of the run carries its neighbour's key, written right by the table's (a reviewer's
-    # tests/spark/test_row_keys_review.py); Debezium's message.key.columns is the gap (docs/known-gaps.md).
+    ddl = [c for s in plan.steps if isinstance(s, SchemaStep) for c in s.changes]
+    # The run's DDL before these rows that is not this plan's: a rename onto the name is the renamed table's.
+    elsewhere = step.segment > sum(isinstance(s, SchemaStep) for s in plan.steps[:index])
+    if not elsewhere and (otherwise := _keyed_otherwise(key_columns(metadata.properties), row_keys, column, ddl)):
+        keyed, key = otherwise
+        raise RowSchemaMismatch(
+            f"{where} are keyed by {_shown(list(keyed))}, which does not hold the table's primary key "
+            f"({_shown(list(key))}). Changes are netted per key and written by the primary key, so such a key "
+            "merges different rows that share its values and leaves the row an UPDATE of the primary key moved "
+            "away: upstream keys this table's messages by other columns (Debezium's message.key.columns). Key them "
+            "by the primary key (take the table out of message.key.columns) and re-create the table from a "
+            "snapshot: the changes already sent are keyed otherwise")
     return renames
+
+
+# DDL that changes which key a table's rows carry: on a derived clock a row just before or after it
+# in its second is placed on its other side, carrying its neighbour's key, and is written right by
+# the table's (tests/spark/test_row_keys_review.py): a key set, a table renamed, or dropped (and made
+# again). A table only made in the run is not among them: no row of it comes before its CREATE.
+_KEY_CHANGES = (SetKeyColumns, RenameTable, DropTable)
+
+
+def _keyed_otherwise(key: tuple[str, ...], row_keys: Any, column: Callable[[str], str | None | bool],
+                     ddl: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Rows keyed by columns that do not include the table's primary key ``key`` -- (their key
+    columns, ``key``) -- else None. A key holding the primary key's columns (MySQL's names ignore
+    case; ``column`` follows the run's renames) identifies one row, so the fold nets MySQL's rows by
+    it; a table without a primary key is netted by its rows' own key (TiCDC's handle key: a UNIQUE
+    NOT NULL index). Not told apart from a derived clock's neighbours, and so not held: rows of a
+    run whose DDL on the table changes keys (``ddl``: its plan's, before the rows or after them)."""
+    if not key or any(isinstance(c, _KEY_CHANGES) for c in ddl):
+        return None
+    wanted = {k.casefold() for k in key}
+    for keys in row_keys:
+        named = {(to if isinstance(to := column(k), str) else k).casefold() for k in keys}
+        if keys and not named >= wanted:
+            return tuple(keys), key
+    return None
 
 
 def _shown(names: list[str]) -> str:

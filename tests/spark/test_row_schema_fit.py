@@ -365,11 +365,11 @@ def _single_partition(tmp_path: Path, protocol: str, intervals: list[list]):  # 
 
 @pytest.mark.xfail(strict=True, reason=(
     "rows keyed by other columns than the table's primary key (Debezium's message.key.columns, a real "
-    "connector setting; TiCDC and Canal always send the primary key): the fold would net them by their own "
-    "key and the writer match the table's, so an UPDATE that moves the primary key leaves the old row and "
-    "a DELETE removes nothing. Not held (on a derived clock rows next to a key change of the run carry "
-    "their neighbour's key: tests/spark/test_row_keys_review.py); applying them needs the decoder to key "
-    "by the table's primary key where tableChanges gives it"))
+    "connector setting; TiCDC and Canal always send the primary key): the fold nets them by their own "
+    "key and the writer matches the table's, so an UPDATE that moves the primary key would leave the old "
+    "row: the table is held instead (test_rows_keyed_by_columns_without_the_primary_key_hold_their_table). "
+    "Applying them needs the change log keyed by the table's primary key, which the decoder of a data topic "
+    "does not know (Debezium sends tableChanges to the schema change topic)"))
 def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_does(tmp_path: Path) -> None:
     t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("code", parse_mysql_type("varchar(8)")),
                                   Column("v", parse_mysql_type("int"))), ("id",))
@@ -390,6 +390,50 @@ def test_rows_keyed_by_other_columns_than_the_tables_key_are_applied_as_mysql_do
     assert read_table(config, "shop", "t", w1).to_pylist() == [{"id": 1, "code": "a", "v": 1}]
     assert read_table(config, "shop", "t", w2).to_pylist() == [{"id": 2, "code": "a", "v": 1}]
     assert read_table(config, "shop", "t", w3).to_pylist() == []
+
+
+def _keyed_by(tmp_path: Path, keys: tuple[str, ...], second: list[tuple[Op, dict | None, dict | None]]):  # noqa: ANN202
+    """t(id primary key, tenant, v) made with two rows of one tenant, its messages keyed by ``keys``
+    (Debezium MySQL's message.key.columns), then ``second``'s changes, under ``on_table_error = "isolate"``."""
+    t = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("tenant", parse_mysql_type("int")),
+                                  Column("v", parse_mysql_type("int"))), ("id",))
+
+    def row(op: Op, before: dict | None, after: dict | None, ms: int) -> RowChange:
+        return RowChange(op, "shop", "t", before, after, keys, t.column_types, None, P, ms)
+
+    create = DdlChange("shop", "t", "CREATE TABLE shop.t (id int primary key, tenant int, v int)", None, P,
+                       "CREATE", None, t, 1_000)
+    first = [create, row(Op.INSERT, None, {"id": 1, "tenant": 7, "v": 1}, 1_001),
+             row(Op.INSERT, None, {"id": 2, "tenant": 7, "v": 2}, 1_002), _tick(1_100)]
+    later = [row(op, before, after, 2_000 + i) for i, (op, before, after) in enumerate(second)]
+    encoder = get_encoder("debezium-mysql")
+    config = dataclasses.replace(make_config(tmp_path, "debezium-mysql"), on_table_error="isolate")
+    return _applied(config, 1, [encoder.encode_all(first, 1), encoder.encode_all([*later, _tick(2_050), _tick(2_100)], 1)])
+
+
+def test_rows_keyed_by_columns_without_the_primary_key_hold_their_table(tmp_path: Path) -> None:
+    """Debezium MySQL's message.key.columns keys a table's messages by any columns (here a tenant two
+    rows share). Netted by that key, the two INSERTs of the first run were one row, and the UPDATE
+    moving a row's primary key would leave the old one: silent wrong answers. The table is held from
+    its first run with rows, saying why and what to do; the other tables go on."""
+    config, (first, second) = _keyed_by(tmp_path, ("tenant",), [
+        (Op.UPDATE, {"id": 1, "tenant": 7, "v": 1}, {"id": 3, "tenant": 7, "v": 1})])
+    for result in (first, second):
+        held = result.report["isolated"]["shop.t"]
+        assert held["error"] == "RowSchemaMismatch"
+        assert "keyed by 'tenant', which does not hold the table's primary key ('id')" in held["message"]
+        assert "message.key.columns" in held["message"]
+    assert [r["id"] for r in read_table(config, "shop", "clock", second.watermark).to_pylist()] == [1_100, 2_050]
+
+
+def test_rows_keyed_by_the_primary_key_and_more_columns_are_applied(tmp_path: Path) -> None:
+    """A message key holding the primary key's columns (message.key.columns=shop.t:tenant,id) identifies
+    one row: netted by it, every change reaches its row, a key-moving UPDATE included."""
+    config, (_, second) = _keyed_by(tmp_path, ("tenant", "id"), [
+        (Op.UPDATE, {"id": 1, "tenant": 7, "v": 1}, {"id": 3, "tenant": 8, "v": 1}),
+        (Op.DELETE, {"id": 2, "tenant": 7, "v": 2}, None)])
+    assert second.report["isolated"] == {}
+    assert read_table(config, "shop", "t", second.watermark).to_pylist() == [{"id": 3, "tenant": 8, "v": 1}]
 
 
 # ---------------------------------------------------------------- after images without some columns
