@@ -96,6 +96,12 @@ def upstream_schema_at(properties: dict[str, str], watermark: int) -> tuple[tupl
     return recorded[max(at)][:2] if at else upstream_schema(properties)
 
 
+def upstream_keys(properties: dict[str, str]) -> set[tuple[str, ...]]:
+    """Every primary key the table has had by its records (the runs that made it or changed its key),
+    today's with them."""
+    return {key for key, _, _ in _recorded(properties).values()} | {key_columns(properties)}
+
+
 def partitioning_at(properties: dict[str, str], watermark: int) -> tuple[bool, str | None]:
     """(known, the table's partitioning at W as ``PARTITIONING`` holds it, None: none the stream
     defined): the last record at or before W. Not known (False, None) for a table with no record

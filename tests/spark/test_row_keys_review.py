@@ -162,6 +162,56 @@ def test_a_row_committed_just_before_a_key_column_is_dropped_is_applied(tmp_path
     assert sorted(rows) == [1, 2]
 
 
+def _int_table(table: str, keys: tuple[str, ...]) -> TableSchema:
+    return TableSchema("shop", table, tuple(Column(n, parse_mysql_type("int"), n not in keys) for n in ("id", "v")), keys)
+
+
+def test_writes_during_an_online_key_change_reach_the_runs_after_it_with_the_old_key(tmp_path: Path) -> None:
+    """MySQL 8 changes a primary key in place with concurrent writes allowed (Online DDL, "Primary Key
+    Operations"); a write committed during the ALTER is binlogged before it, keyed by the old key,
+    with its own start time -- after the ALTER's, which is the ALTER event's time. Derived order
+    places it after the ALTER, and a W between the two times puts it in a run after the ALTER's,
+    which has no key DDL: keyed by a key the table had, it is applied by the table's (a reviewer's
+    case: held by the first version of the key check)."""
+    t1, t2, u = _int_table("t", ("id",)), _int_table("t", ("id", "v")), _int_table("u", ("id",))
+    row, ddl = _Canal.row, _Canal.ddl
+    first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int not null)", 1_000, t1),
+             *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000),
+             row(0, u, {"id": 8, "v": 8}, 1_500), row(1, u, {"id": 9, "v": 9}, 1_500)]
+    # The ALTER starts at 2 s and commits at 60 s; INSERTs started at 30 s and 40 s commit during it.
+    second = [*ddl("t", "ALTER TABLE shop.t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", 2_000, t2),
+              row(1, t1, {"id": 3, "v": 3}, 30_000), row(1, t1, {"id": 6, "v": 6}, 40_000),
+              row(0, u, {"id": 1, "v": 1}, 61_000)]
+    third = [row(1, t2, {"id": 7, "v": 7}, 62_000), row(0, u, {"id": 2, "v": 2}, 63_000)]
+    fourth = [row(0, u, {"id": 3, "v": 3}, 70_000), row(1, u, {"id": 4, "v": 4}, 70_000)]
+    config, results = _Canal.apply(tmp_path, [first, second, third, fourth])
+    assert sorted(r["id"] for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()) == [1, 2, 3, 6, 7]
+
+
+def test_a_row_blocked_by_a_key_narrowing_alter_can_come_a_run_before_it(tmp_path: Path) -> None:
+    """The key narrowed from (id, v) to (id): an INSERT that waited for the ALTER's metadata lock is
+    binlogged after it, keyed by the new key, with its earlier start time; derived order places it
+    before the ALTER (placed by the running maximum of its partition), here a run before it. Its key
+    is part of the table's then, and it is applied by the table's (a hold there would be for good:
+    the walk replays that run's window alone)."""
+    t1, t2, u = _int_table("t", ("id", "v")), _int_table("t", ("id",)), _int_table("u", ("id",))
+    row, ddl = _Canal.row, _Canal.ddl
+    first = [*ddl("t", "CREATE TABLE shop.t (id int, v int, primary key (id, v))", 1_000, t1),
+             *ddl("u", "CREATE TABLE shop.u (id int primary key, v int)", 1_000, u),
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000),
+             row(0, u, {"id": 8, "v": 8}, 1_500), row(1, u, {"id": 9, "v": 9}, 1_500)]
+    # The ALTER starts at 2 s, commits at 5 s; u's row started at 5 s commits before it on partition 0;
+    # an INSERT into t started at 4 s waits for the ALTER's lock; u's row started at 4.5 s follows it.
+    second = [row(0, u, {"id": 1, "v": 1}, 5_000),
+              *ddl("t", "ALTER TABLE shop.t DROP PRIMARY KEY, ADD PRIMARY KEY (id)", 2_000, t2),
+              row(1, t2, {"id": 3, "v": 3}, 4_000), row(1, u, {"id": 2, "v": 2}, 4_500)]
+    third = [row(0, t2, {"id": 4, "v": 4}, 6_000), row(1, t2, {"id": 5, "v": 5}, 6_000),
+             row(0, u, {"id": 3, "v": 3}, 7_000), row(1, u, {"id": 4, "v": 4}, 7_000)]
+    config, results = _Canal.apply(tmp_path, [first, second, third])
+    assert sorted(r["id"] for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()) == [1, 2, 3, 4, 5]
+
+
 # ---------------------------------------------------------------- keys the table has, named otherwise
 
 def test_a_composite_key_in_another_order_and_lettercase_is_the_tables_key(tmp_path: Path) -> None:
