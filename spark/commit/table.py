@@ -179,6 +179,9 @@ class TableCommitter:
         # Columns a statement added with a value for the rows the table holds: {field id: value},
         # filled in one rewrite once the statement's changes are staged (ADD a ..., ADD b ...).
         fills: dict[int, Any] = {}
+        # Columns the plan's statements added with a value for the rows of before them: {field id: value}
+        # (``older_rows``), whether or not the lake holds rows.
+        older: dict[int, Any] = {}
         statement: DdlChange | None = None
         for step in plan.steps:
             if fills and (not isinstance(step, SchemaStep) or step.ddl is not statement):
@@ -187,6 +190,8 @@ class TableCommitter:
             if isinstance(step, SchemaStep):
                 statement = step.ddl
                 for change in step.changes:
+                    if isinstance(change, (CreateTable, CreateTableLike, DropTable)):
+                        older = {}  # another table's columns from here
                     if isinstance(change, (CreateTable, CreateTableLike)):
                         current, tx = self._create(current, tx, change, step, plan, run)
                         continue
@@ -225,6 +230,7 @@ class TableCommitter:
                     updates.stage(change, update)
                     if added:
                         fills.update(self._existing_rows_fill(update, change, step.ddl))
+                        older.update(self._older_rows_value(update, change, step.ddl))
             else:
                 if current is None:
                     if not step.upserts:
@@ -237,7 +243,7 @@ class TableCommitter:
                     # DROP, ordered by offset): the table lives again, as a table the lake never
                     # saw created is made by its rows.
                     tx.remove_properties(DROPPED)
-                yield from self._write_rows(current, tx, plan, step, run, fold)
+                yield from self._write_rows(current, tx, plan, step, run, fold, older)
         if fills:
             yield from self._fill(current, tx, fills, run)  # type: ignore[arg-type]
         if current is None:
@@ -293,9 +299,23 @@ class TableCommitter:
     def _existing_rows_fill(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
         """{field id: value} the rows the table holds get in the column ``change`` added, when not NULL
         (``updates.existing_rows_fill``, at the statement's time in the topic's time zone)."""
+        return updates.existing_rows_fill(update, change, *self._statement_clock(ddl))
+
+    def _older_rows_value(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
+        """{field id: value} MySQL gives a row of before the statement in the column ``change`` added,
+        when not NULL and known (``existing_rows_value``), whether or not the lake holds rows."""
+        try:
+            value = existing_rows_value(change.column, change.default, *self._statement_clock(ddl))
+        except ValueNotReproducible:
+            return {}
+        field = updates.field_name(update.fields(), change.column.name)
+        ids = [f.field_id for f in update.tx.table_metadata.schema().fields if f.name == field]
+        return {ids[0]: value} if value is not None and ids else {}
+
+    def _statement_clock(self, ddl: DdlChange) -> tuple[int, dt.tzinfo]:
+        """When a statement ran (epoch ms) and the time zone of its topic's upstream."""
         topic = next((t for t in self.config.topics if t.name == ddl.position.topic), None)
-        tz = parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC")
-        return updates.existing_rows_fill(update, change, _statement_ms(ddl, topic), tz)
+        return _statement_ms(ddl, topic), parse_timezone(topic.options.get("timezone", "UTC") if topic else "UTC")
 
     def _fill(self, table: Table, tx: Transaction, fills: dict[int, Any],
               run: RunContext) -> Generator[FillRequest, list[FileRewrite], None]:
@@ -386,11 +406,11 @@ class TableCommitter:
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
-                    fold: Fold) -> Generator[RewriteRequest, list[FileRewrite], None]:
+                    fold: Fold, older: dict[int, Any]) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read,
-                                     self.config.maintenance.target_file_size, self.config.holds_omitted_columns)
+                                     self.config.maintenance.target_file_size, self.config.holds_omitted_columns, older)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
@@ -454,11 +474,12 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
                   merge_on_read: bool, target_file_size: int = 0, hold_omitted: bool = False,
-                  ) -> tuple[UpsertTarget, int | None]:
+                  older: dict[int, Any] | None = None) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against. Merge-on-read, the small files
     (``files.is_small`` of ``target_file_size``; 0: none) that ``upsert.small_file_merges`` picks
-    are merged into the files the step writes. ``hold_omitted``: ``row_columns``'."""
+    are merged into the files the step writes. ``hold_omitted``: ``row_columns``'. ``older``: the
+    values the run's ADD COLUMNs before the step gave the rows of before them (``older_rows``)."""
     props = metadata.properties
     renames = row_columns(metadata, plan, step, fold, hold_omitted)
     keys = key_columns(props)
@@ -475,9 +496,32 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merge_on_read = merge_on_read and metadata.format_version >= 2  # a v1 table (made by hand) holds no delete files
     merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
               if merge_on_read and not multiset and target_file_size else ())
+    older_values = {} if hold_omitted or multiset else older_rows(
+        metadata, older or {}, fold.written_column_sets(plan.database, plan.table, step.segment), renames)
     planned = UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts,
-                           multiset=multiset, renames=renames)
+                           multiset=multiset, renames=renames, older_rows=older_values)
     return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
+
+
+def older_rows(metadata: Any, added: dict[int, Any], column_sets: Any, renames: dict[str, str | None]) -> dict[str, Any]:
+    """{column: value} for a data step's rows that lack a column the run added before them (``added``:
+    field id -> the value MySQL gave the rows of before the statement) where other rows of the step
+    carry it: not a column the upstream filters out, so a row lacking it is of before the statement,
+    placed after it by a derived clock (a row committed just before the ADD COLUMN in its second),
+    and holds what the statement gave the rows then -- its DEFAULT, not NULL. Where no row carries
+    it, it may be filtered out (``omitted_columns = "null"``): NULL, as before. With
+    ``omitted_columns = "hold"`` such rows hold the table instead (``_omitted``: an after image
+    without an unchanged column cannot be told from them)."""
+    names = {f.field_id: f.name for f in metadata.schema().fields}
+    out = {}
+    for field_id, value in added.items():
+        name = names.get(field_id)
+        if name is None:
+            continue  # dropped again in the run
+        carried = [name.casefold() in {(renames.get(c) or c).casefold() for c in columns} for columns in column_sets if columns]
+        if any(carried) and not all(carried):
+            out[name] = value
+    return out
 
 
 def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold, hold_omitted: bool = False,

@@ -89,6 +89,10 @@ class UpsertTarget:
     # Row column names -> the table's column (None: dropped), where rows name a column otherwise
     # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
     renames: Mapping[str, str | None] = field(default_factory=dict)
+    # The table's column -> the value a written row lacking it gets, where the run's ADD COLUMN gave
+    # the rows of before it that value and other rows carry the column: the row lacking it is of
+    # before the statement, placed after it by a derived clock (spark.commit.table.older_rows).
+    older_rows: Mapping[str, Any] = field(default_factory=dict)
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
@@ -118,14 +122,14 @@ def _rows(net: pa.Table, target: UpsertTarget) -> tuple[pa.Table, np.ndarray]:
     Images are read column-wise (``image_columns``), a shape at a time: the names of the first
     image not read yet, then of the next. The rest -- a rename in the run, a value its column does
     not take as it is, corrupt bytes -- are read one by one, as ever, and the parts are put back
-    in the net change's order."""
+    in the net change's order; so is every image of a step with ``older_rows``."""
     metadata = target.table.metadata()
     schema = metadata.schema()
     names = metadata_columns(schema, metadata.properties)  # upstream names are data: never these
     writes = ~pc.fill_null(net.column("deletes"), False).to_numpy(zero_copy_only=False)
     parts, order = [], []
     left = np.arange(net.num_rows)
-    for _ in range(IMAGE_SHAPES if not target.renames else 0):
+    for _ in range(IMAGE_SHAPES if not (target.renames or target.older_rows) else 0):
         columns = _column_wise(net.take(pa.array(left, pa.int64())) if len(order) else net, schema, names)
         if columns is None or not columns.read.any():
             break
@@ -189,6 +193,8 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
                 if new is not None:
                     row.setdefault(new, value)
         if not deletes:
+            for name, value in target.older_rows.items():
+                row.setdefault(name, value)
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
         images.append(row)

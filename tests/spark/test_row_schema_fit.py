@@ -292,6 +292,27 @@ def test_a_row_committed_just_before_add_column_in_its_millisecond_fits(tmp_path
     assert rows[2]["price"] is None  # MySQL: 9.99 (the gap above)
 
 
+def test_a_row_committed_just_before_add_column_gets_its_default_where_the_runs_rows_carry_the_column(
+        tmp_path: Path) -> None:
+    """As above, but rows of the run after the ALTER carry the column, so the upstream does not filter
+    it out (``omitted_columns = "null"``, TiCDC's default): the row lacking it is of before the ALTER
+    and holds what the ALTER gave the rows then, its DEFAULT (spark.commit.table.older_rows). Before,
+    NULL, silently. A row of after it carrying NULL keeps NULL, and so does a deleted key."""
+    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a"}), _row(1, "INSERT", 1001, {"id": "5", "name": "e"})]
+    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
+              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN price decimal(10,2) DEFAULT 9.99", "ALTER"),
+              _row(0, "INSERT", 2001, {"id": "3", "name": "c", "price": "1.00"}),
+              _row(1, "INSERT", 2001, {"id": "4", "name": "d", "price": None}),
+              _row(1, "DELETE", 2001, {"id": "5", "name": "e", "price": "9.99"}),
+              _row(0, "INSERT", 2002, {"id": "6", "name": "f", "price": "2.00"}),
+              _row(1, "INSERT", 2002, {"id": "7", "name": "g", "price": "2.00"})]
+    config, results = _derived(tmp_path, [first, second])
+    rows = {r["id"]: r for r in read_table(config, "shop", "items", results[-1].watermark).to_pylist()}
+    assert {i: None if r["price"] is None else str(r["price"]) for i, r in rows.items()} == {
+        1: "9.99", 2: "9.99", 3: "1.00", 4: None}
+
+
 # ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
 
 class _Canal:
