@@ -49,6 +49,7 @@ from spark.tables import exchange, updates
 from spark.tables.partitioning import MYSQL, upstream_server
 from spark.tables.ddl_changes import (
     AddColumn,
+    ChangeColumnType,
     CreateTable,
     CreateTableLike,
     DropColumn,
@@ -227,6 +228,10 @@ class TableCommitter:
                         exchange.stage(self.tables, update, change, plan.ref, step.ddl, step.exchange)
                         continue
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
+                    if isinstance(change, ChangeColumnType):
+                        # A value for the rows of before the ADD in its type then (FLOAT to DOUBLE widens
+                        # 1.1 to 1.100000023841858): not converted here, so such rows read NULL, as before.
+                        older.pop(_field_id(update, change.name), None)
                     updates.stage(change, update)
                     if added:
                         fills.update(self._existing_rows_fill(update, change, step.ddl))
@@ -308,9 +313,8 @@ class TableCommitter:
             value = existing_rows_value(change.column, change.default, *self._statement_clock(ddl))
         except ValueNotReproducible:
             return {}
-        field = updates.field_name(update.fields(), change.column.name)
-        ids = [f.field_id for f in update.tx.table_metadata.schema().fields if f.name == field]
-        return {ids[0]: value} if value is not None and ids else {}
+        field_id = _field_id(update, change.column.name)
+        return {field_id: value} if value is not None and field_id is not None else {}
 
     def _statement_clock(self, ddl: DdlChange) -> tuple[int, dt.tzinfo]:
         """When a statement ran (epoch ms) and the time zone of its topic's upstream."""
@@ -409,8 +413,12 @@ class TableCommitter:
                     fold: Fold, older: dict[int, Any]) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
+        # Only where every topic sends whole rows: an after image of Canal's may lack an unchanged column
+        # (MINIMAL), which is no row of before the ADD COLUMN (with omitted_columns = "null": NULL, as before).
+        whole_rows = all(protocol_spec(t.protocol).whole_rows for t in self.config.topics)
         target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read,
-                                     self.config.maintenance.target_file_size, self.config.holds_omitted_columns, older)
+                                     self.config.maintenance.target_file_size, self.config.holds_omitted_columns,
+                                     older if whole_rows else None)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
@@ -438,6 +446,12 @@ class TableCommitter:
         self.fault(f"staged:{'.'.join(table.name()[1:])}")
         self.check()
         tx.commit_transaction()
+
+
+def _field_id(update: updates.SchemaUpdate, column: str) -> int | None:
+    """The field id of upstream column ``column`` in the table as ``update`` has staged it."""
+    name = updates.field_name(update.fields(), column)
+    return next((f.field_id for f in update.tx.table_metadata.schema().fields if f.name == name), None)
 
 
 def _statement_ms(ddl: DdlChange, topic: TopicConfig | None) -> int:

@@ -11,7 +11,7 @@ upstream's time zone), not the reading of SQL.
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from sqlglot import exp
@@ -151,6 +151,9 @@ def _statement_time(ct: ColumnType, fsp: int, at_ms: int, tz: dt.tzinfo) -> Any:
     raise ValueNotReproducible(f"a {ct} column defaulting to the statement's time")
 
 
+MAX_DECIMAL_DIGITS = 65  # MySQL's DECIMAL holds at most 65 digits
+
+
 def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> Any:
     k, value = ct.kind, literal.value
     if isinstance(value, bytes):  # hexadecimal and bit literals: a number in a numeric column, else bytes
@@ -172,5 +175,7 @@ def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> An
     if k in INTEGER_KINDS and k is not TypeKind.BIT:
         return to_int(ct, str(Decimal(value).to_integral_value(ROUND_HALF_UP)))  # MySQL rounds 7.5 to 8
     if k is TypeKind.DECIMAL:
-        return Decimal(value).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
+        with localcontext() as exact:  # DECIMAL(65, 30): beyond the default context's 28 digits
+            exact.prec = MAX_DECIMAL_DIGITS
+            return Decimal(value).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
     return from_text(ct, value, tz)

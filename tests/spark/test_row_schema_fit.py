@@ -313,6 +313,26 @@ def test_a_row_committed_just_before_add_column_gets_its_default_where_the_runs_
         1: "9.99", 2: "9.99", 3: "1.00", 4: None}
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "a column added and then given another type in the run (FLOAT to DOUBLE: MySQL widens the stored 1.1 "
+    "to 1.100000023841858, as the lake's filled rows read): the value for the rows of before the ADD is "
+    "not converted, so a derived clock's row lacking the column reads NULL, as before older_rows"))
+def test_a_row_lacking_a_column_added_and_retyped_in_the_run_gets_its_converted_default(tmp_path: Path) -> None:
+    TYPES.setdefault("f", "double")
+    SQL_TYPES.setdefault("f", 8)
+    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a"})]
+    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
+              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN f float DEFAULT 1.1", "ALTER"),
+              _ddl(2000, "ALTER TABLE shop.items MODIFY COLUMN f double", "ALTER"),
+              _row(0, "INSERT", 2001, {"id": "3", "name": "c", "f": "7.0"}),
+              _row(0, "INSERT", 2002, {"id": "4", "name": "d", "f": "7.0"}),
+              _row(1, "INSERT", 2002, {"id": "5", "name": "e", "f": "7.0"})]
+    config, results = _derived(tmp_path, [first, second])
+    rows = {r["id"]: r["f"] for r in read_table(config, "shop", "items", results[-1].watermark).to_pylist()}
+    assert rows[1] == rows[2] == 1.100000023841858
+
+
 # ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
 
 class _Canal:
@@ -367,6 +387,25 @@ def test_a_row_written_after_add_column_with_an_earlier_start_time_is_applied(tm
     config, results = _Canal.apply(tmp_path, [first, second])
     rows = {r["id"]: r for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()}
     assert rows[3] == {"id": 3, "v": 3, "c": 33}
+
+
+def test_a_canal_row_lacking_a_column_the_run_added_stays_null_under_omitted_columns_null(tmp_path: Path) -> None:
+    """Canal passes MySQL's after images on as the binlog holds them: under MINIMAL an UPDATE's lacks the
+    columns it left unchanged, whatever their value. So a Canal row lacking a column the run added is no
+    row of before the ADD COLUMN for sure, and with omitted_columns = "null" it is written NULL, as the
+    setting says, not the DEFAULT (older_rows applies where every topic sends whole rows)."""
+    t1 = TableSchema("shop", "t", (Column("id", parse_mysql_type("int"), False), Column("v", parse_mysql_type("int"))), ("id",))
+    t2 = TableSchema("shop", "t", (*t1.columns, Column("c", parse_mysql_type("int"))), ("id",))
+    row, ddl = _Canal.row, _Canal.ddl
+    first = [*ddl("t", "CREATE TABLE shop.t (id int primary key, v int)", 1_000, t1),
+             row(0, t1, {"id": 1, "v": 1}, 1_000), row(1, t1, {"id": 2, "v": 2}, 1_000)]
+    second = [*ddl("t", "ALTER TABLE shop.t ADD COLUMN c int DEFAULT 7", 2_000, t2),
+              row(0, t2, {"id": 3, "v": 3, "c": 33}, 2_001), row(1, t1, {"id": 4, "v": 4}, 2_001),
+              row(0, t2, {"id": 5, "v": 5, "c": 55}, 3_000), row(1, t2, {"id": 6, "v": 6, "c": 66}, 3_000)]
+    config = dataclasses.replace(make_config(tmp_path, "canal"), omitted_columns="null")
+    config, results = _applied(config, 2, [first, second])
+    rows = {r["id"]: r["c"] for r in read_table(config, "shop", "t", results[-1].watermark).to_pylist()}
+    assert rows == {1: 7, 2: 7, 3: 33, 4: None}
 
 
 # ---------------------------------------------------------------- silent wrong answers that remain

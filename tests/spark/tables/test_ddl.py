@@ -521,6 +521,7 @@ EXISTING_ROWS = [
     ("ADD c BIGINT UNSIGNED NOT NULL", 0),
     ("ADD c DECIMAL(6,2) DEFAULT 1.555", Decimal("1.56")),
     ("ADD c DECIMAL(6,2) NOT NULL", Decimal("0.00")),
+    ("ADD c DECIMAL(65,30) DEFAULT 1.5", Decimal("1.500000000000000000000000000000")),  # beyond 28 digits
     ("ADD c DOUBLE NOT NULL", 0.0),
     ("ADD c VARCHAR(8) NOT NULL", ""),
     ("ADD c VARCHAR(8) DEFAULT 'it''s'", "it's"),
