@@ -174,11 +174,17 @@ class PipelineConfig:
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     @property
+    def whole_rows(self) -> bool:
+        """Whether every topic's upstream sends whole rows (not Canal: its after images may lack the
+        columns a statement left unchanged, under MySQL's binlog_row_image NOBLOB or MINIMAL)."""
+        return all(protocol_spec(t.protocol).whole_rows for t in self.topics)
+
+    @property
     def holds_omitted_columns(self) -> bool:
         """Whether a table whose rows lack one of its columns is held (``omitted_columns``)."""
         if self.omitted_columns is not None:
             return self.omitted_columns == "hold"
-        return any(not protocol_spec(t.protocol).whole_rows for t in self.topics)
+        return not self.whole_rows
 
     @property
     def namespace(self) -> str:

@@ -415,10 +415,9 @@ class TableCommitter:
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         # Only where every topic sends whole rows: an after image of Canal's may lack an unchanged column
         # (MINIMAL), which is no row of before the ADD COLUMN (with omitted_columns = "null": NULL, as before).
-        whole_rows = all(protocol_spec(t.protocol).whole_rows for t in self.config.topics)
         target, head = upsert_target(table, tx.table_metadata, plan, step, fold, self.config.layout.merge_on_read,
                                      self.config.maintenance.target_file_size, self.config.holds_omitted_columns,
-                                     older if whole_rows else None)
+                                     older if self.config.whole_rows else None)
         rewrites = yield RewriteRequest(plan.database, plan.table, step.segment, target)
         internals.stage_overwrite(
             tx, target.table.name, expected_snapshot_id=head,
