@@ -83,7 +83,7 @@ from spark.tables.properties import (
     upstream_keys,
     upstream_types,
 )
-from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
+from spark.tables.ddl_defaults import OlderValue, ValueNotReproducible, existing_rows_value
 from spark.tables.schema_map import arrow_table, iceberg_schema, table_columns
 from spark.tables.updates import RowSchemaMismatch, UnsupportedSchemaChange
 from spark.tables import internals
@@ -180,9 +180,9 @@ class TableCommitter:
         # Columns a statement added with a value for the rows the table holds: {field id: value},
         # filled in one rewrite once the statement's changes are staged (ADD a ..., ADD b ...).
         fills: dict[int, Any] = {}
-        # Columns the plan's statements added with a value for the rows of before them: {field id: value}
-        # (``older_rows``), whether or not the lake holds rows.
-        older: dict[int, Any] = {}
+        # What the plan's statements gave the rows of before them in the columns they added: {field id:
+        # OlderValue} (``older_rows``), whether or not the lake holds rows.
+        older: dict[int, OlderValue] = {}
         statement: DdlChange | None = None
         for step in plan.steps:
             if fills and (not isinstance(step, SchemaStep) or step.ddl is not statement):
@@ -228,10 +228,9 @@ class TableCommitter:
                         exchange.stage(self.tables, update, change, plan.ref, step.ddl, step.exchange)
                         continue
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
-                    if isinstance(change, ChangeColumnType):
-                        # A value for the rows of before the ADD in its type then (FLOAT to DOUBLE widens
-                        # 1.1 to 1.100000023841858): not converted here, so such rows read NULL, as before.
-                        older.pop(_field_id(update, change.name), None)
+                    if isinstance(change, ChangeColumnType) and (field_id := _field_id(update, change.name)) in older:
+                        # The rows of before the ADD hold the value converted (FLOAT to DOUBLE: 1.1 reads 1.100000023841858).
+                        older[field_id] = older[field_id].retyped(change.type, self._statement_clock(step.ddl)[1])
                     updates.stage(change, update)
                     if added:
                         fills.update(self._existing_rows_fill(update, change, step.ddl))
@@ -306,15 +305,12 @@ class TableCommitter:
         (``updates.existing_rows_fill``, at the statement's time in the topic's time zone)."""
         return updates.existing_rows_fill(update, change, *self._statement_clock(ddl))
 
-    def _older_rows_value(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, Any]:
-        """{field id: value} MySQL gives a row of before the statement in the column ``change`` added,
-        when not NULL and known (``existing_rows_value``), whether or not the lake holds rows."""
-        try:
-            value = existing_rows_value(change.column, change.default, *self._statement_clock(ddl))
-        except ValueNotReproducible:
-            return {}
+    def _older_rows_value(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange) -> dict[int, OlderValue]:
+        """{field id: what MySQL gives a row of before the statement in the column ``change`` added}
+        (``OlderValue``: known or not), whether or not the lake holds rows."""
         field_id = _field_id(update, change.column.name)
-        return {field_id: value} if value is not None and field_id is not None else {}
+        older = OlderValue.of(change.column, change.default, *self._statement_clock(ddl))
+        return {field_id: older} if field_id is not None else {}
 
     def _statement_clock(self, ddl: DdlChange) -> tuple[int, dt.tzinfo]:
         """When a statement ran (epoch ms) and the time zone of its topic's upstream."""
@@ -410,7 +406,7 @@ class TableCommitter:
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
-                    fold: Fold, older: dict[int, Any]) -> Generator[RewriteRequest, list[FileRewrite], None]:
+                    fold: Fold, older: dict[int, OlderValue]) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         # Only where every topic sends whole rows: an after image of Canal's may lack an unchanged column
@@ -487,7 +483,7 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
                   merge_on_read: bool, target_file_size: int = 0, hold_omitted: bool = False,
-                  older: dict[int, Any] | None = None) -> tuple[UpsertTarget, int | None]:
+                  older: dict[int, OlderValue] | None = None) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against. Merge-on-read, the small files
     (``files.is_small`` of ``target_file_size``; 0: none) that ``upsert.small_file_merges`` picks
@@ -510,30 +506,45 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     merged = (small_file_merges(metadata, live.data, keys, step.upserts, target_file_size)
               if merge_on_read and not multiset and target_file_size else ())
     older_values = {} if hold_omitted or multiset else older_rows(
-        metadata, older or {}, fold.written_column_sets(plan.database, plan.table, step.segment), renames)
+        metadata, older or {}, fold.written_column_sets(plan.database, plan.table, step.segment), renames,
+        _rows_written(plan, step))
     planned = UpsertTarget(target, live.data, keys, upstream, deletes, merge_on_read, merged, step.upserts,
                            multiset=multiset, renames=renames, older_rows=older_values)
     return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
 
 
-def older_rows(metadata: Any, added: dict[int, Any], column_sets: Any, renames: dict[str, str | None]) -> dict[str, Any]:
+def older_rows(metadata: Any, added: dict[int, OlderValue], column_sets: Any, renames: dict[str, str | None],
+               where: str = "") -> dict[str, Any]:
     """{column: value} for a data step's rows that lack a column the run added before them (``added``:
-    field id -> the value MySQL gave the rows of before the statement) where other rows of the step
+    field id -> what MySQL gave the rows of before the statement) where other rows of the step
     carry it: not a column the upstream filters out, so a row lacking it is of before the statement,
     placed after it by a derived clock (a row committed just before the ADD COLUMN in its second),
     and holds what the statement gave the rows then -- its DEFAULT, not NULL. Where no row carries
     it, it may be filtered out (``omitted_columns = "null"``): NULL, as before. With
     ``omitted_columns = "hold"`` such rows hold the table instead (``_omitted``: an after image
-    without an unchanged column cannot be told from them)."""
+    without an unchanged column cannot be told from them).
+
+    Raises:
+        RowSchemaMismatch: such rows where MySQL's value cannot be known (an expression DEFAULT, a
+        conversion tidelake does not make): NULL would be a silent wrong answer; the table is held.
+    """
     names = {f.field_id: f.name for f in metadata.schema().fields}
     out = {}
-    for field_id, value in added.items():
+    for field_id, older in added.items():
         name = names.get(field_id)
         if name is None:
             continue  # dropped again in the run
         carried = [name.casefold() in {(renames.get(c) or c).casefold() for c in columns} for columns in column_sets if columns]
-        if any(carried) and not all(carried):
-            out[name] = value
+        if not any(carried) or all(carried):
+            continue
+        if older.unknown is not None:
+            raise RowSchemaMismatch(
+                f"{where} lack {name!r} where others of them carry it: such a row was committed just before the "
+                "ADD COLUMN that made the column and placed after it, the clock being derived from binlog time "
+                "(docs/consistency.md), and holds what MySQL gave the rows then, which tidelake cannot know "
+                f"({older.unknown}). The table is held rather than write NULL there; re-create it from a snapshot")
+        if older.value is not None:
+            out[name] = older.value
     return out
 
 
@@ -585,7 +596,7 @@ def row_columns(metadata: Any, plan: TablePlan, step: DataStep, fold: Fold, hold
     for name in {k for keys in row_keys for k in keys} - renames.keys():  # a deleted key's image is its key
         if (to := column(name)) not in (False, name):
             renames[name] = to
-    where = f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
+    where = _rows_written(plan, step)
     for columns in column_sets:
         if moved := _renamed_and_added_again(columns, folded, gone):
             name, went = moved
@@ -660,6 +671,11 @@ def _keyed_otherwise(properties: dict[str, str], row_keys: Any, column: Callable
         if keys and not named(keys) >= wanted and not named(keys) < wanted and named(keys) not in had:
             return tuple(keys), key
     return None
+
+
+def _rows_written(plan: TablePlan, step: DataStep) -> str:
+    """Where a hold of a data step's rows names them."""
+    return f"{plan.database}.{plan.table}: rows this run writes (after {step.segment} of its DDL in the run)"
 
 
 def _shown(names: list[str]) -> str:

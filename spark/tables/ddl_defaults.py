@@ -11,6 +11,8 @@ upstream's time zone), not the reading of SQL.
 from __future__ import annotations
 
 import datetime as dt
+import struct
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
@@ -103,9 +105,51 @@ def existing_rows_value(column: Column, default: ColumnDefault | None, at_ms: in
     if isinstance(default, DefaultNow):
         return _statement_time(ct, default.fsp, at_ms, tz)
     try:
-        return _literal_value(ct, default, tz)
+        return _stored(ct, _literal_value(ct, default, tz))
     except (ColumnValueError, ArithmeticError, ValueError) as exc:
         raise ValueNotReproducible(f"DEFAULT {default.value!r} does not fit {ct}: {exc}") from None
+
+
+def _stored(ct: ColumnType, value: Any) -> Any:
+    """``value`` as a column of ``ct`` stores it: a FLOAT holds single precision (1.1 is
+    1.100000023841858 once widened to DOUBLE)."""
+    if ct.kind is TypeKind.FLOAT and isinstance(value, float):
+        return struct.unpack("f", struct.pack("f", value))[0]
+    return value
+
+
+@dataclass(frozen=True)
+class OlderValue:
+    """What MySQL gave the rows of before an ``ADD COLUMN`` in the column it added: ``value`` (as
+    the codecs type values) in a column of ``type``, or ``unknown``: why it cannot be known -- a row
+    that needs it holds its table rather than read NULL (``spark.commit.table.older_rows``)."""
+
+    type: ColumnType
+    value: Any = None
+    unknown: str | None = None
+
+    @classmethod
+    def of(cls, column: Column, default: ColumnDefault | None, at_ms: int, tz: dt.tzinfo) -> OlderValue:
+        try:
+            return cls(column.type, existing_rows_value(column, default, at_ms, tz))
+        except ValueNotReproducible as exc:
+            return cls(column.type, unknown=str(exc))
+
+    def retyped(self, new: ColumnType, tz: dt.tzinfo) -> OlderValue:
+        """The value once ``MODIFY COLUMN`` gives the column the type ``new``. MySQL converts a stored
+        number or string as it converts a literal of its text (``_literal_value``: a FLOAT's 1.1 reads
+        1.100000023841858 as a DOUBLE, 7.5 becomes 8 in an INT); a value of another kind is kept only
+        where the type is the same, else unknown."""
+        value = self.value
+        if self.unknown is not None or value is None or new == self.type:
+            return OlderValue(new, value, self.unknown)
+        if isinstance(value, (bool, int, float, Decimal, str)):
+            text = repr(value) if isinstance(value, float) else str(int(value) if isinstance(value, bool) else value)
+            try:
+                return OlderValue(new, _stored(new, _literal_value(new, DefaultLiteral(text, isinstance(value, str)), tz)))
+            except (ColumnValueError, ArithmeticError, ValueError) as exc:
+                return OlderValue(new, unknown=f"{value!r} of a {self.type} column as {new}: {exc}")
+        return OlderValue(new, unknown=f"tidelake does not convert a {self.type} value to {new}")
 
 
 def _implicit_default(ct: ColumnType) -> Any:
@@ -165,6 +209,10 @@ def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> An
             value = value.decode("utf-8")
     if k in BYTES_KINDS:
         return _padded(ct, value.encode("utf-8"))
+    if ct.mysql_type == "char":
+        # MySQL removes a CHAR value's trailing spaces when it is read (and so the binlog carries
+        # none): DEFAULT 'ab  ' reads 'ab' (8.0 manual, "The CHAR and VARCHAR Types").
+        value = value.rstrip(" ")
     if k is TypeKind.ENUM and literal.is_string:
         return value  # a member's name, even when it is digits (a number is the member's index)
     if k is TypeKind.SET and literal.is_string and ct.elements:

@@ -627,6 +627,8 @@ class Oracle:
             return text
         if ct.kind is TypeKind.BINARY:
             return text.encode("utf-8")
+        if ct.mysql_type == "char":  # trailing spaces are removed when a CHAR is read ("The CHAR and VARCHAR Types")
+            text = text.rstrip(" ")
         return from_text(ct, text, self.timezone)
 
     def _partition_ddl(self, name: TableName, clause: str) -> None:

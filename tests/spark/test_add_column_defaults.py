@@ -158,6 +158,27 @@ def test_not_null_without_default_fills_the_implicit_default(tmp_path: Path, pro
     assert normalise(got) == oracle_rows(model_at(first + list(h.events), w2), ("shop", "t"))
 
 
+@pytest.mark.parametrize("protocol", ["canal-json", "debezium"])
+def test_a_char_default_reads_without_its_trailing_spaces(tmp_path: Path, protocol: str) -> None:
+    """MySQL 8 manual, "The CHAR and VARCHAR Types": a CHAR value's trailing spaces are removed when
+    it is read (a VARCHAR keeps them), so the rows ADD COLUMN fills read the DEFAULT without them."""
+    h = History()
+    v1 = schema("shop", "t", [("id", "int")])
+    v2 = schema("shop", "t", [("id", "int"), ("c", "char(6)"), ("s", "varchar(6)"), ("e", "char(3)")])
+    h.ddl("shop", "t", "CREATE TABLE shop.t (id int primary key)", v1, kind="CREATE")
+    h.row(Op.INSERT, v1, None, {"id": 1})
+    h.mark()
+    first = list(h.events)
+    h.events.clear()
+    h.ddl("shop", "t", "ALTER TABLE shop.t ADD COLUMN c CHAR(6) NOT NULL DEFAULT ' ab  ', "
+                       "ADD COLUMN s VARCHAR(6) DEFAULT ' ab  ', ADD COLUMN e CHAR(3) DEFAULT '   '", v2, v1, kind="ALTER")
+    w2 = h.mark()
+    config, _ = run(tmp_path, protocol, [first, list(h.events)])
+    got = read_table(config, "shop", "t", w2).to_pylist()
+    assert got == [{"id": 1, "c": " ab", "s": " ab  ", "e": ""}]
+    assert normalise(got) == oracle_rows(model_at(first + list(h.events), w2), ("shop", "t"))
+
+
 @pytest.mark.parametrize("protocol", ["canal-json", "simple"])
 def test_default_current_timestamp_is_the_statements_time_in_the_upstream_zone(tmp_path: Path, protocol: str) -> None:
     h = History()

@@ -10,6 +10,7 @@ RENAME TABLE, 15.1.37 TRUNCATE TABLE, 15.1.32 DROP TABLE; TiDB SQL statement ref
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -40,7 +41,7 @@ from spark.tables.ddl_changes import (
 from spark.tables.ddl_changes import (
     AddPartitions, CoalescePartitions, DropPartitions, ExchangePartition, ReorganizePartitions, SetPartitioning, TruncatePartitions,
 )
-from spark.tables.ddl_defaults import ValueNotReproducible, existing_rows_value
+from spark.tables.ddl_defaults import OlderValue, ValueNotReproducible, existing_rows_value
 from spark.tables.partitioning import MAXVALUE, NULL, PartitionDef, Partitioning
 
 DB = "shop"
@@ -523,9 +524,13 @@ EXISTING_ROWS = [
     ("ADD c DECIMAL(6,2) NOT NULL", Decimal("0.00")),
     ("ADD c DECIMAL(65,30) DEFAULT 1.5", Decimal("1.500000000000000000000000000000")),  # beyond 28 digits
     ("ADD c DOUBLE NOT NULL", 0.0),
+    ("ADD c FLOAT DEFAULT 1.1", 1.100000023841858),  # a FLOAT holds single precision
+    ("ADD c DOUBLE DEFAULT 1.1", 1.1),
     ("ADD c VARCHAR(8) NOT NULL", ""),
     ("ADD c VARCHAR(8) DEFAULT 'it''s'", "it's"),
     ("ADD c VARCHAR(8) DEFAULT _utf8mb4'x'", "x"),
+    ("ADD c VARCHAR(8) DEFAULT ' x  '", " x  "),
+    ("ADD c CHAR(8) DEFAULT ' x  '", " x"),  # a CHAR is read without its trailing spaces
     ("ADD c TEXT DEFAULT ('n/a')", "n/a"),
     ("ADD c VARBINARY(4) DEFAULT 0x4142", b"AB"),
     ("ADD c BINARY(3) NOT NULL", b"\0\0\0"),
@@ -565,6 +570,33 @@ def test_the_value_add_column_gives_existing_rows(clause: str, expected) -> None
     else:
         got = existing_rows_value(change.column, change.default, AT_MS, UTC8)
         assert got == expected and type(got) is type(expected)
+
+
+RETYPED = [
+    ("ADD c FLOAT DEFAULT 1.1", "double", 1.100000023841858),
+    ("ADD c INT DEFAULT 7", "bigint", 7),
+    ("ADD c INT DEFAULT 7", "varchar(4)", "7"),
+    ("ADD c DECIMAL(6,2) DEFAULT 1.5", "decimal(8,3)", Decimal("1.500")),
+    ("ADD c VARCHAR(8) DEFAULT 'ab  '", "char(8)", "ab"),
+    ("ADD c VARCHAR(8) DEFAULT '12'", "int", 12),
+    ("ADD c INT", "bigint", None),
+    ("ADD c DATETIME DEFAULT '2020-01-02 03:04:05'", "datetime", dt.datetime(2020, 1, 2, 3, 4, 5)),
+    ("ADD c INT DEFAULT 300", "tinyint", Fails("300 of a int column as tinyint")),
+    ("ADD c VARCHAR(8) DEFAULT 'abc'", "int", Fails("'abc' of a varchar")),
+    ("ADD c DATETIME DEFAULT '2020-01-02 03:04:05'", "date", Fails("does not convert a datetime value to date")),
+    ("ADD c VARCHAR(36) DEFAULT (UUID())", "varchar(40)", Fails("expression default UUID()")),
+]
+
+
+@pytest.mark.parametrize("clause, mysql_type, expected", RETYPED, ids=[f"{c} -> {t}" for c, t, _ in RETYPED])
+def test_the_value_of_rows_before_add_column_after_modify_column(clause: str, mysql_type: str, expected) -> None:
+    """``OlderValue.retyped``: what MySQL's MODIFY COLUMN makes of the value ADD COLUMN gave; known or not."""
+    (_, change), *_ = parse_ddl(f"ALTER TABLE t {clause}", DB)
+    got = OlderValue.of(change.column, change.default, AT_MS, UTC8).retyped(parse_mysql_type(mysql_type), UTC8)
+    if isinstance(expected, Fails):
+        assert got.value is None and re.search(expected.pattern, got.unknown or "")
+    else:
+        assert got.unknown is None and got.value == expected and type(got.value) is type(expected)
 
 
 def test_schema_after_keeps_the_statements_default() -> None:
