@@ -223,19 +223,11 @@ def archive_stage_vs_parse(archive: Path, run_dir: Path, protocol: str = "canal-
     segments carry no state), into a hard-linked clone of the archive."""
     import pyarrow.parquet as pq
 
-    from bench.archive import TOPIC as BENCH_TOPIC
-    from bench.archive import clone_archive, pipeline_config, segment_paths
+    from bench.archive import clone_archive
 
     clone_archive(archive, run_dir)
-    config = pipeline_config(run_dir, protocol=protocol)
-    tasks, values = [], []
-    for partition, paths in segment_paths(run_dir):
-        state = DecoderState()
-        for path in paths:
-            start, end = (int(x) for x in path.stem.split("-"))
-            ref = SegmentRef(str(path.relative_to(run_dir)), start, end)
-            tasks.append(changelog.ChangeLogTask(config, BENCH_TOPIC, partition, (ref,), state))
-            values.append(pq.read_table(path, columns=["value"]).column("value").to_pylist())
+    tasks = archive_tasks(run_dir, protocol)
+    values = [pq.read_table(run_dir / t.segments[0].path, columns=["value"]).column("value").to_pylist() for t in tasks]
     parse = bare_parser(protocol, {})
 
     def parse_all() -> None:
@@ -246,3 +238,62 @@ def archive_stage_vs_parse(archive: Path, run_dir: Path, protocol: str = "canal-
     stage_s, _ = _cpu(lambda: [changelog.decode_segments(t) for t in tasks])
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"messages": sum(len(c) for c in values), "parse_s": parse_s, "stage_s": stage_s}
+
+
+def archive_tasks(run_dir: Path, protocol: str) -> list[changelog.ChangeLogTask]:
+    """The apply job's decode tasks over a landed bench archive at ``run_dir``: one per raw segment
+    (a protocol whose segments carry no state)."""
+    from bench.archive import TOPIC as BENCH_TOPIC
+    from bench.archive import pipeline_config, segment_paths
+
+    config = pipeline_config(run_dir, protocol=protocol)
+    return [changelog.ChangeLogTask(config, BENCH_TOPIC, partition,
+                                    (SegmentRef(str(path.relative_to(run_dir)), *map(int, path.stem.split("-"))),), DecoderState())
+            for partition, paths in segment_paths(run_dir) for path in paths]
+
+
+def stage_scale_out(archive: Path, run_dir: Path, protocol: str = "canal-json") -> dict[str, float]:
+    """The host's own scale-out for the decode stage's work: its tasks (``decode_segments``, a task
+    per segment, as ``archive_stage_vs_parse`` builds them) in one process confined to one core,
+    against the same tasks dealt between two processes, one on each core, started together: the
+    wall seconds of each (``one_s``, ``two_s``). Two processes sharing nothing but the machine --
+    its caches, its memory's bandwidth, its neighbours -- show what two cores give this work here:
+    the most the job's one core -> two can reach for the part Spark runs in parallel."""
+    import multiprocessing
+    import os
+
+    from bench.archive import clone_archive
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        raise RuntimeError(f"two cores needed for the host's scale-out, this process may use {len(cores)}")
+    fork = multiprocessing.get_context("fork")
+    seconds = {}
+    for name, deal in (("one_s", ((cores[0], 0, 1),)), ("two_s", ((cores[0], 0, 2), (cores[1], 1, 2)))):
+        clone_archive(archive, run_dir)  # the change logs each run writes are new files
+        tasks = archive_tasks(run_dir, protocol)
+        start = fork.Barrier(len(deal))
+        done: Any = fork.Queue()
+        workers = [fork.Process(target=_decode_share, args=(tasks[first::step], core, start, done)) for core, first, step in deal]
+        for w in workers:
+            w.start()
+        shares = [done.get() for _ in workers]
+        for w in workers:
+            w.join()
+        if sum(n for _, n in shares) != len(tasks) or any(w.exitcode for w in workers):
+            raise RuntimeError(f"the host's scale-out decoded {sum(n for _, n in shares)} of {len(tasks)} tasks")
+        seconds[name] = max(s for s, _ in shares)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return seconds
+
+
+def _decode_share(tasks: list[Any], core: int, start: Any, done: Any) -> None:
+    """One process's share of ``stage_scale_out``: confined to ``core``, timed from the common start."""
+    import os
+
+    os.sched_setaffinity(0, {core})
+    start.wait()
+    began = time.perf_counter()
+    for task in tasks:
+        changelog.decode_segments(task)
+    done.put((time.perf_counter() - began, len(tasks)))

@@ -35,7 +35,9 @@ def test_the_throughput_bench_prints_events_per_second_and_the_stages_of_both_ma
                      r"[\d.]+s [\d.]+x, decode [\d.]+s -> [\d.]+s [\d.]+x, fold .*, commit and tag [\d.]+s -> [\d.]+s [\d.]+x$",
                      out, re.M), out
     assert re.search(r"serial part by the machine's CPU counters \(beyond Spark alone, medians\): one core works -?[\d.]+ core-s; "
-                     r"local\[2\] works -?[\d.]+ \([+-][\d.]+: done once per task slot", out), out
+                     r"local\[2\] works -?[\d.]+ \([+-][\d.]+: the same work slower with both cores busy", out), out
+    assert re.search(r"the host's own scale-out: the decode stage's tasks in one process on one core [\d.]+s, dealt between "
+                     r"two processes on two cores [\d.]+s: [\d.]+x", out), out
 
 
 @pytest.mark.parametrize("rounds", [1, 3])
