@@ -283,6 +283,9 @@ def parse_mysql_type(text: str) -> ColumnType:
             precision=numbers[0] if numbers else 10,
             scale=numbers[1] if len(numbers) > 1 else 0,
         )
+    if norm == "float" and len(numbers) == 1 and 24 < numbers[0] <= 53:
+        # FLOAT(p) is a DOUBLE from p = 25 (MySQL 8.0 manual, "Floating-Point Types"), as the server makes it
+        return column_type("double", unsigned=unsigned)
     return column_type(norm, unsigned=unsigned, length=numbers[0] if numbers else None)
 
 

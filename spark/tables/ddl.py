@@ -674,7 +674,7 @@ def _alter_action(text: str, clause: str, action: exp.Expression, type_text: str
         raise DdlParseError(f"{text!r}: cannot find the data type in {clause!r}")
     if isinstance(action, exp.ColumnDef):
         column = _column(text, action, type_text)  # type: ignore[arg-type]
-        out: list[Change] = [AddColumn(column, bool(action.args.get("exists")), column_default(action))]
+        out: list[Change] = [AddColumn(column, bool(action.args.get("exists")), column_default(action, type_text))]  # type: ignore[arg-type]
         out += _position(column.name, action)
         if _has_primary_key(action):
             out.append(SetKeyColumns((column.name,)))

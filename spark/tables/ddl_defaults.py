@@ -11,6 +11,7 @@ upstream's time zone), not the reading of SQL.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import struct
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
@@ -35,8 +36,9 @@ _NOW_NODES = (exp.CurrentTimestamp, exp.Localtime, exp.Localtimestamp, exp.Curre
 _NOW_NAMES = frozenset({"NOW", "CURRENT_TIMESTAMP", "LOCALTIME", "LOCALTIMESTAMP", "CURRENT_DATE", "CURDATE"})
 
 
-def column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
-    """What an added column's definition says the existing rows get (see ``existing_rows_value``)."""
+def column_default(coldef: exp.ColumnDef, type_text: str = "") -> ColumnDefault | None:
+    """What an added column's definition (of type ``type_text``) says the existing rows get (see
+    ``existing_rows_value``)."""
     default: ColumnDefault | None = None
     for constraint in coldef.constraints:
         kind = constraint.kind
@@ -46,7 +48,22 @@ def column_default(coldef: exp.ColumnDef) -> ColumnDefault | None:
             return DefaultUnknown("a generated column computes the existing rows' values from columns tidelake may not hold")
         if isinstance(kind, exp.DefaultColumnConstraint):
             default = _default_of(kind.this)
+    if isinstance(default, DefaultLiteral) and (digits := _float_decimals(type_text)) is not None:
+        try:  # FLOAT(M,D) / DOUBLE(M,D) round what they store to D decimals, the DEFAULT too (1.234 is 1.23)
+            rounded = Decimal(default.value.strip()).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)  # type: ignore[union-attr]
+            default = DefaultLiteral(str(rounded), default.is_string)
+        except (ArithmeticError, AttributeError, ValueError):
+            pass  # not a number: the literal's own error, later (``existing_rows_value``)
     return default
+
+
+_FLOAT_M_D = re.compile(r"^\s*(?:float|double(?:\s+precision)?|real)\s*\(\s*\d+\s*,\s*(\d+)\s*\)", re.IGNORECASE)
+
+
+def _float_decimals(type_text: str) -> int | None:
+    """D of a FLOAT(M,D) or DOUBLE(M,D) column (MySQL 8.0 manual, "Floating-Point Types"), else None."""
+    m = _FLOAT_M_D.match(type_text)
+    return int(m.group(1)) if m else None
 
 
 def _default_of(e: exp.Expression) -> ColumnDefault | None:
@@ -143,13 +160,27 @@ class OlderValue:
         value = self.value
         if self.unknown is not None or value is None or new == self.type:
             return OlderValue(new, value, self.unknown)
-        if isinstance(value, (bool, int, float, Decimal, str)):
+        if new.kind is self.type.kind and isinstance(value, (dt.date, dt.timedelta)):
+            return OlderValue(new, _fsp_rounded(value, new.length or 0))  # DATETIME -> DATETIME(3): the same instant
+        if new.kind is self.type.kind and isinstance(value, bytes) and (new.length is None or len(value) <= new.length):
+            return OlderValue(new, _padded(new, value))  # BINARY(4) -> BINARY(6): padded with zero bytes
+        if isinstance(value, (bool, int, float, Decimal, str)) and new.kind is not TypeKind.JSON:  # MySQL reformats JSON text
             text = repr(value) if isinstance(value, float) else str(int(value) if isinstance(value, bool) else value)
             try:
                 return OlderValue(new, _stored(new, _literal_value(new, DefaultLiteral(text, isinstance(value, str)), tz)))
             except (ColumnValueError, ArithmeticError, ValueError) as exc:
                 return OlderValue(new, unknown=f"{value!r} of a {self.type} column as {new}: {exc}")
         return OlderValue(new, unknown=f"tidelake does not convert a {self.type} value to {new}")
+
+
+def _fsp_rounded(value: dt.date | dt.timedelta, fsp: int) -> dt.date | dt.timedelta:
+    """A DATETIME, TIMESTAMP or TIME at ``fsp`` fractional digits: MySQL rounds the fraction (a DATE has none)."""
+    step = 10 ** (6 - max(0, min(fsp, 6)))
+    micros = value.microseconds if isinstance(value, dt.timedelta) else getattr(value, "microsecond", 0)
+    cut = micros % step
+    if not cut:
+        return value
+    return value + dt.timedelta(microseconds=(step - cut) if cut * 2 >= step else -cut)
 
 
 def _implicit_default(ct: ColumnType) -> Any:
@@ -198,6 +229,17 @@ def _statement_time(ct: ColumnType, fsp: int, at_ms: int, tz: dt.tzinfo) -> Any:
 MAX_DECIMAL_DIGITS = 65  # MySQL's DECIMAL holds at most 65 digits
 
 
+def _year(text: str, is_string: bool) -> int:
+    """A YEAR from a literal (MySQL 8.0 manual, "The YEAR Type"): a 1- or 2-digit number 1-69 is
+    2001-2069 and 70-99 is 1970-1999 (0 is the year 0); a 1- or 2-digit string '0'-'69' is
+    2000-2069 and '70'-'99' 1970-1999."""
+    n = int(Decimal(text).to_integral_value(ROUND_HALF_UP))
+    two_digits = len(text.strip().lstrip("+-")) <= 2 if is_string else 0 < n <= 99
+    if two_digits and 0 <= n <= 99:
+        return n + (2000 if n < 70 else 1900)
+    return n
+
+
 def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> Any:
     k, value = ct.kind, literal.value
     if isinstance(value, bytes):  # hexadecimal and bit literals: a number in a numeric column, else bytes
@@ -220,6 +262,8 @@ def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> An
         return ",".join(e for e in ct.elements if e in members)  # MySQL stores members in definition order
     if k is TypeKind.BOOLEAN:
         return Decimal(value) != 0
+    if k is TypeKind.YEAR:
+        return to_int(ct, _year(value, literal.is_string))
     if k in INTEGER_KINDS and k is not TypeKind.BIT:
         return to_int(ct, str(Decimal(value).to_integral_value(ROUND_HALF_UP)))  # MySQL rounds 7.5 to 8
     if k is TypeKind.DECIMAL:

@@ -40,6 +40,10 @@ UTC = dt.timezone.utc
         ("DOUBLE PRECISION(10,7) unsigned zerofill", TypeKind.DOUBLE, "double"),
         ("REAL", TypeKind.DOUBLE, "double"),
         ("float", TypeKind.FLOAT, "float"),
+        ("FLOAT(24)", TypeKind.FLOAT, "float"),
+        ("float(25)", TypeKind.DOUBLE, "double"),  # FLOAT(p) is a DOUBLE from p = 25, as MySQL makes it
+        ("float(53) unsigned", TypeKind.DOUBLE, "double"),
+        ("float(7,4)", TypeKind.FLOAT, "float"),
         ("varchar(16)", TypeKind.STRING, "string"),
         ("varbinary(16)", TypeKind.BINARY, "binary"),
         ("longblob", TypeKind.BINARY, "binary"),

@@ -619,7 +619,11 @@ class Oracle:
         text = {exp.Boolean: lambda v: "1" if v.this else "0", exp.Neg: lambda v: "-" + v.this.this}.get(type(value), lambda v: v.this)(value)
         if not isinstance(value, (exp.Literal, exp.Boolean, exp.Neg)):
             raise ValueError(f"{e.sql!r}: the model cannot evaluate the default {value.sql(dialect='mysql')}")
-        if ct.kind in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR):
+        if ct.kind is TypeKind.YEAR:  # "The YEAR Type": 1-69 -> 2001-2069, 70-99 -> 1970-1999; as strings '0'-'69' -> 2000-2069
+            year = int(Decimal(text).to_integral_value(ROUND_HALF_UP))
+            short = len(text) <= 2 if isinstance(value, exp.Literal) and value.is_string else 1 <= year <= 99
+            return year + (2000 if year < 70 else 1900) if short and 0 <= year <= 99 else year
+        if ct.kind in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG):
             return int(Decimal(text).to_integral_value(ROUND_HALF_UP))
         if ct.kind is TypeKind.DECIMAL:
             return Decimal(text).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)

@@ -526,6 +526,9 @@ EXISTING_ROWS = [
     ("ADD c DOUBLE NOT NULL", 0.0),
     ("ADD c FLOAT DEFAULT 1.1", 1.100000023841858),  # a FLOAT holds single precision
     ("ADD c DOUBLE DEFAULT 1.1", 1.1),
+    ("ADD c FLOAT(5,2) DEFAULT 1.234", 1.2300000190734863),  # rounded to D decimals, then single precision
+    ("ADD c DOUBLE(5,2) DEFAULT '1.235'", 1.24),
+    ("ADD c FLOAT(30) DEFAULT 1.1", 1.1),  # FLOAT(p > 24) is a DOUBLE
     ("ADD c VARCHAR(8) NOT NULL", ""),
     ("ADD c VARCHAR(8) DEFAULT 'it''s'", "it's"),
     ("ADD c VARCHAR(8) DEFAULT _utf8mb4'x'", "x"),
@@ -536,6 +539,11 @@ EXISTING_ROWS = [
     ("ADD c BINARY(3) NOT NULL", b"\0\0\0"),
     ("ADD c BINARY(3) DEFAULT 'a'", b"a\0\0"),
     ("ADD c BIT(3) DEFAULT b'101'", 5),
+    ("ADD c YEAR DEFAULT 20", 2020),  # "The YEAR Type": 1-69 is 2001-2069, 70-99 1970-1999
+    ("ADD c YEAR DEFAULT 75", 1975),
+    ("ADD c YEAR DEFAULT '0'", 2000),  # as a string '0' is 2000, as a number the year 0
+    ("ADD c YEAR DEFAULT 0", 0),
+    ("ADD c YEAR DEFAULT '2024'", 2024),
     ("ADD c TINYINT(1) NOT NULL DEFAULT TRUE", 1),
     ("ADD c ENUM('x','y') NOT NULL", "x"),
     ("ADD c ENUM('1','2') DEFAULT '2'", "2"),
@@ -581,6 +589,18 @@ RETYPED = [
     ("ADD c VARCHAR(8) DEFAULT '12'", "int", 12),
     ("ADD c INT", "bigint", None),
     ("ADD c DATETIME DEFAULT '2020-01-02 03:04:05'", "datetime", dt.datetime(2020, 1, 2, 3, 4, 5)),
+    ("ADD c DATETIME DEFAULT '2020-01-02 03:04:05'", "datetime(3)", dt.datetime(2020, 1, 2, 3, 4, 5)),
+    ("ADD c DATETIME DEFAULT CURRENT_TIMESTAMP", "datetime(0)", dt.datetime(2023, 11, 15, 6, 13, 20)),
+    ("ADD c DATETIME(6) DEFAULT '2020-01-02 03:04:05.123500'", "datetime(3)", dt.datetime(2020, 1, 2, 3, 4, 5, 124000)),
+    ("ADD c TIMESTAMP(6) DEFAULT '2020-01-02 03:04:05.999999'", "timestamp",
+     dt.datetime(2020, 1, 1, 19, 4, 6, tzinfo=dt.timezone.utc)),
+    ("ADD c TIME DEFAULT '01:02:03'", "time(3)", dt.timedelta(hours=1, minutes=2, seconds=3)),
+    ("ADD c BINARY(2) DEFAULT 'a'", "binary(4)", b"a\0\0\0"),
+    ("ADD c BINARY(2) DEFAULT 'a'", "varbinary(8)", b"a\0"),
+    ("ADD c VARBINARY(2) DEFAULT 'ab'", "blob", b"ab"),
+    ("ADD c INT DEFAULT 20", "year", 2020),
+    ("ADD c VARCHAR(4) DEFAULT '0'", "year", 2000),
+    ("ADD c VARCHAR(16) DEFAULT '{\"b\":1}'", "json", Fails("does not convert a varchar")),
     ("ADD c INT DEFAULT 300", "tinyint", Fails("300 of a int column as tinyint")),
     ("ADD c VARCHAR(8) DEFAULT 'abc'", "int", Fails("'abc' of a varchar")),
     ("ADD c DATETIME DEFAULT '2020-01-02 03:04:05'", "date", Fails("does not convert a datetime value to date")),
