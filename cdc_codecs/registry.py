@@ -17,7 +17,7 @@ from cdc_codecs.simple import SimpleDecoder, SimpleEncoder
 # The version of every decoder's output. Bump it when any decoder decodes differently (a fix,
 # a new field): the pipeline keeps its decoded change log per ``<protocol>-<DECODER_VERSION>``,
 # so a bump makes it decode the raw archive again instead of trusting the old output.
-DECODER_VERSION = "3"
+DECODER_VERSION = "4"  # 4: a BINARY(n) value padded with 0x00 to n bytes, as MySQL holds it
 
 
 @dataclass(frozen=True)

@@ -522,6 +522,20 @@ def member_label(ct: ColumnType, value: Any) -> Any:
     return value
 
 
+def binary_length(ct: ColumnType) -> int | None:
+    """n of a BINARY(n) column, whose values MySQL right-pads with 0x00 to n bytes and keeps so
+    (8.0 manual, "The BINARY and VARBINARY Types"); None for any other type."""
+    return ct.length if ct.kind is TypeKind.BINARY and ct.mysql_type == "binary" and ct.length else None
+
+
+def stored_binary(ct: ColumnType, value: bytes) -> bytes:
+    """A BINARY(n) value as MySQL holds it: padded with 0x00 to n bytes. A binlog row event drops
+    the trailing zeros (Canal passes that on; Debezium pads them back), so 'ab' of a BINARY(4)
+    column arrives as b'ab' and is b'ab\\0\\0' in MySQL."""
+    n = binary_length(ct)
+    return value.ljust(n, b"\0") if n is not None and len(value) < n else value
+
+
 def latin1_bytes(ct: ColumnType, value: Any) -> bytes:
     """Canal (official and TiCDC) writes bytes as one ISO-8859-1 character per byte."""
     s = _text(ct, value)

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_codecs.canal_json import CanalJsonDecoder
-from cdc_codecs.types import UTC, ColumnType, TypeKind, int_range
+from cdc_codecs.types import UTC, ColumnType, TypeKind, binary_length, int_range
 from spark.core.keys import table_seed
 from spark.decode import text_shapes
 
@@ -567,8 +567,8 @@ def plan_for(types: Mapping[str, ColumnType] | None, keys: tuple[str, ...]) -> P
     """A plan when every column has a fast case and the key is one the fast path spells."""
     if not types or not keys or len(set(keys)) != len(keys):
         return None
-    if any(ct.kind not in _FAST_KINDS for ct in types.values()):
-        return None
+    if any(ct.kind not in _FAST_KINDS or binary_length(ct) is not None for ct in types.values()):
+        return None  # a BINARY(n) value is padded as MySQL holds it by the decoder (cdc_codecs.types.stored_binary)
     if any(k not in types or types[k].kind not in _KEY_KINDS for k in keys):
         return None
     return Plan(types, keys)

@@ -27,6 +27,7 @@ from cdc_codecs.types import (
     ColumnValueError,
     TypeKind,
     from_text,
+    stored_binary,
     to_int,
 )
 from spark.tables.ddl_changes import ColumnDefault, DefaultLiteral, DefaultNow, DefaultUnknown
@@ -163,7 +164,7 @@ class OlderValue:
         if new.kind is self.type.kind and isinstance(value, (dt.date, dt.timedelta)):
             return OlderValue(new, _fsp_rounded(value, new.length or 0))  # DATETIME -> DATETIME(3): the same instant
         if new.kind is self.type.kind and isinstance(value, bytes) and (new.length is None or len(value) <= new.length):
-            return OlderValue(new, _padded(new, value))  # BINARY(4) -> BINARY(6): padded with zero bytes
+            return OlderValue(new, stored_binary(new, value))  # BINARY(4) -> BINARY(6): padded with zero bytes
         if isinstance(value, (bool, int, float, Decimal, str)) and new.kind is not TypeKind.JSON:  # MySQL reformats JSON text
             text = repr(value) if isinstance(value, float) else str(int(value) if isinstance(value, bool) else value)
             try:
@@ -198,19 +199,12 @@ def _implicit_default(ct: ColumnType) -> Any:
     if k is TypeKind.ENUM and ct.elements:
         return ct.elements[0]
     if k is TypeKind.BINARY:
-        return _padded(ct, b"")
+        return stored_binary(ct, b"")
     if k in (TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ):
         return None  # the zero date
     if k is TypeKind.TIME:
         return dt.timedelta(0)
     raise ValueNotReproducible(f"the implicit default of a NOT NULL {ct} column is not known to tidelake")
-
-
-def _padded(ct: ColumnType, value: bytes) -> bytes:
-    """MySQL right-pads a BINARY(n) value with 0x00 bytes to n."""
-    if ct.mysql_type == "binary" and ct.length is not None:
-        return value.ljust(ct.length, b"\0")
-    return value
 
 
 def _statement_time(ct: ColumnType, fsp: int, at_ms: int, tz: dt.tzinfo) -> Any:
@@ -246,11 +240,11 @@ def _literal_value(ct: ColumnType, literal: DefaultLiteral, tz: dt.tzinfo) -> An
         if k in INTEGER_KINDS or k in (TypeKind.BOOLEAN, TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE):
             value = str(int.from_bytes(value, "big"))
         elif k in BYTES_KINDS:
-            return _padded(ct, value)
+            return stored_binary(ct, value)
         else:
             value = value.decode("utf-8")
     if k in BYTES_KINDS:
-        return _padded(ct, value.encode("utf-8"))
+        return stored_binary(ct, value.encode("utf-8"))
     if ct.mysql_type == "char":
         # MySQL removes a CHAR value's trailing spaces when it is read (and so the binlog carries
         # none): DEFAULT 'ab  ' reads 'ab' (8.0 manual, "The CHAR and VARCHAR Types").

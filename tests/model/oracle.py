@@ -629,8 +629,8 @@ class Oracle:
             return Decimal(text).quantize(Decimal(1).scaleb(-(ct.scale or 0)), ROUND_HALF_UP)
         if ct.kind is TypeKind.ENUM:
             return text
-        if ct.kind is TypeKind.BINARY:
-            return text.encode("utf-8")
+        if ct.kind is TypeKind.BINARY:  # a BINARY(n) is right-padded with 0x00 to n ("The BINARY and VARBINARY Types")
+            return text.encode("utf-8").ljust(ct.length or 0 if ct.mysql_type == "binary" else 0, b"\0")
         if ct.mysql_type == "char":  # trailing spaces are removed when a CHAR is read ("The CHAR and VARCHAR Types")
             text = text.rstrip(" ")
         return from_text(ct, text, self.timezone)
