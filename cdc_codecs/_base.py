@@ -22,7 +22,7 @@ from cdc_codecs.events import (
     SchemaSnapshot,
     Watermark,
 )
-from cdc_codecs.types import UTC, ColumnType, ColumnValueError, binary_length, stored_binary
+from cdc_codecs.types import UTC, ColumnValueError
 
 ClaimCheckReader = Callable[[str], bytes]
 """Reads a claim-check object by the location TiCDC wrote into the message."""
@@ -128,33 +128,6 @@ class _Configurable:
                 self.options[name] = spec.default
 
 
-# id(column types) -> (those types, their BINARY(n) columns): a decoder's rows share their types' mapping
-_FIXED_BINARY: dict[int, tuple[Any, tuple[tuple[str, ColumnType], ...]]] = {}
-
-
-def _fixed_binary(types: Any) -> tuple[tuple[str, ColumnType], ...]:
-    cached = _FIXED_BINARY.get(id(types))
-    if cached is not None and cached[0] is types:
-        return cached[1]
-    fixed = tuple((name, ct) for name, ct in types.items() if binary_length(ct) is not None)
-    if len(_FIXED_BINARY) > 4096:
-        _FIXED_BINARY.clear()
-    _FIXED_BINARY[id(types)] = (types, fixed)
-    return fixed
-
-
-def _stored_binaries(events: list[Event]) -> list[Event]:
-    """The events with every BINARY(n) value as MySQL holds it (``stored_binary``): one place for
-    every protocol, whatever its producer sends."""
-    for i, e in enumerate(events):
-        if type(e) is RowChange and e.column_types is not None and (fixed := _fixed_binary(e.column_types)):
-            images = [image if image is None else {**image, **{name: stored_binary(ct, image[name]) for name, ct in fixed
-                                                              if isinstance(image.get(name), bytes)}}
-                      for image in (e.before, e.after)]
-            events[i] = e._replace(before=images[0], after=images[1])
-    return events
-
-
 class Decoder(_Configurable, abc.ABC):
     """Turns raw Kafka messages into events. One instance reads one partition's stream.
 
@@ -169,7 +142,7 @@ class Decoder(_Configurable, abc.ABC):
             DecodeError: the message is not valid for this protocol; ``raw`` is ``msg``.
         """
         try:
-            return _stored_binaries(list(self._decode(msg)))
+            return list(self._decode(msg))
         except DecodeError as exc:
             if exc.raw is None:
                 exc.raw = msg

@@ -51,6 +51,7 @@ from cdc_codecs.types import (
     final_type,
     parse_mysql_type,
     passthrough,
+    stored_binary,
     to_decimal,
 )
 
@@ -660,10 +661,10 @@ def _fit(value: Any, ct: ColumnType) -> Any:
         raise ColumnValueError(f"expected a number for {ct}, found {value!r}")
     if k in (TypeKind.BINARY, TypeKind.GEOMETRY):
         if isinstance(value, bytes):
-            return value
+            return stored_binary(ct, value)
         if k is TypeKind.GEOMETRY and type(value) is dict:
             return geometry_wkb(value)  # the struct, schemas disabled
-        return _b64(value)  # TiCDC / binary.handling.mode=base64 send bytes as base64 strings
+        return stored_binary(ct, _b64(value))  # TiCDC / binary.handling.mode=base64 send bytes as base64 strings
     if k is TypeKind.DATE:
         if isinstance(value, dt.date):
             return value

@@ -23,7 +23,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any, Callable, Mapping, NamedTuple
 
-from cdc_codecs.types import INTEGER_KINDS, UTC, ColumnType, Converter, TypeKind, int_range, text_converter
+from cdc_codecs.types import INTEGER_KINDS, UTC, ColumnType, Converter, TypeKind, binary_length, int_range, text_converter
 
 
 class RowConverter(NamedTuple):
@@ -64,6 +64,9 @@ def _inline(ct: ColumnType, x: str, c: str, tz: dt.tzinfo) -> tuple[str, str | N
     if k is TypeKind.DATE:
         cond = _DASHED.format(x=x, len=f"len({x}) == 10")
         return f"date_fromisoformat({x}) if {cond} else {c}({x})", None
+    if (n := binary_length(ct)) is not None:
+        # A BINARY(n): padded as MySQL holds it (``stored_binary``), the binlog having dropped trailing zeros.
+        return f"{x}.encode('latin-1').ljust({n}, b'\\0') if type({x}) is str else {c}({x})", None
     if k is TypeKind.BINARY or k is TypeKind.GEOMETRY:
         # Canal's bytes: one ISO-8859-1 character per byte (UnicodeEncodeError is a ValueError).
         return f"{x}.encode('latin-1') if type({x}) is str else {c}({x})", None

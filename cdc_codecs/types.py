@@ -531,7 +531,9 @@ def binary_length(ct: ColumnType) -> int | None:
 def stored_binary(ct: ColumnType, value: bytes) -> bytes:
     """A BINARY(n) value as MySQL holds it: padded with 0x00 to n bytes. A binlog row event drops
     the trailing zeros (Canal passes that on; Debezium pads them back), so 'ab' of a BINARY(4)
-    column arrives as b'ab' and is b'ab\\0\\0' in MySQL."""
+    column arrives as b'ab' and is b'ab\\0\\0' in MySQL. Each decoder whose messages name the
+    column's length converts its bytes through this (the TiCDC protocols' and DTS's name none:
+    TiDB pads the value itself)."""
     n = binary_length(ct)
     return value.ljust(n, b"\0") if n is not None and len(value) < n else value
 
@@ -540,7 +542,7 @@ def latin1_bytes(ct: ColumnType, value: Any) -> bytes:
     """Canal (official and TiCDC) writes bytes as one ISO-8859-1 character per byte."""
     s = _text(ct, value)
     try:
-        return s.encode("latin-1")
+        return stored_binary(ct, s.encode("latin-1"))
     except UnicodeEncodeError:
         raise ColumnValueError(f"binary value for {ct} has a character above U+00FF, so it is not ISO-8859-1 bytes") from None
 
@@ -771,6 +773,8 @@ def text_converter(ct: ColumnType, tz: dt.tzinfo = UTC) -> Converter:
             return slow(v)
 
         return conv_date
+    if binary_length(ct) is not None:
+        return slow  # a BINARY(n): ``latin1_bytes`` pads it as MySQL holds it
     if k in BYTES_KINDS:
 
         def conv_bytes(v: Any) -> Any:
