@@ -48,7 +48,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from cdc_codecs import PROTOCOLS, DecodeError, RawMessage, RowChange, SourcePosition, get_decoder
+from cdc_codecs import PROTOCOLS, DdlChange, DecodeError, RawMessage, RowChange, SourcePosition, get_decoder
 from tests.model.oracle import BinlogOracle, Oracle
 from spark.tables import catalog as cat
 from spark.commit.apply import ApplyResult, BadMessagesError, apply_interval
@@ -145,6 +145,7 @@ class PipelineMachine(RuleBasedStateMachine):
 
     def begin(self, history: list, partitions: int, seed: int = 0, write_mode: str = LayoutConfig.write_mode) -> None:
         """A pipeline over one topic whose changefeed will deliver ``history`` (scripted tests call this)."""
+        self.history = history
         self.feed = Changefeed(self.protocol, partitions, seed, self.options)
         self.feed.encode(history)
         config = make_config(self.tmp, self.protocol, self.options)
@@ -311,7 +312,23 @@ class PipelineMachine(RuleBasedStateMachine):
         """The next run, on a version that handles what isolated tables: each is replayed from its held W."""
         self.handles_discard = True
         self._run(len(self.intervals) - 1)
-        assert read_isolated(self.storage, self.config.name) == {}, "a table stayed isolated after the upgrade"
+        stayed = {name: e for name, e in read_isolated(self.storage, self.config.name).items() if not self._stays_for_a_reason(e)}
+        assert stayed == {}, "a table stayed isolated after the upgrade"
+
+    def _stays_for_a_reason(self, e: Any) -> bool:
+        """A table tidelake keeps held after the upgrade, saying why no replay can bring it back, where
+        the history shows it so: its DDL involved a held table that was then dropped while held and
+        whose name a later statement made again (a replay by name cannot reach the first one's
+        statements: its message says to rebuild the pipeline)."""
+        if not e.stays or e.involved is None or "was dropped while held" not in e.stays:
+            return False
+        database, _, table = e.involved.partition(".")
+        quoted = f"`{database}`.`{table}`"
+        later = [x.sql for x in self.history if isinstance(x, DdlChange) and x.commit_ts is not None and x.commit_ts > e.commit_ts]
+        dropped = next((i for i, sql in enumerate(later) if sql.upper().startswith("DROP TABLE") and quoted in sql), None)
+        return dropped is not None and any(
+            (sql.upper().startswith("CREATE TABLE") and quoted in sql.split("(")[0]) or
+            (sql.upper().startswith("RENAME TABLE") and f"TO {quoted}" in sql) for sql in later[dropped + 1:])
 
     # -- maintenance
 
