@@ -72,6 +72,8 @@ Decisions:
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from collections.abc import Sequence
 
@@ -157,9 +159,12 @@ _NO_OP_ELEMENTS = (exp.IndexColumnConstraint, exp.UniqueColumnConstraint, exp.Fo
 def column_type_of(type_text: str) -> ColumnType:
     """A column type as written in a statement, read like the protocols' type strings."""
     try:
-        return parse_mysql_type(type_text)
+        ct = parse_mysql_type(type_text)
     except ColumnValueError as exc:
         raise DdlParseError(str(exc)) from None
+    if ct.mysql_type == "binary" and ct.length is None:
+        return dataclasses.replace(ct, length=1)  # BINARY is BINARY(1) in a statement (a message's bare `binary` is unknown)
+    return ct
 
 
 def parse_ddl(sql: str, default_db: str) -> list[tuple[TableRef, Change]]:

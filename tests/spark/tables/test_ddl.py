@@ -537,6 +537,7 @@ EXISTING_ROWS = [
     ("ADD c TEXT DEFAULT ('n/a')", "n/a"),
     ("ADD c VARBINARY(4) DEFAULT 0x4142", b"AB"),
     ("ADD c BINARY(3) NOT NULL", b"\0\0\0"),
+    ("ADD c BINARY NOT NULL", b"\0"),  # BINARY is BINARY(1) in a statement
     ("ADD c BINARY(3) DEFAULT 'a'", b"a\0\0"),
     ("ADD c BIT(3) DEFAULT b'101'", 5),
     ("ADD c YEAR DEFAULT 20", 2020),  # "The YEAR Type": 1-69 is 2001-2069, 70-99 1970-1999
