@@ -95,10 +95,16 @@ _PRIMITIVE: dict[str, ColumnType] = {
 
 class DebeziumDecoder(Decoder):
     protocol: ClassVar[str] = "debezium"
-    options_spec: ClassVar[dict[str, Option]] = {"timezone": TIMEZONE_OPTION, "schemas": SCHEMAS_OPTION}
+    options_spec: ClassVar[dict[str, Option]] = {
+        "timezone": TIMEZONE_OPTION, "schemas": SCHEMAS_OPTION,
+        "binary_handling_mode": Option(lambda v: _choice(v, tuple(BINARY_TEXT)), "bytes",
+                                       "the connector's binary.handling.mode: how a binary column's text is written "
+                                       "(bytes and base64: base64; base64-url-safe; hex)"),
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        self._binary = BINARY_TEXT[self.options["binary_handling_mode"]]
         # Exact MySQL column types per table, learnt from tableChanges of DDL events.
         self._tables: dict[tuple[str, str], TableSchema] = {(s.database, s.table): s for s in self.options["schemas"]}
         # Compiled row converters by (schema bytes, database, table); a DDL's tableChanges
@@ -169,7 +175,7 @@ class DebeziumDecoder(Decoder):
         codec = self._codecs.get(key)
         if codec is None:
             parsed = orjson.loads(schema) if schema is not None else None
-            codec = _RowCodec.compile(*_row_schema(parsed), known)
+            codec = _RowCodec.compile(*_row_schema(parsed), known, self._binary)
             if len(self._codecs) >= 1024:
                 self._codecs.clear()
             self._codecs[key] = codec
@@ -350,6 +356,7 @@ class _RowCodec(NamedTuple):
     @staticmethod
     def compile(
         envelope: frozenset[str] | None, field_schemas: Mapping[str, Mapping[str, Any]], known: TableSchema | None,
+        binary: Callable[[Any], bytes] | None = None,
     ) -> _RowCodec:
         names = list(field_schemas)
         if known is not None and envelope is None:
@@ -360,7 +367,7 @@ class _RowCodec(NamedTuple):
         for name in names:
             fs = field_schemas.get(name)
             ct = _known_type(known, name)
-            converters[name] = column_converter(fs, ct)
+            converters[name] = column_converter(fs, ct, binary)
             declared = ct or schema_type(fs)
             if declared is not None:
                 types[name] = declared
@@ -497,7 +504,8 @@ def _infer(value: Any) -> ColumnType:
     return _PRIMITIVE["string"]
 
 
-def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType | None) -> Callable[[Any], Any]:
+def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType | None,
+                     binary: Callable[[Any], bytes] | None = None) -> Callable[[Any], Any]:
     """A converter from one column's Debezium JSON values to typed values.
 
     Its type comes from the MySQL type if known, else the Connect schema. Both steps are
@@ -535,11 +543,11 @@ def column_converter(field_schema: Mapping[str, Any] | None, known: ColumnType |
 
             def general(value: Any) -> Any:
                 check(value)
-                return _fit(value, target)
+                return _fit(value, target, binary)
         else:
 
             def general(value: Any) -> Any:
-                return _fit(value, target)
+                return _fit(value, target, binary)
 
         fit = passthrough(target, general)
     if not early and decode is None and fit is not None:
@@ -639,7 +647,7 @@ _CONNECT: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _fit(value: Any, ct: ColumnType) -> Any:
+def _fit(value: Any, ct: ColumnType, binary: Callable[[Any], bytes] | None = None) -> Any:
     k = ct.kind
     if k in (TypeKind.INT, TypeKind.LONG, TypeKind.UNSIGNED_LONG, TypeKind.YEAR, TypeKind.BIT):
         if isinstance(value, bool):
@@ -664,7 +672,8 @@ def _fit(value: Any, ct: ColumnType) -> Any:
             return stored_binary(ct, value)
         if k is TypeKind.GEOMETRY and type(value) is dict:
             return geometry_wkb(value)  # the struct, schemas disabled
-        return stored_binary(ct, _b64(value))  # TiCDC / binary.handling.mode=base64 send bytes as base64 strings
+        # a binary column's text: TiCDC's base64; the connector's by its binary.handling.mode (bytes and base64: base64)
+        return stored_binary(ct, (binary or _b64)(value))
     if k is TypeKind.DATE:
         if isinstance(value, dt.date):
             return value
@@ -701,6 +710,29 @@ def _b64(value: Any) -> bytes:
         return b64decode_strict(value)
     except ValueError:
         raise ColumnValueError(f"expected base64, found {value[:40]!r}") from None
+
+
+def _hex(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise ColumnValueError(f"expected hexadecimal text, found {value!r}")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise ColumnValueError(f"expected hexadecimal, found {value[:40]!r}") from None
+
+
+def _b64_url_safe(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise ColumnValueError(f"expected base64 text, found {value!r}")
+    try:
+        return base64.b64decode(value, altchars=b"-_", validate=True)
+    except ValueError:
+        raise ColumnValueError(f"expected url-safe base64, found {value[:40]!r}") from None
+
+
+# Debezium MySQL's binary.handling.mode: how a binary column's value is written where its Connect type is a
+# string (bytes: a Connect bytes value, which JsonConverter writes as base64).
+BINARY_TEXT: dict[str, Callable[[Any], bytes]] = {"bytes": _b64, "base64": _b64, "base64-url-safe": _b64_url_safe, "hex": _hex}
 
 
 def _zoned(value: Any) -> dt.datetime:
