@@ -89,10 +89,11 @@ class UpsertTarget:
     # Row column names -> the table's column (None: dropped), where rows name a column otherwise
     # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
     renames: Mapping[str, str | None] = field(default_factory=dict)
-    # The table's column -> the value a written row lacking it gets, where the run's ADD COLUMN gave
-    # the rows of before it that value and other rows carry the column: the row lacking it is of
-    # before the statement, placed after it by a derived clock (spark.commit.table.older_rows).
-    older_rows: Mapping[str, Any] = field(default_factory=dict)
+    # The table's column -> (the value a written row lacking it gets, the statement's commitTs), where
+    # the run's ADD COLUMN gave the rows of before it that value and other rows carry the column: a row
+    # lacking it at the statement's commitTs is of before it, placed after it by a derived clock
+    # (spark.commit.table.older_rows); one later is a re-sent older image, written as it comes.
+    older_rows: Mapping[str, tuple[Any, int]] = field(default_factory=dict)
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
@@ -193,8 +194,9 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
                 if new is not None:
                     row.setdefault(new, value)
         if not deletes:
-            for name, value in target.older_rows.items():
-                row.setdefault(name, value)
+            for name, (value, at) in target.older_rows.items():
+                if ts == at:
+                    row.setdefault(name, value)
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
         images.append(row)
