@@ -181,8 +181,9 @@ class TableCommitter:
         # filled in one rewrite once the statement's changes are staged (ADD a ..., ADD b ...).
         fills: dict[int, Any] = {}
         # What the plan's statements gave the rows of before them in the columns they added: {field id:
-        # (OlderValue, the statement's commitTs)} (``older_rows``), whether or not the lake holds rows.
-        older: dict[int, tuple[OlderValue, int]] = {}
+        # (OlderValue, the statement's commitTs and partition)} (``older_rows``), whether or not the lake
+        # holds rows.
+        older: dict[int, tuple[OlderValue, int, tuple[str, int]]] = {}
         statement: DdlChange | None = None
         for step in plan.steps:
             if fills and (not isinstance(step, SchemaStep) or step.ddl is not statement):
@@ -230,8 +231,8 @@ class TableCommitter:
                     added = isinstance(change, AddColumn) and updates.field_name(update.fields(), change.column.name) is None
                     if isinstance(change, ChangeColumnType) and (field_id := _field_id(update, change.name)) in older:
                         # The rows of before the ADD hold the value converted (FLOAT to DOUBLE: 1.1 reads 1.100000023841858).
-                        value, at = older[field_id]
-                        older[field_id] = value.retyped(change.type, self._statement_clock(step.ddl)[1]), at
+                        value, at, where = older[field_id]
+                        older[field_id] = value.retyped(change.type, self._statement_clock(step.ddl)[1]), at, where
                     updates.stage(change, update)
                     if added:
                         fills.update(self._existing_rows_fill(update, change, step.ddl))
@@ -307,12 +308,14 @@ class TableCommitter:
         return updates.existing_rows_fill(update, change, *self._statement_clock(ddl))
 
     def _older_rows_value(self, update: updates.SchemaUpdate, change: AddColumn, ddl: DdlChange,
-                          ) -> dict[int, tuple[OlderValue, int]]:
+                          ) -> dict[int, tuple[OlderValue, int, tuple[str, int]]]:
         """{field id: (what MySQL gives a row of before the statement in the column ``change`` added
-        (``OlderValue``: known or not), the statement's commitTs)}, whether or not the lake holds rows."""
+        (``OlderValue``: known or not), the statement's commitTs, its topic and partition)}, whether or
+        not the lake holds rows."""
         field_id = _field_id(update, change.column.name)
         older = OlderValue.of(change.column, change.default, *self._statement_clock(ddl))
-        return {field_id: (older, ddl.commit_ts or 0)} if field_id is not None else {}
+        where = (ddl.position.topic, ddl.position.partition)
+        return {field_id: (older, ddl.commit_ts or 0, where)} if field_id is not None else {}
 
     def _statement_clock(self, ddl: DdlChange) -> tuple[int, dt.tzinfo]:
         """When a statement ran (epoch ms) and the time zone of its topic's upstream."""
@@ -408,7 +411,8 @@ class TableCommitter:
         return None
 
     def _write_rows(self, table: Table, tx: Transaction, plan: TablePlan, step: DataStep, run: RunContext,
-                    fold: Fold, older: dict[int, tuple[OlderValue, int]]) -> Generator[RewriteRequest, list[FileRewrite], None]:
+                    fold: Fold, older: dict[int, tuple[OlderValue, int, tuple[str, int]]],
+                    ) -> Generator[RewriteRequest, list[FileRewrite], None]:
         """One data step: the executors rewrite the files holding touched keys and write the net
         rows; the driver stages their files as one overwrite snapshot in ``tx``."""
         # Only where every topic sends whole rows: an after image of Canal's may lack an unchanged column
@@ -485,7 +489,8 @@ def create_from_rows(catalog: Catalog, config: PipelineConfig, plan: TablePlan, 
 
 def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, fold: Fold,
                   merge_on_read: bool, target_file_size: int = 0, hold_omitted: bool = False,
-                  older: dict[int, tuple[OlderValue, int]] | None = None) -> tuple[UpsertTarget, int | None]:
+                  older: dict[int, tuple[OlderValue, int, tuple[str, int]]] | None = None,
+                  ) -> tuple[UpsertTarget, int | None]:
     """What the executors need to rewrite ``table`` (as ``metadata`` has it) for a data step, and the
     snapshot id of the branch head that plan is made against. Merge-on-read, the small files
     (``files.is_small`` of ``target_file_size``; 0: none) that ``upsert.small_file_merges`` picks
@@ -515,15 +520,16 @@ def upsert_target(table: Table, metadata: Any, plan: TablePlan, step: DataStep, 
     return dataclasses.replace(planned, costs=group_costs(planned, metadata)), head.snapshot_id if head is not None else None
 
 
-def older_rows(metadata: Any, added: dict[int, tuple[OlderValue, int]], column_sets: Any, renames: dict[str, str | None],
-               where: str = "") -> dict[str, tuple[Any, int]]:
-    """{column: (value, the statement's commitTs)} for a data step's rows that lack a column the run
-    added before them (``added``: field id -> what MySQL gave the rows of before the statement, and
-    when) where other rows of the step carry it: not a column the upstream filters out, so a row
-    lacking it at the statement's commitTs is of before the statement, placed after it by a derived
-    clock (a row committed just before the ADD COLUMN in its second), and holds what the statement
-    gave the rows then -- its DEFAULT, not NULL (the writer gives it to such rows alone: one lacking
-    it later is an older image re-sent, written as it comes). Where no row carries
+def older_rows(metadata: Any, added: dict[int, tuple[OlderValue, int, tuple[str, int]]], column_sets: Any,
+               renames: dict[str, str | None], where: str = "") -> dict[str, tuple[Any, int, tuple[str, int]]]:
+    """{column: (value, the statement's commitTs, its topic and partition)} for a data step's rows
+    that lack a column the run added before them (``added``: field id -> what MySQL gave the rows of
+    before the statement, when and where) where other rows of the step carry it: not a column the
+    upstream filters out, so a row lacking it at the statement's commitTs in another partition is of
+    before the statement, placed after it by a derived clock (a row committed just before the ADD
+    COLUMN in its second), and holds what the statement gave the rows then -- its DEFAULT, not NULL
+    (the writer gives it to such rows alone: one lacking it later, or after the statement in its
+    partition, whose order is the binlog's, is an older image re-sent, written as it comes). Where no row carries
     it, it may be filtered out (``omitted_columns = "null"``): NULL, as before. With
     ``omitted_columns = "hold"`` such rows hold the table instead (``_omitted``: an after image
     without an unchanged column cannot be told from them).
@@ -534,7 +540,7 @@ def older_rows(metadata: Any, added: dict[int, tuple[OlderValue, int]], column_s
     """
     names = {f.field_id: f.name for f in metadata.schema().fields}
     out = {}
-    for field_id, (older, at) in added.items():
+    for field_id, (older, at, position) in added.items():
         name = names.get(field_id)
         if name is None:
             continue  # dropped again in the run
@@ -548,7 +554,7 @@ def older_rows(metadata: Any, added: dict[int, tuple[OlderValue, int]], column_s
                 "(docs/consistency.md), and holds what MySQL gave the rows then, which tidelake cannot know "
                 f"({older.unknown}). The table is held rather than write NULL there; re-create it from a snapshot")
         if older.value is not None:
-            out[name] = (older.value, at)
+            out[name] = (older.value, at, position)
     return out
 
 

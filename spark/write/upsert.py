@@ -89,11 +89,12 @@ class UpsertTarget:
     # Row column names -> the table's column (None: dropped), where rows name a column otherwise
     # than the table (spark.commit.table.row_columns): lettercase, or a rename or drop earlier in the run.
     renames: Mapping[str, str | None] = field(default_factory=dict)
-    # The table's column -> (the value a written row lacking it gets, the statement's commitTs), where
-    # the run's ADD COLUMN gave the rows of before it that value and other rows carry the column: a row
-    # lacking it at the statement's commitTs is of before it, placed after it by a derived clock
-    # (spark.commit.table.older_rows); one later is a re-sent older image, written as it comes.
-    older_rows: Mapping[str, tuple[Any, int]] = field(default_factory=dict)
+    # The table's column -> (the value a written row lacking it gets, the statement's commitTs and
+    # (topic, partition)), where the run's ADD COLUMN gave the rows of before it that value and other
+    # rows carry the column: a row lacking it at the statement's commitTs in another partition is of
+    # before it, placed after it by a derived clock (spark.commit.table.older_rows); one later, or after
+    # it in its partition (whose order is the binlog's), is a re-sent older image, written as it comes.
+    older_rows: Mapping[str, tuple[Any, int, tuple[str, int]]] = field(default_factory=dict)
 
     def deletes_of(self, index: int) -> tuple[DataFile, ...]:
         return self.deletes[index] if self.deletes else ()
@@ -181,8 +182,8 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
     images = []
     metadata = target.table.metadata()
     take = pa.array(index, pa.int64())
-    rows = zip(index.tolist(), *(net.column(c).take(take).to_pylist() for c in ("change", "deletes", "ts")))
-    for i, blob, deletes, ts in rows:
+    rows = zip(index.tolist(), *(net.column(c).take(take).to_pylist() for c in ("change", "deletes", "ts", "topic", "partition")))
+    for i, blob, deletes, ts, topic, partition in rows:
         try:
             op, row = decode_effect(blob)
         except CorruptChangeValue as exc:
@@ -194,8 +195,8 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
                 if new is not None:
                     row.setdefault(new, value)
         if not deletes:
-            for name, (value, at) in target.older_rows.items():
-                if ts == at:
+            for name, (value, at, where) in target.older_rows.items():
+                if ts == at and (topic, partition) != where:
                     row.setdefault(name, value)
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]

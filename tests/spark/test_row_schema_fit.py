@@ -321,8 +321,12 @@ def test_an_older_image_re_sent_after_add_column_is_written_as_it_comes(tmp_path
     re-sent image -- the DEFAULT goes only to rows at the statement's commitTs (older_rows). A model
     history found the re-sent image given the DEFAULT where other rows of the run carried the column."""
     first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
-             _row(0, "INSERT", 1001, {"id": "1", "name": "a"}), _row(1, "INSERT", 1001, {"id": "5", "name": "e"})]
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a"}), _row(1, "INSERT", 1001, {"id": "5", "name": "e"}),
+             _row(0, "INSERT", 1001, {"id": "6", "name": "f"})]
     second = [_ddl(2000, "ALTER TABLE shop.items ADD COLUMN price decimal(10,2) DEFAULT 9.99", "ALTER"),
+              # re-sent right after the statement in its partition: the statement's commitTs (the running
+              # maximum), but after it in the partition's binlog order
+              _row(0, "UPDATE", 1001, {"id": "6", "name": "f"}, {"id": "6", "name": "f"}),
               _row(1, "INSERT", 2001, {"id": "2", "name": "b", "price": "1.00"}),
               _row(1, "UPDATE", 1001, {"id": "5", "name": "e"}, {"id": "5", "name": "e"}),  # re-sent: of before the ADD
               _row(0, "INSERT", 2002, {"id": "3", "name": "c", "price": "2.00"}),
@@ -330,7 +334,7 @@ def test_an_older_image_re_sent_after_add_column_is_written_as_it_comes(tmp_path
     config, results = _derived(tmp_path, [first, second])
     rows = {r["id"]: r for r in read_table(config, "shop", "items", results[-1].watermark).to_pylist()}
     assert {i: None if r["price"] is None else str(r["price"]) for i, r in rows.items()} == {
-        1: "9.99", 2: "1.00", 5: None}
+        1: "9.99", 2: "1.00", 5: None, 6: None}
 
 
 def test_a_row_lacking_a_column_added_and_retyped_in_the_run_gets_its_converted_default(tmp_path: Path) -> None:
