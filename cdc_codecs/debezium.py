@@ -703,36 +703,30 @@ def _int(value: Any) -> int:
     raise ColumnValueError(f"expected an integer, found {value!r}")
 
 
-def _b64(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise ColumnValueError(f"expected base64 text, found {value!r}")
-    try:
-        return b64decode_strict(value)
-    except ValueError:
-        raise ColumnValueError(f"expected base64, found {value[:40]!r}") from None
+def _text_bytes(decode: Callable[[str], bytes], what: str) -> Callable[[Any], bytes]:
+    """A binary column's text to its bytes by ``decode``, a typed error naming ``what`` otherwise."""
+
+    def convert(value: Any) -> bytes:
+        if not isinstance(value, str):
+            raise ColumnValueError(f"expected {what} text, found {value!r}")
+        try:
+            return decode(value)
+        except ValueError:
+            raise ColumnValueError(f"expected {what}, found {value[:40]!r}") from None
+
+    return convert
 
 
-def _hex(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise ColumnValueError(f"expected hexadecimal text, found {value!r}")
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise ColumnValueError(f"expected hexadecimal, found {value[:40]!r}") from None
-
-
-def _b64_url_safe(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise ColumnValueError(f"expected base64 text, found {value!r}")
-    try:
-        return base64.b64decode(value, altchars=b"-_", validate=True)
-    except ValueError:
-        raise ColumnValueError(f"expected url-safe base64, found {value[:40]!r}") from None
+_b64 = _text_bytes(b64decode_strict, "base64")
 
 
 # Debezium MySQL's binary.handling.mode: how a binary column's value is written where its Connect type is a
 # string (bytes: a Connect bytes value, which JsonConverter writes as base64).
-BINARY_TEXT: dict[str, Callable[[Any], bytes]] = {"bytes": _b64, "base64": _b64, "base64-url-safe": _b64_url_safe, "hex": _hex}
+BINARY_TEXT: dict[str, Callable[[Any], bytes]] = {
+    "bytes": _b64, "base64": _b64,
+    "base64-url-safe": _text_bytes(lambda t: base64.b64decode(t, altchars=b"-_", validate=True), "url-safe base64"),
+    "hex": _text_bytes(bytes.fromhex, "hexadecimal"),
+}
 
 
 def _zoned(value: Any) -> dt.datetime:

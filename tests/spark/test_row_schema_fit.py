@@ -337,21 +337,30 @@ def test_an_older_image_re_sent_after_add_column_is_written_as_it_comes(tmp_path
         1: "9.99", 2: "1.00", 5: None, 6: None}
 
 
+def _lacking_after_add(tmp_path: Path, column: str, types: tuple[str, int], alters: list[str], value: str,
+                       emptied: bool = False):  # noqa: ANN202
+    """shop.items(id, name) with row 1 (deleted again where ``emptied``: the lake holds no rows, so the
+    ADD COLUMN fills nothing); then in one run: row 2 committed in the statements' millisecond on the
+    partition above theirs (placed after them, lacking ``column``), the ``alters``, and rows 3-5
+    carrying ``column`` = ``value``. Applied on a derived clock: (config, each run's result)."""
+    TYPES.setdefault(column, types[0])
+    SQL_TYPES.setdefault(column, types[1])
+    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
+             _row(0, "INSERT", 1001, {"id": "1", "name": "a"})]
+    first += [_row(1, "DELETE", 1001, {"id": "1", "name": "a"})] if emptied else []
+    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}), *(_ddl(2000, sql, "ALTER") for sql in alters),
+              _row(0, "INSERT", 2001, {"id": "3", "name": "c", column: value}),
+              _row(0, "INSERT", 2002, {"id": "4", "name": "d", column: value}),
+              _row(1, "INSERT", 2002, {"id": "5", "name": "e", column: value})]
+    return _derived(tmp_path, [first, second])
+
+
 def test_a_row_lacking_a_column_added_and_retyped_in_the_run_gets_its_converted_default(tmp_path: Path) -> None:
     """A column added and then given another type in the run: FLOAT to DOUBLE, MySQL widens the
     stored single-precision 1.1 to 1.100000023841858, as the lake's filled row reads
     (``OlderValue.retyped``). Before, the derived clock's row lacking the column read NULL."""
-    TYPES.setdefault("f", "double")
-    SQL_TYPES.setdefault("f", 8)
-    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
-             _row(0, "INSERT", 1001, {"id": "1", "name": "a"})]
-    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
-              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN f float DEFAULT 1.1", "ALTER"),
-              _ddl(2000, "ALTER TABLE shop.items MODIFY COLUMN f double", "ALTER"),
-              _row(0, "INSERT", 2001, {"id": "3", "name": "c", "f": "7.0"}),
-              _row(0, "INSERT", 2002, {"id": "4", "name": "d", "f": "7.0"}),
-              _row(1, "INSERT", 2002, {"id": "5", "name": "e", "f": "7.0"})]
-    config, results = _derived(tmp_path, [first, second])
+    config, results = _lacking_after_add(tmp_path, "f", ("double", 8), ["ALTER TABLE shop.items ADD COLUMN f float DEFAULT 1.1",
+                                                                       "ALTER TABLE shop.items MODIFY COLUMN f double"], "7.0")
     rows = {r["id"]: r["f"] for r in read_table(config, "shop", "items", results[-1].watermark).to_pylist()}
     assert rows[1] == rows[2] == 1.100000023841858
 
@@ -361,37 +370,20 @@ def test_a_row_lacking_a_column_whose_default_cannot_be_known_holds_the_table(tm
     the lake holds no rows of (so the ADD COLUMN fills nothing and is not held): the row of just
     before the ALTER, placed after it, holds what MySQL computed for it. Before, it read NULL,
     silently; now the table is held, naming the column and why."""
-    TYPES.setdefault("u", "varchar")
-    SQL_TYPES.setdefault("u", 12)
-    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
-             _row(0, "INSERT", 1001, {"id": "1", "name": "a"}), _row(1, "DELETE", 1001, {"id": "1", "name": "a"})]
-    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
-              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN u varchar(36) DEFAULT (UUID())", "ALTER"),
-              _row(0, "INSERT", 2001, {"id": "3", "name": "c", "u": "x"}),
-              _row(0, "INSERT", 2002, {"id": "4", "name": "d", "u": "y"}),
-              _row(1, "INSERT", 2002, {"id": "5", "name": "e", "u": "z"})]
     with pytest.raises(RowSchemaMismatch, match=r"^shop\.items: rows this run writes \(after 1 of its DDL in the run\) "
                                                 r"lack 'u' where others of them carry it: .*\(the expression default "
                                                 r"UUID\(\) cannot be evaluated for the existing rows\)"):
-        _derived(tmp_path, [first, second])
+        _lacking_after_add(tmp_path, "u", ("varchar", 12), ["ALTER TABLE shop.items ADD COLUMN u varchar(36) DEFAULT (UUID())"],
+                           "x", emptied=True)
 
 
 def test_a_row_lacking_a_column_retyped_beyond_what_tidelake_converts_holds_the_table(tmp_path: Path) -> None:
     """A column added with DEFAULT 300 and made a TINYINT in the run (MySQL's strict mode refuses
     that for a table holding rows; without it they read 127): tidelake does not clamp, so the
     derived clock's row lacking the column holds the table rather than read NULL."""
-    TYPES.setdefault("n", "int")
-    SQL_TYPES.setdefault("n", 4)
-    first = [_ddl(1000, "CREATE TABLE shop.items (id int primary key, name varchar(20))", "CREATE"),
-             _row(0, "INSERT", 1001, {"id": "1", "name": "a"}), _row(1, "DELETE", 1001, {"id": "1", "name": "a"})]
-    second = [_row(1, "INSERT", 2000, {"id": "2", "name": "b"}),
-              _ddl(2000, "ALTER TABLE shop.items ADD COLUMN n int DEFAULT 300", "ALTER"),
-              _ddl(2000, "ALTER TABLE shop.items MODIFY COLUMN n tinyint", "ALTER"),
-              _row(0, "INSERT", 2001, {"id": "3", "name": "c", "n": "7"}),
-              _row(0, "INSERT", 2002, {"id": "4", "name": "d", "n": "7"}),
-              _row(1, "INSERT", 2002, {"id": "5", "name": "e", "n": "7"})]
     with pytest.raises(RowSchemaMismatch, match=r"lack 'n' where others of them carry it: .*\(300 of a int column as tinyint"):
-        _derived(tmp_path, [first, second])
+        _lacking_after_add(tmp_path, "n", ("int", 4), ["ALTER TABLE shop.items ADD COLUMN n int DEFAULT 300",
+                                                      "ALTER TABLE shop.items MODIFY COLUMN n tinyint"], "7", emptied=True)
 
 
 # ---------------------------------------------------------------- MySQL side: a statement blocked by the DDL's lock
