@@ -33,6 +33,7 @@ only the pickled ``FileRewrite``s (file metadata) go back to the driver.
 from __future__ import annotations
 
 import heapq
+import itertools
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,8 +183,11 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
     images = []
     metadata = target.table.metadata()
     take = pa.array(index, pa.int64())
-    rows = zip(index.tolist(), *(net.column(c).take(take).to_pylist() for c in ("change", "deletes", "ts", "topic", "partition")))
-    for i, blob, deletes, ts, topic, partition in rows:
+    # Where each row came from matters only to ``older_rows``: read then alone (the fallback path of every step).
+    wheres = ("topic", "partition") if target.older_rows else ()
+    columns = [net.column(c).take(take).to_pylist() for c in ("change", "deletes", "ts", *wheres)]
+    positions = zip(*columns[3:]) if wheres else itertools.repeat(None)
+    for i, blob, deletes, ts, position in zip(index.tolist(), *columns[:3], positions):
         try:
             op, row = decode_effect(blob)
         except CorruptChangeValue as exc:
@@ -196,7 +200,7 @@ def _one_by_one(net: pa.Table, index: np.ndarray, target: UpsertTarget, names: M
                     row.setdefault(new, value)
         if not deletes:
             for name, (value, at, where) in target.older_rows.items():
-                if ts == at and (topic, partition) != where:
+                if ts == at and position != where:
                     row.setdefault(name, value)
             row[names.commit_ts] = ts
             row[names.op] = _OP_VALUES[op]
