@@ -87,6 +87,11 @@ def changelog_paths(pipeline: str, version: str, topic: str, partition: int, sta
     return f"{base}.parquet", f"{base}.json"
 
 
+def lake_tables_path(pipeline: str, start: dt.datetime, end: dt.datetime) -> str:
+    """The lake's tables when the interval's first run started (``spark.commit.run.IntervalRun.lake_tables``)."""
+    return f"{pipeline_root(pipeline)}/lake-tables/{instant(start)}_{instant(end)}.json"
+
+
 def net_change_dir(pipeline: str) -> str:
     """Where runs leave their folded net change between the fold and the rewrite (removed by the run)."""
     return f"{pipeline_root(pipeline)}/net"

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from cdc_codecs import TidelakeError
 from spark.archive import layout
 from spark.archive.checkpoint import Checkpoint, checkpoint_path, read_checkpoint
@@ -293,6 +295,26 @@ class IntervalRun:
         self.stages = _StageClock(self.runner)
         self.window = IntervalWindow.open(self.config, self.storage, manifest, previous)
         self.interval = self.window.interval
+        self._lake: list[TableRef] | None = None  # lake_tables, read once
+
+    def lake_tables(self) -> list[TableRef]:
+        """The upstream names of the lake's tables (dropped ones left out) when the interval's first
+        run started: the tables a ``DROP DATABASE`` of the interval drops, beside those it makes
+        (``UpstreamTables``). A run that died mid-commit leaves tables renamed, made and dropped
+        under other names than at the start, and the retry must plan exactly as it did: its
+        ``TableCommitter.resume_from`` counts the plans, and the fold cuts rows at the same DDL.
+        So the first run whose DDL asks (before its first catalog write) records them, create-only,
+        and every later run of the interval reads them."""
+        if self._lake is None:
+            path = layout.lake_tables_path(self.config.name, self.manifest.interval_start, self.manifest.interval_end)
+            if not self.storage.exists(path):
+                self.lease.check()
+                try:
+                    self.storage.create(path, orjson.dumps({"tables": sorted(self.run.lake_tables())}))
+                except AlreadyExists:
+                    pass  # recorded by an earlier run of the interval: its record counts
+            self._lake = [(d, t) for d, t in orjson.loads(self.storage.read(path))["tables"]]
+        return self._lake
 
     def apply(self) -> ApplyResult:
         self.decode()
@@ -349,7 +371,7 @@ class IntervalRun:
     # are folded only between two DDLs that change it (the DDL are in commit order).
     def fold(self) -> Fold:
         ddl_orders: dict[TableRef, list[Order]] = {}
-        upstream = UpstreamTables(self.run.lake_tables)
+        upstream = UpstreamTables(self.lake_tables)
         for e in self.ddls:
             for ref in {ref for ref, _ in upstream.changes(e)}:
                 ddl_orders.setdefault(ref, []).append(change_order(e))  # type: ignore[arg-type]
@@ -386,7 +408,7 @@ class IntervalRun:
         context = RunContext(w, self.w_prev, self.interval)
         committer = TableCommitter(self.tables.catalog, self.config, self.run.step, self.lease.check, self.tables)
         committer.released = frozenset(self.isolation.gone)
-        plans = build_apply_plans(self.ddls, fold.outcome.summaries, self.run.lake_tables)
+        plans = build_apply_plans(self.ddls, fold.outcome.summaries, self.lake_tables)
         replay = self.storage.exists(published_path(self.config.name, w))
         if replay:
             # A replay of a published W (the walk bringing a table from its held W): every table W lists

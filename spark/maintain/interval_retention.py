@@ -1,6 +1,6 @@
 """Interval-record retention: the archive's per-interval records no retained W can need any more.
 
-Every run leaves records of its interval -- its manifest, offset plan, checkpoint, ``land.json`` /
+Every run leaves records of its interval -- its manifest, offset plan, checkpoint, lake tables, ``land.json`` /
 ``apply.json`` / ``apply.confirmed.json`` -- and every W a published record (and, once retired, a
 marker); maintenance leaves a report. Archive retention (``archive_retention``) bounds the segments;
 this bounds the records. Only with ``archive_horizon`` (without it the archive is kept whole, for
@@ -51,7 +51,7 @@ from spark.archive.storage import Storage
 from spark.commit.published import published_path, published_watermarks, read_published, retired_watermarks
 from spark.maintain.archive_files import archive_file
 
-INTERVAL_DIRS = ("manifests", "plans", "checkpoints")  # <pipeline>/<dir>/<interval>.json
+INTERVAL_DIRS = ("manifests", "plans", "checkpoints", "lake-tables")  # <pipeline>/<dir>/<interval>.json
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def prune_interval_records(
                         "last_pruned_watermark": max([*gone, earlier.get("last_pruned_watermark") or 0]) or None}
     storage.write(layout.pruned_path(pipeline), orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     # Records first, each interval's manifest last; a W's published record before its retired marker.
-    for kind in ("reports", "plans", "checkpoints", "manifests", "published", "retired", "side outputs",
+    for kind in ("reports", "plans", "lake-tables", "checkpoints", "manifests", "published", "retired", "side outputs",
                  "maintenance reports"):
         check()
         for path in doomed.get(kind, ()):

@@ -718,3 +718,34 @@ def test_a_table_made_again_with_other_types_gives_the_feed_w1s_values() -> None
         check_changes(m, every_pair=True)  # failed on the code before, for the window over the DROP and CREATE
     finally:
         m.teardown()
+
+
+def test_a_retry_after_a_crash_mid_commit_drops_the_tables_the_first_attempt_would() -> None:
+    """Found by the machine (simple, seed 40876, key-less tables, DROP DATABASE): a run renamed
+    shop.bag to shop.r1 (a CREATE of bag after DROP DATABASE shop, PARTITION BY) and died staging
+    the next table. Its retry read the lake's tables again for the DROP DATABASE and found r1 -- a
+    table the interval's first run made by the rename, not one upstream had when the interval began
+    -- so it planned a DROP of r1 first: every plan moved one place (the retry resumes by plan
+    number), r1 was left dropped, and r2 (renamed from r1 later) was made empty, without the
+    partitioning its TRUNCATE PARTITION needs, and held with bag and r1. The lake's tables at the
+    interval's start are recorded by its first run now (``IntervalRun.lake_tables``)."""
+    class Third:  # the machine's draw of an interval: the third
+        def draw(self, strategy: Any, label: str | None = None) -> int:
+            return 2
+
+    m = machine_for("simple")()
+    try:
+        m.start(seed=40876, partitions=2, keyless=True, chunks=6, write_mode="merge-on-read", ddl_rate=0.6,
+                drop_database=True, partitioned=True)
+        m.land_interval(deliver_first=19)
+        m.land_interval(deliver_first=11)
+        m.deliver(n=13)
+        m.run_the_next_interval()
+        m.deliver(n=8)
+        m.land_interval(deliver_first=21)
+        m.restart_changefeed_from_an_older_checkpoint(back=4)
+        m.crash_at_a_step(Third(), step="staged", retry=True)
+        assert read_isolated(m.storage, m.config.name) == {}
+        m.check()
+    finally:
+        m.teardown()
