@@ -479,6 +479,16 @@ def difference(got: dict, want: dict) -> str:
     return "\n".join(out)
 
 
+class Drawn:
+    """The machine's draw of an interval, fixed (``st.data()`` in a scripted history)."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+
+    def draw(self, strategy: Any, label: str | None = None) -> int:
+        return self.interval
+
+
 def machine_for(name: str, runner: Any = None) -> type[PipelineMachine]:
     """The machine of a protocol (its default configuration) or of a VARIANTS name."""
     protocol, options = VARIANTS.get(name, (name, {}))
@@ -681,16 +691,12 @@ def test_a_gh_ost_cut_over_of_a_key_less_table_gives_the_feed_only_rows_it_had()
     column renamed ``_id`` (W2's new ``id`` holds the name), and every before image carried W1's
     id as ``_id`` with ``id`` NULL -- not a row at W1. A table made anew in the window is now
     another table to the feed (``changes._recreated``), its columns matched by name."""
-    class First:  # the machine's draws of an interval: the first
-        def draw(self, strategy: Any, label: str | None = None) -> int:
-            return 0
-
     m = machine_for("cloudcanal-json")()
     try:
         m.start(seed=2094, ddl_rate=0.0, partitions=1, keyless=True, chunks=5, write_mode="merge-on-read", gh_ost_rate=0.3)
         m.deliver(n=13)
         m.land_interval(deliver_first=10)
-        m.run_any_landed_interval(data=First(), policy="fail")
+        m.run_any_landed_interval(data=Drawn(0), policy="fail")
         m.consistent()
         m.land_interval(deliver_first=15)
         m.run_the_next_interval()
@@ -729,10 +735,6 @@ def test_a_retry_after_a_crash_mid_commit_drops_the_tables_the_first_attempt_wou
     number), r1 was left dropped, and r2 (renamed from r1 later) was made empty, without the
     partitioning its TRUNCATE PARTITION needs, and held with bag and r1. The lake's tables at the
     interval's start are recorded by its first run now (``IntervalRun.lake_tables``)."""
-    class Third:  # the machine's draw of an interval: the third
-        def draw(self, strategy: Any, label: str | None = None) -> int:
-            return 2
-
     m = machine_for("simple")()
     try:
         m.start(seed=40876, partitions=2, keyless=True, chunks=6, write_mode="merge-on-read", ddl_rate=0.6,
@@ -744,8 +746,31 @@ def test_a_retry_after_a_crash_mid_commit_drops_the_tables_the_first_attempt_wou
         m.deliver(n=8)
         m.land_interval(deliver_first=21)
         m.restart_changefeed_from_an_older_checkpoint(back=4)
-        m.crash_at_a_step(Third(), step="staged", retry=True)
+        m.crash_at_a_step(Drawn(2), step="staged", retry=True)
         assert read_isolated(m.storage, m.config.name) == {}
+        m.check()
+    finally:
+        m.teardown()
+
+
+def test_a_retry_after_a_crash_after_a_rename_keeps_the_renamed_tables_rows() -> None:
+    """The same bug, silent (simple, seed 40876): the first run of interval 1 renamed bag to r1 and
+    died; the first run of interval 2 died after its first commit. Each retry planned the DROP
+    DATABASE of its interval over the tables the crashed run left, and W published shop.r1 empty
+    where upstream has 4 rows."""
+    m = machine_for("simple")()
+    try:
+        m.start(seed=40876, partitions=2, keyless=True, chunks=6, write_mode="merge-on-read", ddl_rate=0.6,
+                drop_database=True, partitioned=True)
+        m.land_interval(deliver_first=4)
+        m.duplicate_a_message()
+        m.run_any_landed_interval(Drawn(0), "continue")
+        m.land_interval(deliver_first=23)
+        m.duplicate_a_message()
+        m.run_any_landed_interval(Drawn(0), "continue")
+        m.land_interval(deliver_first=16)
+        m.crash_at_a_step(Drawn(1), step="renamed", retry=True)
+        m.crash_at_a_step(Drawn(2), step="committed:0", retry=True)
         m.check()
     finally:
         m.teardown()
