@@ -30,7 +30,14 @@ def _unfit_after(statements: list[str], row: dict) -> list:
 def test_a_row_fits_its_tables_columns_whatever_their_lettercase() -> None:
     """MySQL 8 manual, 11.2.3 Identifier Case Sensitivity: column names are not case-sensitive."""
     assert _unfit_after([], {"id": 1, "Note": "a", "v": 1}) == []
-    assert _unfit_after([], {"ID": 1, "note": "a"}) == []
+    assert _unfit_after([], {"ID": 1, "note": "a", "V": None}) == []
+
+
+def test_a_row_lacking_a_column_its_table_has_is_unfit() -> None:
+    """A binlog row image holds every column (binlog_row_image=FULL, the default): a row without
+    one is a MINIMAL image or a change of before an ADD COLUMN re-sent after it."""
+    assert _unfit_after([], {"id": 1, "Note": "a"}) == [(3, ("d", "t"))]  # CREATE at 1, row 2, W 3
+    assert _unfit_after(["ALTER TABLE `d`.`t` ADD COLUMN `w` int DEFAULT 3"], {"id": 1, "Note": "a", "v": 1}) == [(4, ("d", "t"))]
 
 
 @pytest.mark.parametrize("drop", ["DROP COLUMN `v`", "DROP v", "DROP COLUMN note", "DROP COLUMN v, DROP COLUMN Note"])
@@ -38,14 +45,16 @@ def test_drop_column_takes_the_column_from_the_model(drop: str) -> None:
     """15.1.9 ALTER TABLE ... DROP [COLUMN]: the column is gone, so a row still naming it is one
     MySQL never wrote (a re-send after the DDL). sqlglot keeps a DROP's columns in ``tables``:
     the model subtracted the Drop's own name, '', and never dropped anything."""
-    gone = drop.split()[-1].strip("`")
-    assert _unfit_after([f"ALTER TABLE `d`.`t` {drop}"], {"id": 1, gone: 1}) == [(4, ("d", "t"))]  # CREATE at 1, ALTER 2, row 3, W 4
-    assert _unfit_after([f"ALTER TABLE `d`.`t` {drop}"], {"id": 1}) == []
+    gone = {c.strip("`,").casefold() for c in drop.split() if c.strip("`,").casefold() in ("v", "note")}
+    kept = {c: 1 for c in ("id", "Note", "v") if c.casefold() not in gone}
+    named = sorted(gone)[0]
+    assert _unfit_after([f"ALTER TABLE `d`.`t` {drop}"], {**kept, named: 1}) == [(4, ("d", "t"))]  # CREATE at 1, ALTER 2, row 3, W 4
+    assert _unfit_after([f"ALTER TABLE `d`.`t` {drop}"], kept) == []
 
 
 def test_add_column_then_rows_naming_it_fit() -> None:
-    assert _unfit_after(["ALTER TABLE `d`.`t` ADD COLUMN `w` int DEFAULT 3"], {"id": 1, "w": 2}) == []
-    assert _unfit_after([], {"id": 1, "w": 2}) != []
+    assert _unfit_after(["ALTER TABLE `d`.`t` ADD COLUMN `w` int DEFAULT 3"], {"id": 1, "Note": None, "v": 1, "w": 2}) == []
+    assert _unfit_after([], {"id": 1, "Note": None, "v": 1, "w": 2}) != []
 
 
 # ---------------------------------------------------------------- the model test's acceptance of a hold

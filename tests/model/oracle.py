@@ -55,10 +55,11 @@ It is deliberately plain, so that a reader can check it against docs/contract.md
   ``DROP TABLE [IF EXISTS] a, b`` drops every table named; comments are not SQL.
 - a row a table could not hold is kept with the W that applies it (``unfit``): a write naming a column the
   table does not have by its DDL (CREATE TABLE's columns, ADD and DROP COLUMN; a table whose
-  columns the model cannot follow is not judged), or into a name no table has (dropped or renamed
-  away). MySQL never writes one; a changefeed without commitTs delivers one when it re-sends a
-  change after its table's DDL (every delivered change counts there). What a table then holds is
-  not MySQL's to say: the table may be held from there (docs/contract.md §6).
+  columns the model cannot follow is not judged), or lacking one it has (a binlog row image holds
+  every column), or into a name no table has (dropped or renamed away). MySQL never writes one; a
+  changefeed without commitTs delivers one when it re-sends a change after its table's DDL (every
+  delivered change counts there). What a table then holds is not MySQL's to say: the table may be
+  held from there (docs/contract.md §6).
 - every removal of a keyed row from a table name is kept with its commitTs (``removals``): a
   DELETE's, or the DDL's that took it without row events -- TRUNCATE, DROP, DROP DATABASE, a
   rename away, a partition's TRUNCATE / DROP / EXCHANGE (the rows that partition held then). A
@@ -730,7 +731,7 @@ class Oracle:
                 raise Refused(f"no partition of {e.database}.{e.table} holds the row {dict(e.after)} "
                               "(ER_NO_PARTITION_FOR_GIVEN_VALUE: MySQL refuses it)")
             known = self.columns.get((e.database, e.table))
-            if known is not None and not {c.casefold() for c in dict(e.after)} <= {c.casefold() for c in known}:
+            if known is not None and {c.casefold() for c in dict(e.after)} != {c.casefold() for c in known}:
                 self._unfit.append((e.database, e.table))
             self._put(self.tables.setdefault((e.database, e.table), {}), e.key_columns, dict(e.after))
 
