@@ -761,10 +761,10 @@ def test_a_retry_after_a_crash_mid_commit_drops_the_tables_the_first_attempt_wou
 
 
 def test_a_retry_after_a_crash_after_a_rename_keeps_the_renamed_tables_rows() -> None:
-    """The same bug, silent (simple, seed 40876): the first run of interval 1 renamed bag to r1 and
-    died; the first run of interval 2 died after its first commit. Each retry planned the DROP
-    DATABASE of its interval over the tables the crashed run left, and W published shop.r1 empty
-    where upstream has 4 rows."""
+    """The same bug, silent (simple, seed 40876): a run of interval 1 died after a rename, a run of
+    interval 2 after its first plan's commit, each retried. The retries planned the DROP DATABASE
+    over the tables the dead runs left, and a W published shop.r1 empty where upstream has 4 rows
+    (and the change feed had no changes for it)."""
     m = machine_for("simple")()
     try:
         m.start(seed=40876, partitions=2, keyless=True, chunks=6, write_mode="merge-on-read", ddl_rate=0.6,
