@@ -86,3 +86,15 @@ def test_create_table_if_not_exists_of_an_existing_table_keeps_its_columns() -> 
     error): its columns stay, so a row naming them still fits."""
     assert _unfit_after(["CREATE TABLE IF NOT EXISTS `d`.`t` (`id` int NOT NULL, PRIMARY KEY (`id`))"],
                         {"id": 1, "Note": "x", "v": 2}) == []
+
+
+def test_a_partitioned_create_table_gives_its_columns() -> None:
+    """15.1.20: partition options come last and name no column; ``VALUES LESS THAN MAXVALUE`` (no
+    parentheses, which sqlglot does not read) left the model without the columns, so a re-sent row
+    lacking one went unflagged (canal, seed 52733, on Spark executors)."""
+    oracle = Oracle()
+    oracle.add([DdlChange("d", "p", "CREATE TABLE `d`.`p` (`id` int NOT NULL, `v` int, PRIMARY KEY (`id`)) PARTITION BY RANGE "
+                          "(`id`) (PARTITION p0 VALUES LESS THAN (6), PARTITION p1 VALUES LESS THAN MAXVALUE)", 1, AT, "CREATE"),
+                RowChange(Op.INSERT, "d", "p", None, {"id": 1}, ("id",), {}, 2, AT), Watermark(3, AT)])
+    oracle.cut([("t", 0)])
+    assert oracle.columns[("d", "p")] == frozenset({"id", "v"}) and oracle.unfit == [(3, ("d", "p"))]
